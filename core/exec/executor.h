@@ -1,0 +1,58 @@
+// Runs the part of a graph needed for a set of target values, in dependency (id) order. Buffers
+// of intermediate values come from a pool and go back to it after their last consumer, so peak
+// activation memory stays close to the live set; the executor reports that peak.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/graph/graph.h"
+
+namespace cohort {
+
+struct RunOptions {
+  int64_t step = 0;
+  uint64_t seed = 0;
+  bool training = true;
+  int num_threads = 1;
+};
+
+class Executor {
+ public:
+  // targets: values the caller wants back after run(). Values bound in run()'s env (inputs,
+  // parameters) are never freed by the executor.
+  Executor(const Graph& graph, std::vector<ValueId> targets, Device device = Device::kCpu);
+
+  // env holds the bound values on entry (every input/parameter the plan reads) and the targets
+  // on return. Throws kInvalidArgument naming a missing or mis-shaped bound value.
+  void run(std::unordered_map<ValueId, Tensor>& env, const RunOptions& options);
+
+  // Values the plan reads that no node produces (inputs and parameters).
+  const std::vector<ValueId>& required_values() const { return required_; }
+  size_t peak_activation_bytes() const { return peak_bytes_; }
+  size_t last_activation_bytes() const { return last_peak_bytes_; }
+
+ private:
+  Tensor allocate(const TensorType& type);
+  void release(Tensor& t);
+  void run_node(const Node& node, std::unordered_map<ValueId, Tensor>& env, const RunOptions& o);
+
+  const Graph& graph_;
+  Device device_;
+  std::vector<ValueId> targets_;
+  std::vector<NodeId> order_;
+  std::vector<ValueId> required_;
+  // For each step in order_, the values whose last consumer it is.
+  std::vector<std::vector<ValueId>> frees_after_;
+  std::multimap<size_t, std::shared_ptr<Storage>> pool_;
+  std::unordered_set<const Storage*> owned_;
+  size_t live_bytes_ = 0;
+  size_t peak_bytes_ = 0;
+  size_t last_peak_bytes_ = 0;
+};
+
+}  // namespace cohort

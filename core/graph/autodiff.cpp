@@ -1,0 +1,94 @@
+// Reverse-mode autodiff over the OP-DAG. Nodes are visited in reverse id order (ids are
+// topological); contributions to one value are summed with "add" nodes.
+#include "core/graph/autodiff.h"
+
+#include <algorithm>
+
+#include "core/base/error.h"
+
+namespace cohort {
+
+namespace {
+// Marks values on a path from any wrt value to the loss: only those need gradients.
+std::vector<bool> relevant_values(const Graph& g, ValueId loss, const std::vector<ValueId>& wrt) {
+  const size_t nv = g.values().size();
+  std::vector<bool> from_wrt(nv, false), to_loss(nv, false);
+  for (ValueId v : wrt) from_wrt[static_cast<size_t>(v)] = true;
+  for (const Node& n : g.nodes()) {
+    bool any = false;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const auto& nd = n.op->nondiff_inputs;
+      bool nondiff = std::find(nd.begin(), nd.end(), static_cast<int>(i)) != nd.end();
+      if (!nondiff && from_wrt[static_cast<size_t>(n.inputs[i])]) any = true;
+    }
+    if (any) for (ValueId o : n.outputs) from_wrt[static_cast<size_t>(o)] = true;
+  }
+  to_loss[static_cast<size_t>(loss)] = true;
+  for (size_t k = g.nodes().size(); k-- > 0;) {
+    const Node& n = g.nodes()[k];
+    bool any = false;
+    for (ValueId o : n.outputs) if (to_loss[static_cast<size_t>(o)]) any = true;
+    if (any) for (ValueId i : n.inputs) to_loss[static_cast<size_t>(i)] = true;
+  }
+  std::vector<bool> r(nv);
+  for (size_t i = 0; i < nv; ++i) r[i] = from_wrt[i] && to_loss[i];
+  return r;
+}
+}  // namespace
+
+std::vector<ValueId> build_backward(Graph& g, ValueId loss, const std::vector<ValueId>& wrt) {
+  COHORT_CHECK(loss >= 0, Status::kInvalidState, "the graph has no loss");
+  const TensorType& lt = g.value(loss).type;
+  COHORT_CHECK(dtype_is_float(lt.dtype) && shape_numel(lt.shape) == 1, Status::kShapeMismatch,
+               "loss ", g.describe(loss), " must be a float scalar");
+  for (ValueId v : wrt) (void)g.value(v);
+  std::vector<bool> relevant = relevant_values(g, loss, wrt);
+  const size_t forward_nodes = g.nodes().size();
+  std::vector<ValueId> grad(g.values().size(), -1);
+
+  g.set_backward_mode(true);
+  struct Restore { Graph& g; ~Restore() { g.set_backward_mode(false); } } restore{g};
+  Attrs seed;
+  seed.set("value", 1.0);
+  grad[static_cast<size_t>(loss)] =
+      g.add_op("fill_like", str_cat(g.value(loss).name, ".grad"), {loss}, seed).at(0);
+  grad.resize(g.values().size(), -1);
+
+  for (size_t k = forward_nodes; k-- > 0;) {
+    const Node node = g.nodes()[k];  // copy: adding nodes may reallocate the vector
+    std::vector<ValueId> gout;
+    bool any = false;
+    for (ValueId o : node.outputs) {
+      ValueId go = relevant[static_cast<size_t>(o)] ? grad[static_cast<size_t>(o)] : -1;
+      gout.push_back(go);
+      any = any || go >= 0;
+    }
+    if (!any) continue;
+    bool needs_input_grad = false;
+    for (ValueId i : node.inputs) needs_input_grad = needs_input_grad || relevant[static_cast<size_t>(i)];
+    if (!needs_input_grad) continue;
+    COHORT_CHECK(static_cast<bool>(node.op->backward), Status::kUnsupported, node.op->name, " '",
+                 node.name, "' has no backward rule but the loss needs its gradient");
+    BackwardContext ctx(g, node, gout);
+    node.op->backward(ctx);
+    grad.resize(g.values().size(), -1);
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      ValueId in = node.inputs[i];
+      ValueId gi = ctx.grad_inputs()[i];
+      if (gi < 0 || !relevant[static_cast<size_t>(in)]) continue;
+      ValueId& acc = grad[static_cast<size_t>(in)];
+      if (acc < 0) {
+        acc = gi;
+      } else {
+        ValueId sum = g.add_op("add", str_cat(g.value(in).name, ".grad_acc", g.nodes().size()), {acc, gi}, Attrs()).at(0);
+        grad.resize(g.values().size(), -1);
+        grad[static_cast<size_t>(in)] = sum;
+      }
+    }
+  }
+  std::vector<ValueId> result;
+  for (ValueId v : wrt) result.push_back(grad[static_cast<size_t>(v)]);
+  return result;
+}
+
+}  // namespace cohort

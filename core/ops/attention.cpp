@@ -1,0 +1,6 @@
+// Placeholder until this family lands; registers nothing.
+#include "core/ops/schema.h"
+
+namespace cohort {
+void register_attention_ops(OpRegistry&) {}
+}  // namespace cohort

@@ -1,0 +1,132 @@
+// An operator's definition: inputs, typed attributes with defaults, the shape rule, one kernel
+// per device, and the backward rule that adds gradient nodes to the same graph. Operators are
+// registered explicitly (registry.cpp lists every family) — never by static initialisers.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/graph/attrs.h"
+#include "core/tensor/tensor.h"
+
+namespace cohort {
+
+class Graph;
+struct Node;
+using ValueId = int32_t;
+using NodeId = int32_t;
+
+struct TensorType {
+  DType dtype = DType::kF32;
+  Shape shape;
+  bool operator==(const TensorType& o) const { return dtype == o.dtype && shape == o.shape; }
+};
+
+// Shape rule input. Throw Error(kShapeMismatch or kInvalidArgument) with a message such as
+// "input 1 has shape [64, 300], expected [300, *]"; the graph prefixes "<op> '<node name>': ".
+struct ShapeContext {
+  const std::vector<TensorType>& inputs;
+  const Attrs& attrs;  // defaults already filled in
+};
+using ShapeFn = std::function<std::vector<TensorType>(const ShapeContext&)>;
+
+// What a kernel sees. Outputs are allocated (contiguous, declared shape) before the call.
+struct KernelContext {
+  const Attrs& attrs;
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> outputs;
+  int64_t step = 0;        // training step, for seeded randomness (dropout)
+  uint64_t seed = 0;       // run seed
+  bool training = true;    // false during evaluation (dropout is the identity)
+  int32_t node_id = 0;
+  int num_threads = 1;
+};
+using KernelFn = std::function<void(KernelContext&)>;
+
+// What a backward rule sees; it adds nodes and reports one gradient per input.
+class BackwardContext {
+ public:
+  BackwardContext(Graph& graph, const Node& node, std::vector<ValueId> grad_outputs);
+  Graph& graph() { return graph_; }
+  const Node& node() const { return node_; }
+  const Attrs& attrs() const;
+  ValueId input(size_t i) const;
+  ValueId output(size_t i) const;
+  const TensorType& input_type(size_t i) const;
+  const TensorType& output_type(size_t i) const;
+  // Gradient flowing into output i, or -1 when nothing depends on that output.
+  ValueId grad_output(size_t i) const { return grad_outputs_[i]; }
+  // Adds an operator to the graph as part of the backward pass (named after the node).
+  std::vector<ValueId> add(const std::string& op, const std::vector<ValueId>& inputs,
+                           const Attrs& attrs = Attrs());
+  ValueId add1(const std::string& op, const std::vector<ValueId>& inputs, const Attrs& attrs = Attrs()) {
+    return add(op, inputs, attrs).at(0);
+  }
+  void set_grad_input(size_t i, ValueId grad);
+  bool needs_grad_input(size_t i) const;
+  const std::vector<ValueId>& grad_inputs() const { return grad_inputs_; }
+
+ private:
+  Graph& graph_;
+  const Node& node_;
+  std::vector<ValueId> grad_outputs_;
+  std::vector<ValueId> grad_inputs_;
+};
+using BackwardFn = std::function<void(BackwardContext&)>;
+
+struct AttrSpec {
+  std::string name;
+  AttrType type;
+  bool required = false;
+  AttrValue default_value = int64_t{0};
+};
+
+struct OpSchema {
+  std::string name;
+  std::vector<std::string> inputs;  // names, for messages; optional trailing inputs below
+  int optional_inputs = 0;          // how many trailing inputs may be omitted (e.g. bias)
+  std::vector<AttrSpec> attrs;
+  ShapeFn infer;
+  KernelFn kernels[2];              // indexed by Device: cpu, cuda (empty = not available)
+  BackwardFn backward;              // empty = not differentiable
+  std::vector<int> nondiff_inputs;  // inputs that never get a gradient (labels, indices)
+  bool internal = false;            // used only by backward rules; exempt from the public list
+  bool bf16_kernel = false;         // the kernel handles bf16 itself; else the executor converts
+  bool alias_input0 = false;        // output 0 is a view of input 0 (reshape): no copy, no kernel
+
+  int max_inputs() const { return static_cast<int>(inputs.size()); }
+  int min_inputs() const { return max_inputs() - optional_inputs; }
+};
+
+class OpRegistry {
+ public:
+  // The process-wide registry, filled with every built-in operator on first use.
+  static const OpRegistry& global();
+  void add(OpSchema schema);  // throws on a duplicate name
+  const OpSchema* find(const std::string& name) const;  // nullptr when unknown
+  std::vector<std::string> names(bool include_internal) const;
+
+ private:
+  std::vector<std::unique_ptr<OpSchema>> ops_;
+};
+
+// Families, each defined in core/ops/<family>.cpp; registry.cpp calls them all.
+void register_elementwise_ops(OpRegistry& r);
+void register_matmul_ops(OpRegistry& r);
+void register_norm_ops(OpRegistry& r);
+void register_softmax_ops(OpRegistry& r);
+void register_attention_ops(OpRegistry& r);
+void register_embedding_ops(OpRegistry& r);
+void register_conv_ops(OpRegistry& r);
+void register_shape_ops(OpRegistry& r);
+void register_dropout_ops(OpRegistry& r);
+
+// Shape-rule helpers shared by the families.
+[[noreturn]] void shape_error(const std::string& message);
+void expect_rank(const ShapeContext& c, size_t input, int64_t rank);
+void expect_float(const ShapeContext& c, size_t input);
+void expect_same_dtype(const ShapeContext& c, size_t a, size_t b);
+
+}  // namespace cohort

@@ -1,0 +1,174 @@
+// Element-wise loops. Fast paths for equal shapes and for a trailing-suffix operand (bias-like);
+// a general strided path otherwise.
+#include "kernels/cpu/elementwise.h"
+
+#include <omp.h>
+
+#include <cmath>
+
+namespace cohort::kernels::cpu {
+
+namespace {
+constexpr int64_t kParallelMin = 1 << 15;  // below this, threads cost more than they save
+
+template <typename F>
+void binary_apply(BinaryOp op, F&& f) {
+  switch (op) {
+    case BinaryOp::kAdd: f([](float x, float y) { return x + y; }); break;
+    case BinaryOp::kSub: f([](float x, float y) { return x - y; }); break;
+    case BinaryOp::kMul: f([](float x, float y) { return x * y; }); break;
+  }
+}
+
+// Element strides of `shape` laid against out_shape's dimensions; 0 where broadcast.
+std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& shape, const std::vector<int64_t>& out) {
+  std::vector<int64_t> st(out.size(), 0);
+  int64_t acc = 1;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    size_t i = shape.size() - 1 - k;
+    size_t o = out.size() - 1 - k;
+    st[o] = shape[i] == 1 ? 0 : acc;
+    acc *= shape[i];
+  }
+  return st;
+}
+
+int64_t numel(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+// True when `shape` equals the trailing dims of `out` (after dropping leading 1s).
+bool is_suffix(const std::vector<int64_t>& shape, const std::vector<int64_t>& out) {
+  size_t lead = 0;
+  while (lead < shape.size() && shape[lead] == 1) ++lead;
+  size_t n = shape.size() - lead;
+  if (n > out.size()) return false;
+  for (size_t k = 0; k < n; ++k)
+    if (shape[lead + k] != out[out.size() - n + k]) return false;
+  return true;
+}
+}  // namespace
+
+void binary(BinaryOp op, const float* a, const std::vector<int64_t>& a_shape, const float* b,
+            const std::vector<int64_t>& b_shape, float* out, const std::vector<int64_t>& out_shape) {
+  const int64_t n = numel(out_shape);
+  const int64_t na = numel(a_shape), nb = numel(b_shape);
+  binary_apply(op, [&](auto f) {
+    if (na == n && nb == n) {
+#pragma omp parallel for if (n > kParallelMin)
+      for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+    } else if (na == n && is_suffix(b_shape, out_shape)) {
+#pragma omp parallel for if (n > kParallelMin)
+      for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i % nb]);
+    } else if (nb == n && is_suffix(a_shape, out_shape)) {
+#pragma omp parallel for if (n > kParallelMin)
+      for (int64_t i = 0; i < n; ++i) out[i] = f(a[i % na], b[i]);
+    } else {
+      const auto sa = broadcast_strides(a_shape, out_shape), sb = broadcast_strides(b_shape, out_shape);
+      const size_t r = out_shape.size();
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t rem = i, ia = 0, ib = 0;
+        for (size_t d = r; d-- > 0;) {
+          int64_t c = rem % out_shape[d];
+          rem /= out_shape[d];
+          ia += c * sa[d];
+          ib += c * sb[d];
+        }
+        out[i] = f(a[ia], b[ib]);
+      }
+    }
+  });
+}
+
+void scale(const float* x, float factor, float* out, int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * factor;
+}
+
+namespace {
+// GELU, tanh approximation (Hendrycks & Gimpel 2016): 0.5 x (1 + tanh(k (x + 0.044715 x^3))).
+constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2 / pi)
+inline float gelu(float x) {
+  float u = kGeluK * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + std::tanh(u));
+}
+inline float gelu_grad(float x) {
+  float u = kGeluK * (x + 0.044715f * x * x * x);
+  float t = std::tanh(u);
+  float du = kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+}  // namespace
+
+void unary(UnaryOp op, const float* x, float* out, int64_t n) {
+  switch (op) {
+    case UnaryOp::kRelu:
+#pragma omp parallel for if (n > kParallelMin)
+      for (int64_t i = 0; i < n; ++i) out[i] = x[i] > 0.0f ? x[i] : 0.0f;
+      break;
+    case UnaryOp::kGelu:
+#pragma omp parallel for if (n > kParallelMin)
+      for (int64_t i = 0; i < n; ++i) out[i] = gelu(x[i]);
+      break;
+    case UnaryOp::kTanh:
+#pragma omp parallel for if (n > kParallelMin)
+      for (int64_t i = 0; i < n; ++i) out[i] = std::tanh(x[i]);
+      break;
+  }
+}
+
+void unary_grad(UnaryOp op, const float* x, const float* dy, float* dx, int64_t n) {
+  switch (op) {
+    case UnaryOp::kRelu:
+#pragma omp parallel for if (n > kParallelMin)
+      for (int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+      break;
+    case UnaryOp::kGelu:
+#pragma omp parallel for if (n > kParallelMin)
+      for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * gelu_grad(x[i]);
+      break;
+    case UnaryOp::kTanh:  // x holds y = tanh(input)
+#pragma omp parallel for if (n > kParallelMin)
+      for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (1.0f - x[i] * x[i]);
+      break;
+  }
+}
+
+void reduce_to_shape(const float* x, const std::vector<int64_t>& in_shape, float* out,
+                     const std::vector<int64_t>& out_shape) {
+  const int64_t n = numel(in_shape), m = numel(out_shape);
+  for (int64_t j = 0; j < m; ++j) out[j] = 0.0f;
+  if (m == n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i];
+    return;
+  }
+  if (is_suffix(out_shape, in_shape)) {  // bias gradient: sum over leading rows
+    for (int64_t i = 0; i < n; i += m)
+      for (int64_t j = 0; j < m; ++j) out[j] += x[i + j];
+    return;
+  }
+  const auto so = broadcast_strides(out_shape, in_shape);
+  const size_t r = in_shape.size();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rem = i, io = 0;
+    for (size_t d = r; d-- > 0;) {
+      int64_t c = rem % in_shape[d];
+      rem /= in_shape[d];
+      io += c * so[d];
+    }
+    out[io] += x[i];
+  }
+}
+
+void fill(float* out, float value, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = value;
+}
+
+void set_num_threads(int n) {
+  if (n >= 1) omp_set_num_threads(n);
+}
+int num_threads() { return omp_get_max_threads(); }
+
+}  // namespace cohort::kernels::cpu

@@ -1,0 +1,6 @@
+// Harness cases for the dropout family (placeholder until the family lands).
+#include "tests/unit/core/ops/op_harness.h"
+
+namespace cohort::test {
+void add_dropout_cases(std::vector<OpCase>&) {}
+}  // namespace cohort::test

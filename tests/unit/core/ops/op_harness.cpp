@@ -1,0 +1,252 @@
+// Runs every OpCase: forward vs reference, gradients vs finite differences, bf16 forward.
+#include "tests/unit/core/ops/op_harness.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <set>
+#include <unordered_map>
+
+#include "core/base/error.h"
+#include "core/exec/executor.h"
+#include "core/graph/autodiff.h"
+#include "core/graph/graph.h"
+
+namespace cohort::test {
+
+int64_t numel(const Shape& s) { return shape_numel(s); }
+
+std::vector<OpCase> all_cases() {
+  std::vector<OpCase> c;
+  add_elementwise_cases(c);
+  add_matmul_cases(c);
+  add_norm_cases(c);
+  add_softmax_cases(c);
+  add_attention_cases(c);
+  add_embedding_cases(c);
+  add_conv_cases(c);
+  add_shape_cases(c);
+  add_dropout_cases(c);
+  return c;
+}
+
+namespace {
+
+struct Built {
+  Graph graph;
+  std::vector<ValueId> inputs;
+  std::vector<ValueId> outputs;
+  std::vector<ValueId> grads;
+  ValueId loss = -1;
+};
+
+std::vector<DVec> make_inputs(const OpCase& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<DVec> in;
+  for (const auto& spec : c.inputs) {
+    DVec v(static_cast<size_t>(numel(spec.shape)));
+    for (auto& x : v) {
+      if (spec.dtype == DType::kI32) {
+        std::uniform_int_distribution<int> d(static_cast<int>(spec.low), static_cast<int>(spec.high) - 1);
+        x = d(rng);
+      } else {
+        std::uniform_real_distribution<float> d(static_cast<float>(spec.low), static_cast<float>(spec.high));
+        x = d(rng);
+      }
+    }
+    in.push_back(v);
+  }
+  return in;
+}
+
+DVec round_bf16(const DVec& v) {
+  DVec r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(static_cast<float>(v[i])));
+  return r;
+}
+
+// Graph: inputs -> op -> loss = sum_k sum(out_k * w_k); weights w_k are graph inputs too.
+Built build(const OpCase& c, DType float_dtype, bool with_backward) {
+  Built b;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    DType t = c.inputs[i].dtype == DType::kI32 ? DType::kI32 : float_dtype;
+    b.inputs.push_back(b.graph.add_input(str_cat("in", i), t, c.inputs[i].shape));
+  }
+  b.outputs = b.graph.add_op(c.op, "op", b.inputs, c.attrs);
+  if (!with_backward) return b;
+  ValueId total = -1;
+  for (int k : c.checked_outputs) {
+    ValueId out = b.outputs[static_cast<size_t>(k)];
+    ValueId w = b.graph.add_input(str_cat("w", k), float_dtype, b.graph.value(out).type.shape);
+    ValueId prod = b.graph.add_op("mul", str_cat("wmul", k), {out, w}, Attrs())[0];
+    ValueId s = b.graph.add_op("sum", str_cat("wsum", k), {prod}, Attrs())[0];
+    total = total < 0 ? s : b.graph.add_op("add", str_cat("wadd", k), {total, s}, Attrs())[0];
+  }
+  b.loss = total;
+  b.graph.set_loss(total);
+  std::vector<ValueId> wrt;
+  for (size_t i = 0; i < c.inputs.size(); ++i)
+    if (c.inputs[i].dtype != DType::kI32) wrt.push_back(b.inputs[i]);
+  b.grads = build_backward(b.graph, total, wrt);
+  return b;
+}
+
+Tensor to_tensor(const DVec& v, const Shape& shape, DType dtype) {
+  Tensor f = Tensor::empty(shape, dtype == DType::kI32 ? DType::kI32 : DType::kF32);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dtype == DType::kI32) f.data<int32_t>()[i] = static_cast<int32_t>(v[i]);
+    else f.data<float>()[i] = static_cast<float>(v[i]);
+  }
+  if (dtype != DType::kBF16) return f;
+  Tensor h = Tensor::empty(shape, DType::kBF16);
+  h.copy_from(f);
+  return h;
+}
+
+DVec to_dvec(const Tensor& t) {
+  Tensor f = t;
+  if (t.dtype() == DType::kBF16) {
+    f = Tensor::empty(t.shape(), DType::kF32);
+    f.copy_from(t);
+  }
+  DVec v(static_cast<size_t>(f.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = f.data<float>()[i];
+  return v;
+}
+
+double weighted_loss(const OpCase& c, const std::vector<DVec>& in, const std::vector<Shape>& shapes,
+                     const std::vector<DVec>& w) {
+  std::vector<DVec> out = c.reference(in, shapes, c.attrs);
+  double l = 0;
+  for (size_t k = 0; k < c.checked_outputs.size(); ++k) {
+    const DVec& o = out[static_cast<size_t>(c.checked_outputs[k])];
+    for (size_t i = 0; i < o.size(); ++i) l += o[i] * w[k][i];
+  }
+  return l;
+}
+
+void expect_close(const DVec& got, const DVec& want, double rtol, double atol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < got.size() && bad < 5; ++i) {
+    if (std::fabs(got[i] - want[i]) <= atol + rtol * std::fabs(want[i]) && std::isfinite(got[i])) continue;
+    ADD_FAILURE() << what << " element " << i << ": got " << got[i] << ", reference " << want[i];
+    ++bad;
+  }
+}
+
+void run_case(const OpCase& c, uint32_t seed) {
+  SCOPED_TRACE(str_cat(c.op, " ", c.label, " seed ", seed));
+  std::vector<DVec> in = make_inputs(c, seed);
+  std::vector<Shape> shapes;
+  for (const auto& s : c.inputs) shapes.push_back(s.shape);
+  std::vector<DVec> ref = c.reference(in, shapes, c.attrs);
+
+  Built b = build(c, DType::kF32, c.check_grad);
+  std::mt19937 rng(seed * 7 + 1);
+  std::uniform_real_distribution<double> wd(-1.0, 1.0);
+  std::vector<DVec> w;
+  std::unordered_map<ValueId, Tensor> env;
+  for (size_t i = 0; i < in.size(); ++i) env[b.inputs[i]] = to_tensor(in[i], shapes[i], c.inputs[i].dtype);
+  std::vector<ValueId> targets = b.outputs;
+  if (c.check_grad) {
+    for (int k : c.checked_outputs) {
+      ValueId wv = b.graph.find(str_cat("w", k));
+      DVec wk(static_cast<size_t>(shape_numel(b.graph.value(wv).type.shape)));
+      for (auto& x : wk) x = static_cast<float>(wd(rng));
+      env[wv] = to_tensor(wk, b.graph.value(wv).type.shape, DType::kF32);
+      w.push_back(wk);
+    }
+    for (ValueId g : b.grads) if (g >= 0) targets.push_back(g);
+  }
+  Executor ex(b.graph, targets);
+  RunOptions ro;
+  ro.seed = seed;
+  ro.training = c.training;
+  ex.run(env, ro);
+  for (int k : c.checked_outputs)
+    expect_close(to_dvec(env.at(b.outputs[static_cast<size_t>(k)])), ref[static_cast<size_t>(k)], c.fwd_rtol,
+                 c.fwd_atol, str_cat("forward output ", k));
+  if (!c.check_grad) return;
+  size_t gi = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (c.inputs[i].dtype == DType::kI32) continue;
+    ValueId g = b.grads[gi++];
+    DVec got = g >= 0 ? to_dvec(env.at(g)) : DVec(in[i].size(), 0.0);
+    std::vector<size_t> picks(in[i].size());
+    for (size_t j = 0; j < picks.size(); ++j) picks[j] = j;
+    std::shuffle(picks.begin(), picks.end(), rng);
+    if (picks.size() > static_cast<size_t>(c.max_grad_elements)) picks.resize(static_cast<size_t>(c.max_grad_elements));
+    DVec g_got, g_fd;
+    for (size_t j : picks) {
+      std::vector<DVec> xp = in, xm = in;
+      double eps = 1e-4 * std::max(1.0, std::fabs(in[i][j]));
+      xp[i][j] += eps;
+      xm[i][j] -= eps;
+      g_fd.push_back((weighted_loss(c, xp, shapes, w) - weighted_loss(c, xm, shapes, w)) / (2 * eps));
+      g_got.push_back(got[j]);
+    }
+    expect_close(g_got, g_fd, c.grad_rtol, c.grad_atol, str_cat("gradient of input ", i));
+  }
+}
+
+void run_bf16_case(const OpCase& c, uint32_t seed) {
+  SCOPED_TRACE(str_cat(c.op, " ", c.label, " bf16 seed ", seed));
+  std::vector<DVec> in = make_inputs(c, seed);
+  std::vector<Shape> shapes;
+  for (size_t i = 0; i < in.size(); ++i) {
+    shapes.push_back(c.inputs[i].shape);
+    if (c.inputs[i].dtype != DType::kI32) in[i] = round_bf16(in[i]);
+  }
+  std::vector<DVec> ref = c.reference(in, shapes, c.attrs);
+  Built b = build(c, DType::kBF16, false);
+  std::unordered_map<ValueId, Tensor> env;
+  for (size_t i = 0; i < in.size(); ++i)
+    env[b.inputs[i]] = to_tensor(in[i], shapes[i], c.inputs[i].dtype == DType::kI32 ? DType::kI32 : DType::kBF16);
+  Executor ex(b.graph, b.outputs);
+  RunOptions ro;
+  ro.seed = seed;
+  ro.training = c.training;
+  ex.run(env, ro);
+  for (int k : c.checked_outputs) {
+    DVec r = ref[static_cast<size_t>(k)];
+    double scale = 0;
+    for (double x : r) scale = std::max(scale, std::fabs(x));
+    expect_close(to_dvec(env.at(b.outputs[static_cast<size_t>(k)])), r, 2e-2, 2e-2 * std::max(1.0, scale),
+                 str_cat("bf16 forward output ", k));
+  }
+}
+
+class OpHarness : public ::testing::TestWithParam<OpCase> {};
+
+TEST_P(OpHarness, ForwardAndGradient) {
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    run_case(GetParam(), seed);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST_P(OpHarness, Bf16Forward) {
+  if (!GetParam().check_bf16) GTEST_SKIP() << "bf16 not checked for this case";
+  run_bf16_case(GetParam(), 11);
+}
+
+std::string case_name(const ::testing::TestParamInfo<OpCase>& info) {
+  std::string n = str_cat(info.param.op, "_", info.param.label, "_", info.index);
+  for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, OpHarness, ::testing::ValuesIn(all_cases()), case_name);
+
+TEST(OpHarnessCompleteness, EveryPublicOperatorHasCases) {
+  std::set<std::string> covered;
+  for (const auto& c : all_cases()) covered.insert(c.op);
+  for (const auto& name : OpRegistry::global().names(false))
+    EXPECT_TRUE(covered.count(name)) << "operator '" << name << "' has no harness cases";
+}
+
+}  // namespace
+}  // namespace cohort::test
