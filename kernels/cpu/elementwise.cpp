@@ -2,8 +2,6 @@
 // a general strided path otherwise.
 #include "kernels/cpu/elementwise.h"
 
-#include <omp.h>
-
 #include <cmath>
 
 namespace cohort::kernels::cpu {
@@ -165,10 +163,5 @@ void reduce_to_shape(const float* x, const std::vector<int64_t>& in_shape, float
 void fill(float* out, float value, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = value;
 }
-
-void set_num_threads(int n) {
-  if (n >= 1) omp_set_num_threads(n);
-}
-int num_threads() { return omp_get_max_threads(); }
 
 }  // namespace cohort::kernels::cpu

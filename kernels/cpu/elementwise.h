@@ -25,8 +25,4 @@ void reduce_to_shape(const float* x, const std::vector<int64_t>& in_shape, float
                      const std::vector<int64_t>& out_shape);
 void fill(float* out, float value, int64_t n);
 
-// Runtime thread count for our loops and oneDNN (both use OpenMP). n < 1 keeps the default.
-void set_num_threads(int n);
-int num_threads();
-
 }  // namespace cohort::kernels::cpu

@@ -1,0 +1,250 @@
+// oneDNN matmul behind gemm, batched gemm, the broadcasting matmul and linear. Each call
+// describes its operands as (dims, strides) so transposes and strided batches cost nothing; the
+// primitive for a description is built once and cached here.
+#include "kernels/cpu/matmul.h"
+
+#include <omp.h>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <memory>
+#include <numeric>
+#include <unordered_map>
+
+#include "kernels/cpu/dnnl_util.h"
+
+namespace cohort::kernels::cpu {
+
+namespace {
+
+using dnnl::memory;
+using Dims = std::vector<int64_t>;
+
+struct Operand {
+  Dims dims, strides;  // logical [..., rows, cols]
+};
+
+std::atomic<bool> g_cache_enabled{true};
+
+memory::data_type dnnl_type(MatmulType t) {
+  return t == MatmulType::kBF16 ? memory::data_type::bf16 : memory::data_type::f32;
+}
+
+size_t type_size(MatmulType t) { return t == MatmulType::kBF16 ? 2 : 4; }
+
+Dims contiguous_strides(const Dims& shape) {
+  Dims s(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
+  return s;
+}
+
+// Everything that selects a primitive, as one vector: types, ranks, dims, strides, scalars, and
+// the thread count, because oneDNN fixes its work split for the thread count at creation.
+Dims cache_key(memory::data_type ab, memory::data_type c, const Operand& a, const Operand& b,
+               const Operand& d, bool bias, float alpha, float beta) {
+  Dims k = {static_cast<int64_t>(ab), static_cast<int64_t>(c), bias ? 1 : 0, omp_get_max_threads()};
+  uint32_t bits[2];
+  std::memcpy(&bits[0], &alpha, 4);
+  std::memcpy(&bits[1], &beta, 4);
+  k.push_back(bits[0]);
+  k.push_back(bits[1]);
+  for (const Operand* o : {&a, &b, &d}) {
+    k.push_back(static_cast<int64_t>(o->dims.size()));
+    k.insert(k.end(), o->dims.begin(), o->dims.end());
+    k.insert(k.end(), o->strides.begin(), o->strides.end());
+  }
+  return k;
+}
+
+dnnl::matmul build(memory::data_type ab, memory::data_type c, const Operand& a, const Operand& b,
+                   const Operand& d, bool bias, float alpha, float beta) {
+  memory::desc a_md(a.dims, ab, a.strides), b_md(b.dims, ab, b.strides), d_md(d.dims, c, d.strides);
+  dnnl::primitive_attr attr;
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops po;
+    po.append_sum(beta);
+    attr.set_post_ops(po);
+  }
+  std::unique_ptr<dnnl::matmul::desc> desc;
+  if (bias) {
+    Dims bd(d.dims.size(), 1);
+    bd.back() = d.dims.back();
+    memory::desc bias_md(bd, ab, contiguous_strides(bd));
+    desc = std::make_unique<dnnl::matmul::desc>(a_md, b_md, bias_md, d_md);
+  } else {
+    desc = std::make_unique<dnnl::matmul::desc>(a_md, b_md, d_md);
+  }
+  return dnnl::matmul(dnnl::matmul::primitive_desc(*desc, attr, dnnl_engine()));
+}
+
+dnnl::matmul get_primitive(memory::data_type ab, memory::data_type c, const Operand& a,
+                           const Operand& b, const Operand& d, bool bias, float alpha, float beta) {
+  if (!g_cache_enabled.load(std::memory_order_relaxed)) return build(ab, c, a, b, d, bias, alpha, beta);
+  static std::mutex mu;
+  static std::map<Dims, dnnl::matmul> cache;
+  Dims key = cache_key(ab, c, a, b, d, bias, alpha, beta);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  dnnl::matmul p = build(ab, c, a, b, d, bias, alpha, beta);
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() >= 512) cache.clear();  // shapes churn only in tests; keep memory bounded
+  cache.emplace(std::move(key), p);
+  return p;
+}
+
+// d = alpha * a b (+ bias) + beta * d, where a: [..., M, K], b: [..., K, N], d: [..., M, N].
+void run(memory::data_type ab, memory::data_type c, const Operand& a, const void* pa, const Operand& b,
+         const void* pb, const Operand& d, void* pd, const void* bias, float alpha = 1.0f,
+         float beta = 0.0f) {
+  dnnl_call("matmul", [&] {
+    dnnl::matmul p = get_primitive(ab, c, a, b, d, bias != nullptr, alpha, beta);
+    auto& eng = dnnl_engine();
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, memory(memory::desc(a.dims, ab, a.strides), eng, const_cast<void*>(pa))},
+        {DNNL_ARG_WEIGHTS, memory(memory::desc(b.dims, ab, b.strides), eng, const_cast<void*>(pb))},
+        {DNNL_ARG_DST, memory(memory::desc(d.dims, c, d.strides), eng, pd)}};
+    if (bias) {
+      Dims bd(d.dims.size(), 1);
+      bd.back() = d.dims.back();
+      args[DNNL_ARG_BIAS] = memory(memory::desc(bd, ab, contiguous_strides(bd)), eng, const_cast<void*>(bias));
+    }
+    p.execute(dnnl_stream(), args);
+    dnnl_stream().wait();
+  });
+}
+
+// Logical [rows, cols] view of a matrix stored row-major with leading dimension ld, transposed
+// or not; batch dims (with element strides) go in front.
+Operand matrix(int64_t rows, int64_t cols, bool trans, int64_t ld, Dims batch = {}, Dims bstrides = {}) {
+  Operand o{std::move(batch), std::move(bstrides)};
+  o.dims.push_back(rows);
+  o.dims.push_back(cols);
+  o.strides.push_back(trans ? 1 : ld);
+  o.strides.push_back(trans ? ld : 1);
+  return o;
+}
+
+void scale_in_place(float* C, int64_t M, int64_t N, int64_t ldc, float beta) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) C[m * ldc + n] = beta == 0.0f ? 0.0f : beta * C[m * ldc + n];
+}
+
+// Operand of the N-d matmul: shape padded to `rank` with leading 1s (oneDNN broadcasts those),
+// last two dims swapped when transposed.
+Operand nd_operand(const Dims& shape, bool trans, size_t rank) {
+  Dims padded(rank - shape.size(), 1);
+  padded.insert(padded.end(), shape.begin(), shape.end());
+  Operand o{padded, contiguous_strides(padded)};
+  if (trans) {
+    std::swap(o.dims[rank - 1], o.dims[rank - 2]);
+    std::swap(o.strides[rank - 1], o.strides[rank - 2]);
+  }
+  return o;
+}
+
+int64_t batch_numel(const Dims& shape) {
+  return std::accumulate(shape.begin(), shape.end() - 2, int64_t{1}, std::multiplies<int64_t>());
+}
+
+void bf16_from_f32(const float* in, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &in[i], 4);
+    bool nan = (bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu);
+    out[i] = nan ? 0x7fc0 : static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+  }
+}
+
+}  // namespace
+
+void set_matmul_cache_enabled(bool on) { g_cache_enabled.store(on); }
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_batched(trans_a, trans_b, 1, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0);
+}
+
+void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                  float alpha, const float* A, int64_t lda, int64_t stride_a, const float* B,
+                  int64_t ldb, int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c) {
+  if (batch <= 0 || M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    for (int64_t i = 0; i < batch; ++i) scale_in_place(C + i * stride_c, M, N, ldc, beta);
+    return;
+  }
+  // A batch dim of extent 1 means "shared" to oneDNN; its stride is then irrelevant.
+  auto bdim = [batch](int64_t stride) { return stride == 0 ? int64_t{1} : batch; };
+  auto bstride = [](int64_t stride, int64_t extent) { return stride == 0 ? extent : stride; };
+  Operand a = matrix(M, K, trans_a, lda, {bdim(stride_a)}, {bstride(stride_a, (trans_a ? K : M) * lda)});
+  Operand b = matrix(K, N, trans_b, ldb, {bdim(stride_b)}, {bstride(stride_b, (trans_b ? N : K) * ldb)});
+  Operand c = matrix(M, N, false, ldc, {batch}, {batch == 1 ? M * ldc : stride_c});
+  run(memory::data_type::f32, memory::data_type::f32, a, A, b, B, c, C, nullptr, alpha, beta);
+}
+
+void matmul(MatmulType type, const void* a, const Dims& a_shape, bool trans_a, const void* b,
+            const Dims& b_shape, bool trans_b, void* c, const Dims& c_shape) {
+  const auto dt = dnnl_type(type);
+  const size_t rank = c_shape.size();
+  const int64_t M = c_shape[rank - 2], N = c_shape[rank - 1];
+  const int64_t K = a_shape[a_shape.size() - (trans_a ? 2 : 1)];
+  if (M == 0 || N == 0 || batch_numel(c_shape) == 0) return;
+  if (K == 0) {
+    std::memset(c, 0, static_cast<size_t>(batch_numel(c_shape) * M * N) * type_size(type));
+    return;
+  }
+  if (!trans_a && batch_numel(b_shape) == 1) {
+    // b shared by every batch: one [batch*M, K] x [K, N] product.
+    const int64_t rows = batch_numel(a_shape) * M;
+    run(dt, dt, matrix(rows, K, false, K), a, matrix(K, N, trans_b, trans_b ? K : N), b,
+        matrix(rows, N, false, N), c, nullptr);
+    return;
+  }
+  run(dt, dt, nd_operand(a_shape, trans_a, rank), a, nd_operand(b_shape, trans_b, rank), b,
+      nd_operand(c_shape, false, rank), c, nullptr);
+}
+
+void matmul_sum_batch(MatmulType type, const void* a, const Dims& a_shape, bool trans_a, const void* b,
+                      const Dims& b_shape, bool trans_b, void* c) {
+  const auto dt = dnnl_type(type);
+  const size_t r = a_shape.size();
+  const int64_t ar = a_shape[r - 2], ac = a_shape[r - 1], br = b_shape[r - 2], bc = b_shape[r - 1];
+  const int64_t M = trans_a ? ac : ar, K = trans_a ? ar : ac, N = trans_b ? br : bc;
+  const int64_t batch = batch_numel(a_shape);
+  if (M == 0 || N == 0) return;
+  if (K == 0 || batch == 0) {
+    std::memset(c, 0, static_cast<size_t>(M * N) * type_size(type));
+    return;
+  }
+  if (trans_a && !trans_b) {
+    // Contracting the rows of both: the batch folds into K, e.g. dW = dy^T x over all tokens.
+    run(dt, dt, matrix(M, batch * K, true, M), a, matrix(batch * K, N, false, N), b,
+        matrix(M, N, false, N), c, nullptr);
+    return;
+  }
+  // Otherwise accumulate batch by batch in fp32 (bf16 accumulation would lose the sum).
+  std::vector<float> acc_buf(type == MatmulType::kBF16 ? static_cast<size_t>(M * N) : 0);
+  float* acc = type == MatmulType::kBF16 ? acc_buf.data() : static_cast<float*>(c);
+  const size_t es = type_size(type);
+  for (int64_t i = 0; i < batch; ++i) {
+    const char* ai = static_cast<const char*>(a) + static_cast<size_t>(i * ar * ac) * es;
+    const char* bi = static_cast<const char*>(b) + static_cast<size_t>(i * br * bc) * es;
+    run(dt, memory::data_type::f32, matrix(M, K, trans_a, ac), ai, matrix(K, N, trans_b, bc), bi,
+        matrix(M, N, false, N), acc, nullptr, 1.0f, i == 0 ? 0.0f : 1.0f);
+  }
+  if (type == MatmulType::kBF16) bf16_from_f32(acc, static_cast<uint16_t*>(c), M * N);
+}
+
+void linear(MatmulType type, const void* x, const void* weight, const void* bias, void* y, int64_t M,
+            int64_t N, int64_t K) {
+  const auto dt = dnnl_type(type);
+  if (M == 0 || N == 0) return;
+  run(dt, dt, matrix(M, K, false, K), x, matrix(K, N, true, K), weight, matrix(M, N, false, N), y, bias);
+}
+
+}  // namespace cohort::kernels::cpu
