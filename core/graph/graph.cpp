@@ -122,7 +122,7 @@ std::vector<ValueId> Graph::add_op(const std::string& op_name, const std::string
   node.inputs = inputs;
   node.backward = backward_mode_;
   for (size_t k = 0; k < out_types.size(); ++k) {
-    std::string vname = out_types.size() == 1 ? node_name : str_cat(node_name, ":", k);
+    std::string vname = k == 0 ? node_name : str_cat(node_name, ":", k);
     if (by_name_.count(vname)) vname = str_cat(node_name, ":out", k);
     ValueId id = new_value(vname, out_types[k], ValueKind::kActivation);
     values_[static_cast<size_t>(id)].producer = node.id;
@@ -173,6 +173,36 @@ std::vector<ValueId> Graph::parameters() const {
   std::vector<ValueId> r;
   for (const auto& v : values_) if (v.kind == ValueKind::kParameter) r.push_back(v.id);
   return r;
+}
+
+Graph Graph::with_batch(int64_t batch) const {
+  COHORT_CHECK(batch >= 1, Status::kInvalidArgument, "batch size must be >= 1, got ", batch);
+  Graph g;
+  std::vector<ValueId> map(values_.size(), -1);
+  for (const Value& v : values_) {
+    if (v.kind == ValueKind::kInput) {
+      Shape s = v.type.shape;
+      if (!s.empty()) s[0] = batch;
+      map[static_cast<size_t>(v.id)] = g.add_input(v.name, v.type.dtype, s);
+    } else if (v.kind == ValueKind::kParameter) {
+      map[static_cast<size_t>(v.id)] = g.add_parameter(v.name, v.type.dtype, v.type.shape, v.init);
+    }
+  }
+  for (const Node& n : nodes_) {
+    if (n.backward) continue;
+    std::vector<ValueId> in;
+    for (ValueId i : n.inputs) in.push_back(map[static_cast<size_t>(i)]);
+    std::vector<ValueId> out;
+    try {
+      out = g.add_op(n.op->name, n.name, in, n.attrs);
+    } catch (const Error& e) {
+      throw Error(e.status(), str_cat("with batch ", batch, ": ", e.what()));
+    }
+    for (size_t k = 0; k < out.size(); ++k) map[static_cast<size_t>(n.outputs[k])] = out[k];
+  }
+  for (ValueId o : outputs_) g.mark_output(map[static_cast<size_t>(o)]);
+  if (loss_ >= 0) g.set_loss(map[static_cast<size_t>(loss_)]);
+  return g;
 }
 
 std::string Graph::describe(ValueId v) const {

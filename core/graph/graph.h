@@ -73,6 +73,10 @@ class Graph {
   std::vector<ValueId> parameters() const;
   // Marks subsequently added nodes as part of the backward pass.
   void set_backward_mode(bool on) { backward_mode_ = on; }
+  // The forward part of this graph replayed with dimension 0 of every input set to `batch`
+  // (evaluation on another batch size). Shape rules run again: a reshape that hard-codes the
+  // batch fails with its message; use -1 there.
+  Graph with_batch(int64_t batch) const;
   // A one-line description of a value for messages: "'fc1.w' [300, 784] f32".
   std::string describe(ValueId v) const;
 

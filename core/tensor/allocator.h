@@ -24,18 +24,21 @@ Allocator* cpu_allocator();
 class Storage {
  public:
   Storage(Allocator* allocator, size_t bytes);
+  // Borrows caller memory: never freed here; the caller keeps it alive while the Storage lives.
+  Storage(void* external, size_t bytes, Device device);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
-  Device device() const { return allocator_->device(); }
+  Device device() const { return allocator_ ? allocator_->device() : external_device_; }
 
  private:
   Allocator* allocator_;
   void* data_;
   size_t bytes_;
+  Device external_device_ = Device::kCpu;
 };
 
 }  // namespace cohort

@@ -92,7 +92,16 @@ Allocator* cpu_allocator() {
 
 Storage::Storage(Allocator* allocator, size_t bytes)
     : allocator_(allocator), data_(allocator->allocate(bytes)), bytes_(bytes) {}
-Storage::~Storage() { allocator_->deallocate(data_, bytes_); }
+Storage::Storage(void* external, size_t bytes, Device device)
+    : allocator_(nullptr), data_(external), bytes_(bytes), external_device_(device) {}
+Storage::~Storage() {
+  if (allocator_) allocator_->deallocate(data_, bytes_);
+}
+
+Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device) {
+  size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  return view_of(std::make_shared<Storage>(data, bytes, device), 0, shape, dtype);
+}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Allocator* allocator) {
   for (int64_t d : shape) COHORT_CHECK(d >= 0, Status::kInvalidArgument, "negative extent in shape ", shape);

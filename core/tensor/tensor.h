@@ -20,6 +20,9 @@ class Tensor {
   static Tensor view_of(std::shared_ptr<Storage> storage, size_t byte_offset, const Shape& shape,
                         DType dtype);
 
+  // A contiguous tensor over caller memory (not owned; must outlive every use of the tensor).
+  static Tensor wrap(void* data, const Shape& shape, DType dtype, Device device = Device::kCpu);
+
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
   const Shape& strides() const { return strides_; }

@@ -1,0 +1,50 @@
+// The structs behind the opaque C handles, and conversion of caller tensor descriptions.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "capi/src/guard.h"
+#include "core/exec/trainer.h"
+#include "core/graph/graph.h"
+#include "core/optim/optimizer.h"
+
+struct cohort_attrs {
+  cohort::Attrs attrs;
+};
+struct cohort_graph {
+  cohort::Graph graph;
+};
+struct cohort_optimizer {
+  cohort::optim::OptimizerConfig config;
+};
+struct cohort_trainer {
+  std::unique_ptr<cohort::Trainer> trainer;
+};
+
+namespace cohort::capi {
+
+DType checked_dtype(int dtype, const char* arg);
+Shape checked_shape(const int64_t* shape, int32_t rank, const char* arg);
+// Validates a caller tensor description (name, dtype, shape, data, bytes) and wraps its memory.
+Tensor wrap_ref(const cohort_tensor_ref& ref, const char* arg);
+// Binds an array of caller tensors by name; duplicates are an error.
+std::map<std::string, Tensor> wrap_refs(const cohort_tensor_ref* refs, int32_t count, const char* arg);
+
+// Creates a handle of type T and registers it; destroy() unregisters and deletes.
+template <typename T>
+T* make_handle(const char* type) {
+  auto* h = new T();
+  HandleTable::get().add(h, type);
+  return h;
+}
+template <typename T>
+void destroy_handle(T* h, const char* type, const char* arg) {
+  if (h == nullptr) return;
+  HandleTable::get().check(h, type, arg);
+  HandleTable::get().remove(h);
+  delete h;
+}
+
+}  // namespace cohort::capi

@@ -1,0 +1,116 @@
+// cohort_trainer_*: training steps, evaluation and parameter access on caller buffers.
+#include <cstring>
+
+#include "capi/src/handles.h"
+
+using namespace cohort;
+using namespace cohort::capi;
+
+namespace {
+constexpr const char* kType = "trainer";
+
+Trainer& trainer_of(cohort_trainer* t) { return *checked(t, kType, "trainer")->trainer; }
+const Trainer& trainer_of(const cohort_trainer* t) { return *checked(t, kType, "trainer")->trainer; }
+}  // namespace
+
+extern "C" {
+
+COHORT_API cohort_trainer_options cohort_trainer_options_default(void) {
+  cohort_trainer_options o;
+  std::memset(&o, 0, sizeof(o));
+  o.size = sizeof(o);
+  return o;
+}
+
+COHORT_API cohort_status cohort_trainer_create(const cohort_graph* graph, const cohort_optimizer* optimizer,
+                                               const cohort_trainer_options* options,
+                                               cohort_trainer** trainer_out) {
+  return guard("cohort_trainer_create", [&] {
+    const Graph& g = checked(graph, "graph", "graph")->graph;
+    const optim::OptimizerConfig& c = checked(optimizer, "optimizer", "optimizer")->config;
+    check_not_null(trainer_out, "trainer_out");
+    TrainerOptions o;
+    if (options) {
+      check_struct_size(options->size, offsetof(cohort_trainer_options, num_threads) + sizeof(int32_t), "options");
+      COHORT_CHECK(options->num_threads >= 0, Status::kInvalidArgument, "options->num_threads must be >= 0, got ",
+                   options->num_threads);
+      o.seed = options->seed;
+      o.num_threads = options->num_threads;
+    }
+    auto trainer = std::make_unique<Trainer>(g, c, o);
+    cohort_trainer* h = make_handle<cohort_trainer>(kType);
+    h->trainer = std::move(trainer);
+    *trainer_out = h;
+  });
+}
+
+COHORT_API cohort_status cohort_trainer_destroy(cohort_trainer* trainer) {
+  return guard("cohort_trainer_destroy", [&] { destroy_handle(trainer, kType, "trainer"); });
+}
+
+COHORT_API cohort_status cohort_trainer_step(cohort_trainer* trainer, const cohort_tensor_ref* inputs,
+                                             int32_t num_inputs, float* loss_out) {
+  return guard("cohort_trainer_step", [&] {
+    Trainer& t = trainer_of(trainer);
+    std::map<std::string, Tensor> in = wrap_refs(inputs, num_inputs, "inputs");
+    float loss = t.step(in);
+    if (loss_out) *loss_out = loss;
+  });
+}
+
+COHORT_API cohort_status cohort_trainer_evaluate(cohort_trainer* trainer, const cohort_tensor_ref* inputs,
+                                                 int32_t num_inputs, cohort_tensor_ref* outputs,
+                                                 int32_t num_outputs) {
+  return guard("cohort_trainer_evaluate", [&] {
+    Trainer& t = trainer_of(trainer);
+    std::map<std::string, Tensor> in = wrap_refs(inputs, num_inputs, "inputs");
+    std::map<std::string, Tensor> out = wrap_refs(outputs, num_outputs, "outputs");
+    // Results go to temporaries first: outputs are written only when every one succeeded.
+    std::map<std::string, Tensor> tmp;
+    for (const auto& [name, dst] : out) tmp.emplace(name, Tensor::empty(dst.shape(), dst.dtype()));
+    t.evaluate(in, tmp);
+    for (auto& [name, dst] : out) dst.copy_from(tmp.at(name));
+  });
+}
+
+COHORT_API cohort_status cohort_trainer_get_parameter(cohort_trainer* trainer, cohort_tensor_ref* parameter) {
+  return guard("cohort_trainer_get_parameter", [&] {
+    Trainer& t = trainer_of(trainer);
+    check_not_null(parameter, "parameter");
+    Tensor dst = wrap_ref(*parameter, "parameter");
+    Tensor& p = t.parameter(parameter->name);
+    COHORT_CHECK(dst.shape() == p.shape(), Status::kShapeMismatch, "parameter '", parameter->name,
+                 "' has shape ", shape_str(p.shape()), ", the buffer ", shape_str(dst.shape()));
+    dst.copy_from(p);
+  });
+}
+
+COHORT_API cohort_status cohort_trainer_set_parameter(cohort_trainer* trainer, const cohort_tensor_ref* parameter) {
+  return guard("cohort_trainer_set_parameter", [&] {
+    Trainer& t = trainer_of(trainer);
+    check_not_null(parameter, "parameter");
+    Tensor src = wrap_ref(*parameter, "parameter");
+    Tensor& p = t.parameter(parameter->name);
+    COHORT_CHECK(src.shape() == p.shape(), Status::kShapeMismatch, "parameter '", parameter->name,
+                 "' has shape ", shape_str(p.shape()), ", the buffer ", shape_str(src.shape()));
+    p.copy_from(src);
+  });
+}
+
+COHORT_API cohort_status cohort_trainer_get_stats(const cohort_trainer* trainer, cohort_trainer_stats* stats_out) {
+  return guard("cohort_trainer_get_stats", [&] {
+    const Trainer& t = trainer_of(trainer);
+    check_not_null(stats_out, "stats_out");
+    check_struct_size(stats_out->size, offsetof(cohort_trainer_stats, last_step_seconds) + sizeof(double),
+                      "stats_out");
+    TrainerStats s = t.stats();
+    stats_out->step = s.step;
+    stats_out->learning_rate = s.learning_rate;
+    stats_out->grad_norm = s.grad_norm;
+    stats_out->peak_activation_bytes = static_cast<int64_t>(s.peak_activation_bytes);
+    stats_out->parameter_bytes = static_cast<int64_t>(s.parameter_bytes);
+    stats_out->last_step_seconds = s.last_step_seconds;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,169 @@
+// Trainer: step = bind inputs, run forward+backward, optimizer update.
+#include "core/exec/trainer.h"
+
+#include <cstring>
+
+#include "core/base/error.h"
+#include "core/graph/autodiff.h"
+#include "core/graph/initializer.h"
+#include "kernels/cpu/threads.h"
+
+namespace cohort {
+
+Trainer::Trainer(const Graph& forward, const optim::OptimizerConfig& config, const TrainerOptions& options)
+    : forward_(forward), train_(forward), options_(options) {
+  COHORT_CHECK(forward_.loss() >= 0, Status::kInvalidState,
+               "the graph has no loss: call set_loss before creating a trainer");
+  optim::validate(config);
+  param_ids_ = train_.parameters();
+  COHORT_CHECK(!param_ids_.empty(), Status::kInvalidArgument, "the graph has no parameters to train");
+  grad_ids_ = build_backward(train_, train_.loss(), param_ids_);
+  std::vector<ValueId> targets = {train_.loss()};
+  for (ValueId g : grad_ids_) if (g >= 0) targets.push_back(g);
+  train_exec_ = std::make_unique<Executor>(train_, targets);
+  for (ValueId p : param_ids_) {
+    const Value& v = train_.value(p);
+    Tensor t = Tensor::empty(v.type.shape, v.type.dtype);
+    initialize_parameter(t, v.init, options_.seed, v.name);
+    param_names_.push_back(v.name);
+    params_.push_back(t);
+    grads_.push_back(Tensor::zeros(v.type.shape, v.type.dtype));
+  }
+  optimizer_ = std::make_unique<optim::Optimizer>(config);
+}
+
+void Trainer::bind_inputs(const Graph& g, const std::map<std::string, Tensor>& inputs,
+                          std::unordered_map<ValueId, Tensor>& env, const char* what) const {
+  for (const auto& [name, t] : inputs) {
+    ValueId id = g.find(name);
+    COHORT_CHECK(id >= 0, Status::kNotFound, what, ": the graph has no input named '", name, "'");
+    const Value& v = g.value(id);
+    COHORT_CHECK(v.kind == ValueKind::kInput, Status::kInvalidArgument, what, ": '", name,
+                 "' is not an input of the graph");
+    COHORT_CHECK(t.shape() == v.type.shape, Status::kShapeMismatch, what, ": input '", name, "' has shape ",
+                 shape_str(t.shape()), ", expected ", shape_str(v.type.shape));
+    COHORT_CHECK(t.dtype() == v.type.dtype, Status::kShapeMismatch, what, ": input '", name, "' has dtype ",
+                 dtype_name(t.dtype()), ", expected ", dtype_name(v.type.dtype));
+    env[id] = t;
+  }
+}
+
+float Trainer::step(const std::map<std::string, Tensor>& inputs) {
+  auto start = std::chrono::steady_clock::now();
+  kernels::cpu::use_threads(options_.num_threads);
+  std::unordered_map<ValueId, Tensor> env;
+  bind_inputs(train_, inputs, env, "step");
+  for (size_t i = 0; i < param_ids_.size(); ++i) env[param_ids_[i]] = params_[i];
+  for (ValueId r : train_exec_->required_values())
+    COHORT_CHECK(env.count(r), Status::kInvalidArgument, "step: input '", train_.value(r).name,
+                 "' is needed by the loss but was not given");
+  RunOptions ro;
+  ro.step = step_;
+  ro.seed = options_.seed;
+  ro.training = true;
+  train_exec_->run(env, ro);
+  Tensor loss_t = env.at(train_.loss());
+  float loss = loss_t.dtype() == DType::kBF16 ? bf16_to_f32(loss_t.data<uint16_t>()[0]) : loss_t.data<float>()[0];
+  for (size_t i = 0; i < grad_ids_.size(); ++i) {
+    if (grad_ids_[i] >= 0) grads_[i] = env.at(grad_ids_[i]);
+    else grads_[i].fill(0.0f);
+  }
+  optimizer_->step(params_, grads_);
+  ++step_;
+  last_step_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return loss;
+}
+
+Trainer::EvalPlan& Trainer::eval_plan(int64_t batch, const std::vector<std::string>& outputs) {
+  std::string key = str_cat(batch);
+  for (const auto& o : outputs) key += "|" + o;
+  auto it = eval_plans_.find(key);
+  if (it != eval_plans_.end()) return it->second;
+  EvalPlan plan;
+  plan.graph = forward_.with_batch(batch);
+  std::vector<ValueId> targets;
+  for (const auto& o : outputs) {
+    ValueId id = plan.graph.find(o);
+    COHORT_CHECK(id >= 0, Status::kNotFound, "evaluate: the graph has no value named '", o, "'");
+    targets.push_back(id);
+  }
+  if (eval_plans_.size() > 16) eval_plans_.clear();  // bounded cache of shapes
+  auto& slot = eval_plans_[key];
+  slot.graph = std::move(plan.graph);
+  slot.executor = std::make_unique<Executor>(slot.graph, targets);
+  return slot;
+}
+
+void Trainer::evaluate(const std::map<std::string, Tensor>& inputs, std::map<std::string, Tensor>& outputs) {
+  kernels::cpu::use_threads(options_.num_threads);
+  COHORT_CHECK(!outputs.empty(), Status::kInvalidArgument, "evaluate: no outputs requested");
+  int64_t batch = -1;
+  for (const auto& [name, t] : inputs) {
+    ValueId id = forward_.find(name);
+    COHORT_CHECK(id >= 0 && forward_.value(id).kind == ValueKind::kInput, Status::kNotFound,
+                 "evaluate: the graph has no input named '", name, "'");
+    COHORT_CHECK(t.rank() >= 1, Status::kShapeMismatch, "evaluate: input '", name, "' has rank 0");
+    if (batch < 0) batch = t.dim(0);
+    COHORT_CHECK(t.dim(0) == batch, Status::kShapeMismatch, "evaluate: input '", name, "' has batch ",
+                 t.dim(0), " but another input has ", batch);
+  }
+  COHORT_CHECK(batch > 0, Status::kInvalidArgument, "evaluate: no inputs given");
+  std::vector<std::string> names;
+  for (const auto& kv : outputs) names.push_back(kv.first);
+  EvalPlan& plan = eval_plan(batch, names);
+  std::unordered_map<ValueId, Tensor> env;
+  bind_inputs(plan.graph, inputs, env, "evaluate");
+  for (size_t i = 0; i < param_names_.size(); ++i) env[plan.graph.find(param_names_[i])] = params_[i];
+  for (ValueId r : plan.executor->required_values())
+    COHORT_CHECK(env.count(r), Status::kInvalidArgument, "evaluate: input '", plan.graph.value(r).name,
+                 "' is needed for the requested outputs but was not given");
+  for (auto& [name, dst] : outputs) {
+    const TensorType& t = plan.graph.value(plan.graph.find(name)).type;
+    COHORT_CHECK(dst.shape() == t.shape, Status::kShapeMismatch, "evaluate: output '", name,
+                 "' buffer has shape ", shape_str(dst.shape()), ", expected ", shape_str(t.shape));
+  }
+  RunOptions ro;
+  ro.step = step_;
+  ro.seed = options_.seed;
+  ro.training = false;
+  plan.executor->run(env, ro);
+  for (auto& [name, dst] : outputs) dst.copy_from(env.at(plan.graph.find(name)));
+}
+
+Tensor& Trainer::parameter(const std::string& name) {
+  for (size_t i = 0; i < param_names_.size(); ++i)
+    if (param_names_[i] == name) return params_[i];
+  throw Error(Status::kNotFound, str_cat("the graph has no parameter named '", name, "'"));
+}
+
+void Trainer::restore_state(const std::vector<Tensor>& params, std::unique_ptr<optim::Optimizer> optimizer,
+                            int64_t step, uint64_t seed) {
+  COHORT_CHECK(params.size() == params_.size(), Status::kInvalidArgument, "restore: ", params.size(),
+               " parameters given, the trainer has ", params_.size());
+  COHORT_CHECK(optimizer != nullptr && step >= 0, Status::kInvalidArgument, "restore: no optimizer or step ", step,
+               " < 0");
+  for (size_t i = 0; i < params.size(); ++i)
+    COHORT_CHECK(params[i].defined() && params[i].is_contiguous() && params[i].shape() == params_[i].shape() &&
+                     params[i].dtype() == params_[i].dtype(),
+                 Status::kShapeMismatch, "restore: parameter '", param_names_[i], "' is ",
+                 shape_str(params_[i].shape()), " ", dtype_name(params_[i].dtype()), ", the given tensor is not");
+  // Copy into the existing storage: tensors handed out by parameter() keep aliasing it.
+  for (size_t i = 0; i < params.size(); ++i) std::memcpy(params_[i].raw(), params[i].raw(), params_[i].nbytes());
+  optimizer_ = std::move(optimizer);
+  step_ = step;
+  options_.seed = seed;
+}
+
+TrainerStats Trainer::stats() const {
+  TrainerStats s;
+  s.step = step_;
+  s.learning_rate = optimizer_->lr_at(step_ > 0 ? step_ - 1 : 0);
+  s.grad_norm = optimizer_->last_grad_norm();
+  s.peak_activation_bytes = train_exec_->peak_activation_bytes();
+  for (size_t i = 0; i < params_.size(); ++i) s.parameter_bytes += 2 * params_[i].nbytes();
+  s.parameter_bytes += optimizer_->state_bytes();
+  s.last_step_seconds = last_step_seconds_;
+  return s;
+}
+
+}  // namespace cohort

@@ -1,0 +1,86 @@
+// Trainer: one model on this process — the forward graph plus its backward pass, parameters,
+// gradients and optimizer state. A step binds caller tensors to the graph's inputs, runs forward
+// and backward through the Executor and applies the optimizer. Later parallel plans wrap this
+// (communication nodes in the DAG, outer optimizers around step()).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/exec/executor.h"
+#include "core/graph/graph.h"
+#include "core/optim/optimizer.h"
+
+namespace cohort {
+
+struct TrainerOptions {
+  uint64_t seed = 0;
+  int num_threads = 0;  // 0: leave the process setting
+};
+
+struct TrainerStats {
+  int64_t step = 0;
+  double learning_rate = 0.0;
+  double grad_norm = 0.0;
+  size_t peak_activation_bytes = 0;
+  size_t parameter_bytes = 0;
+  double last_step_seconds = 0.0;
+};
+
+class Trainer {
+ public:
+  // Copies `forward` (which needs a loss), builds the backward pass, initialises parameters.
+  Trainer(const Graph& forward, const optim::OptimizerConfig& config, const TrainerOptions& options);
+
+  // inputs: graph input name -> tensor (shape and dtype exactly as declared). Returns the loss.
+  float step(const std::map<std::string, Tensor>& inputs);
+  // Forward in evaluation mode; fills each requested output (name -> caller tensor of the right
+  // shape). Dimension 0 of the inputs may differ from the declared batch.
+  void evaluate(const std::map<std::string, Tensor>& inputs, std::map<std::string, Tensor>& outputs);
+
+  Tensor& parameter(const std::string& name);
+  const std::vector<std::string>& parameter_names() const { return param_names_; }
+  const Graph& forward_graph() const { return forward_; }
+  TrainerStats stats() const;
+  optim::Optimizer& optimizer() { return *optimizer_; }
+
+  // Checkpoint support (core/checkpoint): read access to the training state, and one call that
+  // replaces it. The RNG state is (seed, step): dropout masks are counter-based on both.
+  const std::vector<Tensor>& parameters() const { return params_; }  // in parameter_names() order
+  const optim::Optimizer& optimizer() const { return *optimizer_; }
+  int64_t step_count() const { return step_; }
+  uint64_t seed() const { return options_.seed; }
+  // Copies params[i] into parameter i and takes `optimizer` (made for these parameters), then
+  // sets the step and the seed. Throws kShapeMismatch / kInvalidArgument before anything
+  // changed when a dtype, shape or count differs or step < 0; nothing after those checks throws.
+  void restore_state(const std::vector<Tensor>& params, std::unique_ptr<optim::Optimizer> optimizer,
+                     int64_t step, uint64_t seed);
+
+ private:
+  struct EvalPlan {
+    Graph graph;
+    std::unique_ptr<Executor> executor;
+  };
+  void bind_inputs(const Graph& g, const std::map<std::string, Tensor>& inputs,
+                   std::unordered_map<ValueId, Tensor>& env, const char* what) const;
+  EvalPlan& eval_plan(int64_t batch, const std::vector<std::string>& outputs);
+
+  Graph forward_;
+  Graph train_;  // forward + backward
+  TrainerOptions options_;
+  std::vector<std::string> param_names_;
+  std::vector<ValueId> param_ids_;  // in train_
+  std::vector<ValueId> grad_ids_;   // in train_ (-1: the loss does not depend on it)
+  std::vector<Tensor> params_;
+  std::vector<Tensor> grads_;
+  std::unique_ptr<Executor> train_exec_;
+  std::map<std::string, EvalPlan> eval_plans_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  int64_t step_ = 0;
+  double last_step_seconds_ = 0.0;
+};
+
+}  // namespace cohort

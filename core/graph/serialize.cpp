@@ -1,0 +1,190 @@
+// Graph files, writing side: encoding the forward graph into a FlatBuffer, and the file I/O of
+// both directions (atomic write: temporary file, fsync, rename, fsync of the directory).
+#include "core/graph/serialize.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "core/base/error.h"
+#include "core/graph/graph_generated.h"
+
+namespace cohort {
+
+namespace fb = graph_file;
+
+namespace {
+
+flatbuffers::Offset<fb::Attr> encode_attr(flatbuffers::FlatBufferBuilder& b, const std::string& name,
+                                          const AttrValue& v) {
+  auto n = b.CreateString(name);
+  fb::AttrValue type = fb::AttrValue::NONE;
+  flatbuffers::Offset<void> value;
+  switch (attr_type_of(v)) {
+    case AttrType::kInt:
+      type = fb::AttrValue::IntAttr;
+      value = fb::CreateIntAttr(b, std::get<int64_t>(v)).Union();
+      break;
+    case AttrType::kFloat:
+      type = fb::AttrValue::FloatAttr;
+      value = fb::CreateFloatAttr(b, std::get<double>(v)).Union();
+      break;
+    case AttrType::kString:
+      type = fb::AttrValue::StringAttr;
+      value = fb::CreateStringAttrDirect(b, std::get<std::string>(v).c_str()).Union();
+      break;
+    case AttrType::kInts:
+      type = fb::AttrValue::IntsAttr;
+      value = fb::CreateIntsAttrDirect(b, &std::get<std::vector<int64_t>>(v)).Union();
+      break;
+    case AttrType::kFloats:
+      type = fb::AttrValue::FloatsAttr;
+      value = fb::CreateFloatsAttrDirect(b, &std::get<std::vector<double>>(v)).Union();
+      break;
+  }
+  return fb::CreateAttr(b, n, type, value);
+}
+
+flatbuffers::Offset<fb::Value> encode_value(flatbuffers::FlatBufferBuilder& b, const Value& v) {
+  flatbuffers::Offset<fb::Initializer> init;
+  if (v.kind == ValueKind::kParameter)
+    init = fb::CreateInitializer(b, static_cast<int>(v.init.kind), v.init.a, v.init.b, v.init.seed);
+  std::vector<int64_t> shape(v.type.shape.begin(), v.type.shape.end());
+  return fb::CreateValueDirect(b, v.name.c_str(), static_cast<int>(v.type.dtype), &shape,
+                               static_cast<int>(v.kind), init);
+}
+
+// A value belongs to the forward graph when no backward node produced it.
+bool is_forward(const Graph& g, ValueId v) {
+  NodeId p = g.value(v).producer;
+  return p < 0 || !g.node(p).backward;
+}
+
+// Maps graph value ids to file indices (-1 for values of the backward pass).
+std::vector<int32_t> forward_index(const Graph& g) {
+  std::vector<int32_t> index(g.values().size(), -1);
+  int32_t next = 0;
+  for (const Value& v : g.values())
+    if (is_forward(g, v.id)) index[static_cast<size_t>(v.id)] = next++;
+  return index;
+}
+
+[[noreturn]] void io_error(const std::string& path, const std::string& call, int err) {
+  throw_error(Status::kIo, str_cat("graph file '", path, "': ", call, " failed: ", std::strerror(err)));
+}
+
+void write_all(int fd, const uint8_t* data, size_t size, const std::string& path, const std::string& tmp) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) io_error(path, str_cat("write('", tmp, "')"), errno);
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+std::string directory_of(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+std::vector<uint8_t> serialize_graph(const Graph& g) {
+  flatbuffers::FlatBufferBuilder b(1024);
+  const std::vector<int32_t> index = forward_index(g);
+  std::vector<flatbuffers::Offset<fb::Value>> values;
+  for (const Value& v : g.values())
+    if (index[static_cast<size_t>(v.id)] >= 0) values.push_back(encode_value(b, v));
+  std::vector<flatbuffers::Offset<fb::Node>> nodes;
+  for (const Node& n : g.nodes()) {
+    if (n.backward) continue;
+    std::vector<int32_t> inputs;
+    for (ValueId in : n.inputs) {
+      COHORT_CHECK(index[static_cast<size_t>(in)] >= 0, Status::kInvalidArgument, "save graph: ",
+                   n.op->name, " '", n.name, "' reads ", g.describe(in),
+                   ", a value of the backward pass, which graph files do not hold");
+      inputs.push_back(index[static_cast<size_t>(in)]);
+    }
+    std::vector<flatbuffers::Offset<fb::Attr>> attrs;
+    for (const auto& [name, value] : n.attrs.all()) attrs.push_back(encode_attr(b, name, value));
+    nodes.push_back(fb::CreateNodeDirect(b, n.op->name.c_str(), n.name.c_str(), &inputs,
+                                         static_cast<int32_t>(n.outputs.size()), &attrs));
+  }
+  std::vector<int32_t> outputs;
+  for (ValueId o : g.outputs())
+    if (index[static_cast<size_t>(o)] >= 0) outputs.push_back(index[static_cast<size_t>(o)]);
+  int32_t loss = g.loss() >= 0 ? index[static_cast<size_t>(g.loss())] : -1;
+  fb::FinishSizePrefixedGraphFileBuffer(b, fb::CreateGraphFileDirect(b, kGraphFormatVersion, &values, &nodes,
+                                                                     &outputs, loss));
+  COHORT_CHECK(b.GetSize() < static_cast<size_t>(FLATBUFFERS_MAX_BUFFER_SIZE), Status::kInvalidArgument,
+               "save graph: the graph needs ", b.GetSize(), " bytes, over the 2 GiB limit of a graph file");
+  return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+}
+
+void save_graph(const Graph& g, const std::string& path) {
+  const std::vector<uint8_t> bytes = serialize_graph(g);
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = str_cat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) io_error(path, str_cat("open('", tmp, "')"), errno);
+  try {
+    write_all(fd, bytes.data(), bytes.size(), path, tmp);
+    if (::fsync(fd) != 0) io_error(path, str_cat("fsync('", tmp, "')"), errno);
+    int rc = ::close(fd);
+    fd = -1;
+    if (rc != 0) io_error(path, str_cat("close('", tmp, "')"), errno);
+    if (::rename(tmp.c_str(), path.c_str()) != 0) io_error(path, str_cat("rename('", tmp, "')"), errno);
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  // Make the rename itself durable; a failure here leaves a complete file, so it is reported.
+  const std::string dir = directory_of(path);
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) io_error(path, str_cat("open('", dir, "')"), errno);
+  int rc = ::fsync(dfd);
+  int err = errno;
+  ::close(dfd);
+  if (rc != 0 && err != EINVAL) io_error(path, str_cat("fsync('", dir, "')"), err);
+}
+
+Graph load_graph(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) io_error(path, "open", errno);
+  std::vector<uint8_t> bytes;
+  try {
+    struct stat st;
+    if (::fstat(fd, &st) != 0) io_error(path, "fstat", errno);
+    // Refuse to read a file that cannot be a graph file; the limit comes from 32-bit offsets.
+    COHORT_CHECK(static_cast<uint64_t>(st.st_size) < static_cast<uint64_t>(FLATBUFFERS_MAX_BUFFER_SIZE),
+                 Status::kCorrupt, "graph file '", path, "': not a cohort graph file (", st.st_size,
+                 " bytes; the limit is 2 GiB)");
+    bytes.resize(static_cast<size_t>(st.st_size) + 1);
+    size_t have = 0;
+    for (;;) {
+      if (have == bytes.size()) bytes.resize(bytes.size() * 2);
+      ssize_t n = ::read(fd, bytes.data() + have, bytes.size() - have);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) io_error(path, "read", errno);
+      if (n == 0) break;
+      have += static_cast<size_t>(n);
+      COHORT_CHECK(have < static_cast<size_t>(FLATBUFFERS_MAX_BUFFER_SIZE), Status::kCorrupt, "graph file '",
+                   path, "': not a cohort graph file (over 2 GiB)");
+    }
+    bytes.resize(have);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return deserialize_graph(bytes.data(), bytes.size(), str_cat("graph file '", path, "'"));
+}
+
+}  // namespace cohort

@@ -1,0 +1,94 @@
+// Optimizers over a list of parameter tensors: SGD (momentum, Nesterov, L2 weight decay) and
+// AdamW (decoupled weight decay), with a learning-rate schedule and global-norm gradient
+// clipping, matching torch.optim.SGD / torch.optim.AdamW / clip_grad_norm_. bf16 parameters are
+// updated through an fp32 master copy kept in the optimizer state and written back rounded.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor/tensor.h"
+
+namespace cohort::optim {
+
+enum class OptimizerKind : int { kSgd = 0, kAdamW = 1 };
+enum class ScheduleKind : int { kConstant = 0, kWarmupCosine = 1 };
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  double lr = 1e-3;
+  // SGD.
+  double momentum = 0.0;
+  bool nesterov = false;
+  // AdamW.
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  // SGD: L2, added to the gradient. AdamW: decoupled, p -= lr * weight_decay * p.
+  double weight_decay = 0.0;
+  // kWarmupCosine: lr rises linearly from 0 over warmup_steps, then follows a cosine from lr
+  // down to min_lr at total_steps, and stays at min_lr after.
+  ScheduleKind schedule = ScheduleKind::kConstant;
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;
+  double min_lr = 0.0;
+  // > 0: scale all gradients by clip_norm / (norm + 1e-6) when their global L2 norm exceeds it.
+  double clip_norm = 0.0;
+};
+
+// Throws kInvalidArgument naming the first bad field ("optimizer: beta1 = 1 is not in [0, 1)").
+void validate(const OptimizerConfig& config);
+
+class Optimizer {
+ public:
+  explicit Optimizer(OptimizerConfig config);  // validates
+
+  // One update of params from grads (same count, shapes; contiguous; fp32 or bf16 params with
+  // grads of the same dtype). Allocates the state on the first call (or after init_state).
+  // grads are read, not modified: clipping is applied as a factor inside the update.
+  // Throws kInvalidArgument / kShapeMismatch naming the parameter index; nothing is updated then.
+  void step(std::vector<Tensor>& params, std::vector<Tensor>& grads);
+
+  // Allocates zeroed state (and the fp32 master copy of bf16 params) without stepping, so that a
+  // checkpoint can be restored into state() before the first step.
+  void init_state(const std::vector<Tensor>& params);
+
+  // The learning rate used by the update with 0-based index `step`.
+  double lr_at(int64_t step) const;
+  // Global L2 norm of the gradients of the last step, before clipping (0 before any step).
+  double last_grad_norm() const { return last_grad_norm_; }
+
+  // Named state tensors of parameter i ("momentum"; "exp_avg", "exp_avg_sq"; "master" for bf16
+  // params). They share storage with the optimizer: writing into them restores a checkpoint.
+  // Throws kInvalidState before the state exists, kInvalidArgument for a bad index.
+  std::vector<std::pair<std::string, Tensor>> state(size_t param_index);
+  size_t num_params() const { return slots_.size(); }
+  // Bytes held by the state tensors (0 before the state exists).
+  size_t state_bytes() const;
+  // Steps taken; the next update uses lr_at(step_count()) and AdamW bias correction t = count + 1.
+  int64_t step_count() const { return step_count_; }
+  void set_step_count(int64_t count);
+  const OptimizerConfig& config() const { return config_; }
+
+ private:
+  struct Slot {
+    Tensor master;      // fp32 copy of a bf16 parameter
+    Tensor momentum;    // SGD with momentum
+    Tensor exp_avg;     // AdamW
+    Tensor exp_avg_sq;  // AdamW
+  };
+  void check_args(const std::vector<Tensor>& params, const std::vector<Tensor>& grads) const;
+  double grad_norm(const std::vector<Tensor>& grads) const;
+  void update_one(Tensor& param, const Tensor& grad, Slot& slot, double lr, float grad_scale);
+
+  OptimizerConfig config_;
+  std::vector<Slot> slots_;
+  bool initialized_ = false;
+  int64_t step_count_ = 0;
+  double last_grad_norm_ = 0.0;
+  std::vector<float> scratch_;  // bf16 gradients widened to fp32
+};
+
+}  // namespace cohort::optim
