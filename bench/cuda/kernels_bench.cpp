@@ -1,0 +1,231 @@
+// bench_cuda_kernels: cuBLAS gemm TFLOP/s (bf16, TF32, fp32) at 4096^3 and GPT-2-small shapes
+// (B*T = 8192, C = 768), and the fused kernels' achieved bandwidth, each printed as a ratio
+// against an anchor measured in the same run: the card's dense bf16 peak given on the command
+// line (default 989 TFLOP/s, H100 SXM) and a device-to-device cudaMemcpy (bytes read + written).
+// Times are the median of 20 event-timed repetitions after 3 warm-ups, on random inputs.
+// Usage: bench_cuda_kernels [peak_bf16_tflops]
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/norm.h"
+#include "kernels/cuda/optim.h"
+#include "kernels/cuda/softmax.h"
+
+namespace kc = cohort::kernels::cuda;
+using kc::DType;
+
+namespace {
+kc::DeviceAllocator* g_alloc = nullptr;
+
+double median_ms(const std::function<void()>& f, int reps = 20) {
+  for (int i = 0; i < 3; ++i) f();
+  kc::Event a(true), b(true);
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    a.record(nullptr);
+    f();
+    b.record(nullptr);
+    b.synchronize();
+    t.push_back(b.elapsed_ms(a));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Device buffer of n elements of `type` with uniform random values in [-1, 1).
+void* random_buffer(size_t n, DType type, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  void* p = g_alloc->allocate(n * kc::dtype_size(type));
+  if (type == DType::kF32) {
+    std::vector<float> h(n);
+    for (auto& x : h) x = u(rng);
+    COHORT_CUDA_CHECK(cudaMemcpy(p, h.data(), n * 4, cudaMemcpyHostToDevice));
+  } else {
+    std::vector<uint16_t> h(n);
+    for (auto& x : h) {
+      const float f = u(rng);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      x = static_cast<uint16_t>(bits >> 16);
+    }
+    COHORT_CUDA_CHECK(cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice));
+  }
+  return p;
+}
+
+void bench_gemm(kc::Blas& blas, const char* mode, DType type, bool tf32, int64_t M, int64_t N,
+                int64_t K, double peak) {
+  void* A = random_buffer(M * K, type, 1);
+  void* B = random_buffer(K * N, type, 2);
+  void* C = random_buffer(M * N, type, 3);
+  blas.set_allow_tf32(tf32);
+  const double ms =
+      median_ms([&] { blas.gemm(type, false, false, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N); });
+  const double tflops = 2.0 * M * N * K / (ms * 1e-3) / 1e12;
+  std::printf(
+      "gemm %-5s [%5lld x %5lld] x [%5lld x %5lld]  %8.3f ms  %7.1f TFLOP/s  %.3f of bf16 peak\n",
+      mode, (long long)M, (long long)K, (long long)K, (long long)N, ms, tflops, tflops / peak);
+  g_alloc->free(A);
+  g_alloc->free(B);
+  g_alloc->free(C);
+}
+
+void report_bw(const char* name, double ms, double bytes, double copy_gbs) {
+  const double gbs = bytes / (ms * 1e-3) / 1e9;
+  std::printf("%-44s %8.3f ms  %7.0f GB/s  %.2f of memcpy\n", name, ms, gbs, gbs / copy_gbs);
+}
+}  // namespace
+
+void bench_fused(double copy_gbs);  // below
+
+int main(int argc, char** argv) {
+  const double peak = argc > 1 ? std::atof(argv[1]) : 989.0;
+  if (kc::device_count() == 0) {
+    std::printf("no CUDA device visible: skipped (%s)\n", kc::no_device_reason().c_str());
+    return 0;
+  }
+  const auto info = kc::device_info(0);
+  std::printf("device: %s, %d SMs, L2 %zu MB; anchor bf16 dense peak %.0f TFLOP/s\n",
+              info.name.c_str(), info.multiprocessors, info.l2_bytes >> 20, peak);
+  kc::DeviceAllocator alloc;
+  g_alloc = &alloc;
+  const size_t copy_bytes = size_t{1} << 30;
+  void* src = alloc.allocate(copy_bytes);
+  void* dst = alloc.allocate(copy_bytes);
+  COHORT_CUDA_CHECK(cudaMemset(src, 1, copy_bytes));
+  const double copy_ms = median_ms(
+      [&] { COHORT_CUDA_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice)); });
+  const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
+  std::printf("anchor: device-to-device memcpy 1 GiB: %.0f GB/s (read + write)\n", copy_gbs);
+  alloc.free(src);
+  alloc.free(dst);
+  alloc.release_all();
+
+  kc::Blas blas;
+  struct Shape {
+    int64_t M, N, K;
+  };
+  const Shape shapes[] = {
+      {4096, 4096, 4096}, {8192, 2304, 768}, {8192, 3072, 768}, {8192, 768, 3072}};
+  for (const Shape& s : shapes) {
+    bench_gemm(blas, "bf16", DType::kBF16, false, s.M, s.N, s.K, peak);
+    bench_gemm(blas, "tf32", DType::kF32, true, s.M, s.N, s.K, peak);
+  }
+  bench_gemm(blas, "fp32", DType::kF32, false, 4096, 4096, 4096, peak);
+  alloc.release_all();
+  bench_fused(copy_gbs);
+  return 0;
+}
+
+void bench_fused(double copy_gbs) {
+  const int64_t BT = 8192, C = 768, C4 = 4 * C, V = 50257;
+  for (DType t : {DType::kBF16, DType::kF32}) {
+    const double es = static_cast<double>(kc::dtype_size(t));
+    const char* tn = kc::dtype_name(t);
+    char name[96];
+    void* x = random_buffer(BT * C4, t, 4);
+    void* dy = random_buffer(BT * C4, t, 5);
+    void* y = random_buffer(BT * C4, t, 6);
+    void* bias = random_buffer(C4, t, 7);
+    std::snprintf(name, sizeof name, "add bias [8192, 3072] %s", tn);
+    report_bw(name, median_ms([&] {
+                kc::binary(kc::BinaryOp::kAdd, t, x, BT * C4, bias, C4, y, nullptr);
+              }),
+              2.0 * BT * C4 * es, copy_gbs);
+    std::snprintf(name, sizeof name, "bias+gelu fwd [8192, 3072] %s", tn);
+    report_bw(name, median_ms([&] { kc::gelu_forward(t, x, bias, y, BT * C4, C4, nullptr); }),
+              2.0 * BT * C4 * es, copy_gbs);
+    std::snprintf(name, sizeof name, "bias+gelu bwd [8192, 3072] %s", tn);
+    report_bw(name, median_ms([&] { kc::gelu_backward(t, x, bias, dy, y, BT * C4, C4, nullptr); }),
+              3.0 * BT * C4 * es, copy_gbs);
+    // Layer norm over [32768, 768]: x, dy, y hold exactly 8192 x 3072 elements; in + out > L2.
+    const int64_t LR = 4 * BT;
+    float* mean = static_cast<float*>(g_alloc->allocate(LR * 4));
+    float* rstd = static_cast<float*>(g_alloc->allocate(LR * 4));
+    float* dg = static_cast<float*>(g_alloc->allocate(C * 4));
+    float* db = static_cast<float*>(g_alloc->allocate(C * 4));
+    float* ws = static_cast<float*>(g_alloc->allocate(kc::layernorm_backward_workspace(LR, C) * 4));
+    std::snprintf(name, sizeof name, "layernorm fwd [32768, 768] %s", tn);
+    report_bw(name, median_ms([&] {
+                kc::layernorm_forward(t, x, bias, bias, y, mean, rstd, LR, C, 1e-5f, nullptr);
+              }),
+              2.0 * LR * C * es, copy_gbs);
+    std::snprintf(name, sizeof name, "layernorm bwd [32768, 768] %s", tn);
+    report_bw(name, median_ms([&] {
+                kc::layernorm_backward(t, x, bias, mean, rstd, dy, y, dg, db, ws, LR, C, nullptr);
+              }),
+              3.0 * LR * C * es, copy_gbs);
+    for (void* p : {x, dy, y, bias}) g_alloc->free(p);
+    for (float* p : {mean, rstd, dg, db, ws}) g_alloc->free(p);
+
+    void* logits = random_buffer(BT * V, t, 8);
+    std::vector<int32_t> hl(BT);
+    for (int64_t i = 0; i < BT; ++i) hl[i] = static_cast<int32_t>((i * 7919) % V);
+    auto* labels = static_cast<int32_t*>(g_alloc->allocate(BT * 4));
+    COHORT_CUDA_CHECK(cudaMemcpy(labels, hl.data(), BT * 4, cudaMemcpyHostToDevice));
+    float* loss = static_cast<float*>(g_alloc->allocate(BT * 4));
+    float* lse = static_cast<float*>(g_alloc->allocate(BT * 4));
+    std::snprintf(name, sizeof name, "xent fused fwd+bwd in place [8192, 50257] %s", tn);
+    report_bw(name, median_ms([&] {
+                kc::cross_entropy_forward(t, logits, labels, loss, lse, logits, 1.0f / BT, BT, V,
+                                          -100, nullptr);
+              }),
+              2.0 * BT * V * es, copy_gbs);
+    for (void* p :
+         {logits, static_cast<void*>(labels), static_cast<void*>(loss), static_cast<void*>(lse)})
+      g_alloc->free(p);
+    g_alloc->release_all();
+  }
+  const int64_t n = 124'000'000;  // GPT-2 small's parameters
+  float* p = static_cast<float*>(random_buffer(n, DType::kF32, 9));
+  float* m = static_cast<float*>(random_buffer(n, DType::kF32, 10));
+  float* v = static_cast<float*>(random_buffer(n, DType::kF32, 11));
+  void* g = random_buffer(n, DType::kF32, 12);
+  auto* pb = static_cast<uint16_t*>(g_alloc->allocate(n * 2));
+  COHORT_CUDA_CHECK(cudaMemset(v, 0, n * 4));  // v must be >= 0
+  kc::AdamWArgs a;
+  a.lr = 1e-4f;
+  a.step_size = 1e-3f;
+  report_bw("adamw 124M params, fp32 grad, bf16 copy",
+            median_ms([&] { kc::adamw_update(p, g, DType::kF32, m, v, pb, n, a, nullptr); }),
+            30.0 * n, copy_gbs);
+  for (void* q : {static_cast<void*>(p), static_cast<void*>(m), static_cast<void*>(v), g,
+                  static_cast<void*>(pb)})
+    g_alloc->free(q);
+  for (DType t : {DType::kBF16, DType::kF32}) {
+    kc::AttentionDims d;
+    d.B = 8;
+    d.T = 1024;
+    d.H = 12;
+    d.D = 64;
+    d.scale = 0.125f;
+    void* qkv = random_buffer(d.B * d.T * 3 * 768, t, 13);
+    void* out = g_alloc->allocate(d.B * d.T * 768 * kc::dtype_size(t));
+    float* lse = static_cast<float*>(g_alloc->allocate(d.B * d.H * d.T * 4));
+    const double ms = median_ms([&] { kc::attention_forward(t, d, qkv, out, lse, nullptr); });
+    const double flops = 2.0 * d.B * d.H * d.T * d.T * d.D;  // causal: half of 4 B H T^2 D
+    std::printf("attention fwd causal B8 T1024 H12 D64 %-4s    %8.3f ms  %7.1f TFLOP/s\n",
+                kc::dtype_name(t), ms, flops / (ms * 1e-3) / 1e12);
+    void* dout = random_buffer(d.B * d.T * 768, t, 14);
+    void* dqkv = g_alloc->allocate(d.B * d.T * 3 * 768 * kc::dtype_size(t));
+    float* ws = static_cast<float*>(g_alloc->allocate(kc::attention_backward_workspace(d) * 4));
+    const double bms =
+        median_ms([&] { kc::attention_backward(t, d, qkv, out, lse, dout, dqkv, ws, nullptr); });
+    // Useful flops as FlashAttention counts them: 2.5x the forward's (5 products of 4 T^2 D / 2).
+    std::printf("attention bwd causal B8 T1024 H12 D64 %-4s    %8.3f ms  %7.1f TFLOP/s\n",
+                kc::dtype_name(t), bms, 2.5 * flops / (bms * 1e-3) / 1e12);
+    for (void* q : {qkv, out, static_cast<void*>(lse), dout, dqkv, static_cast<void*>(ws)})
+      g_alloc->free(q);
+  }
+}

@@ -1,0 +1,106 @@
+// Attention forward, a tiled kernel with fp32 CUDA-core math (no tensor cores yet). A block of
+// 128 threads owns a tile of query rows of one (b, h); each row is split over P = D / 16 adjacent
+// lanes holding 16 dims of q and of the output accumulator in registers. Keys and values stream
+// through shared memory 32 at a time; per tile each row computes its 32 scores (partial dots
+// joined by xor shuffles inside the P lanes), then one online-softmax rescale:
+//   m' = max(m, max_j s_j), l' = l e^(m - m') + sum_j e^(s_j - m'), o' = o e^(m - m') + sum_j
+//   e^(s_j - m') v_j
+// (Milakov & Gimelshein 2018; Dao et al. 2022 alg. 1). With a causal mask a block stops at its
+// last row's key. Next step: wgmma/mma tensor-core tiles (FlashAttention-2/3 style).
+#include "core/base/error.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_common.cuh"
+
+namespace cohort::kernels::cuda {
+
+namespace {
+using detail::AttnShape;
+using detail::bf16;
+using detail::kAttnThreads;
+using detail::kDpt;
+using detail::kTile;
+
+template <typename T>
+__global__ void attention_forward_kernel(const T* qkv, T* out, float* lse, AttnShape s) {
+  extern __shared__ float4 smem4[];
+  float* sK = reinterpret_cast<float*>(smem4);
+  float* sV = sK + kTile * s.D;
+  const int rows = kAttnThreads / s.P, bh = blockIdx.y, b = bh / s.H, h = bh - b * s.H;
+  // Causal blocks late in the sequence see the most keys: schedule them first (less tail).
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * rows, local = threadIdx.x / s.P,
+            part = threadIdx.x - local * s.P;
+  const bool valid = i0 + local < s.T;
+  const int i = valid ? i0 + local : s.T - 1;  // padding rows compute row T-1 and write nothing
+  const int C = s.H * s.D;
+  const int64_t ld = 3 * int64_t{C};
+  const T* base = qkv + int64_t{b} * s.T * ld;
+  float q[kDpt], o[kDpt] = {};
+  detail::load16(base + i * ld + h * s.D + part * kDpt, q, s.scale);
+  float m = -INFINITY, l = 0.0f;
+  const int row_last = s.causal ? i : s.T - 1;
+  const int block_last = s.causal ? min(i0 + rows, s.T) - 1 : s.T - 1;
+  for (int k0 = 0; k0 <= block_last; k0 += kTile) {
+    __syncthreads();
+    detail::load_rows_tile(base + C + h * s.D, ld, k0, s.T, s.D, sK);
+    detail::load_rows_tile(base + 2 * C + h * s.D, ld, k0, s.T, s.D, sV);
+    __syncthreads();
+    float sc[kTile];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kTile; ++j) {
+      const float acc = detail::group_sum(detail::dot16(q, sK + j * s.D + part * kDpt), s.P);
+      sc[j] = k0 + j <= row_last ? acc : -INFINITY;
+      tile_max = fmaxf(tile_max, sc[j]);
+    }
+    const float m_new = fmaxf(m, tile_max);  // finite: key 0 is in every row's first tile
+    const float corr = expf(m - m_new);
+    l *= corr;
+#pragma unroll
+    for (int t = 0; t < kDpt; ++t) o[t] *= corr;
+#pragma unroll
+    for (int j = 0; j < kTile; ++j) {
+      const float p = expf(sc[j] - m_new);
+      l += p;
+      detail::axpy16(o, p, sV + j * s.D + part * kDpt);
+    }
+    m = m_new;
+  }
+  if (!valid) return;
+  const float inv = 1.0f / l;
+  T* orow = out + (int64_t{b} * s.T + i) * C + h * s.D + part * kDpt;
+#pragma unroll
+  for (int t = 0; t < kDpt; ++t) orow[t] = detail::from_float<T>(o[t] * inv);
+  if (part == 0) lse[(int64_t{b} * s.H + h) * s.T + i] = m + logf(l);
+}
+}  // namespace
+
+bool attention_supports_head_size(int64_t D) { return D == 16 || D == 32 || D == 64 || D == 128; }
+
+void attention_forward(DType type, const AttentionDims& d, const void* qkv, void* out, float* lse,
+                       cudaStream_t stream) {
+  COHORT_CHECK(d.B >= 0 && d.T >= 0 && d.H > 0 && d.T < (int64_t{1} << 30) && d.B * d.H < 65536,
+               Status::kInvalidArgument, "cuda attention_forward: B = ", d.B, ", T = ", d.T,
+               ", H = ", d.H);
+  COHORT_CHECK(attention_supports_head_size(d.D), Status::kUnsupported,
+               "cuda attention_forward: head size D = ", d.D, " (supported: 16, 32, 64, 128)");
+  if (d.B == 0 || d.T == 0) return;
+  detail::AttnShape s{static_cast<int>(d.T),
+                      static_cast<int>(d.H),
+                      static_cast<int>(d.D),
+                      static_cast<int>(d.D / kDpt),
+                      d.scale,
+                      d.causal};
+  const int rows = kAttnThreads / s.P;
+  const dim3 grid(static_cast<unsigned>((d.T + rows - 1) / rows), static_cast<unsigned>(d.B * d.H));
+  const size_t smem = 2 * kTile * static_cast<size_t>(d.D) * sizeof(float);  // <= 32 KB
+  if (type == DType::kF32) {
+    attention_forward_kernel<float><<<grid, kAttnThreads, smem, stream>>>(
+        static_cast<const float*>(qkv), static_cast<float*>(out), lse, s);
+  } else {
+    attention_forward_kernel<bf16><<<grid, kAttnThreads, smem, stream>>>(
+        static_cast<const bf16*>(qkv), static_cast<bf16*>(out), lse, s);
+  }
+  COHORT_CUDA_CHECK_LAUNCH("attention_forward_kernel");
+}
+
+}  // namespace cohort::kernels::cuda

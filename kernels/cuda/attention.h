@@ -1,0 +1,36 @@
+// Multi-head self-attention forward and backward on the GPU over the fused qkv buffer of GPT-2,
+// with the layout and semantics of kernels/cpu/attention.h (the dims struct is shared):
+//   qkv [B, T, 3C] (q, k, v the C-sized thirds, head h at columns h*D), out [B, T, C],
+//   lse [B, H, T] = log sum_j exp(scale q_i . k_j) over the keys row i sees (fp32).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cuda/runtime.h"
+
+namespace cohort::kernels::cuda {
+
+using AttentionDims = cpu::AttentionDims;
+
+// True when attention_forward supports head size D (16, 32, 64 or 128).
+bool attention_supports_head_size(int64_t D);
+
+// S = scale Q K^T, causal mask (keys j > i dropped) when d.causal, P = softmax(S), O = P V
+// (Vaswani et al. 2017, eq. 1), never materialising S: one pass over the keys with the online
+// softmax (as in Dao et al. 2022, FlashAttention, alg. 1). qkv/out of `type`, math in fp32.
+// Throws kUnsupported for other head sizes.
+void attention_forward(DType type, const AttentionDims& d, const void* qkv, void* out, float* lse,
+                       cudaStream_t stream);
+
+// Floats of workspace attention_backward needs (delta = rowsum(dO * O), [B, H, T]).
+int64_t attention_backward_workspace(const AttentionDims& d);
+
+// dqkv [B, T, 3C] (overwritten) from the forward's qkv, out and lse and dout [B, T, C], as
+// kernels/cpu's attention_backward (Dao et al. 2022, alg. 4): probabilities recomputed from lse,
+// no atomics, deterministic. Same head sizes as the forward.
+void attention_backward(DType type, const AttentionDims& d, const void* qkv, const void* out,
+                        const float* lse, const void* dout, void* dqkv, float* workspace,
+                        cudaStream_t stream);
+
+}  // namespace cohort::kernels::cuda

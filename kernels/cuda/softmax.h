@@ -1,0 +1,31 @@
+// Fused softmax + cross entropy over rows of [N, V] logits with int32 labels on the GPU, with the
+// semantics of kernels/cpu/softmax.h's cross_entropy_forward / cross_entropy_backward.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/runtime.h"
+
+namespace cohort::kernels::cuda {
+
+// Per row r: lse[r] = logsumexp(logits[r, :]) and loss[r] = lse[r] - logits[r, label[r]];
+// loss[r] = 0 when label[r] == ignore_index, NaN when the label is outside [0, V) (a bad label
+// shows up in the loss instead of reading out of bounds). fp32 outputs.
+// When dlogits is not null the same kernel also writes the gradient in a second pass over the
+// row, (softmax(logits[r]) - onehot(label[r])) * grad_scale, zero rows for ignored labels; it may
+// alias logits (in place, saving a [N, V] buffer). grad_scale is usually dloss / count.
+void cross_entropy_forward(DType type, const void* logits, const int32_t* labels, float* loss,
+                           float* lse, void* dlogits, float grad_scale, int64_t N, int64_t V,
+                           int64_t ignore_index, cudaStream_t stream);
+
+// The gradient alone from a saved lse (same formula as above). dlogits may alias logits.
+void cross_entropy_backward(DType type, const void* logits, const int32_t* labels, const float* lse,
+                            float grad_scale, void* dlogits, int64_t N, int64_t V,
+                            int64_t ignore_index, cudaStream_t stream);
+
+// out[0] = sum of loss[r] over rows whose label is not ignore_index, out[1] = their count
+// (as a float). One block, fixed order: deterministic. out is device memory.
+void cross_entropy_reduce(const float* loss, const int32_t* labels, int64_t N, int64_t ignore_index,
+                          float* out, cudaStream_t stream);
+
+}  // namespace cohort::kernels::cuda

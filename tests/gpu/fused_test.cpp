@@ -1,0 +1,210 @@
+// The fused CUDA kernels against the plain references: element-wise with bias broadcast, GELU
+// forward/backward, layer norm forward/backward, cross entropy (fused and separate gradient,
+// ignore_index, in place, a bad label) and AdamW (fp32 and bf16 grads, bf16 parameter copy).
+// Sizes include ones that are not multiples of the vector width (the scalar path).
+#include <cmath>
+
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/norm.h"
+#include "kernels/cuda/optim.h"
+#include "kernels/cuda/softmax.h"
+#include "tests/gpu/harness.h"
+#include "tests/gpu/reference.h"
+
+namespace cohort::gpu_test {
+
+namespace kc = kernels::cuda;
+
+namespace {
+const DType kTypes[] = {DType::kF32, DType::kBF16};
+
+std::string label(const char* what, DType t, int64_t a, int64_t b) {
+  char s[96];
+  std::snprintf(s, sizeof s, "%s %s [%lld, %lld]", what, kc::dtype_name(t),
+                static_cast<long long>(a), static_cast<long long>(b));
+  return s;
+}
+
+void elementwise_case(Env& env, DType t, int64_t rows, int64_t C) {
+  const int64_t n = rows * C;
+  const auto a = as_stored(random_vector(env.rng, n, -3, 3), t),
+             bias = as_stored(random_vector(env.rng, C), t);
+  const auto full = as_stored(random_vector(env.rng, n), t),
+             dy = as_stored(random_vector(env.rng, n), t);
+  Buffers buf(*env.alloc);
+  void *da = buf.upload(a, t), *db = buf.upload(bias, t), *dfull = buf.upload(full, t),
+       *ddy = buf.upload(dy, t);
+  void *o1 = buf.poisoned(n, t), *o2 = buf.poisoned(n, t), *o3 = buf.poisoned(n, t),
+       *o4 = buf.poisoned(n, t);
+  kc::binary(kc::BinaryOp::kAdd, t, da, n, db, C, o1, nullptr);
+  kc::binary(kc::BinaryOp::kMul, t, da, n, dfull, n, o2, nullptr);
+  kc::gelu_forward(t, da, db, o3, n, C, nullptr);
+  kc::gelu_backward(t, da, db, ddy, o4, n, C, nullptr);
+  std::vector<double> r1(n), r2(n), r3(n), r4(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double u = static_cast<double>(a[i]) + bias[i % C];
+    r1[i] = u;
+    r2[i] = static_cast<double>(a[i]) * full[i];
+    r3[i] = ref::gelu(u);
+    r4[i] = dy[i] * ref::gelu_grad(u);
+  }
+  Context& c = env.ctx;
+  expect_close(c, label("add bias", t, rows, C).c_str(), Buffers::download(o1, n, t), r1,
+               tol_for(t));
+  expect_close(c, label("mul", t, rows, C).c_str(), Buffers::download(o2, n, t), r2, tol_for(t));
+  expect_close(c, label("bias+gelu fwd", t, rows, C).c_str(), Buffers::download(o3, n, t), r3,
+               tol_for(t));
+  expect_close(c, label("bias+gelu bwd", t, rows, C).c_str(), Buffers::download(o4, n, t), r4,
+               tol_for(t));
+}
+
+void layernorm_case(Env& env, DType t, int64_t rows, int64_t C) {
+  const int64_t n = rows * C;
+  const auto x = as_stored(random_vector(env.rng, n, -2, 3), t),
+             dy = as_stored(random_vector(env.rng, n), t);
+  const auto gamma = as_stored(random_vector(env.rng, C, 0.5f, 1.5f), t);
+  const auto beta = as_stored(random_vector(env.rng, C), t);
+  Buffers buf(*env.alloc);
+  void *dx_in = buf.upload(x, t), *dg = buf.upload(gamma, t), *db = buf.upload(beta, t),
+       *ddy = buf.upload(dy, t);
+  void *y = buf.poisoned(n, t), *dx = buf.poisoned(n, t);
+  float *mean = buf.poisoned_f32(rows), *rstd = buf.poisoned_f32(rows);
+  float *dgamma = buf.poisoned_f32(C), *dbeta = buf.poisoned_f32(C);
+  float* ws = buf.poisoned_f32(kc::layernorm_backward_workspace(rows, C));
+  kc::layernorm_forward(t, dx_in, dg, db, y, mean, rstd, rows, C, 1e-5f, nullptr);
+  kc::layernorm_backward(t, dx_in, dg, mean, rstd, ddy, dx, dgamma, dbeta, ws, rows, C, nullptr);
+  std::vector<double> ry, rm, rr, rdx, rdg, rdb;
+  ref::layernorm_forward(x, gamma, beta, rows, C, 1e-5, ry, rm, rr);
+  ref::layernorm_backward(x, gamma, rm, rr, dy, rows, C, rdx, rdg, rdb);
+  Context& c = env.ctx;
+  const double tol = tol_for(t);
+  expect_close(c, label("layernorm y", t, rows, C).c_str(), Buffers::download(y, n, t), ry, tol);
+  expect_close(c, label("layernorm rstd", t, rows, C).c_str(),
+               Buffers::download(rstd, rows, DType::kF32), rr, 1e-5);
+  expect_close(c, label("layernorm dx", t, rows, C).c_str(), Buffers::download(dx, n, t), rdx, tol);
+  expect_close(c, label("layernorm dgamma", t, rows, C).c_str(),
+               Buffers::download(dgamma, C, DType::kF32), rdg, t == DType::kF32 ? 1e-5 : 1e-3);
+  expect_close(c, label("layernorm dbeta", t, rows, C).c_str(),
+               Buffers::download(dbeta, C, DType::kF32), rdb, 1e-5);
+  // In place: dx over dy gives the same dx and parameter sums.
+  kc::layernorm_backward(t, dx_in, dg, mean, rstd, ddy, ddy, dgamma, dbeta, ws, rows, C, nullptr);
+  expect_close(c, label("layernorm dx in place", t, rows, C).c_str(), Buffers::download(ddy, n, t),
+               rdx, tol);
+}
+
+void cross_entropy_case(Env& env, DType t, int64_t N, int64_t V) {
+  const int64_t ignore = -100;
+  const auto logits = as_stored(random_vector(env.rng, N * V, -4, 4), t);
+  std::vector<int32_t> labels(N);
+  for (int64_t r = 0; r < N; ++r)
+    labels[r] = r % 5 == 3 ? ignore : static_cast<int32_t>(env.rng() % V);
+  int64_t count = 0;
+  for (auto l : labels) count += l != ignore;
+  const double scale = 1.0 / count;
+  std::vector<double> rloss, rlse, rgrad;
+  ref::cross_entropy(logits, labels, N, V, ignore, scale, rloss, rlse, rgrad);
+  Buffers buf(*env.alloc);
+  void* dl = buf.upload(logits, t);
+  int32_t* dlab = buf.upload_raw(labels);
+  float *loss = buf.poisoned_f32(N), *lse = buf.poisoned_f32(N), *sum = buf.poisoned_f32(2);
+  void* grad = buf.poisoned(N * V, t);
+  kc::cross_entropy_forward(t, dl, dlab, loss, lse, nullptr, 0.0f, N, V, ignore, nullptr);
+  kc::cross_entropy_backward(t, dl, dlab, lse, static_cast<float>(scale), grad, N, V, ignore,
+                             nullptr);
+  kc::cross_entropy_reduce(loss, dlab, N, ignore, sum, nullptr);
+  Context& c = env.ctx;
+  expect_close(c, label("xent loss", t, N, V).c_str(), Buffers::download(loss, N, DType::kF32),
+               rloss, 1e-5);
+  expect_close(c, label("xent lse", t, N, V).c_str(), Buffers::download(lse, N, DType::kF32), rlse,
+               1e-5);
+  expect_close(c, label("xent dlogits", t, N, V).c_str(), Buffers::download(grad, N * V, t), rgrad,
+               tol_for(t));
+  double rsum = 0;
+  for (double l : rloss) rsum += l;
+  expect_close(c, label("xent sum,count", t, N, V).c_str(), Buffers::download(sum, 2, DType::kF32),
+               {rsum, static_cast<double>(count)}, 1e-5);
+  // Fused and in place: the gradient overwrites the logits.
+  kc::cross_entropy_forward(t, dl, dlab, loss, lse, dl, static_cast<float>(scale), N, V, ignore,
+                            nullptr);
+  expect_close(c, label("xent fused in-place grad", t, N, V).c_str(),
+               Buffers::download(dl, N * V, t), rgrad, tol_for(t));
+  expect_close(c, label("xent fused loss", t, N, V).c_str(),
+               Buffers::download(loss, N, DType::kF32), rloss, 1e-5);
+}
+}  // namespace
+
+void test_elementwise(Env& env) {
+  for (DType t : kTypes) {
+    elementwise_case(env, t, 512, 768);  // vector path
+    elementwise_case(env, t, 37, 13);    // scalar path
+  }
+}
+
+void test_layernorm(Env& env) {
+  for (DType t : kTypes) {
+    layernorm_case(env, t, 1000, 768);
+    layernorm_case(env, t, 7, 50);
+  }
+}
+
+void test_cross_entropy(Env& env) {
+  for (DType t : kTypes) {
+    cross_entropy_case(env, t, 64, 50257);
+    cross_entropy_case(env, t, 33, 10);
+  }
+  // A label outside [0, V) shows up as a NaN loss instead of an out-of-bounds read.
+  Buffers buf(*env.alloc);
+  const std::vector<float> logits(2 * 8, 0.5f);
+  const std::vector<int32_t> labels = {3, 8};
+  float *loss = buf.poisoned_f32(2), *lse = buf.poisoned_f32(2);
+  kc::cross_entropy_forward(DType::kF32, buf.upload(logits, DType::kF32), buf.upload_raw(labels),
+                            loss, lse, nullptr, 0.0f, 2, 8, -100, nullptr);
+  const auto l = Buffers::download(loss, 2, DType::kF32);
+  expect_true(env.ctx, "xent bad label -> NaN loss, good row finite",
+              std::isnan(l[1]) && std::isfinite(l[0]));
+}
+
+void test_adamw(Env& env) {
+  const int64_t n = 100003;
+  kc::AdamWArgs a;
+  a.lr = 1e-3f;
+  a.weight_decay = 0.1f;
+  a.grad_scale = 0.5f;
+  const int t_step = 3;
+  a.step_size = a.lr / (1.0f - std::pow(a.beta1, t_step));
+  a.bias_correction2_sqrt = std::sqrt(1.0f - std::pow(a.beta2, t_step));
+  for (DType gt : kTypes) {
+    const auto p = random_vector(env.rng, n), g = as_stored(random_vector(env.rng, n), gt);
+    const auto m = random_vector(env.rng, n, -0.1f, 0.1f),
+               v = random_vector(env.rng, n, 0.0f, 0.01f);
+    Buffers buf(*env.alloc);
+    float* dp = static_cast<float*>(buf.upload(p, DType::kF32));
+    float* dm = static_cast<float*>(buf.upload(m, DType::kF32));
+    float* dv = static_cast<float*>(buf.upload(v, DType::kF32));
+    void* pb = buf.poisoned(n, DType::kBF16);
+    kc::adamw_update(dp, buf.upload(g, gt), gt, dm, dv, static_cast<uint16_t*>(pb), n, a, nullptr);
+    std::vector<double> rdelta(n), rm(n), rv(n), rp(n);
+    for (int64_t i = 0; i < n; ++i) {  // the update in double
+      const double gi = static_cast<double>(g[i]) * a.grad_scale;
+      rm[i] = a.beta1 * static_cast<double>(m[i]) + (1.0 - a.beta1) * gi;
+      rv[i] = a.beta2 * static_cast<double>(v[i]) + (1.0 - a.beta2) * gi * gi;
+      rp[i] = p[i] * (1.0 - double(a.lr) * a.weight_decay) -
+              a.step_size * rm[i] / (std::sqrt(rv[i]) / a.bias_correction2_sqrt + a.eps);
+      rdelta[i] = rp[i] - p[i];
+    }
+    const auto np = Buffers::download(dp, n, DType::kF32);
+    std::vector<float> delta(n);
+    for (int64_t i = 0; i < n; ++i) delta[i] = np[i] - p[i];
+    const std::string s = std::string(" grad ") + kc::dtype_name(gt);
+    // The update is a difference of two fp32 values near 1: its rounding alone is ~6e-8 / 1e-3.
+    expect_close(env.ctx, ("adamw update" + s).c_str(), delta, rdelta, 2e-4);
+    expect_close(env.ctx, ("adamw exp_avg" + s).c_str(), Buffers::download(dm, n, DType::kF32), rm,
+                 1e-5);
+    expect_close(env.ctx, ("adamw exp_avg_sq" + s).c_str(), Buffers::download(dv, n, DType::kF32),
+                 rv, 1e-5);
+    expect_close(env.ctx, ("adamw bf16 param copy" + s).c_str(),
+                 Buffers::download(pb, n, DType::kBF16), rp, 1e-2);
+  }
+}
+
+}  // namespace cohort::gpu_test

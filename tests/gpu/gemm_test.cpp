@@ -1,0 +1,80 @@
+// kernels/cuda/gemm against the row-major reference: every transpose pair, padded leading
+// dimensions, beta 0 over a poisoned C and beta != 0, and strided batches with a shared operand;
+// fp32 (1e-5), TF32 (1e-3) and bf16 (1e-2).
+#include "kernels/cuda/gemm.h"
+
+#include "tests/gpu/harness.h"
+#include "tests/gpu/reference.h"
+
+namespace cohort::gpu_test {
+
+namespace kc = kernels::cuda;
+
+namespace {
+struct Case {
+  bool ta, tb;
+  int64_t batch, M, N, K;
+  float alpha, beta;
+  bool share_b;  // stride_b = 0
+};
+
+void run_case(Env& env, kc::Blas& blas, DType type, bool tf32, const Case& k) {
+  const int64_t lda = (k.ta ? k.M : k.K) + 3, ldb = (k.tb ? k.K : k.N) + 1, ldc = k.N + 2;
+  const int64_t a_rows = k.ta ? k.K : k.M, b_rows = k.tb ? k.N : k.K;
+  const int64_t sa = a_rows * lda, sb = k.share_b ? 0 : b_rows * ldb, sc = k.M * ldc;
+  const auto A = as_stored(random_vector(env.rng, k.batch * sa), type);
+  const auto B = as_stored(random_vector(env.rng, (k.share_b ? 1 : k.batch) * b_rows * ldb), type);
+  const auto C0 = as_stored(random_vector(env.rng, k.batch * sc), type);
+  Buffers buf(*env.alloc);
+  void* dA = buf.upload(A, type);
+  void* dB = buf.upload(B, type);
+  void* dC = k.beta != 0.0f ? buf.upload(C0, type) : buf.poisoned(C0.size(), type);
+  blas.set_allow_tf32(tf32);
+  if (k.batch == 1) {
+    blas.gemm(type, k.ta, k.tb, k.M, k.N, k.K, k.alpha, dA, lda, dB, ldb, k.beta, dC, ldc);
+  } else {
+    blas.gemm_batched(type, k.ta, k.tb, k.batch, k.M, k.N, k.K, k.alpha, dA, lda, sa, dB, ldb, sb,
+                      k.beta, dC, ldc, sc);
+  }
+  const auto C = Buffers::download(dC, C0.size(), type);
+  std::vector<double> ref(C0.size());
+  std::vector<float> got, want_f;
+  std::vector<double> want;
+  for (int64_t i = 0; i < k.batch; ++i) {
+    ref::gemm(k.ta, k.tb, k.M, k.N, k.K, k.alpha, A.data() + i * sa, lda, B.data() + i * sb, ldb,
+              k.beta, C0.data() + i * sc, ref.data() + i * sc, ldc);
+    for (int64_t r = 0; r < k.M; ++r)
+      for (int64_t j = 0; j < k.N; ++j) {
+        got.push_back(C[i * sc + r * ldc + j]);
+        want.push_back(ref[i * sc + r * ldc + j]);
+      }
+  }
+  char what[96];
+  std::snprintf(what, sizeof what, "%s%s %c%c b%lld %lldx%lldx%lld beta%.1f%s",
+                kc::dtype_name(type), tf32 ? "/tf32" : "", k.ta ? 'T' : 'N', k.tb ? 'T' : 'N',
+                static_cast<long long>(k.batch), static_cast<long long>(k.M),
+                static_cast<long long>(k.N), static_cast<long long>(k.K), k.beta,
+                k.share_b ? " sharedB" : "");
+  expect_close(env.ctx, what, got, want, tf32 ? kTolTf32 : tol_for(type));
+}
+}  // namespace
+
+void test_gemm(Env& env) {
+  kc::Blas blas;
+  struct Mode {
+    DType type;
+    bool tf32;
+  };
+  const Mode modes[] = {{DType::kF32, false}, {DType::kF32, true}, {DType::kBF16, false}};
+  for (const Mode& m : modes) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      run_case(env, blas, m.type, m.tf32, {ta, tb, 1, 67, 45, 33, 0.7f, 0.0f, false});
+      run_case(env, blas, m.type, m.tf32, {ta, tb, 3, 19, 40, 72, 1.0f, 0.5f, false});
+    }
+    run_case(env, blas, m.type, m.tf32, {false, true, 4, 64, 48, 80, 0.125f, 0.0f, true});
+    run_case(env, blas, m.type, m.tf32, {false, false, 1, 256, 384, 512, 1.0f, 0.0f, false});
+  }
+}
+
+}  // namespace cohort::gpu_test
