@@ -6,6 +6,7 @@
 #include <string>
 
 #include "capi/src/guard.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/exec/trainer.h"
 #include "core/graph/graph.h"
 #include "core/optim/optimizer.h"
@@ -21,6 +22,7 @@ struct cohort_optimizer {
 };
 struct cohort_trainer {
   std::unique_ptr<cohort::Trainer> trainer;
+  cohort::checkpoint::CheckpointExtra checkpoint_extra;  // saved with checkpoints (capi/src/checkpoint.cpp)
 };
 
 namespace cohort::capi {
