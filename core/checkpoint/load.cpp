@@ -8,7 +8,7 @@
 #include "core/base/error.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/checkpoint/checkpoint_generated.h"
-#include "core/checkpoint/file_io.h"
+#include "core/base/file_io.h"
 #include "core/checkpoint/format.h"
 #include "core/checkpoint/manifest_check.h"
 #include "core/graph/serialize.h"
@@ -127,7 +127,7 @@ void stage_state(const fb::Checkpoint* m, const Trainer& trainer, optim::Optimiz
 
 void load_checkpoint(Trainer& trainer, const std::string& path, CheckpointExtra* extra_out) {
   const std::string what = str_cat("checkpoint '", path, "'");
-  FileReader file(path);
+  FileReader file(path, "checkpoint");
   Header h;
   std::vector<uint8_t> buffer;
   const fb::Checkpoint* m = read_manifest(file, what, &h, buffer);

@@ -6,7 +6,7 @@
 #include "core/base/error.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/checkpoint/checkpoint_generated.h"
-#include "core/checkpoint/file_io.h"
+#include "core/base/file_io.h"
 #include "core/checkpoint/format.h"
 #include "core/graph/serialize.h"
 
@@ -158,7 +158,7 @@ void save_checkpoint(const Trainer& trainer, const std::string& path, const Chec
   uint8_t header[kHeaderSize];
   encode_header(h, header);
 
-  AtomicFile file(path);
+  AtomicFile file(path, "checkpoint");
   file.write(header, kHeaderSize);
   file.write(manifest.data(), manifest.size());
   file.write_zeros(h.data_offset - kHeaderSize - manifest.size());

@@ -2,15 +2,8 @@
 // both directions (atomic write: temporary file, fsync, rename, fsync of the directory).
 #include "core/graph/serialize.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
-#include <cstring>
-
 #include "core/base/error.h"
+#include "core/base/file_io.h"
 #include "core/graph/graph_generated.h"
 
 namespace cohort {
@@ -73,26 +66,6 @@ std::vector<int32_t> forward_index(const Graph& g) {
   return index;
 }
 
-[[noreturn]] void io_error(const std::string& path, const std::string& call, int err) {
-  throw_error(Status::kIo, str_cat("graph file '", path, "': ", call, " failed: ", std::strerror(err)));
-}
-
-void write_all(int fd, const uint8_t* data, size_t size, const std::string& path, const std::string& tmp) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) io_error(path, str_cat("write('", tmp, "')"), errno);
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-}
-
-std::string directory_of(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 }  // namespace
 
 std::vector<uint8_t> serialize_graph(const Graph& g) {
@@ -129,61 +102,18 @@ std::vector<uint8_t> serialize_graph(const Graph& g) {
 
 void save_graph(const Graph& g, const std::string& path) {
   const std::vector<uint8_t> bytes = serialize_graph(g);
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp = str_cat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) io_error(path, str_cat("open('", tmp, "')"), errno);
-  try {
-    write_all(fd, bytes.data(), bytes.size(), path, tmp);
-    if (::fsync(fd) != 0) io_error(path, str_cat("fsync('", tmp, "')"), errno);
-    int rc = ::close(fd);
-    fd = -1;
-    if (rc != 0) io_error(path, str_cat("close('", tmp, "')"), errno);
-    if (::rename(tmp.c_str(), path.c_str()) != 0) io_error(path, str_cat("rename('", tmp, "')"), errno);
-  } catch (...) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  // Make the rename itself durable; a failure here leaves a complete file, so it is reported.
-  const std::string dir = directory_of(path);
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) io_error(path, str_cat("open('", dir, "')"), errno);
-  int rc = ::fsync(dfd);
-  int err = errno;
-  ::close(dfd);
-  if (rc != 0 && err != EINVAL) io_error(path, str_cat("fsync('", dir, "')"), err);
+  AtomicFile file(path, "graph file");
+  file.write(bytes.data(), bytes.size());
+  file.commit();
 }
 
 Graph load_graph(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) io_error(path, "open", errno);
-  std::vector<uint8_t> bytes;
-  try {
-    struct stat st;
-    if (::fstat(fd, &st) != 0) io_error(path, "fstat", errno);
-    // Refuse to read a file that cannot be a graph file; the limit comes from 32-bit offsets.
-    COHORT_CHECK(static_cast<uint64_t>(st.st_size) < static_cast<uint64_t>(FLATBUFFERS_MAX_BUFFER_SIZE),
-                 Status::kCorrupt, "graph file '", path, "': not a cohort graph file (", st.st_size,
-                 " bytes; the limit is 2 GiB)");
-    bytes.resize(static_cast<size_t>(st.st_size) + 1);
-    size_t have = 0;
-    for (;;) {
-      if (have == bytes.size()) bytes.resize(bytes.size() * 2);
-      ssize_t n = ::read(fd, bytes.data() + have, bytes.size() - have);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) io_error(path, "read", errno);
-      if (n == 0) break;
-      have += static_cast<size_t>(n);
-      COHORT_CHECK(have < static_cast<size_t>(FLATBUFFERS_MAX_BUFFER_SIZE), Status::kCorrupt, "graph file '",
-                   path, "': not a cohort graph file (over 2 GiB)");
-    }
-    bytes.resize(have);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
+  FileReader file(path, "graph file");
+  // Refuse to read a file that cannot be a graph file; the limit comes from 32-bit offsets.
+  COHORT_CHECK(file.size() < static_cast<uint64_t>(FLATBUFFERS_MAX_BUFFER_SIZE), Status::kCorrupt, "graph file '",
+               path, "': not a cohort graph file (", file.size(), " bytes; the limit is 2 GiB)");
+  std::vector<uint8_t> bytes(static_cast<size_t>(file.size()));
+  file.read_at(0, bytes.data(), bytes.size());
   return deserialize_graph(bytes.data(), bytes.size(), str_cat("graph file '", path, "'"));
 }
 

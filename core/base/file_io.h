@@ -1,17 +1,18 @@
-// File I/O of checkpoints: an atomically replaced output file and a positional reader. Every
-// failure is a kIo error "checkpoint '<path>': <call> failed: <strerror>".
+// Durable file I/O shared by graph files and checkpoints: an atomically replaced output file and
+// a positional reader. Every failure is a kIo error "<kind> '<path>': <call> failed: <strerror>",
+// where kind names what the file is ("checkpoint", "graph file").
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-namespace cohort::checkpoint {
+namespace cohort {
 
 // Written under "<path>.tmp.<pid>.<n>" in the same directory; commit() makes it path.
 class AtomicFile {
  public:
-  explicit AtomicFile(const std::string& path);  // creates the temporary file
+  AtomicFile(const std::string& path, const std::string& kind);  // creates the temporary file
   ~AtomicFile();                                 // without commit: closes and removes it
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -24,6 +25,7 @@ class AtomicFile {
 
  private:
   std::string path_;
+  std::string kind_;
   std::string tmp_;
   int fd_ = -1;
   bool committed_ = false;
@@ -32,7 +34,7 @@ class AtomicFile {
 // Reads ranges of a file opened once.
 class FileReader {
  public:
-  explicit FileReader(const std::string& path);
+  FileReader(const std::string& path, const std::string& kind);
   ~FileReader();
   FileReader(const FileReader&) = delete;
   FileReader& operator=(const FileReader&) = delete;
@@ -43,8 +45,9 @@ class FileReader {
 
  private:
   std::string path_;
+  std::string kind_;
   int fd_ = -1;
   uint64_t size_ = 0;
 };
 
-}  // namespace cohort::checkpoint
+}  // namespace cohort
