@@ -7,18 +7,12 @@
 #include <fstream>
 #include <string>
 #include <vector>
+#include "tests/support/capi_expect.h"
 
 namespace {
 
-std::string last() { return cohort_last_error(); }
-
-#define EXPECT_STATUS(call, status, fragment)                                          \
-  do {                                                                                 \
-    cohort_status st_ = (call);                                                        \
-    EXPECT_EQ(st_, status) << #call << ": " << cohort_last_error();                    \
-    EXPECT_NE(last().find(fragment), std::string::npos) << "message: " << last()      \
-                                                        << "\nexpected to contain: " << fragment; \
-  } while (0)
+using ::cohort::test::last_error;
+std::string last() { return last_error(); }
 
 struct Model {
   cohort_graph* g = nullptr;

@@ -12,19 +12,11 @@
 #include <vector>
 
 #include "core/base/error.h"
+#include "tests/support/expect_error.h"
 
 namespace cohort::data::testing {
 
-template <typename F>
-void expect_error(F&& f, Status status, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error, expected: " << part;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), status) << e.what();
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
+using ::cohort::test::expect_error;
 
 inline std::string make_temp_dir() {
   char tmpl[] = "/tmp/cohort_data_test_XXXXXX";

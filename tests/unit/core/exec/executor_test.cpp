@@ -8,20 +8,12 @@
 
 #include "core/base/error.h"
 #include "core/exec/executor.h"
+#include "tests/support/expect_error.h"
 
 namespace cohort {
 namespace {
 
-template <typename F>
-void expect_error(F&& f, Status status, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error, expected: " << part;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), status) << e.what();
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
+using ::cohort::test::expect_error;
 
 TEST(Executor, LongChainReusesBuffers) {
   constexpr int64_t kN = 1024;  // 4 KiB per activation

@@ -11,20 +11,12 @@
 #include "core/exec/executor.h"
 #include "core/graph/autodiff.h"
 #include "core/graph/graph.h"
+#include "tests/support/expect_error.h"
 
 namespace cohort {
 namespace {
 
-template <typename F>
-void expect_error(F&& f, Status status, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error, expected: " << part;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), status) << e.what();
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
+using ::cohort::test::expect_error;
 
 Attrs factor(AttrValue v) {
   Attrs a;

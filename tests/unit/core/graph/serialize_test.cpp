@@ -17,6 +17,7 @@
 #include "core/graph/autodiff.h"
 #include "core/graph/graph_generated.h"
 #include "core/graph/serialize.h"
+#include "tests/support/expect_error.h"
 
 namespace cohort {
 namespace {
@@ -152,17 +153,7 @@ void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
-// Expects the call to throw Error with `status` and a message containing every part.
-template <typename F>
-void expect_error(F&& f, Status status, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), status) << status_name(e.status()) << ": " << e.what();
-    for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
+using ::cohort::test::expect_error;
 
 TEST(GraphFile, RoundTripPreservesEverything) {
   Graph g = sample_graph();
