@@ -463,6 +463,78 @@ COHORT_API cohort_status cohort_sampler_set_position(cohort_sampler* sampler, in
 COHORT_API cohort_status cohort_dataset_next_batch(const cohort_dataset* dataset, cohort_sampler* sampler,
                                                    cohort_tensor_ref* outputs, int32_t num_outputs);
 
+/* ---- communicators and collectives --------------------------------------------------------- */
+
+/* A group of ranks (one process each) exchanging host buffers through UCX: cohort as a
+ * collective library on its own. Collectives are asynchronous: each call returns at once with a
+ * cohort_work to test or wait on (or, when work_out is NULL, waits itself). Buffers are the
+ * caller's and must stay valid and untouched until the work completes. Operations on one
+ * communicator must be issued from one thread at a time, in the same order on every rank; they
+ * complete in issue order.
+ * Failure: a rank that dies or stops answering turns every pending and later operation into
+ * COHORT_ERR_PEER_FAILED (or COHORT_ERR_TIMEOUT) naming the rank, within the timeout, on every
+ * surviving rank. After that the communicator only serves cohort_comm_status and destroy. */
+typedef struct cohort_comm cohort_comm;
+typedef struct cohort_work cohort_work;
+
+typedef enum cohort_reduce_op { COHORT_REDUCE_SUM = 0, COHORT_REDUCE_AVG = 1, COHORT_REDUCE_MAX = 2 } cohort_reduce_op;
+
+typedef struct cohort_comm_options {
+  size_t size;            /* sizeof(cohort_comm_options) */
+  int64_t timeout_ms;     /* a peer silent this long fails the operation; 0 = 60000 */
+  int64_t connect_timeout_ms; /* joining the rendezvous; 0 = 60000 */
+} cohort_comm_options;
+COHORT_API cohort_comm_options cohort_comm_options_default(void);
+
+/* Joins the job this process was started in — by cohort-run, torchrun (RANK, WORLD_SIZE,
+ * MASTER_ADDR, MASTER_PORT), mpirun or srun; with none of their variables, a world of one.
+ * Collective: every rank of the job calls it. options may be NULL. */
+COHORT_API cohort_status cohort_comm_create_from_env(const cohort_comm_options* options, cohort_comm** comm_out);
+/* Destroys a communicator; waits (bounded by its timeout) for operations still in flight. */
+COHORT_API cohort_status cohort_comm_destroy(cohort_comm* comm);
+/* This rank and the number of ranks. Either pointer may be NULL. */
+COHORT_API cohort_status cohort_comm_rank(const cohort_comm* comm, int32_t* rank_out, int32_t* size_out);
+/* Collective: ranks with equal color form a new communicator ordered by (key, rank). A rank
+ * with color < 0 takes part and gets NULL. */
+COHORT_API cohort_status cohort_comm_split(cohort_comm* comm, int32_t color, int32_t key, cohort_comm** comm_out);
+/* COHORT_OK, or the sticky failure (its message names the rank); failed_rank_out (may be NULL)
+ * gets the failed rank or -1. */
+COHORT_API cohort_status cohort_comm_status(const cohort_comm* comm, int32_t* failed_rank_out);
+/* Fails every pending and later operation and tells the peers. Always returns at once. */
+COHORT_API cohort_status cohort_comm_abort(cohort_comm* comm);
+
+/* count is in elements. f32, bf16 and f16 reduce in f32; i32/i64 support sum and max. in may
+ * equal out. */
+COHORT_API cohort_status cohort_comm_all_reduce(cohort_comm* comm, const void* in, void* out, size_t count,
+                                                cohort_dtype dtype, cohort_reduce_op op, cohort_work** work_out);
+/* in: size * count elements; out: count (rank r receives block r of the reduction). */
+COHORT_API cohort_status cohort_comm_reduce_scatter(cohort_comm* comm, const void* in, void* out, size_t count,
+                                                    cohort_dtype dtype, cohort_reduce_op op, cohort_work** work_out);
+/* in: count elements; out: size * count. */
+COHORT_API cohort_status cohort_comm_all_gather(cohort_comm* comm, const void* in, void* out, size_t count,
+                                                cohort_dtype dtype, cohort_work** work_out);
+COHORT_API cohort_status cohort_comm_broadcast(cohort_comm* comm, void* buf, size_t count, cohort_dtype dtype,
+                                               int32_t root, cohort_work** work_out);
+/* in, out: size * count elements each, distinct buffers. */
+COHORT_API cohort_status cohort_comm_all_to_all(cohort_comm* comm, const void* in, void* out, size_t count,
+                                                cohort_dtype dtype, cohort_work** work_out);
+COHORT_API cohort_status cohort_comm_barrier(cohort_comm* comm, cohort_work** work_out);
+/* Point to point, matched in issue order per (sender, receiver) pair. */
+COHORT_API cohort_status cohort_comm_send(cohort_comm* comm, const void* buf, size_t count, cohort_dtype dtype,
+                                          int32_t peer, cohort_work** work_out);
+COHORT_API cohort_status cohort_comm_recv(cohort_comm* comm, void* buf, size_t count, cohort_dtype dtype,
+                                          int32_t peer, cohort_work** work_out);
+
+/* Waits until the operation finishes: COHORT_OK, its failure, or COHORT_ERR_TIMEOUT when
+ * timeout_ms (>= 0; -1 = the communicator's own deadline) passes first — the work is still
+ * valid then and may be waited on again. */
+COHORT_API cohort_status cohort_work_wait(cohort_work* work, int64_t timeout_ms);
+/* *done_out = 1 when finished (then the status is the operation's), 0 while pending. */
+COHORT_API cohort_status cohort_work_test(cohort_work* work, int32_t* done_out);
+/* Releases the handle; an operation still in flight is waited for first (bounded by the
+ * communicator's timeout), so its buffers are free when this returns. */
+COHORT_API cohort_status cohort_work_destroy(cohort_work* work);
+
 #ifdef __cplusplus
 }
 #endif
