@@ -97,11 +97,19 @@ int main(int argc, char** argv) {
     printf("rank %d of %d: collectives ok\n", rank, size);
     return 0;
   }
-  CHECK(cohort_comm_barrier(comm, NULL));
-  if (rank == size - 1) _exit(0); /* leaves without a word */
+  /* The last rank leaves only once every other rank has told it that it is ready, so nobody can
+   * be caught mid-barrier: the failure must surface in the all-reduce below. */
+  int32_t ready = 1;
+  if (rank == size - 1) {
+    for (int r = 0; r < size - 1; ++r) CHECK(cohort_comm_recv(comm, &ready, 1, COHORT_I32, r, NULL));
+    _exit(0); /* leaves without a word */
+  }
+  /* The ready message may itself be caught by the departure (its completion races the exit):
+   * either way the first failing call must name the departed rank. */
   static float buf[1 << 16];
   double start = now();
-  cohort_status st = cohort_comm_all_reduce(comm, buf, buf, 1 << 16, COHORT_F32, COHORT_REDUCE_SUM, NULL);
+  cohort_status st = cohort_comm_send(comm, &ready, 1, COHORT_I32, size - 1, NULL);
+  if (st == COHORT_OK) st = cohort_comm_all_reduce(comm, buf, buf, 1 << 16, COHORT_F32, COHORT_REDUCE_SUM, NULL);
   double took = now() - start;
   char want[32];
   snprintf(want, sizeof want, "rank %d", size - 1);
