@@ -1,0 +1,126 @@
+// Collectives across real processes: coll_rank processes join through the TCP store (rank 0
+// hosts it), run a smoke test, and survive a rank that is killed in the middle of an
+// all-reduce, over tcp and over shared memory. Every wait has a deadline; stragglers are killed.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+struct Outcome {
+  int status = -1;  // waitpid status
+  std::string output;
+};
+
+// Starts `world` coll_rank processes and waits for all of them (killing any still alive at the
+// deadline). Output of rank r goes to a temporary file read back afterwards.
+std::vector<Outcome> run_job(int world, const std::vector<std::string>& args, int deadline_s) {
+  const int port = free_port();
+  // A token of its own, so that jobs running at the same time can never join each other's store.
+  static int jobs = 0;
+  const std::string token = "coll-test-" + std::to_string(getpid()) + "-" + std::to_string(++jobs) +
+                            "-" + std::to_string(Clock::now().time_since_epoch().count());
+  std::vector<pid_t> pids;
+  std::vector<std::string> files;
+  for (int r = 0; r < world; ++r) {
+    files.push_back(::testing::TempDir() + "coll_rank_" + std::to_string(getpid()) + "_" +
+                    std::to_string(r) + ".out");
+    pid_t pid = fork();
+    if (pid == 0) {
+      FILE* out = std::fopen(files.back().c_str(), "w");
+      if (out) dup2(fileno(out), 1);
+      setenv("COHORT_RANK", std::to_string(r).c_str(), 1);
+      setenv("COHORT_WORLD_SIZE", std::to_string(world).c_str(), 1);
+      setenv("COHORT_LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("COHORT_LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);
+      setenv("COHORT_MASTER_ADDR", "127.0.0.1", 1);
+      setenv("COHORT_MASTER_PORT", std::to_string(port).c_str(), 1);
+      setenv("COHORT_JOB_TOKEN", token.c_str(), 1);
+      std::vector<char*> argv{const_cast<char*>(COLL_RANK_BIN)};
+      for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(COLL_RANK_BIN, argv.data());
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<Outcome> outcomes(world);
+  std::vector<bool> done(world, false);
+  auto deadline = Clock::now() + std::chrono::seconds(deadline_s);
+  for (int left = world; left > 0;) {
+    for (int r = 0; r < world; ++r) {
+      if (done[r]) continue;
+      if (waitpid(pids[r], &outcomes[r].status, WNOHANG) == pids[r]) {
+        done[r] = true;
+        --left;
+      } else if (Clock::now() > deadline) {
+        kill(pids[r], SIGKILL);
+        waitpid(pids[r], &outcomes[r].status, 0);
+        outcomes[r].output = "killed at the deadline\n";
+        done[r] = true;
+        --left;
+      }
+    }
+    if (left) std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling waitpid
+  }
+  for (int r = 0; r < world; ++r) {
+    std::ifstream in(files[r]);
+    std::stringstream text;
+    text << in.rdbuf();
+    outcomes[r].output += text.str();
+    std::remove(files[r].c_str());
+  }
+  return outcomes;
+}
+
+bool exited_ok(const Outcome& o) { return WIFEXITED(o.status) && WEXITSTATUS(o.status) == 0; }
+
+class CollMultirank : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CollMultirank, Smoke) {
+  auto outcomes = run_job(3, {"smoke", GetParam(), "5000"}, 60);
+  for (size_t r = 0; r < outcomes.size(); ++r)
+    EXPECT_TRUE(exited_ok(outcomes[r])) << "rank " << r << ": " << outcomes[r].output;
+}
+
+// Rank 1 dies in the middle of a 16 MiB all-reduce; ranks 0 and 2 must report kPeerFailed or
+// kTimeout naming rank 1 within the 2 s timeout (plus grace), and exit cleanly.
+TEST_P(CollMultirank, KilledRankIsNamed) {
+  auto outcomes = run_job(3, {"kill", GetParam(), "2000", "1"}, 60);
+  EXPECT_TRUE(WIFSIGNALED(outcomes[1].status) && WTERMSIG(outcomes[1].status) == SIGKILL)
+      << outcomes[1].output;
+  for (int r : {0, 2}) EXPECT_TRUE(exited_ok(outcomes[r])) << "rank " << r << ": " << outcomes[r].output;
+  std::printf("rank 0: %srank 2: %s", outcomes[0].output.c_str(), outcomes[2].output.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, CollMultirank, ::testing::Values("tcp", "self,sm"),
+                         [](const ::testing::TestParamInfo<const char*>& p) {
+                           return std::string(p.param) == "tcp" ? "tcp" : "shm";
+                         });
+
+}  // namespace

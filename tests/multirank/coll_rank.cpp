@@ -1,0 +1,102 @@
+// One rank of the multi-process collective tests (started by coll_multirank_test with the
+// COHORT_* environment). Modes: "smoke" checks a few collectives across processes; "kill" runs
+// an all-reduce in which rank `victim` kills itself, and checks that this rank reports
+// kPeerFailed/kTimeout naming the victim within the deadline. Prints one RESULT line.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "transport/bootstrap/env.h"
+#include "transport/coll/communicator.h"
+
+using namespace cohort;
+using namespace cohort::transport;
+using namespace cohort::transport::coll;
+using Ms = std::chrono::milliseconds;
+
+namespace {
+
+int smoke(Communicator& c) {
+  const int n = c.size();
+  std::vector<float> v(1000003);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i + c.rank()) % 11);
+  c.all_reduce(v.data(), v.size(), DataType::kF32, ReduceOp::kSum)->wait(Ms(30000));
+  for (size_t i = 0; i < v.size(); ++i) {
+    float want = 0;
+    for (int r = 0; r < n; ++r) want += static_cast<float>((i + r) % 11);
+    if (v[i] != want) return std::printf("RESULT bad all_reduce element %zu\n", i), 1;
+  }
+  std::vector<int64_t> all(n);
+  int64_t mine = c.rank() * 10;
+  c.all_gather(&mine, all.data(), 1, DataType::kI64)->wait(Ms(30000));
+  for (int r = 0; r < n; ++r)
+    if (all[r] != r * 10) return std::printf("RESULT bad all_gather\n"), 1;
+  c.barrier()->wait(Ms(30000));
+  std::printf("RESULT ok\n");
+  return 0;
+}
+
+int kill_test(Communicator& c, int victim, Ms timeout) {
+  c.barrier()->wait(Ms(30000));  // everyone connected before the failure
+  std::vector<float> v((16u << 20) / 4, 1.0f);
+  auto start = std::chrono::steady_clock::now();
+  auto work = c.all_reduce(v.data(), v.size(), DataType::kF32, ReduceOp::kSum);
+  if (c.rank() == victim) {
+    try {
+      work->wait(Ms(2));  // let the transfers start, then die in the middle
+    } catch (const Error&) {
+    }
+    raise(SIGKILL);
+  }
+  try {
+    work->wait(timeout * 4 + Ms(5000));
+    std::printf("RESULT all_reduce finished without the victim\n");
+    return 1;
+  } catch (const Error& e) {
+    auto ms = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - start).count();
+    int failed = -1;
+    c.status(nullptr, &failed);
+    std::string what = e.what();
+    bool named = failed == victim && what.find("rank " + std::to_string(victim)) != std::string::npos;
+    bool status_ok = e.status() == Status::kPeerFailed || e.status() == Status::kTimeout;
+    bool in_time = ms <= timeout.count() + 1500;
+    std::printf("RESULT status=%s failed_rank=%d elapsed_ms=%lld named=%d in_time=%d msg=%s\n",
+                status_name(e.status()), failed, static_cast<long long>(ms), named, in_time,
+                what.c_str());
+    return named && status_ok && in_time ? 0 : 1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: coll_rank smoke|kill TLS TIMEOUT_MS [VICTIM]\n");
+    return 2;
+  }
+  std::string mode = argv[1];
+  Ms timeout(std::atoi(argv[3]));
+  int rc = 1;
+  try {
+    JobEnv env = detect_job_env();
+    auto store = connect_job_store(env, Ms(30000));
+    CommOptions options;
+    options.timeout = timeout;
+    ucx::EngineOptions engine;
+    engine.tls = argv[2];
+    engine.keepalive = Ms(500);
+    auto comm = Communicator::create(store, env.rank, env.world, options, engine);
+    rc = mode == "kill" ? kill_test(*comm, argc > 4 ? std::atoi(argv[4]) : 1, timeout)
+                        : smoke(*comm);
+  } catch (const std::exception& e) {
+    std::printf("RESULT error: %s\n", e.what());
+    rc = 1;
+  }
+  std::fflush(stdout);
+  return rc;
+}

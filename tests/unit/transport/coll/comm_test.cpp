@@ -1,0 +1,176 @@
+// Communicator behaviour beyond data correctness: split and grid axes, argument errors, and
+// failures (a silent peer, abort) turning into sticky errors that name the rank, in time.
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "tests/unit/transport/coll/coll_test_util.h"
+
+namespace cohort::transport::coll::testing {
+namespace {
+
+TEST(CommTest, SplitEvenOdd) {
+  run_ranks(4, {}, [](Communicator& c) {
+    auto sub = c.split(c.rank() % 2, -c.rank());  // reversed order inside each group
+    ASSERT_NE(sub, nullptr);
+    ASSERT_EQ(sub->size(), 2);
+    EXPECT_EQ(sub->rank(), c.rank() < 2 ? 1 : 0);
+    int32_t v = c.rank();
+    sub->all_reduce(&v, 1, DataType::kI32, ReduceOp::kSum)->wait(kWait);
+    EXPECT_EQ(v, c.rank() % 2 ? 1 + 3 : 0 + 2);
+    auto none = c.split(c.rank() == 0 ? 0 : -1, 0);
+    EXPECT_EQ(none != nullptr, c.rank() == 0);
+    // The parent still works after and alongside its children.
+    int32_t w = 1;
+    auto a = c.all_reduce(&w, 1, DataType::kI32, ReduceOp::kSum);
+    int32_t x = 1;
+    auto b = sub->all_reduce(&x, 1, DataType::kI32, ReduceOp::kSum);
+    a->wait(kWait);
+    b->wait(kWait);
+    EXPECT_EQ(w, 4);
+    EXPECT_EQ(x, 2);
+  });
+}
+
+// Communicators progress independently: ranks may issue on two of them in different orders.
+TEST(CommTest, CommunicatorsProgressIndependently) {
+  run_ranks(4, {}, [](Communicator& c) {
+    auto sub = c.split(c.rank() % 2, c.rank());
+    std::vector<float> a(100000, 1.0f), b(100000, 1.0f);
+    WorkPtr wa, wb;
+    if (c.rank() < 2) {
+      wa = c.all_reduce(a.data(), a.size(), DataType::kF32, ReduceOp::kSum);
+      wb = sub->all_reduce(b.data(), b.size(), DataType::kF32, ReduceOp::kSum);
+    } else {
+      wb = sub->all_reduce(b.data(), b.size(), DataType::kF32, ReduceOp::kSum);
+      wa = c.all_reduce(a.data(), a.size(), DataType::kF32, ReduceOp::kSum);
+    }
+    wa->wait(kWait);
+    wb->wait(kWait);
+    EXPECT_EQ(a[12345], 4.0f);
+    EXPECT_EQ(b[12345], 2.0f);
+  });
+}
+
+TEST(CommTest, GridAxes) {
+  run_ranks(4, {}, [](Communicator& c) {
+    auto axes = make_grid_axes(c, {2, 2});  // rank = 2 * row + col
+    ASSERT_EQ(axes.size(), 2u);
+    auto coords = grid_coordinates(c.rank(), {2, 2});
+    EXPECT_EQ(axes[0]->rank(), coords[0]);
+    EXPECT_EQ(axes[1]->rank(), coords[1]);
+    int32_t col_sum = c.rank(), row_sum = c.rank();
+    axes[0]->all_reduce(&col_sum, 1, DataType::kI32, ReduceOp::kSum)->wait(kWait);
+    axes[1]->all_reduce(&row_sum, 1, DataType::kI32, ReduceOp::kSum)->wait(kWait);
+    EXPECT_EQ(col_sum, coords[1] + (2 + coords[1]));  // ranks col and 2 + col
+    EXPECT_EQ(row_sum, 2 * coords[0] + 2 * coords[0] + 1);
+    auto cube = make_grid_axes(c, {1, 4, 1});
+    EXPECT_EQ(cube[0]->size(), 1);
+    EXPECT_EQ(cube[1]->size(), 4);
+    EXPECT_THROW(make_grid_axes(c, {3, 2}), Error);
+  });
+}
+
+TEST(CommTest, ArgumentErrors) {
+  run_ranks(2, {}, [](Communicator& c) {
+    int32_t v = 0;
+    auto expect_status = [](Status s, const std::function<void()>& fn) {
+      try {
+        fn();
+        ADD_FAILURE() << "no error";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.status(), s) << e.what();
+      }
+    };
+    expect_status(Status::kUnsupported, [&] { c.all_reduce(&v, 1, DataType::kI32, ReduceOp::kAvg); });
+    expect_status(Status::kInvalidArgument, [&] { c.all_reduce(nullptr, 4, DataType::kF32, ReduceOp::kSum); });
+    expect_status(Status::kInvalidArgument, [&] { c.broadcast(&v, 1, DataType::kI32, 2); });
+    expect_status(Status::kInvalidArgument, [&] { c.send(&v, 1, DataType::kI32, c.rank()); });
+    c.barrier()->wait(kWait);  // nothing was queued by the failed calls
+  });
+}
+
+// Rank 2 never joins the all-reduce (it is busy elsewhere): ranks 0 and 1 fail with kTimeout
+// naming rank 2 within the timeout (plus the grace period), later operations fail at once, and
+// rank 2 learns it too.
+TEST(CommTest, SilentPeerTimesOut) {
+  RankSetup setup;
+  setup.timeout = milliseconds(1000);
+  std::promise<void> others_done[2];
+  run_ranks(3, setup, [&](Communicator& c) {
+    float v = 1;
+    if (c.rank() == 2) {
+      for (auto& p : others_done) ASSERT_EQ(p.get_future().wait_for(kWait), std::future_status::ready);
+      auto w = c.barrier();  // the others reported this rank: fails at once or shortly
+      EXPECT_THROW(w->wait(milliseconds(10000)), Error);
+      EXPECT_NE(c.status(), Status::kOk);
+      return;
+    }
+    auto start = std::chrono::steady_clock::now();
+    auto w = c.all_reduce(&v, 1, DataType::kF32, ReduceOp::kSum);
+    try {
+      w->wait(milliseconds(10000));
+      ADD_FAILURE() << "all_reduce finished without rank 2";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::kTimeout) << e.what();
+      EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(3000));
+    int failed = -1;
+    EXPECT_EQ(c.status(nullptr, &failed), Status::kTimeout);
+    EXPECT_EQ(failed, 2);
+    auto later = c.all_reduce(&v, 1, DataType::kF32, ReduceOp::kSum);
+    EXPECT_EQ(later->status(), Status::kTimeout);  // failed at once
+    others_done[c.rank()].set_value();
+  });
+}
+
+// abort() returns at once, fails the caller's pending work and makes the peers fail fast.
+TEST(CommTest, AbortReachesPeers) {
+  run_ranks(3, {}, [](Communicator& c) {
+    float v = 1;
+    if (c.rank() == 0) {
+      auto w = c.recv(&v, 1, DataType::kF32, 1);  // never sent
+      c.abort("test");
+      EXPECT_EQ(w->status(), Status::kInvalidState);
+      EXPECT_THROW(w->wait(), Error);
+      return;
+    }
+    auto start = std::chrono::steady_clock::now();
+    auto w = c.all_reduce(&v, 1, DataType::kF32, ReduceOp::kSum);
+    try {
+      w->wait(milliseconds(8000));
+      ADD_FAILURE() << "all_reduce finished without rank 0";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::kPeerFailed) << e.what();
+      EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(5000));
+  });
+}
+
+TEST(CommTest, WaitDeadlineLeavesWorkPending) {
+  std::promise<void> timed_out;
+  auto timed_out_future = timed_out.get_future();
+  run_ranks(2, {}, [&](Communicator& c) {
+    float v = 1;
+    if (c.rank() == 0) {
+      auto w = c.recv(&v, 1, DataType::kF32, 1);
+      EXPECT_THROW(w->wait(milliseconds(50)), Error);
+      EXPECT_EQ(w->status(), Status::kInvalidState);  // still pending
+      timed_out.set_value();
+      c.barrier()->wait(kWait);  // queued behind the recv: completes once it does
+      EXPECT_TRUE(w->test());
+      EXPECT_EQ(v, 2.0f);
+    } else {
+      float two = 2;
+      ASSERT_EQ(timed_out_future.wait_for(kWait), std::future_status::ready);
+      auto s = c.send(&two, 1, DataType::kF32, 0);
+      c.barrier()->wait(kWait);
+      EXPECT_TRUE(s->test());
+    }
+  });
+}
+
+}  // namespace
+}  // namespace cohort::transport::coll::testing

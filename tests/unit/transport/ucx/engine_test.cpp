@@ -1,0 +1,132 @@
+// transport/ucx: the status wrapper, the tag layout, and engines of in-process ranks exchanging
+// tagged messages (small ones complete at once and return NULL; large ones use rendezvous) over
+// shared memory and tcp, including the fallback when UCX_TLS=cma cannot create endpoints.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "transport/ucx/engine.h"
+#include "transport/ucx/tag.h"
+#include "transport/ucx/ucx_status.h"
+
+namespace cohort::transport::ucx {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(UcxStatus, NamesCallAndCarriesUcxText) {
+  try {
+    ucs_check(UCS_ERR_CONNECTION_RESET, "ucp_tag_send_nbx", "rank 3");
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kPeerFailed);
+    std::string what = e.what();
+    EXPECT_NE(what.find("ucp_tag_send_nbx"), std::string::npos);
+    EXPECT_NE(what.find(ucs_status_string(UCS_ERR_CONNECTION_RESET)), std::string::npos);
+    EXPECT_NE(what.find("rank 3"), std::string::npos);
+  }
+  EXPECT_NO_THROW(ucs_check(UCS_OK, "x"));
+  EXPECT_EQ(status_from_ucs(UCS_ERR_TIMED_OUT), Status::kTimeout);
+}
+
+TEST(UcxTag, FieldsDoNotOverlap) {
+  uint64_t t = make_tag(kMaxCommId, kMaxWorldSize - 1, true, kSeqMask, message_index(kMaxChunks - 1, kMaxSteps - 1));
+  EXPECT_EQ(tag_comm(t), kMaxCommId);
+  EXPECT_EQ(tag_src(t), static_cast<uint32_t>(kMaxWorldSize - 1));
+  EXPECT_EQ(t & ~kMatchComm, make_tag(0, kMaxWorldSize - 1, true, kSeqMask, 0xFFFFFF));
+  EXPECT_NE(make_tag(1, 2, false, 3, 4), make_tag(1, 2, true, 3, 4));
+  EXPECT_NE(make_tag(1, 2, false, 3, 4), make_tag(1, 3, false, 3, 4));
+  EXPECT_EQ(tag_comm(make_tag(kControlComm, 0, false, 0, 0)), kControlComm);
+}
+
+// Sends `bytes` to the next rank and receives from the previous one, from the progress thread.
+class RingClient : public Client {
+ public:
+  RingClient(Engine* engine, size_t bytes) : engine_(engine), out_(bytes), in_(bytes) {
+    for (size_t i = 0; i < bytes; ++i) out_[i] = static_cast<char>(engine->rank() * 31 + i);
+  }
+  bool poll(Clock::time_point) override {
+    if (!posted_) {
+      posted_ = true;
+      int n = engine_->size(), me = engine_->rank();
+      int next = (me + 1) % n, prev = (me + n - 1) % n;
+      engine_->recv(prev, in_.data(), in_.size(), make_tag(0, prev, false, 0, 0), &recv_);
+      engine_->send(next, out_.data(), out_.size(), make_tag(0, me, false, 0, 0), &send_);
+    }
+    if (!reported_ && send_.done && recv_.done) {
+      reported_ = true;
+      ok_ = send_.status == UCS_OK && recv_.status == UCS_OK;
+      for (size_t i = 0; ok_ && i < in_.size(); ++i) {
+        int prev = (engine_->rank() + engine_->size() - 1) % engine_->size();
+        ok_ = in_[i] == static_cast<char>(prev * 31 + i);
+      }
+      done_.set_value(ok_);
+    }
+    return !reported_;
+  }
+  void on_failure(uint32_t, int, Status, const std::string& why) override { failure_ = why; }
+  bool finished() const override { return reported_ && released_.load(); }
+  std::future<bool> result() { return done_.get_future(); }
+  void release() { released_.store(true); }
+
+ private:
+  Engine* engine_;
+  std::vector<char> out_, in_;
+  Transfer send_, recv_;
+  bool posted_ = false, reported_ = false, ok_ = false;
+  std::atomic<bool> released_{false};
+  std::string failure_;
+  std::promise<bool> done_;
+};
+
+void ring_exchange(const std::string& tls, int world, size_t bytes, std::string* used_tls = nullptr) {
+  auto store = make_memory_store();
+  std::vector<std::thread> threads;
+  std::atomic<int> good{0};
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        EngineOptions options;
+        options.tls = tls;
+        options.connect_timeout = milliseconds(20000);
+        auto engine = Engine::create(store, rank, world, options);
+        if (rank == 0 && used_tls) *used_tls = engine->tls();
+        auto client = std::make_shared<RingClient>(engine.get(), bytes);
+        auto result = client->result();
+        engine->attach(client);
+        if (result.wait_for(milliseconds(20000)) == std::future_status::ready && result.get())
+          ++good;
+        client->release();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << rank << ": " << e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(good.load(), world) << "UCX_TLS=" << tls << " bytes " << bytes;
+}
+
+TEST(UcxEngine, RingExchangeSharedMemory) {
+  for (size_t bytes : {size_t{8}, size_t{4} << 20}) ring_exchange("self,sm", 3, bytes);
+}
+
+TEST(UcxEngine, RingExchangeTcp) {
+  for (size_t bytes : {size_t{8}, size_t{4} << 20}) ring_exchange("tcp", 3, bytes);
+}
+
+TEST(UcxEngine, CmaAloneFallsBack) {
+  std::string used;
+  ring_exchange("cma", 2, 1024, &used);
+  EXPECT_NE(used, "cma");
+}
+
+TEST(UcxEngine, RejectsBadArguments) {
+  auto store = make_memory_store();
+  EXPECT_THROW(Engine::create(store, 2, 2), Error);
+  EXPECT_THROW(Engine::create(nullptr, 0, 1), Error);
+}
+
+}  // namespace
+}  // namespace cohort::transport::ucx

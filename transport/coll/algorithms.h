@@ -1,0 +1,50 @@
+// Schedule builders, one per collective. Each returns an Op whose chains the executor runs;
+// buffers are the caller's and must stay valid until the Work completes. Large messages use
+// rings pipelined in chunks (bandwidth-optimal), small ones recursive doubling or binomial
+// trees (latency-optimal). Counts of 0, 1 and counts not divisible by the size are fine.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "transport/coll/schedule.h"
+#include "transport/coll/types.h"
+
+namespace cohort::transport::coll {
+
+struct Plan {
+  int rank = 0;
+  int size = 1;
+  size_t chunk_bytes = 1 << 20;  // pipelining unit of rings and chains
+  size_t window = 4;             // chunks in flight per operation
+  size_t small_bytes = 128 << 10;  // at or below: latency-optimal algorithms
+};
+
+// Near-equal partition of `total` items into `parts`: the first total % parts get one more.
+inline size_t part_count(size_t total, size_t parts, size_t i) {
+  return total / parts + (i < total % parts ? 1 : 0);
+}
+inline size_t part_offset(size_t total, size_t parts, size_t i) {
+  return i * (total / parts) + (i < total % parts ? i : total % parts);
+}
+// Chunks to cut `bytes` into so that each is about plan.chunk_bytes (at least 1).
+size_t chunk_count(const Plan& plan, size_t bytes);
+
+std::unique_ptr<Op> build_all_reduce(const Plan& plan, const void* in, void* out, size_t count,
+                                     DataType type, ReduceOp op);
+// in: size * count elements; out: count elements (this rank's block of the reduction).
+std::unique_ptr<Op> build_reduce_scatter(const Plan& plan, const void* in, void* out,
+                                         size_t count, DataType type, ReduceOp op);
+// in: count elements; out: size * count elements, rank i's block at i * count.
+std::unique_ptr<Op> build_all_gather(const Plan& plan, const void* in, void* out, size_t count,
+                                     DataType type);
+std::unique_ptr<Op> build_broadcast(const Plan& plan, void* buf, size_t count, DataType type,
+                                    int root);
+// in and out: size * count elements; block j of in goes to rank j, block i of out came from i.
+std::unique_ptr<Op> build_all_to_all(const Plan& plan, const void* in, void* out, size_t count,
+                                     DataType type);
+std::unique_ptr<Op> build_barrier(const Plan& plan);
+std::unique_ptr<Op> build_send(const Plan& plan, const void* buf, size_t bytes, int peer);
+std::unique_ptr<Op> build_recv(const Plan& plan, void* buf, size_t bytes, int peer);
+
+}  // namespace cohort::transport::coll

@@ -1,0 +1,90 @@
+// Executor: the per-communicator queue of operations, run by the engine's progress thread in
+// issue order. A collective runs alone, after everything issued before it (so it may consume
+// the previous operation's output, and collectives complete in issue order); point-to-point
+// operations issued back to back run together. It owns the communicator's sticky error: once
+// set, every running, queued and future Work fails with it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transport/coll/schedule.h"
+#include "transport/ucx/engine.h"
+
+namespace cohort::transport::coll {
+
+class Executor : public ucx::Client {
+ public:
+  Executor(ucx::Engine* engine, uint32_t comm_id, std::vector<int> members, int rank,
+           std::string name, std::chrono::milliseconds timeout);
+
+  enum class Order { kCollective, kSend, kRecv };  // which sequence numbers an op consumes
+
+  // Caller threads.
+  std::shared_ptr<Work> submit(std::unique_ptr<Op> op, Order order, int peer = -1);
+  void abort(const std::string& reason);  // fails everything now; returns at once
+  void close();                           // the communicator is gone
+  void set_timeout(std::chrono::milliseconds t) { timeout_ms_.store(t.count()); }
+  std::chrono::milliseconds timeout() const {
+    return std::chrono::milliseconds(timeout_ms_.load());
+  }
+  Status error(std::string* message, int* culprit) const;
+
+  // Progress thread (ucx::Client).
+  bool poll(Clock::time_point now) override;
+  void on_failure(uint32_t comm, int culprit, Status status, const std::string& why) override;
+  void on_suspect(uint32_t comm, int reporter, int culprit) override;
+  bool finished() const override;
+
+ private:
+  void start_ready_ops();
+  void retire(size_t index);
+  bool advance(Op& op, Clock::time_point now);
+  bool advance_chain(Op& op, size_t index, Clock::time_point now);
+  void start_stage(Op& op, size_t index);
+  bool check_stage(Op& op, Stage& stage);
+  void check_deadline(Clock::time_point now);
+  void cancel_transfers(Op& op);
+  // Records the sticky error (first one wins) and fails every queued Work. Any thread.
+  bool set_error(Status status, const std::string& message, int culprit_world);
+  int comm_rank_of(int world) const;
+
+  ucx::Engine* engine_;
+  const uint32_t comm_id_;
+  const std::vector<int> members_;  // comm rank -> world rank
+  const int rank_;
+  const std::string name_;
+  std::atomic<int64_t> timeout_ms_;
+
+  mutable std::mutex mutex_;
+  std::deque<std::unique_ptr<Op>> queue_;
+  uint32_t next_seq_ = 0;
+  std::vector<uint32_t> send_seq_, recv_seq_;
+  Status status_ = Status::kOk;
+  std::string message_;
+  int culprit_ = -1;  // world rank blamed for the failure
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> closed_{false};
+
+  // Progress thread only.
+  std::vector<std::shared_ptr<Work>> active_works_;  // guarded by mutex_: abort() fails them
+  std::atomic<bool> report_abort_{false};  // tell peers on the progress thread
+  // Running ops: one collective, or any number of point-to-point ops (which do not wait for
+  // each other, so that receives posted before sends cannot deadlock a ring).
+  std::vector<std::unique_ptr<Op>> active_;
+  std::vector<std::unique_ptr<Op>> draining_;  // failed ops whose transfers are being cancelled
+  Clock::time_point last_progress_{};
+  // A stalled operation first tells the others whom it waits for and listens for a grace
+  // period, so that every rank can follow the chain of waits to the rank that is really stuck.
+  bool suspecting_ = false;
+  Clock::time_point verdict_at_{};
+  std::vector<int> waits_for_;  // world rank -> world rank it reported waiting for, or -1
+};
+
+}  // namespace cohort::transport::coll

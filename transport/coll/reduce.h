@@ -1,0 +1,22 @@
+// Element-wise reduction kernels used by the collectives: out = a (op) b, with bf16/f16 widened
+// to fp32 for the arithmetic and rounded to nearest-even on the way back.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "transport/coll/types.h"
+
+namespace cohort::transport::coll {
+
+// out[i] = a[i] op b[i] for i < count; out may alias a or b. kAvg adds (scale() divides later).
+void reduce(void* out, const void* a, const void* b, size_t count, DataType type, ReduceOp op);
+// buf[i] *= factor (floating types only).
+void scale(void* buf, size_t count, DataType type, double factor);
+
+float bf16_to_float(uint16_t v);
+uint16_t float_to_bf16(float v);
+float f16_to_float(uint16_t v);
+uint16_t float_to_f16(float v);
+
+}  // namespace cohort::transport::coll

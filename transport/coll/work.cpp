@@ -1,0 +1,61 @@
+// Work handle: completion state shared between the progress thread and callers.
+#include "transport/coll/work.h"
+
+namespace cohort::transport::coll {
+
+void Work::throw_if_failed() const {
+  if (status_ != Status::kOk) throw Error(status_, message_);
+}
+
+bool Work::test() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  throw_if_failed();
+  return done_;
+}
+
+void Work::wait() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return done_; });
+  throw_if_failed();
+}
+
+void Work::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!cv_.wait_for(lock, timeout, [&] { return done_; })) {
+    throw Error(Status::kTimeout,
+                str_cat(what_, ": still pending after waiting ", timeout.count(), " ms"));
+  }
+  throw_if_failed();
+}
+
+Status Work::status() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_ ? status_ : Status::kInvalidState;
+}
+
+std::string Work::error_message() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return message_;
+}
+
+void Work::finish() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_) return;
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Work::fail(Status status, const std::string& message) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_) return;
+    done_ = true;
+    status_ = status;
+    message_ = message;
+  }
+  cv_.notify_all();
+}
+
+}  // namespace cohort::transport::coll

@@ -1,0 +1,49 @@
+// Work: the handle of one asynchronous operation. The progress thread finishes or fails it; any
+// thread may test or wait. After a failure the Work carries the communicator's sticky error.
+// A Work that failed may leave its buffers in use by UCX until the communicator is destroyed.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+
+#include "core/base/error.h"
+
+namespace cohort::transport::coll {
+
+class Work {
+ public:
+  explicit Work(std::string what) : what_(std::move(what)) {}
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+
+  // True once finished; throws the failure (cohort::Error) if it failed. Never blocks.
+  bool test();
+  // Blocks until finished; throws on failure. The communicator's timeout bounds the wait: a
+  // stalled operation fails with kTimeout or kPeerFailed.
+  void wait();
+  // Like wait(), but throws Status::kTimeout if still pending after `timeout` (the operation
+  // itself continues; waiting again is allowed).
+  void wait(std::chrono::milliseconds timeout);
+  // Non-throwing: kOk when finished, the failure status, or kInvalidState while pending.
+  Status status() const;
+  std::string error_message() const;
+  const std::string& what() const { return what_; }
+
+  // Producer side (the communicator). The first outcome wins.
+  void finish();
+  void fail(Status status, const std::string& message);
+
+ private:
+  void throw_if_failed() const;  // requires mutex_
+
+  const std::string what_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  Status status_ = Status::kOk;
+  std::string message_;
+};
+
+}  // namespace cohort::transport::coll

@@ -1,0 +1,252 @@
+// Engine runtime: tagged transfers, the progress loop, failure dispatch and control messages.
+// Runs on the progress thread only (except attach/wake, which are thread-safe).
+#include "transport/ucx/engine.h"
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/base/log.h"
+#include "transport/ucx/ucx_status.h"
+
+namespace cohort::transport::ucx {
+
+namespace {
+
+void complete(Transfer* t, ucs_status_t status) noexcept {
+  if (t->done) return;
+  t->done = true;
+  t->status = status;
+  t->request = nullptr;
+  if (t->counter) --*t->counter;
+}
+
+void on_send_done(void* request, ucs_status_t status, void* user) noexcept {
+  complete(static_cast<Transfer*>(user), status);
+  ucp_request_free(request);
+}
+
+void on_recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                  void* user) noexcept {
+  auto* t = static_cast<Transfer*>(user);
+  if (status == UCS_OK && info && info->length != t->bytes) status = UCS_ERR_MESSAGE_TRUNCATED;
+  complete(t, status);
+  ucp_request_free(request);
+}
+
+// Starts tracking `t`; a NULL request means the operation completed at once (no callback).
+void track(Transfer* t, ucs_status_ptr_t request) noexcept {
+  if (request == nullptr) {
+    complete(t, UCS_OK);
+  } else if (UCS_PTR_IS_ERR(request)) {
+    complete(t, UCS_PTR_STATUS(request));
+  } else if (!t->done) {
+    t->request = request;
+  }
+}
+
+}  // namespace
+
+Engine::Engine(int rank, int size, EngineOptions options)
+    : rank_(rank), size_(size), options_(std::move(options)) {}
+
+void Engine::attach(std::shared_ptr<Client> client) {
+  {
+    std::lock_guard<std::mutex> lock(clients_mutex_);
+    new_clients_.push_back(std::move(client));
+  }
+  wake();
+}
+
+void Engine::wake() {
+  uint64_t one = 1;
+  if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof(one));
+}
+
+void Engine::reserve_comm_ids(uint32_t end) {
+  uint32_t cur = next_comm_id_.load();
+  while (cur < end && !next_comm_id_.compare_exchange_weak(cur, end)) {
+  }
+}
+
+void Engine::send(int peer, const void* buf, size_t bytes, uint64_t tag, Transfer* t) {
+  *t = Transfer{nullptr, peer, bytes, true, false, UCS_OK, t->counter};
+  if (dead_[peer] || !eps_[peer]) return complete(t, UCS_ERR_CONNECTION_RESET);
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = on_send_done;
+  param.user_data = t;
+  track(t, ucp_tag_send_nbx(eps_[peer], buf, bytes, tag, &param));
+}
+
+void Engine::recv(int peer, void* buf, size_t bytes, uint64_t tag, Transfer* t) {
+  *t = Transfer{nullptr, peer, bytes, true, false, UCS_OK, t->counter};
+  if (peer >= 0 && dead_[peer]) return complete(t, UCS_ERR_CONNECTION_RESET);
+  ucp_request_param_t param{};  // no RECV_INFO: completion always goes through the callback
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.recv = on_recv_done;
+  param.user_data = t;
+  ucs_status_ptr_t request = ucp_tag_recv_nbx(worker_, buf, bytes, tag, kMatchAll, &param);
+  track(t, request);
+}
+
+void Engine::cancel(Transfer* t) {
+  if (t->in_flight() && t->request) ucp_request_cancel(worker_, t->request);
+}
+
+void Engine::report_failure(uint32_t comm, int culprit, Status status, const std::string& why) {
+  if (culprit >= 0 && culprit < size_) blamed_[culprit] = 1;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_ && !dead_[peer] && !left_[peer]) {  // a silent culprit learns it too
+      send_control(peer, kControlFailure, comm, culprit, status, why);
+    }
+  }
+}
+
+void Engine::report_suspect(uint32_t comm, int culprit) {
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_ && !dead_[peer] && !left_[peer])
+      send_control(peer, kControlSuspect, comm, culprit, Status::kTimeout, str_cat(rank_));
+  }
+}
+
+void Engine::send_control(int peer, uint32_t kind, uint32_t comm, int culprit, Status status,
+                          const std::string& why) noexcept {
+  control_out_.emplace_back();
+  ControlSend& out = control_out_.back();
+  out.msg.kind = kind;
+  out.msg.comm = comm;
+  out.msg.culprit = culprit;
+  out.msg.status = static_cast<int32_t>(status);
+  std::strncpy(out.msg.text, why.c_str(), sizeof(out.msg.text) - 1);
+  send(peer, &out.msg, sizeof(out.msg), make_tag(kControlComm, rank_, false, 0, 0), &out.transfer);
+}
+
+void Engine::post_control_recv() noexcept {
+  control_recv_.counter = nullptr;
+  control_recv_ = Transfer{nullptr, -1, sizeof(ControlMsg), true, false, UCS_OK, nullptr};
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.recv = on_recv_done;
+  param.user_data = &control_recv_;
+  track(&control_recv_, ucp_tag_recv_nbx(worker_, control_in_.get(), sizeof(ControlMsg),
+                                         make_tag(kControlComm, 0, false, 0, 0), kMatchComm,
+                                         &param));
+}
+
+void Engine::handle_control() noexcept {
+  control_out_.remove_if([](const ControlSend& s) { return s.transfer.done; });
+  while (control_recv_.done) {
+    if (control_recv_.status != UCS_OK) return;  // cancelled at shutdown
+    ControlMsg msg = *control_in_;
+    msg.text[sizeof(msg.text) - 1] = 0;
+    post_control_recv();
+    if (msg.kind == kControlSuspect && msg.culprit >= 0 && msg.culprit < size_) {
+      int reporter = std::atoi(msg.text);
+      for (auto& client : clients_) client->on_suspect(msg.comm, reporter, msg.culprit);
+    } else if (msg.kind == kControlGoodbye && msg.culprit >= 0 && msg.culprit < size_) {
+      left_[msg.culprit] = 1;
+    } else if (msg.kind == kControlFailure && msg.culprit >= 0 && msg.culprit < size_) {
+      if (msg.comm == kAnyComm) dead_[msg.culprit] = 1;
+      blamed_[msg.culprit] = 1;
+      dispatch(msg.comm, msg.culprit, static_cast<Status>(msg.status), msg.text);
+    }
+  }
+}
+
+void Engine::on_ep_error(void* arg, ucp_ep_h, ucs_status_t status) noexcept {
+  auto* slot = static_cast<EpSlot*>(arg);
+  std::lock_guard<std::mutex> lock(slot->engine->ep_errors_mutex_);
+  slot->engine->ep_errors_.emplace_back(slot->peer, status);
+}
+
+void Engine::handle_ep_errors() noexcept {
+  std::vector<std::pair<int, ucs_status_t>> errors;
+  {
+    std::lock_guard<std::mutex> lock(ep_errors_mutex_);
+    errors.swap(ep_errors_);
+  }
+  for (auto [peer, status] : errors) {
+    if (dead_[peer]) continue;
+    dead_[peer] = 1;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t req = ucp_ep_close_nbx(eps_[peer], &param);
+    if (req && !UCS_PTR_IS_ERR(req)) ucp_request_free(req);
+    eps_[peer] = nullptr;
+    if (left_[peer]) continue;  // it said goodbye: a normal disconnect
+    std::string why = str_cat("rank ", peer, " failed: ", ucs_status_string(status));
+    log(LogLevel::kWarn, why);
+    dispatch(kAnyComm, peer, Status::kPeerFailed, why);
+    report_failure(kAnyComm, peer, Status::kPeerFailed, why);
+  }
+}
+
+void Engine::dispatch(uint32_t comm, int culprit, Status status, const std::string& why) noexcept {
+  if (failures_.size() < 1024) failures_.push_back(Failure{comm, culprit, status, why});
+  for (auto& client : clients_) client->on_failure(comm, culprit, status, why);
+}
+
+bool Engine::poll_clients(Clock::time_point now) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(clients_mutex_);
+    for (auto& c : new_clients_) {
+      for (auto& f : failures_) c->on_failure(f.comm, f.culprit, f.status, f.why);
+      clients_.push_back(std::move(c));
+    }
+    new_clients_.clear();
+  }
+  bool busy = false;
+  for (auto& client : clients_) busy |= client->poll(now);
+  clients_.erase(std::remove_if(clients_.begin(), clients_.end(),
+                                [](const std::shared_ptr<Client>& c) { return c->finished(); }),
+                 clients_.end());
+  return busy;
+}
+
+// Sleeps until the worker's event fd (when `worker_events`), the wake-up fd, or the timeout.
+void Engine::wait_for_events(std::chrono::microseconds timeout, bool worker_events) noexcept {
+  int fd = wake_fd_;
+  if (worker_events && options_.blocking_progress && worker_fd_ >= 0) {
+    if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) return;
+    fd = epoll_fd_;
+  }
+  pollfd pfd{fd, POLLIN, 0};
+  timespec ts{static_cast<time_t>(timeout.count() / 1000000),
+              static_cast<long>(timeout.count() % 1000000) * 1000};
+  if (ppoll(&pfd, 1, &ts, nullptr) <= 0) return;
+  uint64_t value;
+  (void)!::read(wake_fd_, &value, sizeof(value));  // non-blocking; clears a wake-up
+}
+
+void Engine::run() noexcept {
+  auto last_event = Clock::now();
+  while (!stop_.load(std::memory_order_acquire)) {
+    unsigned events = 0;
+    while (ucp_worker_progress(worker_) != 0) ++events;
+    handle_ep_errors();
+    handle_control();
+    auto now = Clock::now();
+    bool busy = poll_clients(now);
+    if (events) last_event = now;
+    if (busy && now - last_event < options_.spin) continue;
+    using std::chrono::microseconds;
+    if (!busy) {
+      wait_for_events(microseconds(50000), true);
+    } else if (options_.blocking_progress && peer_failure_detection_) {
+      wait_for_events(microseconds(1000), true);  // tcp and friends wake the event fd reliably
+    } else {
+      // A shared-memory sender waiting for FIFO space gets no event: nap briefly instead of
+      // spinning, so that ranks sharing a core (and the caller's compute) get the CPU.
+      wait_for_events(options_.busy_nap, false);
+    }
+  }
+}
+
+}  // namespace cohort::transport::ucx

@@ -1,0 +1,186 @@
+// Engine: one UCX context and worker per process group, endpoints to every other rank, and the
+// progress thread that owns them. Everything that touches UCX after creation runs on that
+// thread: communicators (Clients) are polled there and post their tagged transfers from poll().
+// Dead peers (UCX error callbacks, keepalive) and failures other ranks report are handed to
+// every client; the engine never aborts, exits or prints.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ucp/api/ucp.h>
+
+#include "core/base/error.h"
+#include "transport/bootstrap/store.h"
+#include "transport/ucx/tag.h"
+
+namespace cohort::transport::ucx {
+
+struct EngineOptions {
+  std::string name = "world";  // namespaces store keys: "<name>/ucx/addr/<rank>"
+  std::string tls;             // UCX_TLS to use; "" = the environment's, else "self,sm,tcp"
+  std::chrono::milliseconds connect_timeout{60000};  // waiting for peers' addresses
+  std::chrono::milliseconds keepalive{1000};         // how often UCX checks that peers live
+  bool blocking_progress = true;  // sleep on the worker's event fd when idle instead of spinning
+  std::chrono::microseconds spin{50};  // busy-poll this long after the last event before sleeping
+  // Over shared memory (no reliable events for senders) a busy engine naps this long at a time.
+  std::chrono::microseconds busy_nap{50};
+  // UCX reports dead peers only over transports with a peer failure handler (tcp, not UCX
+  // 1.13's shared memory); without one the engine falls back to deadlines unless this is set.
+  bool require_peer_failure_detection = false;
+  // Shared memory alone cannot report dead peers, and a cma read from a process that died is
+  // fatal inside UCX 1.13; so cma is dropped there unless this is set (faster, not robust).
+  bool cma_without_failure_detection = false;
+};
+
+// Completion slot of one tagged transfer; it must keep its address while in flight.
+struct Transfer {
+  void* request = nullptr;  // the UCX request while in flight
+  int peer = -1;            // world rank
+  size_t bytes = 0;
+  bool posted = false;
+  bool done = false;
+  ucs_status_t status = UCS_OK;
+  int* counter = nullptr;  // decremented once when the transfer completes (optional)
+  bool in_flight() const { return posted && !done; }
+};
+
+constexpr uint32_t kAnyComm = 0xFFFFFFFFu;
+
+// Something the progress thread drives (a communicator's executor).
+class Client {
+ public:
+  virtual ~Client() = default;
+  // Advances operations; returns true while transfers or operations are pending.
+  virtual bool poll(Clock::time_point now) = 0;
+  // A failure: comm == kAnyComm when world rank `culprit` died, else one communicator's.
+  virtual void on_failure(uint32_t comm, int culprit, Status status, const std::string& why) = 0;
+  // Another rank's operation on communicator `comm` stalled waiting for world rank `culprit`.
+  virtual void on_suspect(uint32_t comm, int reporter, int culprit) {}
+  // True once the owner has let go and nothing is in flight; the engine then drops the client.
+  virtual bool finished() const = 0;
+};
+
+class Engine {
+ public:
+  // Creates the context and worker, publishes this rank's address and connects to every rank.
+  // Collective over all `size` ranks sharing `store`. Throws cohort::Error.
+  static std::shared_ptr<Engine> create(std::shared_ptr<Store> store, int rank, int size,
+                                        EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return options_.name; }
+  const std::string& tls() const { return tls_; }
+  // Whether UCX itself reports dead peers (else only deadlines and peers' reports do).
+  bool peer_failure_detection() const { return peer_failure_detection_; }
+  std::thread::id progress_thread_id() const { return thread_.get_id(); }
+
+  // Thread-safe.
+  void attach(std::shared_ptr<Client> client);
+  void wake();
+  // Communicator ids: the next free id on this rank, and marking ids below `end` as used.
+  uint32_t next_comm_id() const { return next_comm_id_.load(); }
+  void reserve_comm_ids(uint32_t end);
+
+  // Progress thread only. Failures complete the transfer with an error status, never throw.
+  void send(int peer, const void* buf, size_t bytes, uint64_t tag, Transfer* t);
+  void recv(int peer, void* buf, size_t bytes, uint64_t tag, Transfer* t);
+  void cancel(Transfer* t);
+  bool peer_dead(int peer) const { return dead_[peer] != 0; }
+  // Tells every other live rank about a failure (best effort, asynchronous).
+  void report_failure(uint32_t comm, int culprit, Status status, const std::string& why);
+  // Tells every other live rank that this rank's operation on `comm` waits for `culprit`.
+  void report_suspect(uint32_t comm, int culprit);
+
+ private:
+  static constexpr uint32_t kControlFailure = 1;
+  static constexpr uint32_t kControlGoodbye = 2;
+  static constexpr uint32_t kControlSuspect = 3;
+  struct ControlMsg {  // failure reports, suspicions and goodbyes between engines
+    uint32_t kind = 0;
+    uint32_t comm = 0;
+    int32_t culprit = -1;
+    int32_t status = 0;
+    char text[240] = {};
+  };
+  struct ControlSend {
+    ControlMsg msg;
+    Transfer transfer;
+  };
+  struct EpSlot {
+    Engine* engine;
+    int peer;
+  };
+  Engine(int rank, int size, EngineOptions options);
+  void setup(Store& store);                  // engine_setup.cpp
+  void create_context();                     // engine_setup.cpp
+  void connect(Store& store);                // engine_setup.cpp
+  void shutdown() noexcept;                  // engine_setup.cpp
+  void progress_until(Clock::time_point deadline, const std::function<bool()>& done);
+  void say_goodbye(Clock::time_point deadline);
+  void close_endpoints(Clock::time_point deadline);
+  void run() noexcept;
+  void wait_for_events(std::chrono::microseconds timeout, bool worker_events) noexcept;
+  bool poll_clients(Clock::time_point now) noexcept;
+  void handle_ep_errors() noexcept;
+  void post_control_recv() noexcept;
+  void handle_control() noexcept;
+  void dispatch(uint32_t comm, int culprit, Status status, const std::string& why) noexcept;
+  void send_control(int peer, uint32_t kind, uint32_t comm, int culprit, Status status,
+                    const std::string& why) noexcept;
+  static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) noexcept;
+
+  int rank_;
+  int size_;
+  EngineOptions options_;
+  std::string tls_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::vector<ucp_ep_h> eps_;
+  std::vector<EpSlot> ep_slots_;
+  std::vector<char> dead_;  // world rank -> died (UCX error or report)
+  std::vector<char> blamed_;  // world rank -> named in a failure: not awaited at shutdown
+  std::vector<char> left_;  // world rank -> said goodbye: its later disconnect is expected
+  bool peer_failure_detection_ = true;
+  bool started_ = false;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  int worker_fd_ = -1;
+
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint32_t> next_comm_id_{1};  // 0 is the world communicator
+
+  std::mutex clients_mutex_;
+  std::vector<std::shared_ptr<Client>> new_clients_;
+  std::vector<std::shared_ptr<Client>> clients_;  // progress thread only
+
+  std::mutex ep_errors_mutex_;
+  std::vector<std::pair<int, ucs_status_t>> ep_errors_;
+
+  struct Failure {
+    uint32_t comm;
+    int culprit;
+    Status status;
+    std::string why;
+  };
+  std::vector<Failure> failures_;  // replayed to clients attached later
+
+  std::unique_ptr<ControlMsg> control_in_;
+  Transfer control_recv_;
+  std::list<ControlSend> control_out_;
+};
+
+}  // namespace cohort::transport::ucx
