@@ -25,7 +25,8 @@ extern "C" {
 COHORT_API cohort_status cohort_trainer_save_checkpoint(const cohort_trainer* trainer, const char* path) {
   return guard("cohort_trainer_save_checkpoint", [&] {
     const cohort_trainer& h = handle_of(trainer);
-    checkpoint::save_checkpoint(*h.trainer, checked_path(path), h.checkpoint_extra);
+    // A data-parallel trainer's outer state (CO2 anchor, momentum, reduction in flight) goes in too.
+    checkpoint::save_checkpoint(*h.trainer, checked_path(path), checkpoint_extra_for_save(h));
   });
 }
 
@@ -35,7 +36,7 @@ COHORT_API cohort_status cohort_trainer_load_checkpoint(cohort_trainer* trainer,
     const std::string p = checked_path(path);
     checkpoint::CheckpointExtra extra;
     checkpoint::load_checkpoint(*h.trainer, p, &extra);
-    h.checkpoint_extra = std::move(extra);  // after the trainer: both change, or neither
+    apply_loaded_checkpoint_extra(h, std::move(extra));
   });
 }
 

@@ -12,12 +12,6 @@ using namespace cohort;
 using namespace cohort::capi;
 namespace coll = cohort::transport::coll;
 
-struct cohort_comm {
-  std::shared_ptr<coll::Communicator> comm;
-  // Rank 0 serves the rendezvous store; it must outlive every peer's use of it (peers may still
-  // be reading addresses when rank 0's create returns), so the world communicator holds it.
-  std::shared_ptr<cohort::transport::Store> store;
-};
 struct cohort_work {
   std::shared_ptr<coll::Work> work;
   std::shared_ptr<coll::Communicator> comm;

@@ -10,6 +10,8 @@
 #include "core/exec/trainer.h"
 #include "core/graph/graph.h"
 #include "core/optim/optimizer.h"
+#include "transport/bootstrap/store.h"
+#include "transport/coll/communicator.h"
 
 struct cohort_attrs {
   cohort::Attrs attrs;
@@ -19,6 +21,12 @@ struct cohort_graph {
 };
 struct cohort_optimizer {
   cohort::optim::OptimizerConfig config;
+};
+struct cohort_comm {
+  std::shared_ptr<cohort::transport::coll::Communicator> comm;
+  // Rank 0 serves the rendezvous store; it must outlive every peer's use of it (peers may still
+  // be reading addresses when rank 0's create returns), so the world communicator holds it.
+  std::shared_ptr<cohort::transport::Store> store;
 };
 struct cohort_trainer {
   std::unique_ptr<cohort::Trainer> trainer;
@@ -33,6 +41,11 @@ Shape checked_shape(const int64_t* shape, int32_t rank, const char* arg);
 Tensor wrap_ref(const cohort_tensor_ref& ref, const char* arg);
 // Binds an array of caller tensors by name; duplicates are an error.
 std::map<std::string, Tensor> wrap_refs(const cohort_tensor_ref* refs, int32_t count, const char* arg);
+
+// Checkpoint extras of a trainer handle: the caller's values plus, for a data-parallel trainer,
+// the outer state (capi/src/parallel.cpp); and the inverse after a load.
+checkpoint::CheckpointExtra checkpoint_extra_for_save(const cohort_trainer& t);
+void apply_loaded_checkpoint_extra(cohort_trainer& t, checkpoint::CheckpointExtra extra);
 
 // Creates a handle of type T and registers it; destroy() unregisters and deletes.
 template <typename T>

@@ -100,7 +100,10 @@ void Executor::run(std::unordered_map<ValueId, Tensor>& env, const RunOptions& o
   live_bytes_ = 0;  // targets of the previous run now belong to the caller
   last_peak_bytes_ = 0;
   for (size_t s = 0; s < order_.size(); ++s) {
-    run_node(graph_.node(order_[s]), env, options);
+    const Node& node = graph_.node(order_[s]);
+    run_node(node, env, options);
+    if (options.on_value)
+      for (ValueId o : node.outputs) options.on_value(o);
     for (ValueId v : frees_after_[s]) {
       auto it = env.find(v);
       if (it != env.end()) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <unordered_map>
@@ -19,6 +20,10 @@ struct RunOptions {
   uint64_t seed = 0;
   bool training = true;
   int num_threads = 1;
+  // Called on the running thread right after a node has put output `value` into env (before any
+  // buffer is released), so a caller can start work on a result — e.g. DDP launching a
+  // gradient bucket's all-reduce while the rest of backward runs. Must not modify env.
+  std::function<void(ValueId value)> on_value;
 };
 
 class Executor {

@@ -29,6 +29,8 @@ Trainer::Trainer(const Graph& forward, const optim::OptimizerConfig& config, con
     params_.push_back(t);
     grads_.push_back(Tensor::zeros(v.type.shape, v.type.dtype));
   }
+  for (size_t i = 0; i < grad_ids_.size(); ++i)
+    if (grad_ids_[i] >= 0) grad_index_[grad_ids_[i]] = i;
   optimizer_ = std::make_unique<optim::Optimizer>(config);
 }
 
@@ -61,6 +63,19 @@ float Trainer::step(const std::map<std::string, Tensor>& inputs) {
   ro.step = step_;
   ro.seed = options_.seed;
   ro.training = true;
+  if (hook_) {
+    hook_->begin_step();
+    // Gradients the loss does not reach are zeros, final before backward starts.
+    for (size_t i = 0; i < grad_ids_.size(); ++i)
+      if (grad_ids_[i] < 0) {
+        grads_[i].fill(0.0f);
+        hook_->on_gradient(i, grads_[i]);
+      }
+    ro.on_value = [this, &env](ValueId v) {
+      auto it = grad_index_.find(v);
+      if (it != grad_index_.end()) hook_->on_gradient(it->second, env.at(v));
+    };
+  }
   train_exec_->run(env, ro);
   Tensor loss_t = env.at(train_.loss());
   float loss = loss_t.dtype() == DType::kBF16 ? bf16_to_f32(loss_t.data<uint16_t>()[0]) : loss_t.data<float>()[0];
@@ -68,8 +83,10 @@ float Trainer::step(const std::map<std::string, Tensor>& inputs) {
     if (grad_ids_[i] >= 0) grads_[i] = env.at(grad_ids_[i]);
     else grads_[i].fill(0.0f);
   }
+  if (hook_) hook_->before_update(grads_);
   optimizer_->step(params_, grads_);
   ++step_;
+  if (hook_) hook_->after_update(params_, step_);
   last_step_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return loss;
 }

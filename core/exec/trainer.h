@@ -30,6 +30,25 @@ struct TrainerStats {
   double last_step_seconds = 0.0;
 };
 
+// Observes and extends a training step; core/parallel implements it (DDP gradient averaging,
+// local SGD and CO2 outer steps). Calls happen on the thread running step(), in this order:
+// begin_step once the inputs are bound, on_gradient for every parameter as backward produces its gradient (parameters the loss does
+// not reach first, with zeros), before_update once backward is done, after_update after the
+// optimizer. An exception from a hook aborts the step: before before_update returns nothing
+// has changed; from after_update the inner update has been applied.
+class StepHook {
+ public:
+  virtual ~StepHook() = default;
+  // A step starts (also after a previous step failed half-way): reset per-step state.
+  virtual void begin_step() {}
+  // grad (of parameter `index`) is final and stays valid and unmodified until before_update.
+  virtual void on_gradient(size_t index, const Tensor& grad) = 0;
+  // May overwrite grads in place (same shapes) — e.g. with their average over ranks.
+  virtual void before_update(std::vector<Tensor>& grads) = 0;
+  // params: after this step's optimizer update; step: steps completed. May overwrite params.
+  virtual void after_update(std::vector<Tensor>& params, int64_t step) = 0;
+};
+
 class Trainer {
  public:
   // Copies `forward` (which needs a loss), builds the backward pass, initialises parameters.
@@ -46,6 +65,11 @@ class Trainer {
   const Graph& forward_graph() const { return forward_; }
   TrainerStats stats() const;
   optim::Optimizer& optimizer() { return *optimizer_; }
+  // Installs (or with nullptr removes) the step hook; the trainer shares its ownership.
+  void set_step_hook(std::shared_ptr<StepHook> hook) { hook_ = std::move(hook); }
+  const std::shared_ptr<StepHook>& step_hook() const { return hook_; }
+  // Mutable parameters (parameter_names() order) for hooks that set them, e.g. a broadcast.
+  std::vector<Tensor>& mutable_parameters() { return params_; }
 
   // Checkpoint support (core/checkpoint): read access to the training state, and one call that
   // replaces it. The RNG state is (seed, step): dropout masks are counter-based on both.
@@ -81,6 +105,8 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   int64_t step_ = 0;
   double last_step_seconds_ = 0.0;
+  std::shared_ptr<StepHook> hook_;
+  std::unordered_map<ValueId, size_t> grad_index_;  // gradient value in train_ -> parameter index
 };
 
 }  // namespace cohort

@@ -289,7 +289,8 @@ COHORT_API cohort_status cohort_trainer_get_stats(const cohort_trainer* trainer,
  * that never stopped. None of these functions may run concurrently with another call on the
  * same trainer. */
 
-/* Writes the trainer's state to `path` (NUL-terminated, copied; not kept): a temporary file in
+/* Writes the trainer's state to `path` (NUL-terminated, copied; not kept) — for a data-parallel
+ * trainer its outer state too (see cohort_trainer_save_parallel_checkpoint): a temporary file in
  * the same directory is written, fsync'ed and renamed over path, then the directory is
  * fsync'ed, so path holds either its previous contents or the complete new checkpoint.
  * Returns OK; INVALID_HANDLE; INVALID_ARGUMENT (path NULL or empty); IO (the message names the
@@ -534,6 +535,100 @@ COHORT_API cohort_status cohort_work_test(cohort_work* work, int32_t* done_out);
 /* Releases the handle; an operation still in flight is waited for first (bounded by the
  * communicator's timeout), so its buffers are free when this returns. */
 COHORT_API cohort_status cohort_work_destroy(cohort_work* work);
+
+/* ---- parallel plans and data-parallel trainers ------------------------------------------- */
+/* A plan says how a model is spread over the ranks of a communicator. Today: data parallelism
+ * as synchronous DDP (gradients averaged every step in buckets that overlap backward), local
+ * SGD with an outer optimizer (localsgd, SlowMo, DiLoCo: a blocking outer step every tau
+ * steps), or CO2 (Sun et al., ICLR 2024: round k's pseudo-gradient is averaged in the
+ * background during round k+1 and applied at its end, one round stale). The presets are one
+ * outer-optimizer rule with different constants. The pseudo-gradient is
+ * anchor - parameters: with outer lr 1 and no momentum the outer step lands on the average. */
+
+typedef enum cohort_sync_mode {
+  COHORT_SYNC_DDP = 0,      /* gradients averaged every step */
+  COHORT_SYNC_LOCALSGD = 1, /* tau inner steps, then a blocking outer step */
+  COHORT_SYNC_CO2 = 2       /* tau inner steps, outer average overlapped with the next round */
+} cohort_sync_mode;
+
+typedef enum cohort_plan_preset {
+  COHORT_PRESET_NONE = 0,     /* mode and outer settings exactly as given in the options */
+  COHORT_PRESET_DDP = 1,      /* mode DDP */
+  COHORT_PRESET_LOCALSGD = 2, /* outer lr 1, momentum 0: plain parameter averaging */
+  COHORT_PRESET_SLOWMO = 3,   /* outer lr 1, momentum 0.5 */
+  COHORT_PRESET_DILOCO = 4,   /* outer lr 0.7, Nesterov momentum 0.9 */
+  COHORT_PRESET_CO2 = 5       /* outer lr 1, momentum 0, staleness penalty 1.0, clip 1.0 */
+} cohort_plan_preset;
+
+typedef struct cohort_plan_options {
+  size_t size;                /* sizeof(cohort_plan_options) */
+  cohort_plan_preset preset;  /* not NONE: sets mode and every outer_* / penalty / clip field */
+  int32_t data_parallel;      /* ranks in the data-parallel group; 0 = the whole communicator */
+  cohort_sync_mode mode;
+  int64_t tau;                /* inner steps per round (localsgd, co2), >= 1 */
+  double outer_lr;            /* alpha, >= 0 */
+  double outer_momentum;      /* beta, in [0, 1) */
+  int32_t outer_nesterov;     /* nonzero: Nesterov outer momentum */
+  int32_t staleness_penalty;  /* co2: nonzero scales the stale pseudo-gradient by the gap */
+  double penalty_constant;    /* lambda of the staleness penalty, >= 0 */
+  double clip_threshold;      /* outer momentum L2-norm clip, >= 0; 0 = off */
+  int32_t zero_stage;         /* 0..3; only 0 is implemented */
+  int64_t bucket_bytes;       /* DDP gradient bucket size, > 0 */
+} cohort_plan_options;
+/* preset NONE, data_parallel 0, mode DDP, tau 1, outer lr 1, momentum 0, no Nesterov, no
+ * penalty (constant 1), no clip, ZeRO stage 0, bucket_bytes 25 MiB. */
+COHORT_API cohort_plan_options cohort_plan_options_default(void);
+
+typedef struct cohort_plan cohort_plan;
+/* Copies and validates the options. Returns OK; INVALID_ARGUMENT (options or plan_out NULL,
+ * size too small, unknown preset); INVALID_PLAN naming the field (unknown mode or ZeRO stage,
+ * tau < 1, negative lr, momentum, constant or threshold, momentum >= 1, bucket_bytes <= 0);
+ * UNSUPPORTED for ZeRO stages 1-3. plan_out is written only on OK. Thread-safe. */
+COHORT_API cohort_status cohort_plan_create(const cohort_plan_options* options, cohort_plan** plan_out);
+/* Accepts NULL. Trainers made with the plan keep their own copy. */
+COHORT_API cohort_status cohort_plan_destroy(cohort_plan* plan);
+
+/* Like cohort_trainer_create, then makes the trainer data-parallel over comm with plan: rank 0's
+ * initial parameters are broadcast to every rank (collective: every rank of comm calls this,
+ * in the same order as its other collectives). The result is an ordinary cohort_trainer: step
+ * feeds it this rank's shard of the batch; for DDP the update equals single-rank training on
+ * the concatenated batch. The trainer keeps the communicator's engine alive; comm, graph,
+ * optimizer and plan may be destroyed afterwards. Returns OK; INVALID_HANDLE; INVALID_ARGUMENT;
+ * INVALID_PLAN when the plan does not fit comm (the degree does not divide its size);
+ * UNSUPPORTED (non-f32 parameters; a degree smaller than the communicator); PEER_FAILED or
+ * TIMEOUT from the broadcast (abort the communicator). trainer_out is written only on OK.
+ * Later step calls may return PEER_FAILED / TIMEOUT naming a lost rank: the trainer must be
+ * destroyed then, with the communicator. */
+COHORT_API cohort_status cohort_trainer_create_parallel(const cohort_graph* graph, const cohort_optimizer* optimizer,
+                                                        const cohort_plan* plan, cohort_comm* comm,
+                                                        const cohort_trainer_options* options,
+                                                        cohort_trainer** trainer_out);
+
+/* Cumulative since creation; seconds measured on the training thread. */
+typedef struct cohort_parallel_stats {
+  size_t size;                 /* sizeof(cohort_parallel_stats), set by the caller */
+  int64_t rounds;              /* DDP: steps; localsgd / co2: outer rounds completed */
+  double compute_seconds;      /* step time outside waits for communication */
+  double comm_seconds;         /* collectives in flight, launch to observed completion */
+  double wait_seconds;         /* time the training thread was blocked on collectives */
+  double hidden_fraction;      /* share of comm hidden behind compute: 1 - wait / comm */
+  double last_staleness_scale; /* co2: penalty factor of the last outer step (1 = none) */
+  double last_momentum_norm;   /* outer momentum L2 norm before clipping, last outer step */
+  int64_t buckets;             /* DDP: gradient buckets per step */
+} cohort_parallel_stats;
+/* INVALID_STATE when the trainer was not made by cohort_trainer_create_parallel. */
+COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer* trainer,
+                                                           cohort_parallel_stats* stats_out);
+
+/* Like cohort_trainer_save_checkpoint / _load_checkpoint — which already carry the outer state
+ * of a data-parallel trainer (anchor, previous anchor, outer momentum, the reduction in flight —
+ * waited for and saved as its result — and the round position) — but return INVALID_STATE for
+ * a trainer that is not data-parallel. Every rank saves its own file (the save waits for the
+ * rank's reduction in flight). Load returns INVALID_ARGUMENT when the file has no outer state
+ * for this plan; the trainer's own state has been restored then (load again from a matching
+ * file). Other statuses as the plain calls. */
+COHORT_API cohort_status cohort_trainer_save_parallel_checkpoint(cohort_trainer* trainer, const char* path);
+COHORT_API cohort_status cohort_trainer_load_parallel_checkpoint(cohort_trainer* trainer, const char* path);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,185 @@
+// cohort_plan_* and the data-parallel trainer entry points: a plan handle is a validated
+// parallel::PlanConfig; a data-parallel trainer is an ordinary cohort_trainer whose Trainer
+// carries a parallel::DataParallel step hook (so cohort_trainer_step needs no special case).
+#include <cstring>
+
+#include "capi/src/handles.h"
+#include "core/parallel/data_parallel.h"
+#include "transport/bootstrap/store.h"
+#include "transport/coll/communicator.h"
+
+using namespace cohort;
+using namespace cohort::capi;
+
+struct cohort_plan {
+  parallel::PlanConfig config;
+};
+
+namespace {
+constexpr const char* kPlan = "plan";
+
+parallel::PlanConfig to_config(const cohort_plan_options& o) {
+  parallel::PlanConfig c;
+  if (o.preset != COHORT_PRESET_NONE) {
+    int p = static_cast<int>(o.preset);
+    COHORT_CHECK(p >= COHORT_PRESET_DDP && p <= COHORT_PRESET_CO2, Status::kInvalidArgument, "options->preset ", p,
+                 " is not a cohort_plan_preset");
+    c = parallel::preset(static_cast<parallel::Preset>(p - 1), o.tau);
+  } else {
+    c.mode = static_cast<parallel::SyncMode>(o.mode);
+    c.outer.lr = o.outer_lr;
+    c.outer.momentum = o.outer_momentum;
+    c.outer.nesterov = o.outer_nesterov != 0;
+    c.outer.staleness_penalty = o.staleness_penalty != 0;
+    c.outer.penalty_constant = o.penalty_constant;
+    c.outer.clip_threshold = o.clip_threshold;
+  }
+  c.tau = o.tau;
+  c.data_parallel = o.data_parallel;
+  c.zero_stage = o.zero_stage;
+  COHORT_CHECK(o.bucket_bytes > 0, Status::kInvalidPlan, "plan: bucket_bytes = ", o.bucket_bytes, " must be > 0");
+  c.bucket_bytes = static_cast<size_t>(o.bucket_bytes);
+  parallel::validate(c);
+  return c;
+}
+
+
+parallel::DataParallel& parallel_of(const cohort_trainer* t) {
+  const cohort_trainer& h = *checked(t, "trainer", "trainer");
+  auto* dp = dynamic_cast<parallel::DataParallel*>(h.trainer->step_hook().get());
+  COHORT_CHECK(dp != nullptr, Status::kInvalidState,
+               "the trainer is not data-parallel (create it with cohort_trainer_create_parallel)");
+  return *dp;
+}
+
+// The caller's checkpoint values without the "parallel.*" entries of the outer state.
+checkpoint::CheckpointExtra without_outer_state(checkpoint::CheckpointExtra extra) {
+  auto strip = [](auto& map) {
+    for (auto it = map.begin(); it != map.end();) it = it->first.rfind("parallel.", 0) == 0 ? map.erase(it) : ++it;
+  };
+  strip(extra.ints);
+  strip(extra.blobs);
+  strip(extra.tensors);
+  return extra;
+}
+
+std::string checked_path(const char* path) {
+  check_not_null(path, "path");
+  COHORT_CHECK(path[0] != '\0', Status::kInvalidArgument, "path is empty");
+  return path;
+}
+}  // namespace
+
+namespace cohort::capi {
+
+checkpoint::CheckpointExtra checkpoint_extra_for_save(const cohort_trainer& t) {
+  checkpoint::CheckpointExtra extra = t.checkpoint_extra;  // a snapshot; never kept in the handle
+  if (auto* dp = dynamic_cast<parallel::DataParallel*>(t.trainer->step_hook().get())) dp->save_state(extra);
+  return extra;
+}
+
+void apply_loaded_checkpoint_extra(cohort_trainer& t, checkpoint::CheckpointExtra extra) {
+  auto* dp = dynamic_cast<parallel::DataParallel*>(t.trainer->step_hook().get());
+  bool has_outer = false;
+  for (const auto& kv : extra.tensors) has_outer = has_outer || kv.first.rfind("parallel.", 0) == 0;
+  if (dp && has_outer) dp->load_state(extra);
+  t.checkpoint_extra = without_outer_state(std::move(extra));
+}
+
+}  // namespace cohort::capi
+
+extern "C" {
+
+COHORT_API cohort_plan_options cohort_plan_options_default(void) {
+  cohort_plan_options o;
+  std::memset(&o, 0, sizeof o);
+  o.size = sizeof o;
+  o.preset = COHORT_PRESET_NONE;
+  o.mode = COHORT_SYNC_DDP;
+  o.tau = 1;
+  o.outer_lr = 1.0;
+  o.penalty_constant = 1.0;
+  o.bucket_bytes = 25 << 20;
+  return o;
+}
+
+COHORT_API cohort_status cohort_plan_create(const cohort_plan_options* options, cohort_plan** plan_out) {
+  return guard("cohort_plan_create", [&] {
+    check_not_null(options, "options");
+    check_not_null(plan_out, "plan_out");
+    check_struct_size(options->size, offsetof(cohort_plan_options, bucket_bytes) + sizeof(int64_t), "options");
+    parallel::PlanConfig c = to_config(*options);
+    cohort_plan* h = make_handle<cohort_plan>(kPlan);
+    h->config = c;
+    *plan_out = h;
+  });
+}
+
+COHORT_API cohort_status cohort_plan_destroy(cohort_plan* plan) {
+  return guard("cohort_plan_destroy", [&] { destroy_handle(plan, kPlan, "plan"); });
+}
+
+COHORT_API cohort_status cohort_trainer_create_parallel(const cohort_graph* graph, const cohort_optimizer* optimizer,
+                                                        const cohort_plan* plan, cohort_comm* comm,
+                                                        const cohort_trainer_options* options,
+                                                        cohort_trainer** trainer_out) {
+  return guard("cohort_trainer_create_parallel", [&] {
+    const Graph& g = checked(graph, "graph", "graph")->graph;
+    const optim::OptimizerConfig& oc = checked(optimizer, "optimizer", "optimizer")->config;
+    const parallel::PlanConfig& pc = checked(plan, kPlan, "plan")->config;
+    std::shared_ptr<transport::coll::Communicator> c = checked(comm, "comm", "comm")->comm;
+    check_not_null(trainer_out, "trainer_out");
+    TrainerOptions o;
+    if (options) {
+      check_struct_size(options->size, offsetof(cohort_trainer_options, num_threads) + sizeof(int32_t), "options");
+      COHORT_CHECK(options->num_threads >= 0, Status::kInvalidArgument, "options->num_threads must be >= 0, got ",
+                   options->num_threads);
+      o.seed = options->seed;
+      o.num_threads = options->num_threads;
+    }
+    parallel::validate_for_world(pc, c->size());  // before any collective: nothing to undo
+    auto trainer = std::make_unique<Trainer>(g, oc, o);
+    parallel::DataParallel::attach(*trainer, pc, c);
+    cohort_trainer* h = make_handle<cohort_trainer>("trainer");
+    h->trainer = std::move(trainer);
+    *trainer_out = h;
+  });
+}
+
+COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer* trainer,
+                                                           cohort_parallel_stats* stats_out) {
+  return guard("cohort_trainer_get_parallel_stats", [&] {
+    parallel::DataParallel& dp = parallel_of(trainer);
+    check_not_null(stats_out, "stats_out");
+    check_struct_size(stats_out->size, offsetof(cohort_parallel_stats, buckets) + sizeof(int64_t), "stats_out");
+    parallel::ParallelStats s = dp.stats();
+    stats_out->rounds = s.rounds;
+    stats_out->compute_seconds = s.compute_seconds;
+    stats_out->comm_seconds = s.comm_seconds;
+    stats_out->wait_seconds = s.wait_seconds;
+    stats_out->hidden_fraction = s.hidden_fraction;
+    stats_out->last_staleness_scale = s.last_staleness_scale;
+    stats_out->last_momentum_norm = s.last_momentum_norm;
+    stats_out->buckets = s.buckets;
+  });
+}
+
+COHORT_API cohort_status cohort_trainer_save_parallel_checkpoint(cohort_trainer* trainer, const char* path) {
+  return guard("cohort_trainer_save_parallel_checkpoint", [&] {
+    parallel_of(trainer);
+    const std::string p = checked_path(path);
+    checkpoint::save_checkpoint(*trainer->trainer, p, checkpoint_extra_for_save(*trainer));
+  });
+}
+
+COHORT_API cohort_status cohort_trainer_load_parallel_checkpoint(cohort_trainer* trainer, const char* path) {
+  return guard("cohort_trainer_load_parallel_checkpoint", [&] {
+    parallel_of(trainer);
+    const std::string p = checked_path(path);
+    checkpoint::CheckpointExtra extra;
+    checkpoint::load_checkpoint(*trainer->trainer, p, &extra);
+    apply_loaded_checkpoint_extra(*trainer, std::move(extra));
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,309 @@
+// DataParallel: DDP buckets, blocking local-SGD rounds, CO2 rounds with one reduction in flight.
+#include "core/parallel/data_parallel.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/base/error.h"
+
+namespace cohort::parallel {
+
+namespace coll = transport::coll;
+
+namespace {
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+size_t total_numel(const std::vector<Tensor>& ts) {
+  size_t n = 0;
+  for (const Tensor& t : ts) n += static_cast<size_t>(t.numel());
+  return n;
+}
+
+void flatten(const std::vector<Tensor>& ts, std::vector<float>& out) {
+  size_t off = 0;
+  for (const Tensor& t : ts) {
+    std::memcpy(out.data() + off, t.raw(), t.nbytes());
+    off += static_cast<size_t>(t.numel());
+  }
+}
+}  // namespace
+
+std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanConfig& plan,
+                                                   std::shared_ptr<coll::Communicator> comm) {
+  COHORT_CHECK(comm != nullptr, Status::kInvalidArgument, "data parallel: no communicator");
+  validate_for_world(plan, comm->size());
+  std::vector<Tensor>& params = trainer.mutable_parameters();
+  for (size_t i = 0; i < params.size(); ++i)
+    COHORT_CHECK(params[i].dtype() == DType::kF32 && params[i].is_contiguous(), Status::kUnsupported,
+                 "data parallel: parameter '", trainer.parameter_names()[i], "' is ", dtype_name(params[i].dtype()),
+                 "; only contiguous f32 parameters are supported yet");
+  auto dp = std::make_shared<DataParallel>(plan, comm);
+  // Identical initial weights on every rank: rank 0's parameters, whatever the others' seeds.
+  dp->numel_ = total_numel(params);
+  std::vector<float> flat(dp->numel_);
+  flatten(params, flat);
+  comm->broadcast(flat.data(), flat.size(), coll::DataType::kF32, 0)->wait();
+  size_t off = 0;
+  for (Tensor& t : params) {
+    std::memcpy(t.raw(), flat.data() + off, t.nbytes());
+    off += static_cast<size_t>(t.numel());
+  }
+  if (plan.mode == SyncMode::kSync) dp->build_buckets(params);
+  else {
+    dp->anchor_ = flat;
+    dp->prev_anchor_ = flat;
+    dp->inflight_.assign(flat.size(), 0.0f);
+    dp->result_.assign(flat.size(), 0.0f);
+  }
+  dp->last_mark_ = Clock::now();
+  trainer.set_step_hook(dp);
+  return dp;
+}
+
+DataParallel::DataParallel(const PlanConfig& plan, std::shared_ptr<coll::Communicator> comm)
+    : plan_(plan), comm_(std::move(comm)), outer_(plan.outer) {}
+
+DataParallel::~DataParallel() {
+  // A reduction still in flight reads inflight_: let it end before the buffer goes (its
+  // failure is reported by the communicator's status, not here; its deadline bounds the wait).
+  try {
+    if (inflight_work_) inflight_work_->wait();
+    for (Bucket& b : buckets_)
+      if (b.work) b.work->wait();
+  } catch (const Error&) {
+  }
+}
+
+void DataParallel::build_buckets(const std::vector<Tensor>& params) {
+  // Backward produces the last layers' gradients first: fill buckets in reverse order.
+  bucket_of_.assign(params.size(), 0);
+  offset_of_.assign(params.size(), 0);
+  for (size_t k = params.size(); k-- > 0;) {
+    if (buckets_.empty() || buckets_.back().buf.size() * sizeof(float) >= plan_.bucket_bytes) buckets_.emplace_back();
+    Bucket& b = buckets_.back();
+    bucket_of_[k] = buckets_.size() - 1;
+    offset_of_[k] = b.buf.size();
+    b.params.push_back(k);
+    b.offsets.push_back(b.buf.size());
+    b.buf.resize(b.buf.size() + static_cast<size_t>(params[k].numel()));
+  }
+  for (Bucket& b : buckets_) b.remaining = b.params.size();
+  stats_.buckets = static_cast<int64_t>(buckets_.size());
+}
+
+void DataParallel::poll() {
+  Clock::time_point now = Clock::now();
+  for (Bucket& b : buckets_)
+    if (b.work && !b.finished && b.work->test()) {
+      b.finished = true;
+      b.done = now;
+    }
+  if (inflight_work_ && !have_result_ && inflight_work_->test()) {
+    stats_.comm_seconds += seconds(now - inflight_launched_);
+    have_result_ = true;
+    inflight_work_.reset();
+  }
+}
+
+void DataParallel::begin_step() {
+  // Buckets left half-done by a step that failed (an error in backward or in a collective):
+  // let their reductions end before their buffers are reused. A failed collective leaves the
+  // communicator's sticky error, which the next collective reports.
+  for (Bucket& b : buckets_) {
+    if (b.work) {
+      try {
+        b.work->wait();
+      } catch (const Error&) {
+      }
+    }
+    b.work.reset();
+    b.finished = false;
+    b.remaining = b.params.size();
+  }
+  step_wait_ = 0;
+}
+
+void DataParallel::on_gradient(size_t index, const Tensor& grad) {
+  if (plan_.mode != SyncMode::kSync) return;
+  poll();
+  Bucket& b = buckets_[bucket_of_[index]];
+  COHORT_ASSERT(b.remaining > 0 && !b.work, "gradient ", index, " produced twice in one step");
+  std::memcpy(b.buf.data() + offset_of_[index], grad.raw(), grad.nbytes());
+  if (--b.remaining == 0) {
+    // Every gradient of the bucket is final: reduce the copy while backward goes on.
+    b.launched = Clock::now();
+    b.work = comm_->all_reduce(b.buf.data(), b.buf.size(), coll::DataType::kF32, coll::ReduceOp::kAvg);
+  }
+}
+
+void DataParallel::before_update(std::vector<Tensor>& grads) {
+  if (plan_.mode != SyncMode::kSync) return;
+  Clock::time_point start = Clock::now();
+  Clock::time_point first = Clock::time_point::max(), last = Clock::time_point::min();
+  for (Bucket& b : buckets_) {
+    COHORT_ASSERT(b.work != nullptr, "a gradient bucket was not complete after backward");
+    if (!b.finished) {
+      b.work->wait();
+      b.done = Clock::now();
+    }
+    first = std::min(first, b.launched);
+    last = std::max(last, b.done);
+    for (size_t j = 0; j < b.params.size(); ++j)
+      std::memcpy(grads[b.params[j]].raw(), b.buf.data() + b.offsets[j], grads[b.params[j]].nbytes());
+    b.work.reset();
+    b.finished = false;
+    b.remaining = b.params.size();
+  }
+  // The collectives run back to back on the progress thread: their busy span is first launch
+  // to last completion; the exposed part is what the training thread waited.
+  step_wait_ = seconds(Clock::now() - start);
+  stats_.wait_seconds += step_wait_;
+  if (!buckets_.empty()) stats_.comm_seconds += seconds(last - first);
+}
+
+void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
+  if (plan_.mode == SyncMode::kSync) {
+    ++stats_.rounds;
+  } else {
+    poll();
+    ++inner_steps_;
+    if (inner_steps_ % plan_.tau == 0) {
+      if (plan_.mode == SyncMode::kLocalSgd) end_round_blocking(params);
+      else end_round_co2(params);
+    }
+  }
+  Clock::time_point now = Clock::now();
+  stats_.compute_seconds += std::max(0.0, seconds(now - last_mark_) - step_wait_);
+  last_mark_ = now;
+  step_wait_ = 0;
+}
+
+void DataParallel::apply_anchor(std::vector<Tensor>& params) const {
+  size_t off = 0;
+  for (Tensor& t : params) {
+    std::memcpy(t.raw(), anchor_.data() + off, t.nbytes());
+    off += static_cast<size_t>(t.numel());
+  }
+}
+
+void DataParallel::end_round_blocking(std::vector<Tensor>& params) {
+  // d_k = x_k - avg_i x^{(i)}_{k,tau}: the local pseudo-gradient, averaged (blocking).
+  flatten(params, inflight_);
+  for (size_t i = 0; i < numel_; ++i) inflight_[i] = anchor_[i] - inflight_[i];
+  Clock::time_point start = Clock::now();
+  comm_->all_reduce(inflight_.data(), numel_, coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
+  double took = seconds(Clock::now() - start);
+  step_wait_ += took;
+  stats_.wait_seconds += took;
+  stats_.comm_seconds += took;
+  stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0);
+  apply_anchor(params);
+  ++stats_.rounds;
+}
+
+void DataParallel::end_round_co2(std::vector<Tensor>& params) {
+  // 1. Round k-1's reduction: wait for it (the only blocking point of CO2).
+  if (inflight_work_) {
+    Clock::time_point start = Clock::now();
+    inflight_work_->wait();
+    Clock::time_point now = Clock::now();
+    step_wait_ += seconds(now - start);
+    stats_.wait_seconds += seconds(now - start);
+    stats_.comm_seconds += seconds(now - inflight_launched_);
+    inflight_work_.reset();
+    have_result_ = true;
+  }
+  if (have_result_) std::swap(inflight_, result_);  // result_ = d_{k-1}; inflight_ is free
+  // 2. Round k's local pseudo-gradient x_k - x^{(i)}_{k,tau} into the free snapshot buffer,
+  //    reduced in the background while round k+1 runs. Nothing touches inflight_ until then.
+  flatten(params, inflight_);
+  for (size_t i = 0; i < numel_; ++i) inflight_[i] = anchor_[i] - inflight_[i];
+  inflight_launched_ = Clock::now();
+  inflight_work_ = comm_->all_reduce(inflight_.data(), numel_, coll::DataType::kF32, coll::ReduceOp::kAvg);
+  // 3. The outer step with the one-round-stale d_{k-1}, computed at x_{k-1}, applied at x_k:
+  //    x_{k+1} = x_k - alpha * u_k (outer.cpp). Without a result (round 0) x_{k+1} = x_k.
+  if (have_result_) {
+    stats_.last_staleness_scale = outer_.staleness_scale(anchor_, prev_anchor_, result_.data());
+    prev_anchor_ = anchor_;  // x_k: the start of the round whose d is now in flight
+    stats_.last_momentum_norm = outer_.step(anchor_, result_.data(), stats_.last_staleness_scale);
+    have_result_ = false;
+  } else {
+    prev_anchor_ = anchor_;
+  }
+  apply_anchor(params);
+  ++stats_.rounds;
+}
+
+void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
+  if (plan_.mode == SyncMode::kSync) return;  // DDP keeps no state beyond the trainer's
+  if (inflight_work_) {
+    // The reduction in flight is waited for and saved as its result: resuming applies it at
+    // the same round end as an uninterrupted run would.
+    Clock::time_point start = Clock::now();
+    inflight_work_->wait();
+    stats_.wait_seconds += seconds(Clock::now() - start);
+    stats_.comm_seconds += seconds(Clock::now() - inflight_launched_);
+    inflight_work_.reset();
+    have_result_ = true;
+  }
+  auto vec = [&](const std::vector<float>& v) {
+    Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kF32);
+    if (!v.empty()) std::memcpy(t.raw(), v.data(), v.size() * sizeof(float));
+    return t;
+  };
+  std::vector<float>& m = outer_.momentum();
+  if (m.size() != numel_) m.assign(numel_, 0.0f);
+  extra.tensors["parallel.anchor"] = vec(anchor_);
+  extra.tensors["parallel.prev_anchor"] = vec(prev_anchor_);
+  extra.tensors["parallel.outer_momentum"] = vec(m);
+  extra.tensors["parallel.reduced"] = vec(have_result_ ? inflight_ : std::vector<float>(numel_, 0.0f));
+  extra.ints["parallel.have_reduced"] = have_result_ ? 1 : 0;
+  extra.ints["parallel.inner_steps"] = inner_steps_;
+  extra.ints["parallel.rounds"] = stats_.rounds;
+  extra.ints["parallel.mode"] = static_cast<int64_t>(plan_.mode);
+}
+
+void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
+  if (plan_.mode == SyncMode::kSync) return;
+  COHORT_CHECK(!inflight_work_, Status::kInvalidState, "data parallel: cannot load while a reduction is in flight");
+  auto get = [&](const char* name) -> const Tensor& {
+    auto it = extra.tensors.find(name);
+    COHORT_CHECK(it != extra.tensors.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '", name,
+                 "' (saved without outer state?)");
+    COHORT_CHECK(it->second.dtype() == DType::kF32 && static_cast<size_t>(it->second.numel()) == numel_,
+                 Status::kInvalidArgument, "data parallel: '", name, "' has ", it->second.numel(),
+                 " elements, the model has ", numel_);
+    return it->second;
+  };
+  auto ints = [&](const char* name) {
+    auto it = extra.ints.find(name);
+    COHORT_CHECK(it != extra.ints.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '", name, "'");
+    return it->second;
+  };
+  COHORT_CHECK(ints("parallel.mode") == static_cast<int64_t>(plan_.mode), Status::kInvalidArgument,
+               "data parallel: the checkpoint was saved in mode ", ints("parallel.mode"), ", the plan is ",
+               mode_name(plan_.mode));
+  const Tensor &a = get("parallel.anchor"), &p = get("parallel.prev_anchor"), &m = get("parallel.outer_momentum"),
+               &r = get("parallel.reduced");
+  int64_t have = ints("parallel.have_reduced"), steps = ints("parallel.inner_steps"), rounds = ints("parallel.rounds");
+  // Everything verified: now change state.
+  auto load = [&](const Tensor& t, std::vector<float>& v) {
+    v.resize(numel_);
+    std::memcpy(v.data(), t.raw(), numel_ * sizeof(float));
+  };
+  load(a, anchor_);
+  load(p, prev_anchor_);
+  load(m, outer_.momentum());
+  load(r, inflight_);
+  have_result_ = have != 0;
+  inner_steps_ = steps;
+  stats_.rounds = rounds;
+}
+
+ParallelStats DataParallel::stats() const {
+  ParallelStats s = stats_;
+  s.hidden_fraction = s.comm_seconds > 0 ? std::clamp(1.0 - s.wait_seconds / s.comm_seconds, 0.0, 1.0) : 1.0;
+  return s;
+}
+
+}  // namespace cohort::parallel

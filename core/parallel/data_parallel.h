@@ -1,0 +1,103 @@
+// Data parallelism over a communicator, installed into a Trainer as its StepHook: synchronous
+// DDP (bucketed gradient all-reduce overlapping backward), local SGD / SlowMo / DiLoCo (blocking
+// outer step every tau steps) and CO2 (round k's pseudo-gradient reduced while round k+1 runs,
+// applied one round stale). Everything runs on the training thread; the communicator's
+// progress thread moves the bytes.
+//
+// The one thing to know: a buffer being reduced is never touched. DDP reduces per-bucket copies
+// of the gradients; CO2 reduces a snapshot of the pseudo-gradient, never live parameters, and
+// only one round is in flight. A peer failure surfaces from step() as kPeerFailed / kTimeout.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "core/checkpoint/checkpoint.h"
+#include "core/exec/trainer.h"
+#include "core/parallel/outer.h"
+#include "core/parallel/plan.h"
+#include "transport/coll/communicator.h"
+
+namespace cohort::parallel {
+
+// Cumulative since attach (times in seconds, measured on the training thread).
+struct ParallelStats {
+  int64_t rounds = 0;            // DDP: steps; localsgd/co2: outer rounds completed
+  double compute_seconds = 0;    // step time outside waits for communication
+  double comm_seconds = 0;       // collectives in flight: launch to observed completion
+  double wait_seconds = 0;       // the training thread blocked on collectives
+  double hidden_fraction = 1;    // share of comm_seconds overlapped with compute: 1 - wait/comm
+  double last_staleness_scale = 1;  // co2: the penalty factor of the last outer step
+  double last_momentum_norm = 0;    // outer momentum L2 norm before clipping, last outer step
+  int64_t buckets = 0;              // DDP: gradient buckets per step
+};
+
+class DataParallel : public StepHook {
+ public:
+  // Validates the plan against comm's size (kInvalidPlan / kUnsupported), requires contiguous
+  // fp32 parameters (kUnsupported), broadcasts rank 0's parameters (collective: every rank
+  // calls attach in the same order) and installs the hook into trainer, which shares ownership.
+  // trainer must outlive its use of the hook; comm is shared.
+  static std::shared_ptr<DataParallel> attach(Trainer& trainer, const PlanConfig& plan,
+                                              std::shared_ptr<transport::coll::Communicator> comm);
+  DataParallel(const PlanConfig& plan, std::shared_ptr<transport::coll::Communicator> comm);
+  ~DataParallel() override;
+
+  void begin_step() override;
+  void on_gradient(size_t index, const Tensor& grad) override;
+  void before_update(std::vector<Tensor>& grads) override;
+  void after_update(std::vector<Tensor>& params, int64_t step) override;
+
+  ParallelStats stats() const;
+  const PlanConfig& plan() const { return plan_; }
+  const std::vector<float>& anchor() const { return anchor_; }
+  const std::vector<float>& outer_momentum() { return outer_.momentum(); }
+
+  // Outer state into / out of a checkpoint's extra section ("parallel.*" entries): anchor,
+  // previous anchor, outer momentum, inner-step count, and the CO2 reduction in flight — waited
+  // for at save time and stored as its result, so a resumed run continues as if never stopped.
+  // load_state throws kInvalidArgument when the entries are missing or sized for another model.
+  void save_state(checkpoint::CheckpointExtra& extra);
+  void load_state(const checkpoint::CheckpointExtra& extra);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Bucket {
+    std::vector<size_t> params;   // parameter indices, in production (reverse) order
+    std::vector<size_t> offsets;  // element offset of each in buf
+    std::vector<float> buf;
+    size_t remaining = 0;
+    transport::coll::WorkPtr work;
+    Clock::time_point launched, done;
+    bool finished = false;
+  };
+  void build_buckets(const std::vector<Tensor>& params);
+  void poll();  // records completion times of collectives in flight (throws their failure)
+  void wait(transport::coll::Work& work, Clock::time_point launched, Clock::time_point* done);
+  void end_round_blocking(std::vector<Tensor>& params);
+  void end_round_co2(std::vector<Tensor>& params);
+  void apply_anchor(std::vector<Tensor>& params) const;
+
+  PlanConfig plan_;
+  std::shared_ptr<transport::coll::Communicator> comm_;
+  OuterOptimizer outer_;
+  size_t numel_ = 0;
+  // DDP.
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;  // parameter index -> bucket
+  std::vector<size_t> offset_of_;  // parameter index -> offset in its bucket
+  // Outer state (localsgd, co2): x_k (anchor_), x_{k-1} (prev_anchor_), the pseudo-gradient
+  // snapshot being reduced (inflight_), and the reduced result of the previous round (result_).
+  std::vector<float> anchor_, prev_anchor_, inflight_, result_;
+  transport::coll::WorkPtr inflight_work_;
+  Clock::time_point inflight_launched_;
+  bool have_result_ = false;  // result_ holds a reduced round not yet applied
+  int64_t inner_steps_ = 0;   // inner steps since attach (a round ends every tau)
+  // Statistics.
+  ParallelStats stats_;
+  Clock::time_point last_mark_;
+  double step_wait_ = 0;
+};
+
+}  // namespace cohort::parallel

@@ -1,0 +1,58 @@
+// The outer step. Notation of CO2 (Sun et al., ICLR 2024, arXiv 2401.16265, section 3) and
+// SlowMo (Wang et al., 2020): alpha outer lr, beta outer momentum, m outer momentum, d the
+// averaged pseudo-gradient, phi the clip threshold, lambda the penalty constant.
+#include "core/parallel/outer.h"
+
+#include <cmath>
+
+namespace cohort::parallel {
+
+namespace {
+double norm2(const float* x, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return std::sqrt(s);
+}
+}  // namespace
+
+double OuterOptimizer::step(std::vector<float>& anchor, const float* d, double scale) {
+  const size_t n = anchor.size();
+  if (momentum_.size() != n) momentum_.assign(n, 0.0f);
+  const float beta = static_cast<float>(config_.momentum);
+  const float s = static_cast<float>(scale);
+  // m_k = beta * m_{k-1} + s_k * d_k          (s_k: staleness penalty factor, 1 when off)
+  for (size_t i = 0; i < n; ++i) momentum_[i] = beta * momentum_[i] + s * d[i];
+  double m_norm = norm2(momentum_.data(), n);
+  // Outer momentum clipping (CO2 section 3): m_k <- m_k * min(1, phi / ||m_k||_2), phi > 0.
+  // The clipped momentum is what is kept and used (the published fork discarded it).
+  if (config_.clip_threshold > 0 && m_norm > config_.clip_threshold) {
+    const float c = static_cast<float>(config_.clip_threshold / m_norm);
+    for (size_t i = 0; i < n; ++i) momentum_[i] *= c;
+  }
+  // u_k = s_k * d_k + beta * m_k (Nesterov) or u_k = m_k;  anchor_{k+1} = anchor_k - alpha * u_k
+  const float alpha = static_cast<float>(config_.lr);
+  for (size_t i = 0; i < n; ++i) {
+    float u = config_.nesterov ? s * d[i] + beta * momentum_[i] : momentum_[i];
+    anchor[i] -= alpha * u;
+  }
+  return m_norm;
+}
+
+double OuterOptimizer::staleness_scale(const std::vector<float>& anchor, const std::vector<float>& stale_anchor,
+                                       const float* d) const {
+  if (!config_.staleness_penalty) return 1.0;
+  // Staleness gap penalty (CO2 section 3): d was computed at the round that started from
+  // stale_anchor = x_{k-1} but is applied at x_k. The gap is how far the model moved since,
+  // relative to the size of the update itself, and the update is shrunk by it:
+  //     G_k = ||x_k - x_{k-1}||_2 / (||d||_2 + eps),   s_k = 1 / (1 + lambda * G_k)
+  const size_t n = anchor.size();
+  double gap = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double g = static_cast<double>(anchor[i]) - stale_anchor[i];
+    gap += g * g;
+  }
+  double ratio = std::sqrt(gap) / (norm2(d, n) + 1e-12);
+  return 1.0 / (1.0 + config_.penalty_constant * ratio);
+}
+
+}  // namespace cohort::parallel

@@ -1,0 +1,42 @@
+// The outer optimizer shared by local SGD, SlowMo, DiLoCo and CO2: one rule, presets differ only
+// in constants (core/parallel/plan.h). Works on flat fp32 buffers of all parameters.
+//
+// Sign convention (the one thing to get right): the pseudo-gradient of a round is
+//     d = anchor_at_round_start - params_at_round_end
+// i.e. it points like a gradient (uphill); the outer step SUBTRACTS it. With lr 1 and no
+// momentum the step lands exactly on the average of the ranks' parameters.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "core/parallel/plan.h"
+
+namespace cohort::parallel {
+
+class OuterOptimizer {
+ public:
+  explicit OuterOptimizer(const OuterConfig& config) : config_(config) {}
+
+  // One outer step: anchor -= lr * u (formulas in outer.cpp). d: averaged pseudo-gradient
+  // (n = anchor.size() floats). scale: the staleness penalty factor (1 = none). Allocates the
+  // momentum on first use. Returns the L2 norm of the momentum before clipping.
+  double step(std::vector<float>& anchor, const float* d, double scale);
+
+  // CO2 staleness gap penalty factor for a pseudo-gradient d computed from anchor `stale_anchor`
+  // but applied to `anchor` (formula in outer.cpp). 1 when the penalty is off.
+  double staleness_scale(const std::vector<float>& anchor, const std::vector<float>& stale_anchor,
+                         const float* d) const;
+
+  std::vector<float>& momentum() { return momentum_; }
+  const OuterConfig& config() const { return config_; }
+
+ private:
+  OuterConfig config_;
+  std::vector<float> momentum_;
+};
+
+
+
+
+}  // namespace cohort::parallel

@@ -1,0 +1,75 @@
+// Plan presets and validation.
+#include "core/parallel/plan.h"
+
+#include "core/base/error.h"
+
+namespace cohort::parallel {
+
+PlanConfig preset(Preset p, int64_t tau) {
+  PlanConfig c;
+  c.tau = tau;
+  switch (p) {
+    case Preset::kDdp: c.mode = SyncMode::kSync; c.tau = 1; return c;
+    case Preset::kLocalSgd: c.mode = SyncMode::kLocalSgd; return c;
+    case Preset::kSlowMo:
+      c.mode = SyncMode::kLocalSgd;
+      c.outer.momentum = 0.5;
+      return c;
+    case Preset::kDiLoCo:
+      c.mode = SyncMode::kLocalSgd;
+      c.outer.lr = 0.7;
+      c.outer.momentum = 0.9;
+      c.outer.nesterov = true;
+      return c;
+    case Preset::kCo2:
+      c.mode = SyncMode::kCo2;
+      c.outer.staleness_penalty = true;
+      c.outer.penalty_constant = 1.0;
+      c.outer.clip_threshold = 1.0;
+      return c;
+  }
+  throw Error(Status::kInvalidPlan, str_cat("plan: unknown preset ", static_cast<int>(p)));
+}
+
+const char* mode_name(SyncMode mode) {
+  switch (mode) {
+    case SyncMode::kSync: return "sync";
+    case SyncMode::kLocalSgd: return "localsgd";
+    case SyncMode::kCo2: return "co2";
+  }
+  return "unknown";
+}
+
+void validate(const PlanConfig& p) {
+  int mode = static_cast<int>(p.mode);
+  COHORT_CHECK(mode >= 0 && mode <= 2, Status::kInvalidPlan, "plan: unknown sync mode ", mode);
+  COHORT_CHECK(p.data_parallel >= 0, Status::kInvalidPlan, "plan: data_parallel = ", p.data_parallel,
+               " must be >= 0 (0 = the whole world)");
+  COHORT_CHECK(p.tau >= 1, Status::kInvalidPlan, "plan: tau = ", p.tau, " must be >= 1");
+  COHORT_CHECK(p.outer.lr >= 0, Status::kInvalidPlan, "plan: outer lr = ", p.outer.lr, " must be >= 0");
+  COHORT_CHECK(p.outer.momentum >= 0 && p.outer.momentum < 1, Status::kInvalidPlan, "plan: outer momentum = ",
+               p.outer.momentum, " is not in [0, 1)");
+  COHORT_CHECK(p.outer.penalty_constant >= 0, Status::kInvalidPlan, "plan: penalty constant = ",
+               p.outer.penalty_constant, " must be >= 0");
+  COHORT_CHECK(p.outer.clip_threshold >= 0, Status::kInvalidPlan, "plan: clip threshold = ", p.outer.clip_threshold,
+               " must be >= 0 (0 = off)");
+  COHORT_CHECK(p.bucket_bytes > 0, Status::kInvalidPlan, "plan: bucket_bytes must be > 0");
+  COHORT_CHECK(p.zero_stage >= 0 && p.zero_stage <= 3, Status::kInvalidPlan, "plan: unknown ZeRO stage ",
+               p.zero_stage, " (0..3)");
+  COHORT_CHECK(p.zero_stage == 0, Status::kUnsupported, "ZeRO stage ", p.zero_stage,
+               " is not implemented yet (TODO(#5))");
+}
+
+void validate_for_world(const PlanConfig& p, int world_size) {
+  validate(p);
+  COHORT_CHECK(world_size >= 1, Status::kInvalidPlan, "plan: world size ", world_size, " must be >= 1");
+  int degree = p.data_parallel == 0 ? world_size : p.data_parallel;
+  COHORT_CHECK(world_size % degree == 0, Status::kInvalidPlan, "plan: data-parallel degree ", degree,
+               " does not divide the world size ", world_size);
+  // Other axes (tensor, pipeline) arrive with their plans; until then data parallelism spans
+  // the whole world.
+  COHORT_CHECK(degree == world_size, Status::kUnsupported, "plan: data-parallel degree ", degree, " < world size ",
+               world_size, " needs another parallel axis, which is not implemented yet");
+}
+
+}  // namespace cohort::parallel

@@ -1,0 +1,56 @@
+// Parallel plan: how a model is spread over the ranks of a communicator. Today this is data
+// parallelism only — synchronous DDP, local SGD (with the SlowMo/DiLoCo outer optimizers) and
+// CO2 — plus the ZeRO stage field, validated now and implemented later (TODO(#5)).
+//
+// The one thing to know: local SGD, SlowMo, DiLoCo and CO2 share ONE outer-optimizer rule
+// (core/parallel/outer.h); the presets below only choose its constants and the sync mode.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace cohort::parallel {
+
+enum class SyncMode : int {
+  kSync = 0,      // DDP: gradients averaged every step, in buckets overlapping backward
+  kLocalSgd = 1,  // tau inner steps, then a blocking outer step on the averaged pseudo-gradient
+  kCo2 = 2,       // tau inner steps; round k's average is applied at the end of round k+1
+};
+
+enum class Preset : int { kDdp = 0, kLocalSgd = 1, kSlowMo = 2, kDiLoCo = 3, kCo2 = 4 };
+
+// The outer optimizer, applied to the averaged pseudo-gradient d = anchor - params (see outer.h).
+struct OuterConfig {
+  double lr = 1.0;        // alpha
+  double momentum = 0.0;  // beta
+  bool nesterov = false;
+  bool staleness_penalty = false;  // CO2 only: scale the stale pseudo-gradient by the gap
+  double penalty_constant = 1.0;   // lambda in the gap penalty (>= 0)
+  double clip_threshold = 0.0;     // phi: outer momentum L2-norm clip; 0 = off
+};
+
+struct PlanConfig {
+  int data_parallel = 0;  // ranks in the data-parallel group; 0 = the whole world
+  SyncMode mode = SyncMode::kSync;
+  int64_t tau = 1;  // inner steps per round (localsgd, co2)
+  OuterConfig outer;
+  int zero_stage = 0;                // 0..3; only 0 is implemented (TODO(#5))
+  size_t bucket_bytes = 25u << 20;   // DDP gradient bucket size
+};
+
+// A preset's settings (tau as given). localsgd: alpha 1, beta 0 = plain parameter averaging.
+// SlowMo: alpha 1, beta 0.5. DiLoCo: alpha 0.7, beta 0.9 Nesterov. CO2: alpha 1, beta 0 (the
+// fork's and SlowMo's value up to 16 ranks), penalty on (lambda 1), clip 1.0.
+PlanConfig preset(Preset preset, int64_t tau);
+const char* mode_name(SyncMode mode);
+
+// Throws kInvalidPlan naming the first bad field (unknown mode, tau < 1, negative lr, momentum
+// or threshold, momentum >= 1, data_parallel < 0, bucket_bytes 0, unknown ZeRO stage) and
+// kUnsupported "ZeRO stage N is not implemented yet (TODO(#5))" for stages 1-3.
+void validate(const PlanConfig& plan);
+// validate() plus the fit with a world of `world_size` ranks: the data-parallel degree must
+// divide it (kInvalidPlan), and only the whole world is supported as one group for now.
+void validate_for_world(const PlanConfig& plan, int world_size);
+
+}  // namespace cohort::parallel

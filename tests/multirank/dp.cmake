@@ -1,0 +1,36 @@
+# Data parallelism (core/parallel): the single-process unit tests, and dp_rank under cohort-run
+# at 2 and 4 ranks over shared memory and TCP, each checked against an in-process reference.
+file(GLOB DP_UNIT_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/unit/core/parallel/*_test.cpp)
+cohort_test(parallel_test LABEL unit TIMEOUT 120 SOURCES ${DP_UNIT_TESTS} LIBS cohort_core)
+
+add_executable(dp_rank dp_rank.cpp)
+target_compile_options(dp_rank PRIVATE ${COHORT_WARNINGS})
+target_include_directories(dp_rank PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+target_link_libraries(dp_rank PRIVATE cohort_core)
+foreach(mode ddp localsgd slowmo diloco co2 co2-plain co2-penalty co2-clip co2-resume)
+  foreach(n 2 4)
+    foreach(tls shm tcp)
+      if(tls STREQUAL "shm")
+        set(ucx_tls "self,sm")
+      else()
+        set(ucx_tls "tcp")
+      endif()
+      add_test(NAME multirank.dp.${mode}.n${n}.${tls} COMMAND cohort-run -n ${n} -- $<TARGET_FILE:dp_rank> ${mode})
+      set_tests_properties(multirank.dp.${mode}.n${n}.${tls} PROPERTIES LABELS multirank TIMEOUT 120
+                           ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
+                           RESOURCE_LOCK cores)
+    endforeach()
+  endforeach()
+endforeach()
+# The last rank dies mid-round: every survivor must fail naming it (no hang).
+foreach(tls shm tcp)
+  if(tls STREQUAL "shm")
+    set(ucx_tls "self,sm")
+  else()
+    set(ucx_tls "tcp")
+  endif()
+  add_test(NAME multirank.dp.co2-kill.n3.${tls} COMMAND cohort-run -n 3 -- $<TARGET_FILE:dp_rank> co2-kill)
+  set_tests_properties(multirank.dp.co2-kill.n3.${tls} PROPERTIES LABELS multirank TIMEOUT 120
+                       ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
+                       RESOURCE_LOCK cores)
+endforeach()

@@ -1,0 +1,159 @@
+// One rank of a data-parallel run under cohort-run, checked against a single-process reference
+// computed in the same program (tests/unit/core/parallel/dp_reference.h). Usage:
+//   dp_rank ddp | localsgd | slowmo | diloco | co2 | co2-plain | co2-penalty | co2-clip
+//   dp_rank co2-resume   a run stopped mid-round (reduction in flight) and resumed from a
+//                        checkpoint matches the uninterrupted run bit for bit
+//   dp_rank co2-kill     the last rank dies mid-round; the others must fail with
+//                        kPeerFailed / kTimeout naming it, within the deadline
+// Each rank initialises with a different seed: attach must broadcast rank 0's weights.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "core/base/error.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/parallel/data_parallel.h"
+#include "tests/unit/core/parallel/dp_reference.h"
+#include "transport/bootstrap/env.h"
+
+using namespace cohort;
+namespace coll = cohort::transport::coll;
+
+namespace {
+constexpr int64_t kTau = 3;
+constexpr int64_t kSteps = 5 * kTau + 2;  // ends mid-round
+
+parallel::PlanConfig plan_for(const std::string& mode) {
+  using parallel::Preset;
+  if (mode == "ddp") {
+    parallel::PlanConfig p = parallel::preset(Preset::kDdp, 1);
+    p.bucket_bytes = 256;  // several buckets for this small model
+    return p;
+  }
+  if (mode == "localsgd") return parallel::preset(Preset::kLocalSgd, kTau);
+  if (mode == "slowmo") return parallel::preset(Preset::kSlowMo, kTau);
+  if (mode == "diloco") return parallel::preset(Preset::kDiLoCo, kTau);
+  parallel::PlanConfig p = parallel::preset(Preset::kCo2, kTau);
+  p.outer.momentum = 0.5;  // exercise the momentum path
+  if (mode == "co2-plain") p.outer.staleness_penalty = false, p.outer.clip_threshold = 0;
+  if (mode == "co2-penalty") p.outer.clip_threshold = 0;
+  if (mode == "co2-clip") p.outer.staleness_penalty = false, p.outer.clip_threshold = 0.05;
+  return p;
+}
+
+std::unique_ptr<Trainer> make_trainer(int rank) {
+  TrainerOptions o;
+  o.seed = 1 + static_cast<uint64_t>(rank);  // only rank 0's seed must matter
+  o.num_threads = 1;
+  return std::make_unique<Trainer>(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);
+}
+
+std::vector<float> reference(const std::string& mode, int world, int rank, const parallel::PlanConfig& plan) {
+  if (mode == "ddp") {
+    // Single rank on the concatenated batch.
+    TrainerOptions o;
+    o.seed = 1;
+    o.num_threads = 1;
+    Trainer t(test::dp_model(test::kShard * world), test::dp_inner_optimizer(), o);
+    for (int64_t s = 0; s < kSteps; ++s) t.step(test::dp_batch(s, 0, test::kShard * world));
+    return test::dp_flat(t);
+  }
+  test::DpSimulation sim(world, plan, 1);
+  for (int64_t s = 0; s < kSteps; ++s) sim.step(s);
+  return test::dp_flat(sim.rank(rank));
+}
+
+int run_compare(const std::string& mode, std::shared_ptr<coll::Communicator> comm) {
+  parallel::PlanConfig plan = plan_for(mode);
+  auto trainer = make_trainer(comm->rank());
+  auto dp = parallel::DataParallel::attach(*trainer, plan, comm);
+  for (int64_t s = 0; s < kSteps; ++s) trainer->step(test::dp_batch(s, comm->rank() * test::kShard, test::kShard));
+  std::vector<float> want = reference(mode, comm->size(), comm->rank(), plan);
+  double diff = test::dp_max_diff(test::dp_flat(*trainer), want);
+  parallel::ParallelStats st = dp->stats();
+  std::printf("rank %d/%d %s: max |param - reference| = %.3g; rounds %lld, compute %.4f s, comm %.4f s, wait %.4f s, "
+              "hidden %.2f, buckets %lld, last penalty scale %.3f, last outer momentum norm %.3g\n",
+              comm->rank(), comm->size(), mode.c_str(), diff, static_cast<long long>(st.rounds), st.compute_seconds,
+              st.comm_seconds, st.wait_seconds, st.hidden_fraction, static_cast<long long>(st.buckets),
+              st.last_staleness_scale, st.last_momentum_norm);
+  if (plan.mode == parallel::SyncMode::kSync && st.buckets < 2) return 1;
+  return diff <= 2e-5 ? 0 : 1;
+}
+
+int run_resume(std::shared_ptr<coll::Communicator> comm) {
+  parallel::PlanConfig plan = plan_for("co2");
+  const int64_t stop = 2 * kTau + 1;  // mid-round, round 1's reduction in flight
+  std::string path = "/tmp/cohort_dp_resume_" + std::to_string(getppid()) + "_" + std::to_string(comm->rank());
+  int rank = comm->rank();
+  std::vector<float> straight;
+  {
+    auto t = make_trainer(rank);
+    auto dp = parallel::DataParallel::attach(*t, plan, comm);
+    for (int64_t s = 0; s < kSteps; ++s) {
+      if (s == stop) {
+        checkpoint::CheckpointExtra extra;
+        dp->save_state(extra);
+        checkpoint::save_checkpoint(*t, path, extra);
+      }
+      t->step(test::dp_batch(s, rank * test::kShard, test::kShard));
+    }
+    straight = test::dp_flat(*t);
+  }
+  auto t = make_trainer(rank + 100);
+  auto dp = parallel::DataParallel::attach(*t, plan, comm);
+  checkpoint::CheckpointExtra extra;
+  checkpoint::load_checkpoint(*t, path, &extra);
+  dp->load_state(extra);
+  for (int64_t s = stop; s < kSteps; ++s) t->step(test::dp_batch(s, rank * test::kShard, test::kShard));
+  std::remove(path.c_str());
+  std::vector<float> resumed = test::dp_flat(*t);
+  bool same = resumed.size() == straight.size() &&
+              std::memcmp(resumed.data(), straight.data(), resumed.size() * sizeof(float)) == 0;
+  std::printf("rank %d: resumed co2 run %s the uninterrupted one\n", rank, same ? "matches bit for bit" : "DIFFERS from");
+  return same ? 0 : 1;
+}
+
+int run_kill(std::shared_ptr<coll::Communicator> comm) {
+  parallel::PlanConfig plan = plan_for("co2");
+  int rank = comm->rank(), last = comm->size() - 1;
+  auto t = make_trainer(rank);
+  auto dp = parallel::DataParallel::attach(*t, plan, comm);
+  auto start = std::chrono::steady_clock::now();
+  for (int64_t s = 0; s < 40 * kTau; ++s) {
+    if (rank == last && s == 2 * kTau + 1) _exit(0);  // dies mid-round, round 1 in flight
+    try {
+      t->step(test::dp_batch(s, rank * test::kShard, test::kShard));
+    } catch (const Error& e) {
+      double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::string want = "rank " + std::to_string(last);
+      bool ok = (e.status() == Status::kPeerFailed || e.status() == Status::kTimeout) &&
+                std::string(e.what()).find(want) != std::string::npos && took < 30;
+      std::printf("rank %d: step %lld failed after %.1f s with status %d: %s (%s)\n", rank, static_cast<long long>(s),
+                  took, static_cast<int>(e.status()), e.what(), ok ? "expected" : "UNEXPECTED");
+      return ok ? 0 : 1;
+    }
+  }
+  std::printf("rank %d: no failure reported after the peer died\n", rank);
+  return 1;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string mode = argc > 1 ? argv[1] : "co2";
+  try {
+    transport::JobEnv env = transport::detect_job_env();
+    auto store = transport::connect_job_store(env, std::chrono::milliseconds(30000));
+    coll::CommOptions co;
+    co.timeout = std::chrono::milliseconds(5000);
+    auto comm = coll::Communicator::create(store, env.rank, env.world, co);
+    int rc = mode == "co2-resume" ? run_resume(comm) : mode == "co2-kill" ? run_kill(comm) : run_compare(mode, comm);
+    if (mode != "co2-kill") comm->barrier()->wait();  // rank 0's store outlives every peer's use
+    return rc;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "dp_rank %s: %s\n", mode.c_str(), e.what());
+    return 1;
+  }
+}

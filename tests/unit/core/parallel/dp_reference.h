@@ -1,0 +1,152 @@
+// Test support for data parallelism: a small MLP on synthetic data, and a single-process
+// reference that simulates R ranks (R model copies, each on its shard of the global batch) and
+// applies the outer rule written out again here, independently of core/parallel/outer.cpp.
+#pragma once
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/exec/trainer.h"
+#include "core/models/mlp.h"
+#include "core/parallel/plan.h"
+
+namespace cohort::test {
+
+constexpr int64_t kShard = 8;      // samples per rank per step
+constexpr int64_t kFeatures = 12;
+constexpr int64_t kClasses = 4;
+
+inline Graph dp_model(int64_t batch) {
+  models::MlpConfig c;
+  c.batch = batch;
+  c.in_features = kFeatures;
+  c.hidden = {16};
+  c.classes = kClasses;
+  c.activation = "tanh";
+  return models::build_mlp(c);
+}
+
+inline optim::OptimizerConfig dp_inner_optimizer() {
+  optim::OptimizerConfig o;
+  o.kind = optim::OptimizerKind::kSgd;
+  o.lr = 0.05;
+  o.momentum = 0.9;
+  return o;
+}
+
+// Samples [first, first + count) of step `step`'s global batch: deterministic, learnable.
+inline std::map<std::string, Tensor> dp_batch(int64_t step, int64_t first, int64_t count) {
+  Tensor x = Tensor::empty({count, kFeatures}, DType::kF32);
+  Tensor y = Tensor::empty({count}, DType::kI32);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t g = (first + i) * 7919 + step * 104729;
+    float sum = 0;
+    for (int64_t f = 0; f < kFeatures; ++f) {
+      float v = std::sin(0.37f * static_cast<float>(g % 1009) + 1.3f * static_cast<float>(f));
+      x.data<float>()[i * kFeatures + f] = v;
+      sum += v * static_cast<float>(f % 3);
+    }
+    y.data<int32_t>()[i] = static_cast<int32_t>(static_cast<int64_t>(std::fabs(sum) * 3.0f) % kClasses);
+  }
+  return {{"x", x}, {"y", y}};
+}
+
+inline std::vector<float> dp_flat(const Trainer& t) {
+  std::vector<float> v;
+  for (const Tensor& p : t.parameters()) {
+    const float* d = p.data<float>();
+    v.insert(v.end(), d, d + p.numel());
+  }
+  return v;
+}
+
+inline void dp_set_flat(Trainer& t, const std::vector<float>& v) {
+  size_t off = 0;
+  for (Tensor& p : t.mutable_parameters()) {
+    std::memcpy(p.raw(), v.data() + off, p.nbytes());
+    off += static_cast<size_t>(p.numel());
+  }
+}
+
+// R simulated ranks running localsgd or co2 exactly as specified in the plan.
+class DpSimulation {
+ public:
+  DpSimulation(int ranks, const parallel::PlanConfig& plan, uint64_t seed) : plan_(plan) {
+    TrainerOptions o;
+    o.seed = seed;
+    o.num_threads = 1;
+    for (int r = 0; r < ranks; ++r) trainers_.push_back(std::make_unique<Trainer>(dp_model(kShard), dp_inner_optimizer(), o));
+    anchor_ = prev_ = dp_flat(*trainers_[0]);
+    momentum_.assign(anchor_.size(), 0.0f);
+  }
+
+  void step(int64_t step) {
+    int ranks = static_cast<int>(trainers_.size());
+    for (int r = 0; r < ranks; ++r) trainers_[r]->step(dp_batch(step, r * kShard, kShard));
+    if ((step + 1) % plan_.tau != 0) return;
+    // The round's averaged pseudo-gradient: anchor minus the mean of the ranks' parameters.
+    std::vector<float> mean(anchor_.size(), 0.0f);
+    for (auto& t : trainers_) {
+      std::vector<float> x = dp_flat(*t);
+      for (size_t i = 0; i < x.size(); ++i) mean[i] += x[i] / static_cast<float>(ranks);
+    }
+    std::vector<float> d(anchor_.size());
+    for (size_t i = 0; i < d.size(); ++i) d[i] = anchor_[i] - mean[i];
+    if (plan_.mode == parallel::SyncMode::kLocalSgd) {
+      outer(d, 1.0);
+    } else if (have_pending_) {
+      double gap = 0, dn = 0;
+      for (size_t i = 0; i < d.size(); ++i) {
+        gap += (anchor_[i] - prev_[i]) * static_cast<double>(anchor_[i] - prev_[i]);
+        dn += pending_[i] * static_cast<double>(pending_[i]);
+      }
+      double s = plan_.outer.staleness_penalty
+                     ? 1.0 / (1.0 + plan_.outer.penalty_constant * std::sqrt(gap) / (std::sqrt(dn) + 1e-12))
+                     : 1.0;
+      prev_ = anchor_;
+      outer(pending_, s);
+    } else {
+      prev_ = anchor_;
+    }
+    pending_ = d;
+    have_pending_ = true;
+    for (auto& t : trainers_) dp_set_flat(*t, anchor_);
+  }
+
+  Trainer& rank(int r) { return *trainers_[static_cast<size_t>(r)]; }
+  const std::vector<float>& anchor() const { return anchor_; }
+
+ private:
+  void outer(const std::vector<float>& d, double s) {
+    const auto& c = plan_.outer;
+    double norm = 0;
+    for (size_t i = 0; i < d.size(); ++i) {
+      momentum_[i] = static_cast<float>(c.momentum) * momentum_[i] + static_cast<float>(s) * d[i];
+      norm += momentum_[i] * static_cast<double>(momentum_[i]);
+    }
+    norm = std::sqrt(norm);
+    if (c.clip_threshold > 0 && norm > c.clip_threshold)
+      for (float& m : momentum_) m *= static_cast<float>(c.clip_threshold / norm);
+    for (size_t i = 0; i < d.size(); ++i) {
+      float u = c.nesterov ? static_cast<float>(s) * d[i] + static_cast<float>(c.momentum) * momentum_[i] : momentum_[i];
+      anchor_[i] -= static_cast<float>(c.lr) * u;
+    }
+  }
+
+  parallel::PlanConfig plan_;
+  std::vector<std::unique_ptr<Trainer>> trainers_;
+  std::vector<float> anchor_, prev_, momentum_, pending_;
+  bool have_pending_ = false;
+};
+
+inline double dp_max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = a.size() == b.size() ? 0.0 : 1e30;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+}  // namespace cohort::test

@@ -1,0 +1,171 @@
+// core/parallel: plan validation, the outer rule (sign, momentum, Nesterov, clipping, staleness
+// penalty) on hand-checked numbers, and a world-1 DataParallel against the simulated reference.
+#include <gtest/gtest.h>
+
+#include "core/base/error.h"
+#include "core/parallel/data_parallel.h"
+#include "tests/support/expect_error.h"
+#include "tests/unit/core/parallel/dp_reference.h"
+#include "transport/bootstrap/env.h"
+
+namespace cohort::parallel {
+namespace {
+
+void expect_plan_error(const PlanConfig& p, Status status, const std::string& fragment, int world = 4) {
+  try {
+    validate_for_world(p, world);
+    ADD_FAILURE() << "expected an error containing '" << fragment << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), status) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(Plan, RejectsWhatDoesNotFit) {
+  PlanConfig p;
+  p.data_parallel = 3;
+  expect_plan_error(p, Status::kInvalidPlan, "data-parallel degree 3 does not divide the world size 4");
+  p = preset(Preset::kCo2, 0);
+  expect_plan_error(p, Status::kInvalidPlan, "tau = 0 must be >= 1");
+  p = PlanConfig();
+  p.mode = static_cast<SyncMode>(7);
+  expect_plan_error(p, Status::kInvalidPlan, "unknown sync mode 7");
+  p = PlanConfig();
+  p.outer.lr = -1;
+  expect_plan_error(p, Status::kInvalidPlan, "outer lr = -1 must be >= 0");
+  p = PlanConfig();
+  p.outer.momentum = -0.1;
+  expect_plan_error(p, Status::kInvalidPlan, "outer momentum = -0.1 is not in [0, 1)");
+  p = PlanConfig();
+  p.outer.clip_threshold = -2;
+  expect_plan_error(p, Status::kInvalidPlan, "clip threshold = -2 must be >= 0");
+  p = PlanConfig();
+  p.zero_stage = 4;
+  expect_plan_error(p, Status::kInvalidPlan, "unknown ZeRO stage 4");
+  p.zero_stage = 2;
+  expect_plan_error(p, Status::kUnsupported, "ZeRO stage 2 is not implemented yet (TODO(#5))");
+  p = PlanConfig();
+  p.data_parallel = 2;
+  expect_plan_error(p, Status::kUnsupported, "needs another parallel axis");
+  EXPECT_NO_THROW(validate_for_world(preset(Preset::kDiLoCo, 4), 4));
+}
+
+TEST(Plan, PresetsAreOneRuleWithDifferentConstants) {
+  PlanConfig l = preset(Preset::kLocalSgd, 5), s = preset(Preset::kSlowMo, 5), d = preset(Preset::kDiLoCo, 5),
+             c = preset(Preset::kCo2, 5);
+  EXPECT_EQ(l.mode, SyncMode::kLocalSgd);
+  EXPECT_EQ(l.outer.lr, 1.0);
+  EXPECT_EQ(l.outer.momentum, 0.0);
+  EXPECT_EQ(s.outer.momentum, 0.5);
+  EXPECT_TRUE(d.outer.nesterov);
+  EXPECT_EQ(c.mode, SyncMode::kCo2);
+  EXPECT_TRUE(c.outer.staleness_penalty);
+  EXPECT_EQ(c.outer.clip_threshold, 1.0);
+  EXPECT_EQ(c.tau, 5);
+}
+
+TEST(Outer, PseudoGradientSignLandsOnTheAverage) {
+  // anchor 1, ranks ended at 0.5 and 1.5 -> average 1.0... use 0.2 and 0.6 -> average 0.4.
+  std::vector<float> anchor = {1.0f, -2.0f};
+  float avg[2] = {0.4f, -1.0f};
+  float d[2] = {anchor[0] - avg[0], anchor[1] - avg[1]};  // d = anchor - params
+  OuterOptimizer o(preset(Preset::kLocalSgd, 1).outer);
+  o.step(anchor, d, 1.0);
+  EXPECT_FLOAT_EQ(anchor[0], 0.4f);  // a wrong sign would give 1.6
+  EXPECT_FLOAT_EQ(anchor[1], -1.0f);
+}
+
+TEST(Outer, MomentumNesterovAndClipping) {
+  OuterConfig c;
+  c.lr = 0.5;
+  c.momentum = 0.5;
+  c.nesterov = true;
+  OuterOptimizer o(c);
+  std::vector<float> a = {0.0f};
+  float d[1] = {2.0f};
+  o.step(a, d, 1.0);  // m = 2, u = 2 + 0.5 * 2 = 3, a = -1.5
+  EXPECT_FLOAT_EQ(a[0], -1.5f);
+  o.step(a, d, 1.0);  // m = 1 + 2 = 3, u = 2 + 1.5 = 3.5, a = -3.25
+  EXPECT_FLOAT_EQ(a[0], -3.25f);
+  c.nesterov = false;
+  c.clip_threshold = 1.0;
+  OuterOptimizer clip(c);
+  std::vector<float> b = {0.0f, 0.0f};
+  float e[2] = {3.0f, 4.0f};  // ||m|| = 5 -> clipped to 1: m = (0.6, 0.8), and kept
+  EXPECT_DOUBLE_EQ(clip.step(b, e, 1.0), 5.0);
+  EXPECT_FLOAT_EQ(clip.momentum()[0], 0.6f);
+  EXPECT_FLOAT_EQ(b[1], -0.4f);
+}
+
+TEST(Outer, StalenessPenalty) {
+  OuterConfig c;
+  c.staleness_penalty = true;
+  c.penalty_constant = 2.0;
+  OuterOptimizer o(c);
+  std::vector<float> now = {3.0f, 4.0f}, stale = {0.0f, 0.0f};
+  float d[2] = {0.0f, 10.0f};  // gap 5, ||d|| 10: s = 1 / (1 + 2 * 0.5) = 0.5
+  EXPECT_NEAR(o.staleness_scale(now, stale, d), 0.5, 1e-9);
+  c.staleness_penalty = false;
+  EXPECT_EQ(OuterOptimizer(c).staleness_scale(now, stale, d), 1.0);
+}
+
+std::shared_ptr<transport::coll::Communicator> world_of_one() {
+  transport::JobEnv env;  // rank 0 of 1
+  auto store = transport::connect_job_store(env, std::chrono::milliseconds(5000));
+  return transport::coll::Communicator::create(store, 0, 1);
+}
+
+TEST(DataParallel, WorldOfOneMatchesTheReferenceForEveryPreset) {
+  auto comm = world_of_one();
+  for (Preset pr : {Preset::kLocalSgd, Preset::kSlowMo, Preset::kDiLoCo, Preset::kCo2}) {
+    PlanConfig plan = preset(pr, 2);
+    TrainerOptions o;
+    o.seed = 1;
+    o.num_threads = 1;
+    Trainer t(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);
+    auto dp = DataParallel::attach(t, plan, comm);
+    test::DpSimulation sim(1, plan, 1);
+    for (int64_t s = 0; s < 7; ++s) {
+      t.step(test::dp_batch(s, 0, test::kShard));
+      sim.step(s);
+    }
+    EXPECT_LE(test::dp_max_diff(test::dp_flat(t), test::dp_flat(sim.rank(0))), 1e-6) << static_cast<int>(pr);
+    EXPECT_EQ(dp->stats().rounds, 3);
+    t.set_step_hook(nullptr);
+  }
+}
+
+TEST(DataParallel, DdpAtWorldOneIsPlainTrainingWithSeveralBuckets) {
+  auto comm = world_of_one();
+  TrainerOptions o;
+  o.seed = 3;
+  o.num_threads = 1;
+  Trainer plain(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);
+  Trainer ddp(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);
+  PlanConfig plan = preset(Preset::kDdp, 1);
+  plan.bucket_bytes = 128;
+  auto dp = DataParallel::attach(ddp, plan, comm);
+  for (int64_t s = 0; s < 4; ++s) {
+    plain.step(test::dp_batch(s, 0, test::kShard));
+    ddp.step(test::dp_batch(s, 0, test::kShard));
+  }
+  EXPECT_EQ(test::dp_max_diff(test::dp_flat(plain), test::dp_flat(ddp)), 0.0);
+  ParallelStats st = dp->stats();
+  EXPECT_EQ(st.buckets, 2);  // {fc2.bias, fc2.weight}, {fc1.bias, fc1.weight}: 128-byte buckets
+  EXPECT_EQ(st.rounds, 4);
+  EXPECT_GE(st.hidden_fraction, 0.0);
+  EXPECT_LE(st.hidden_fraction, 1.0);
+}
+
+TEST(DataParallel, RejectsAPlanThatDoesNotFitAtAttach) {
+  auto comm = world_of_one();
+  TrainerOptions o;
+  Trainer t(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);
+  PlanConfig p;
+  p.data_parallel = 2;
+  EXPECT_THROW(DataParallel::attach(t, p, comm), Error);
+  EXPECT_EQ(t.step_hook(), nullptr);
+}
+
+}  // namespace
+}  // namespace cohort::parallel
