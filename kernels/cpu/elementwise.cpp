@@ -2,6 +2,8 @@
 // a general strided path otherwise.
 #include "kernels/cpu/elementwise.h"
 
+#include "kernels/cpu/vec_math.h"
+
 #include <cmath>
 
 namespace cohort::kernels::cpu {
@@ -90,11 +92,11 @@ namespace {
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2 / pi)
 inline float gelu(float x) {
   float u = kGeluK * (x + 0.044715f * x * x * x);
-  return 0.5f * x * (1.0f + std::tanh(u));
+  return 0.5f * x * (1.0f + tanh_approx(u));
 }
 inline float gelu_grad(float x) {
   float u = kGeluK * (x + 0.044715f * x * x * x);
-  float t = std::tanh(u);
+  float t = tanh_approx(u);
   float du = kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }
@@ -112,7 +114,7 @@ void unary(UnaryOp op, const float* x, float* out, int64_t n) {
       break;
     case UnaryOp::kTanh:
 #pragma omp parallel for if (n > kParallelMin)
-      for (int64_t i = 0; i < n; ++i) out[i] = std::tanh(x[i]);
+      for (int64_t i = 0; i < n; ++i) out[i] = tanh_approx(x[i]);
       break;
   }
 }

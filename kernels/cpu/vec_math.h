@@ -1,0 +1,56 @@
+// Vectorisable elementary functions for our loops: the compiler turns these into SIMD code,
+// where calls into libm (std::exp, std::tanh) stay scalar and dominated GELU's cost.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace cohort::kernels::cpu {
+
+// e^x for x <= 88 (softmax only ever needs x <= 0): 2^n * e^r with r = x - n ln2 in
+// [-ln2/2, ln2/2] and a degree-6 Taylor polynomial for e^r (relative error < 3e-7 on [-87, 0]);
+// x < -87 (including -inf) gives exactly 0; NaN stays NaN. Unlike std::exp it vectorises: the
+// clamp is an integer min on the bit pattern, which GCC if-converts even under -ftrapping-math.
+inline float exp_approx(float x) {
+  uint32_t xb;
+  std::memcpy(&xb, &x, sizeof xb);
+  const uint32_t kLow = 0xC2AE0000u;       // bits of -87.0f; larger unsigned = more negative float
+  const uint32_t kMinusInf = 0xFF800000u;  // above it: NaNs with the sign bit, which must stay NaN
+  const bool under = xb > kLow;  // also true for NaNs with the sign bit: patched up at the end
+  const uint32_t nan_bits = static_cast<uint32_t>(-static_cast<int32_t>(xb > kMinusInf)) & 0x7FC00000u;
+  xb = under ? kLow : xb;
+  std::memcpy(&x, &xb, sizeof x);
+  const float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
+  const float n = (x * 1.44269504088896341f + kRound) - kRound;
+  const float r = x - n * 0.693145751953125f - n * 1.42860682030941723212e-6f;  // ln2 split hi + lo
+  float p = 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;  // 2^n as a float's exponent field
+  bits = under ? 0 : bits;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  float y = p * scale;
+  uint32_t yb;
+  std::memcpy(&yb, &y, sizeof yb);
+  yb |= nan_bits;
+  std::memcpy(&y, &yb, sizeof y);
+  return y;
+}
+
+// tanh(x) = sign(x) (1 - e^(-2|x|)) / (1 + e^(-2|x|)); |x| is clamped at 9, where tanh is 1 to
+// float precision. Absolute error < 1e-7 (relative error grows near 0, where tanh(x) ~ x is tiny
+// and only the absolute error matters to GELU). NaN stays NaN.
+inline float tanh_approx(float x) {
+  const float a = x < 0.0f ? -x : x;
+  const float c = a > 9.0f ? 9.0f : a;
+  const float t = exp_approx(-2.0f * c);
+  const float y = (1.0f - t) / (1.0f + t);
+  return x != x ? x : (x < 0.0f ? -y : y);
+}
+
+}  // namespace cohort::kernels::cpu
