@@ -80,7 +80,9 @@ cmd=${1:-}
 case "$cmd" in
   train)
     setup && build
-    exec "$BUILD_DIR/cli/cohort" train --model mlp --threads "$JOBS" "$@"
+    # Four ranks as processes on this machine, CO2 data parallelism, one thread each.
+    exec "$BUILD_DIR/transport/launcher/cohort-run" -n 4 -- \
+      "$BUILD_DIR/cli/cohort" train --model mlp --parallel co2 --tau 8 --epochs 3 --threads 1 "$@"
     ;;
   test)
     setup && build

@@ -72,6 +72,8 @@ const std::map<std::string, Setter>& setters() {
       {"--save-every", int_field(&Options::save_every)},
       {"--resume", string_field(&Options::resume)},
       {"--threads", int_field(&Options::threads)},
+      {"--parallel", string_field(&Options::parallel)},
+      {"--tau", int_field(&Options::tau)},
       {"--seed",
        [](Options& o, const std::string& f, const std::string& v) {
          const int64_t s = parse_int(f, v);
@@ -98,7 +100,8 @@ const char* usage_text() {
          "         [--weight-decay W] [--clip NORM] [--hidden H (mlp)]\n"
          "         [--layers L] [--width C] [--heads H] [--context T] (gpt)\n"
          "         [--eval-every N] [--eval-examples N] [--log-every N] [--metrics FILE.jsonl]\n"
-         "         [--save PATH] [--save-every N] [--resume PATH] [--threads N] [--seed S] [--quiet]\n";
+         "         [--save PATH] [--save-every N] [--resume PATH] [--threads N] [--seed S] [--quiet]\n"
+         "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N]]  (under cohort-run -n N)\n";
 }
 
 Options parse_train_options(int argc, char** argv, int first) {
@@ -148,6 +151,10 @@ void apply_defaults(Options& o) {
   require(o.eval_every >= 0 && o.save_every >= 0 && o.log_every >= 0 && o.eval_examples >= 0 && o.stop_after >= 0,
           "--eval-every, --save-every, --log-every and --eval-examples must be >= 0");
   require(o.threads >= 0 && o.threads <= 1024, "--threads must be in 0..1024");
+  require(o.parallel.empty() || o.parallel == "sync" || o.parallel == "localsgd" || o.parallel == "slowmo" ||
+              o.parallel == "diloco" || o.parallel == "co2",
+          "unknown --parallel '" + o.parallel + "' (expected sync, localsgd, slowmo, diloco or co2)");
+  require(o.tau >= 1, "--tau must be >= 1");
   require(o.save_every == 0 || !o.save.empty(), "--save-every needs --save PATH");
 }
 

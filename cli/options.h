@@ -43,6 +43,10 @@ struct Options {
   int64_t save_every = 0;  // 0: only at the end (when --save is given)
   std::string resume;      // checkpoint path
   int64_t threads = 0;     // 0: leave cohort's default
+  // Data parallelism over the ranks this process was launched with (cohort-run, torchrun, mpirun,
+  // srun): "" = one process; sync | localsgd | slowmo | diloco | co2 (a cohort_plan_preset).
+  std::string parallel;
+  int64_t tau = 8;         // inner steps per round for localsgd, slowmo, diloco and co2
   uint64_t seed = 1;
   // Hidden flags for tests/parity: initial weights from a file, every step's batch to a file,
   // and every step's loss to a text file.

@@ -45,6 +45,7 @@ void check(cohort_status status, const char* what) {
 }
 
 Task::Task(const Options& options) : o_(options), text_(options.data == "brown") {
+  join_ranks();
   open_data();
   build_model();
   create_trainer();
@@ -54,11 +55,22 @@ Task::Task(const Options& options) : o_(options), text_(options.data == "brown")
 
 Task::~Task() {
   cohort_trainer_destroy(trainer_);
+  cohort_comm_destroy(comm_);
   cohort_graph_destroy(graph_);
   cohort_sampler_destroy(train_sampler_);
   cohort_sampler_destroy(valid_sampler_);
   cohort_dataset_destroy(train_);
   cohort_dataset_destroy(valid_);
+}
+
+// With --parallel, every rank of the job joins one communicator; each trains on its own shard.
+void Task::join_ranks() {
+  if (o_.parallel.empty()) return;
+  check(cohort_comm_create_from_env(nullptr, &comm_), "joining the other ranks");
+  int32_t rank = 0, world = 1;
+  check(cohort_comm_rank(comm_, &rank, &world), "communicator");
+  rank_ = rank;
+  world_ = world;
 }
 
 void Task::open_data() {
@@ -82,10 +94,17 @@ void Task::open_data() {
   if (n < o_.batch)
     throw RuntimeError("batch " + std::to_string(o_.batch) + " is larger than the training split (" +
                        std::to_string(n) + " examples)");
-  steps_per_epoch_ = n / o_.batch;
+  if (n / world_ < o_.batch)
+    throw RuntimeError("batch " + std::to_string(o_.batch) + " is larger than one rank's shard (" +
+                       std::to_string(n / world_) + " examples)");
+  steps_per_epoch_ = n / world_ / o_.batch;
   cohort_sampler_options so = cohort_sampler_options_default();
   so.seed = o_.seed;
+  so.rank = rank_;
+  so.world = world_;
   check(cohort_sampler_create(train_, &so, &train_sampler_), "training sampler");
+  so.rank = 0;  // validation: whole split, on the rank that evaluates
+  so.world = 1;
   so.shuffle = 0;
   check(cohort_sampler_create(valid_, &so, &valid_sampler_), "validation sampler");
 }
@@ -129,7 +148,22 @@ void Task::create_trainer() {
   cohort_trainer_options to = cohort_trainer_options_default();
   to.seed = o_.seed;
   to.num_threads = static_cast<int32_t>(o_.threads);
-  const cohort_status st = cohort_trainer_create(graph_, opt, &to, &trainer_);
+  cohort_status st = COHORT_OK;
+  if (comm_) {
+    cohort_plan_options po = cohort_plan_options_default();
+    po.preset = o_.parallel == "sync"       ? COHORT_PRESET_DDP
+                : o_.parallel == "localsgd" ? COHORT_PRESET_LOCALSGD
+                : o_.parallel == "slowmo"   ? COHORT_PRESET_SLOWMO
+                : o_.parallel == "diloco"   ? COHORT_PRESET_DILOCO
+                                            : COHORT_PRESET_CO2;
+    po.tau = o_.tau;
+    cohort_plan* plan = nullptr;
+    st = cohort_plan_create(&po, &plan);
+    if (st == COHORT_OK) st = cohort_trainer_create_parallel(graph_, opt, plan, comm_, &to, &trainer_);
+    cohort_plan_destroy(plan);
+  } else {
+    st = cohort_trainer_create(graph_, opt, &to, &trainer_);
+  }
   cohort_optimizer_destroy(opt);
   check(st, "creating the trainer");
 }
@@ -158,7 +192,8 @@ void Task::load_initial_weights(const std::string& path) {
   }
 }
 
-int64_t Task::items_per_step() const { return text_ ? o_.batch * o_.context : o_.batch; }
+// Items of one step summed over the ranks: the job's throughput.
+int64_t Task::items_per_step() const { return (text_ ? o_.batch * o_.context : o_.batch) * world_; }
 
 void Task::bind(int64_t rows, std::vector<float>& fx, std::vector<int32_t>& ix, std::vector<int32_t>& y,
                 cohort_tensor_ref refs[2], int64_t shape_x[4], int64_t shape_y[2]) const {

@@ -40,9 +40,12 @@ class Task {
   bool is_classifier() const { return !text_; }
   int64_t parameter_count() const { return parameter_count_; }
   cohort_trainer* trainer() { return trainer_; }
+  int rank() const { return rank_; }
+  int world() const { return world_; }
   cohort_sampler* sampler() { return train_sampler_; }
 
  private:
+  void join_ranks();
   void open_data();
   void build_model();
   void create_trainer();
@@ -60,6 +63,8 @@ class Task {
   cohort_sampler* valid_sampler_ = nullptr;
   cohort_graph* graph_ = nullptr;
   cohort_trainer* trainer_ = nullptr;
+  cohort_comm* comm_ = nullptr;  // data parallelism only
+  int rank_ = 0, world_ = 1;
   int64_t steps_per_epoch_ = 0;
   int64_t parameter_count_ = 0;
   // Training batch buffers, reused every step.

@@ -206,14 +206,27 @@ int run_train(Options o) {
   apply_defaults(o);
   if (o.threads > 0) check(cohort_set_num_threads(static_cast<int>(o.threads)), "--threads");
   Task task(o);
+  if (task.world() > 1) {
+    // Rank 0 reports and evaluates; every rank saves its own checkpoint file.
+    if (task.rank() != 0) {
+      o.quiet = true;
+      o.no_eval = true;
+      o.eval_every = 0;
+      o.metrics.clear();
+    }
+    const std::string suffix = ".rank" + std::to_string(task.rank());
+    if (!o.save.empty()) o.save += suffix;
+    if (!o.resume.empty()) o.resume += suffix;
+  }
   Loop loop(o, task);
   const int64_t total = o.steps > 0 ? o.steps : o.epochs * task.steps_per_epoch();
   if (!o.quiet)
-    std::printf("cohort %s: %s on %s, %lld parameters, batch %lld, %lld steps (%lld per epoch), %s lr %g, "
-                "warmup %lld\n",
+    std::printf("cohort %s: %s on %s, %lld parameters, batch %lld x %d rank(s)%s%s, %lld steps (%lld per epoch), "
+                "%s lr %g, warmup %lld\n",
                 cohort_version_string(), o.model.c_str(), o.data.c_str(), static_cast<long long>(task.parameter_count()),
-                static_cast<long long>(o.batch), static_cast<long long>(total),
-                static_cast<long long>(task.steps_per_epoch()), o.optimizer.c_str(), o.lr,
+                static_cast<long long>(o.batch), task.world(), o.parallel.empty() ? "" : ", ",
+                o.parallel.empty() ? "" : (o.parallel + (o.parallel == "sync" ? "" : " tau " + std::to_string(o.tau))).c_str(),
+                static_cast<long long>(total), static_cast<long long>(task.steps_per_epoch()), o.optimizer.c_str(), o.lr,
                 static_cast<long long>(o.warmup));
   if (!o.resume.empty()) loop.resume(o.resume);
   loop.run();
