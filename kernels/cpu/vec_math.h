@@ -2,6 +2,7 @@
 // where calls into libm (std::exp, std::tanh) stay scalar and dominated GELU's cost.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -46,11 +47,24 @@ inline float exp_approx(float x) {
 // float precision. Absolute error < 1e-7 (relative error grows near 0, where tanh(x) ~ x is tiny
 // and only the absolute error matters to GELU). NaN stays NaN.
 inline float tanh_approx(float x) {
-  const float a = x < 0.0f ? -x : x;
-  const float c = a > 9.0f ? 9.0f : a;
+  // Branch-free so loops over it vectorise: float compares and selects stay branches under
+  // -ftrapping-math, so |x|, the clamp, the sign and the NaN case work on the bit patterns.
+  uint32_t xb;
+  std::memcpy(&xb, &x, sizeof xb);
+  const uint32_t ab = xb & 0x7FFFFFFFu;
+  const uint32_t kNine = 0x41100000u;  // bits of 9.0f; for non-negative floats bits order as values
+  const uint32_t cb = ab > kNine ? kNine : ab;
+  float c;
+  std::memcpy(&c, &cb, sizeof c);
   const float t = exp_approx(-2.0f * c);
   const float y = (1.0f - t) / (1.0f + t);
-  return x != x ? x : (x < 0.0f ? -y : y);
+  uint32_t yb;
+  std::memcpy(&yb, &y, sizeof yb);
+  yb |= xb & 0x80000000u;                 // the sign of x
+  yb = ab > 0x7F800000u ? xb : yb;        // NaN stays NaN
+  float out;
+  std::memcpy(&out, &yb, sizeof out);
+  return out;
 }
 
 }  // namespace cohort::kernels::cpu
