@@ -82,7 +82,10 @@ void apply_loaded_checkpoint_extra(cohort_trainer& t, checkpoint::CheckpointExtr
   auto* dp = dynamic_cast<parallel::DataParallel*>(t.trainer->step_hook().get());
   bool has_outer = false;
   for (const auto& kv : extra.tensors) has_outer = has_outer || kv.first.rfind("parallel.", 0) == 0;
-  if (dp && has_outer) dp->load_state(extra);
+  for (const auto& kv : extra.ints) has_outer = has_outer || kv.first.rfind("parallel.", 0) == 0;
+  // A ZeRO trainer always loads: its optimizer state lives only in the shard entries, and a file
+  // without them must fail rather than silently restart the moments.
+  if (dp && (has_outer || dp->plan().zero_stage > 0)) dp->load_state(extra);
   t.checkpoint_extra = without_outer_state(std::move(extra));
 }
 
@@ -161,6 +164,12 @@ COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer*
     stats_out->last_staleness_scale = s.last_staleness_scale;
     stats_out->last_momentum_norm = s.last_momentum_norm;
     stats_out->buckets = s.buckets;
+    // The memory fields came later: a caller built against the older struct does not have them.
+    if (stats_out->size >= offsetof(cohort_parallel_stats, optimizer_state_bytes) + sizeof(int64_t)) {
+      stats_out->parameter_bytes = s.parameter_bytes;
+      stats_out->gradient_bytes = s.gradient_bytes;
+      stats_out->optimizer_state_bytes = s.optimizer_state_bytes;
+    }
   });
 }
 

@@ -84,7 +84,7 @@ float Trainer::step(const std::map<std::string, Tensor>& inputs) {
     else grads_[i].fill(0.0f);
   }
   if (hook_) hook_->before_update(grads_);
-  optimizer_->step(params_, grads_);
+  if (!hook_ || !hook_->apply_update(params_, grads_)) optimizer_->step(params_, grads_);
   ++step_;
   if (hook_) hook_->after_update(params_, step_);
   last_step_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

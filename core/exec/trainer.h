@@ -45,6 +45,10 @@ class StepHook {
   virtual void on_gradient(size_t index, const Tensor& grad) = 0;
   // May overwrite grads in place (same shapes) — e.g. with their average over ranks.
   virtual void before_update(std::vector<Tensor>& grads) = 0;
+  // Applies the optimizer update itself and returns true (ZeRO: each rank steps only its shard
+  // of the parameters with its own optimizer, then gathers them), or returns false to let the
+  // trainer's optimizer step every parameter. Called between before_update and after_update.
+  virtual bool apply_update(std::vector<Tensor>& /*params*/, std::vector<Tensor>& /*grads*/) { return false; }
   // params: after this step's optimizer update; step: steps completed. May overwrite params.
   virtual void after_update(std::vector<Tensor>& params, int64_t step) = 0;
 };

@@ -175,14 +175,26 @@ void Optimizer::update_one(Tensor& param, const Tensor& grad, Slot& slot, double
   kc::adamw_update(p, g, slot.exp_avg.data<float>(), slot.exp_avg_sq.data<float>(), p16, n, a);
 }
 
-void Optimizer::step(std::vector<Tensor>& params, std::vector<Tensor>& grads) {
+void Optimizer::prepare(std::vector<Tensor>& params, std::vector<Tensor>& grads) {
   if (!initialized_) {
     COHORT_CHECK(params.size() == grads.size(), Status::kInvalidArgument, "optimizer step: ", params.size(),
                  " parameters but ", grads.size(), " gradients");
     init_state(params);
   }
   check_args(params, grads);
-  const double norm = grad_norm(grads);
+}
+
+void Optimizer::step(std::vector<Tensor>& params, std::vector<Tensor>& grads) {
+  prepare(params, grads);
+  apply(params, grads, grad_norm(grads));
+}
+
+void Optimizer::step(std::vector<Tensor>& params, std::vector<Tensor>& grads, double global_grad_norm) {
+  prepare(params, grads);
+  apply(params, grads, global_grad_norm);
+}
+
+void Optimizer::apply(std::vector<Tensor>& params, std::vector<Tensor>& grads, double norm) {
   last_grad_norm_ = norm;
   float grad_scale = 1.0f;
   if (config_.clip_norm > 0) {

@@ -50,6 +50,10 @@ class Optimizer {
   // grads are read, not modified: clipping is applied as a factor inside the update.
   // Throws kInvalidArgument / kShapeMismatch naming the parameter index; nothing is updated then.
   void step(std::vector<Tensor>& params, std::vector<Tensor>& grads);
+  // The same update with the global gradient L2 norm given by the caller: when params/grads are
+  // one shard of a model (ZeRO, core/parallel), clipping must use the norm over every shard,
+  // sqrt(sum over ranks of the shard sums of squares), which only the caller can reduce.
+  void step(std::vector<Tensor>& params, std::vector<Tensor>& grads, double global_grad_norm);
 
   // Allocates zeroed state (and the fp32 master copy of bf16 params) without stepping, so that a
   // checkpoint can be restored into state() before the first step.
@@ -65,6 +69,7 @@ class Optimizer {
   // Throws kInvalidState before the state exists, kInvalidArgument for a bad index.
   std::vector<std::pair<std::string, Tensor>> state(size_t param_index);
   size_t num_params() const { return slots_.size(); }
+  bool has_state() const { return initialized_; }
   // Bytes held by the state tensors (0 before the state exists).
   size_t state_bytes() const;
   // Steps taken; the next update uses lr_at(step_count()) and AdamW bias correction t = count + 1.
@@ -80,6 +85,8 @@ class Optimizer {
     Tensor exp_avg_sq;  // AdamW
   };
   void check_args(const std::vector<Tensor>& params, const std::vector<Tensor>& grads) const;
+  void prepare(std::vector<Tensor>& params, std::vector<Tensor>& grads);  // state, then checks
+  void apply(std::vector<Tensor>& params, std::vector<Tensor>& grads, double norm);  // checked args
   double grad_norm(const std::vector<Tensor>& grads) const;
   void update_one(Tensor& param, const Tensor& grad, Slot& slot, double lr, float grad_scale);
 

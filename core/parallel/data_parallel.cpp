@@ -48,8 +48,11 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
     std::memcpy(t.raw(), flat.data() + off, t.nbytes());
     off += static_cast<size_t>(t.numel());
   }
-  if (plan.mode == SyncMode::kSync) dp->build_buckets(params);
-  else {
+  dp->trainer_ = &trainer;
+  if (plan.mode == SyncMode::kSync) {
+    dp->build_buckets(params);
+    if (plan.zero_stage > 0) dp->build_shards(trainer.optimizer());
+  } else {
     dp->anchor_ = flat;
     dp->prev_anchor_ = flat;
     dp->inflight_.assign(flat.size(), 0.0f);
@@ -87,7 +90,10 @@ void DataParallel::build_buckets(const std::vector<Tensor>& params) {
     b.offsets.push_back(b.buf.size());
     b.buf.resize(b.buf.size() + static_cast<size_t>(params[k].numel()));
   }
-  for (Bucket& b : buckets_) b.remaining = b.params.size();
+  for (Bucket& b : buckets_) {
+    b.remaining = b.params.size();
+    b.numel = b.padded = b.buf.size();
+  }
   stats_.buckets = static_cast<int64_t>(buckets_.size());
 }
 
@@ -128,12 +134,10 @@ void DataParallel::on_gradient(size_t index, const Tensor& grad) {
   poll();
   Bucket& b = buckets_[bucket_of_[index]];
   COHORT_ASSERT(b.remaining > 0 && !b.work, "gradient ", index, " produced twice in one step");
+  if (b.buf.size() != b.padded) b.buf.assign(b.padded, 0.0f);  // ZeRO 2 frees it between steps
   std::memcpy(b.buf.data() + offset_of_[index], grad.raw(), grad.nbytes());
-  if (--b.remaining == 0) {
-    // Every gradient of the bucket is final: reduce the copy while backward goes on.
-    b.launched = Clock::now();
-    b.work = comm_->all_reduce(b.buf.data(), b.buf.size(), coll::DataType::kF32, coll::ReduceOp::kAvg);
-  }
+  // Every gradient of the bucket is final: reduce the copy while backward goes on.
+  if (--b.remaining == 0) launch_reduction(b);
 }
 
 void DataParallel::before_update(std::vector<Tensor>& grads) {
@@ -148,8 +152,10 @@ void DataParallel::before_update(std::vector<Tensor>& grads) {
     }
     first = std::min(first, b.launched);
     last = std::max(last, b.done);
-    for (size_t j = 0; j < b.params.size(); ++j)
-      std::memcpy(grads[b.params[j]].raw(), b.buf.data() + b.offsets[j], grads[b.params[j]].nbytes());
+    if (plan_.zero_stage > 0) take_gradient_shard(b);  // grads stay local: the shard is stepped
+    else
+      for (size_t j = 0; j < b.params.size(); ++j)
+        std::memcpy(grads[b.params[j]].raw(), b.buf.data() + b.offsets[j], grads[b.params[j]].nbytes());
     b.work.reset();
     b.finished = false;
     b.remaining = b.params.size();
@@ -235,6 +241,7 @@ void DataParallel::end_round_co2(std::vector<Tensor>& params) {
 }
 
 void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
+  if (shard_optimizer_) return save_shard_state(extra);  // ZeRO: the trainer's optimizer has none
   if (plan_.mode == SyncMode::kSync) return;  // DDP keeps no state beyond the trainer's
   if (inflight_work_) {
     // The reduction in flight is waited for and saved as its result: resuming applies it at
@@ -264,6 +271,10 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
 }
 
 void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
+  if (shard_optimizer_) return load_shard_state(extra);
+  COHORT_CHECK(!extra.ints.count("parallel.zero.world"), Status::kInvalidArgument,
+               "data parallel: the checkpoint holds a ZeRO optimizer shard; load it with the same ZeRO stage 1-2 "
+               "plan, world and rank");
   if (plan_.mode == SyncMode::kSync) return;
   COHORT_CHECK(!inflight_work_, Status::kInvalidState, "data parallel: cannot load while a reduction is in flight");
   auto get = [&](const char* name) -> const Tensor& {
@@ -303,6 +314,7 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
 ParallelStats DataParallel::stats() const {
   ParallelStats s = stats_;
   s.hidden_fraction = s.comm_seconds > 0 ? std::clamp(1.0 - s.wait_seconds / s.comm_seconds, 0.0, 1.0) : 1.0;
+  fill_memory_stats(s);
   return s;
 }
 

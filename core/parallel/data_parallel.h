@@ -4,6 +4,12 @@
 // applied one round stale). Everything runs on the training thread; the communicator's
 // progress thread moves the bytes.
 //
+// ZeRO stages 1 and 2 (sync mode, core/parallel/zero.cpp): each bucket is padded to a multiple
+// of the world and rank r owns block r of every bucket; r keeps optimizer state only for its
+// blocks and updates them with its own Optimizer over one flat shard tensor, then the buckets
+// are all-gathered. Stage 1 all-reduces gradients; stage 2 reduce-scatters them. The trainer's
+// gradients then stay this rank's local ones, and its own optimizer holds no state.
+//
 // The one thing to know: a buffer being reduced is never touched. DDP reduces per-bucket copies
 // of the gradients; CO2 reduces a snapshot of the pseudo-gradient, never live parameters, and
 // only one round is in flight. A peer failure surfaces from step() as kPeerFailed / kTimeout.
@@ -31,6 +37,14 @@ struct ParallelStats {
   double last_staleness_scale = 1;  // co2: the penalty factor of the last outer step
   double last_momentum_norm = 0;    // outer momentum L2 norm before clipping, last outer step
   int64_t buckets = 0;              // DDP: gradient buckets per step
+  // Model state held by this rank after a step, in bytes (measured from the buffers it owns):
+  // parameters (the full fp32 parameters, plus the fp32 shard copy the ZeRO optimizer steps),
+  // reduced gradients (DDP and stage 1: the full bucket buffers; stage 2: only the shard — the
+  // bucket buffers are freed once reduced) and optimizer state (stage >= 1: the shard's only).
+  // The trainer's own backward outputs (the local, unreduced gradients) are not counted.
+  int64_t parameter_bytes = 0;
+  int64_t gradient_bytes = 0;
+  int64_t optimizer_state_bytes = 0;
 };
 
 class DataParallel : public StepHook {
@@ -47,6 +61,8 @@ class DataParallel : public StepHook {
   void begin_step() override;
   void on_gradient(size_t index, const Tensor& grad) override;
   void before_update(std::vector<Tensor>& grads) override;
+  // ZeRO stage >= 1: steps this rank's shard and all-gathers the parameters (zero.cpp).
+  bool apply_update(std::vector<Tensor>& params, std::vector<Tensor>& grads) override;
   void after_update(std::vector<Tensor>& params, int64_t step) override;
 
   ParallelStats stats() const;
@@ -58,6 +74,8 @@ class DataParallel : public StepHook {
   // previous anchor, outer momentum, inner-step count, and the CO2 reduction in flight — waited
   // for at save time and stored as its result, so a resumed run continues as if never stopped.
   // load_state throws kInvalidArgument when the entries are missing or sized for another model.
+  // Under ZeRO they hold this rank's optimizer shard instead ("parallel.zero.*"): every rank
+  // saves its own file, and a load needs the same world, rank and bucket layout.
   void save_state(checkpoint::CheckpointExtra& extra);
   void load_state(const checkpoint::CheckpointExtra& extra);
 
@@ -66,7 +84,11 @@ class DataParallel : public StepHook {
   struct Bucket {
     std::vector<size_t> params;   // parameter indices, in production (reverse) order
     std::vector<size_t> offsets;  // element offset of each in buf
-    std::vector<float> buf;
+    std::vector<float> buf;  // padded to a multiple of the world under ZeRO (zeros at the end)
+    size_t numel = 0;        // elements of its parameters (buf may be longer: padding)
+    size_t padded = 0;       // ZeRO: numel rounded up to a multiple of the world, else numel
+    size_t block = 0;        // ZeRO: padded / world, the elements each rank owns
+    size_t shard_offset = 0;  // ZeRO: where this rank's block lives in the flat shard
     size_t remaining = 0;
     transport::coll::WorkPtr work;
     Clock::time_point launched, done;
@@ -78,11 +100,26 @@ class DataParallel : public StepHook {
   void end_round_blocking(std::vector<Tensor>& params);
   void end_round_co2(std::vector<Tensor>& params);
   void apply_anchor(std::vector<Tensor>& params) const;
+  // ZeRO (zero.cpp).
+  void build_shards(const optim::Optimizer& inner);
+  void launch_reduction(Bucket& b);
+  void take_gradient_shard(Bucket& b);
+  void copy_shard(const Bucket& b, std::vector<Tensor>& params, float* shard, bool to_params) const;
+  double global_grad_norm();
+  void gather_parameters(std::vector<Tensor>& params);
+  void fill_memory_stats(ParallelStats& s) const;
+  void save_shard_state(checkpoint::CheckpointExtra& extra);
+  void load_shard_state(const checkpoint::CheckpointExtra& extra);
 
   PlanConfig plan_;
   std::shared_ptr<transport::coll::Communicator> comm_;
   OuterOptimizer outer_;
   size_t numel_ = 0;
+  Trainer* trainer_ = nullptr;  // for the optimizer state size of stage 0 (outlives the hook)
+  // ZeRO: this rank's flat shard (its block of every bucket, in bucket order), the optimizer
+  // that owns the shard's state, and the shard's reduced gradient.
+  std::unique_ptr<optim::Optimizer> shard_optimizer_;
+  Tensor shard_params_, shard_grads_;
   // DDP.
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // parameter index -> bucket

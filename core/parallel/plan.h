@@ -1,6 +1,6 @@
 // Parallel plan: how a model is spread over the ranks of a communicator. Today this is data
 // parallelism only — synchronous DDP, local SGD (with the SlowMo/DiLoCo outer optimizers) and
-// CO2 — plus the ZeRO stage field, validated now and implemented later (TODO(#5)).
+// CO2 — with ZeRO stages 1 and 2 for DDP (zero.cpp); stage 3 comes later (TODO(#5)).
 //
 // The one thing to know: local SGD, SlowMo, DiLoCo and CO2 share ONE outer-optimizer rule
 // (core/parallel/outer.h); the presets below only choose its constants and the sync mode.
@@ -35,7 +35,7 @@ struct PlanConfig {
   SyncMode mode = SyncMode::kSync;
   int64_t tau = 1;  // inner steps per round (localsgd, co2)
   OuterConfig outer;
-  int zero_stage = 0;                // 0..3; only 0 is implemented (TODO(#5))
+  int zero_stage = 0;                // 0..3; 1-2 with kSync only; 3 not yet (TODO(#5))
   size_t bucket_bytes = 25u << 20;   // DDP gradient bucket size
 };
 
@@ -47,7 +47,8 @@ const char* mode_name(SyncMode mode);
 
 // Throws kInvalidPlan naming the first bad field (unknown mode, tau < 1, negative lr, momentum
 // or threshold, momentum >= 1, data_parallel < 0, bucket_bytes 0, unknown ZeRO stage) and
-// kUnsupported "ZeRO stage N is not implemented yet (TODO(#5))" for stages 1-3.
+// kUnsupported for stage 3 ("ZeRO stage 3 (sharded parameters) is not implemented yet
+// (TODO(#5))") and for stages 1-2 outside the sync mode.
 void validate(const PlanConfig& plan);
 // validate() plus the fit with a world of `world_size` ranks: the data-parallel degree must
 // divide it (kInvalidPlan), and only the whole world is supported as one group for now.

@@ -34,3 +34,7 @@ foreach(tls shm tcp)
                        ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
                        RESOURCE_LOCK cores)
 endforeach()
+# ZeRO stages 1-2 (zero.cmake), included the same guarded way.
+if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/zero.cmake)
+  include(${CMAKE_CURRENT_LIST_DIR}/zero.cmake)
+endif()

@@ -572,7 +572,8 @@ typedef struct cohort_plan_options {
   int32_t staleness_penalty;  /* co2: nonzero scales the stale pseudo-gradient by the gap */
   double penalty_constant;    /* lambda of the staleness penalty, >= 0 */
   double clip_threshold;      /* outer momentum L2-norm clip, >= 0; 0 = off */
-  int32_t zero_stage;         /* 0..3; only 0 is implemented */
+  int32_t zero_stage;         /* 0..3: 1 shards optimizer state, 2 also gradients (DDP mode
+                                 only, else UNSUPPORTED); 3 is not implemented (UNSUPPORTED) */
   int64_t bucket_bytes;       /* DDP gradient bucket size, > 0 */
 } cohort_plan_options;
 /* preset NONE, data_parallel 0, mode DDP, tau 1, outer lr 1, momentum 0, no Nesterov, no
@@ -583,7 +584,8 @@ typedef struct cohort_plan cohort_plan;
 /* Copies and validates the options. Returns OK; INVALID_ARGUMENT (options or plan_out NULL,
  * size too small, unknown preset); INVALID_PLAN naming the field (unknown mode or ZeRO stage,
  * tau < 1, negative lr, momentum, constant or threshold, momentum >= 1, bucket_bytes <= 0);
- * UNSUPPORTED for ZeRO stages 1-3. plan_out is written only on OK. Thread-safe. */
+ * UNSUPPORTED for ZeRO stage 3, and stages 1-2 outside the DDP mode. plan_out is written only
+ * on OK. Thread-safe. */
 COHORT_API cohort_status cohort_plan_create(const cohort_plan_options* options, cohort_plan** plan_out);
 /* Accepts NULL. Trainers made with the plan keep their own copy. */
 COHORT_API cohort_status cohort_plan_destroy(cohort_plan* plan);
@@ -615,6 +617,13 @@ typedef struct cohort_parallel_stats {
   double last_staleness_scale; /* co2: penalty factor of the last outer step (1 = none) */
   double last_momentum_norm;   /* outer momentum L2 norm before clipping, last outer step */
   int64_t buckets;             /* DDP: gradient buckets per step */
+  /* Added with ZeRO; written only when size covers them (older callers get the fields above).
+   * Model state held by this rank after a step, in bytes: the parameters (plus the fp32 shard
+   * copy stepped under ZeRO), the reduced gradients (the full bucket buffers for DDP and ZeRO 1,
+   * only this rank's shard for ZeRO 2) and the optimizer state (only the shard's under ZeRO). */
+  int64_t parameter_bytes;
+  int64_t gradient_bytes;
+  int64_t optimizer_state_bytes;
 } cohort_parallel_stats;
 /* INVALID_STATE when the trainer was not made by cohort_trainer_create_parallel. */
 COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer* trainer,
@@ -626,7 +635,8 @@ COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer*
  * a trainer that is not data-parallel. Every rank saves its own file (the save waits for the
  * rank's reduction in flight). Load returns INVALID_ARGUMENT when the file has no outer state
  * for this plan; the trainer's own state has been restored then (load again from a matching
- * file). Other statuses as the plain calls. */
+ * file). Under ZeRO the file holds the rank's optimizer shard: load it with the same world,
+ * rank, model and bucket size (INVALID_ARGUMENT otherwise). Other statuses as the plain calls. */
 COHORT_API cohort_status cohort_trainer_save_parallel_checkpoint(cohort_trainer* trainer, const char* path);
 COHORT_API cohort_status cohort_trainer_load_parallel_checkpoint(cohort_trainer* trainer, const char* path);
 

@@ -140,6 +140,28 @@ TEST(Optimizer, MatchesTorchAdamWWithClipGradNorm) {
   check_against_torch(c, kTorchAdamWClip);
 }
 
+// ZeRO (core/parallel/zero.cpp) steps disjoint shards with separate optimizers and the norm of
+// the whole gradient: that must equal one optimizer over the whole, clipping included.
+TEST(Optimizer, ShardsGivenTheGlobalNormStepLikeTheWhole) {
+  for (OptimizerConfig c : {adamw(0.01, 0.1), sgd(0.1, 0.9, false, 0.05)}) {
+    c.clip_norm = 0.5;
+    Optimizer whole(c), first(c), second(c);
+    std::vector<Tensor> p{make(kP0)};
+    std::vector<Tensor> p1{make({kP0[0], kP0[1]})}, p2{make({kP0[2], kP0[3], kP0[4]})};
+    for (int t = 0; t < kSteps; ++t) {
+      std::vector<double> g = grads_at(t);
+      std::vector<Tensor> gw{make(g)}, g1{make({g[0], g[1]})}, g2{make({g[2], g[3], g[4]})};
+      whole.step(p, gw);
+      first.step(p1, g1, whole.last_grad_norm());
+      second.step(p2, g2, whole.last_grad_norm());
+    }
+    const float* w = p[0].data<float>();
+    for (int i = 0; i < 2; ++i) EXPECT_FLOAT_EQ(p1[0].data<float>()[i], w[i]);
+    for (int i = 0; i < 3; ++i) EXPECT_FLOAT_EQ(p2[0].data<float>()[i], w[2 + i]);
+    EXPECT_EQ(first.state_bytes() + second.state_bytes(), whole.state_bytes());
+  }
+}
+
 TEST(Optimizer, WarmupCosineSchedule) {
   OptimizerConfig c = sgd(1.0);
   c.schedule = ScheduleKind::kWarmupCosine;

@@ -1,0 +1,196 @@
+// ZeRO stages 1 and 2 of DataParallel (Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+// Training Trillion Parameter Models", SC'20, sections 5.1-5.2), and the model-state memory
+// figures of every mode.
+//
+// The one thing to know: the shard is per bucket, not one slice of the whole flattened model.
+// Each DDP bucket is padded with zeros to a multiple of the world W and split into W equal
+// blocks; rank r owns block r of every bucket (as FSDP shards each flat parameter). This keeps
+// the stage-2 reduce-scatter bucketed and overlapped with backward — a single global slice
+// would need uneven per-bucket pieces, which reduce_scatter does not take — while every rank
+// still owns 1/W of the elements (up to W - 1 padding elements per bucket).
+//
+// The update is DDP's, element for element: g = (1/W) sum_i g_i; the clip factor uses the
+// global norm ||g|| = sqrt(sum_r ||g_shard_r||^2) (one scalar all-reduce); SGD momentum, AdamW
+// moments and weight decay are elementwise, so stepping each block with its own state is the
+// same as stepping the whole. Padding stays zero: zero gradient, zero parameter, zero update.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/base/error.h"
+#include "core/parallel/data_parallel.h"
+#include "kernels/cpu/optim.h"
+
+namespace cohort::parallel {
+
+namespace coll = transport::coll;
+
+namespace {
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+}  // namespace
+
+void DataParallel::build_shards(const optim::Optimizer& inner) {
+  const size_t world = static_cast<size_t>(comm_->size());
+  size_t shard = 0;
+  for (Bucket& b : buckets_) {
+    b.padded = (b.numel + world - 1) / world * world;
+    b.block = b.padded / world;
+    b.shard_offset = shard;
+    shard += b.block;
+    // Stage 2 allocates the bucket buffer for each step's reduction only (on_gradient).
+    if (plan_.zero_stage >= 2) std::vector<float>().swap(b.buf);
+    else b.buf.assign(b.padded, 0.0f);
+  }
+  shard_params_ = Tensor::zeros({static_cast<int64_t>(shard)}, DType::kF32);
+  shard_grads_ = Tensor::zeros({static_cast<int64_t>(shard)}, DType::kF32);
+  // The trainer's optimizer's hyper-parameters and position in the schedule (a trainer may have
+  // stepped before attach); its state now covers the shard only.
+  shard_optimizer_ = std::make_unique<optim::Optimizer>(inner.config());
+  shard_optimizer_->set_step_count(inner.step_count());
+}
+
+void DataParallel::launch_reduction(Bucket& b) {
+  // The padding must reduce to zero: a step that failed half-way may have left results there.
+  std::fill(b.buf.begin() + static_cast<std::ptrdiff_t>(b.numel), b.buf.end(), 0.0f);
+  b.launched = Clock::now();
+  if (plan_.zero_stage >= 2) {
+    // Rank r receives the average of block r in place: buf[r * block, (r + 1) * block).
+    float* mine = b.buf.data() + static_cast<size_t>(comm_->rank()) * b.block;
+    b.work = comm_->reduce_scatter(b.buf.data(), mine, b.block, coll::DataType::kF32, coll::ReduceOp::kAvg);
+  } else {
+    b.work = comm_->all_reduce(b.buf.data(), b.buf.size(), coll::DataType::kF32, coll::ReduceOp::kAvg);
+  }
+}
+
+void DataParallel::take_gradient_shard(Bucket& b) {
+  const float* mine = b.buf.data() + static_cast<size_t>(comm_->rank()) * b.block;
+  std::memcpy(shard_grads_.data<float>() + b.shard_offset, mine, b.block * sizeof(float));
+  if (plan_.zero_stage >= 2) std::vector<float>().swap(b.buf);  // only the shard is kept
+}
+
+void DataParallel::copy_shard(const Bucket& b, std::vector<Tensor>& params, float* shard, bool to_params) const {
+  // This rank's block covers bucket elements [lo, hi); parameter j of the bucket covers
+  // [offsets[j], offsets[j] + numel). Copy their intersections; padding (>= b.numel) is zero.
+  const size_t lo = static_cast<size_t>(comm_->rank()) * b.block, hi = lo + b.block;
+  if (!to_params) std::fill(shard, shard + b.block, 0.0f);
+  for (size_t j = 0; j < b.params.size(); ++j) {
+    Tensor& p = params[b.params[j]];
+    const size_t begin = std::max(lo, b.offsets[j]);
+    const size_t end = std::min(hi, b.offsets[j] + static_cast<size_t>(p.numel()));
+    if (begin >= end) continue;
+    float* in_param = p.data<float>() + (begin - b.offsets[j]);
+    float* in_shard = shard + (begin - lo);
+    if (to_params) std::memcpy(in_param, in_shard, (end - begin) * sizeof(float));
+    else std::memcpy(in_shard, in_param, (end - begin) * sizeof(float));
+  }
+}
+
+double DataParallel::global_grad_norm() {
+  // ||g||^2 = sum over ranks of the shard sums of squares (the shards are disjoint).
+  float sum = static_cast<float>(kernels::cpu::sum_of_squares(shard_grads_.data<float>(), shard_grads_.numel()));
+  Clock::time_point start = Clock::now();
+  comm_->all_reduce(&sum, 1, coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
+  double took = seconds(Clock::now() - start);
+  step_wait_ += took;
+  stats_.wait_seconds += took;
+  stats_.comm_seconds += took;
+  return std::sqrt(static_cast<double>(sum));
+}
+
+bool DataParallel::apply_update(std::vector<Tensor>& params, std::vector<Tensor>&) {
+  if (plan_.mode != SyncMode::kSync || plan_.zero_stage == 0) return false;
+  // The shard's parameters from the (identical on every rank) full parameters: a caller that
+  // set the parameters between steps (a restored checkpoint) is honoured.
+  for (const Bucket& b : buckets_) copy_shard(b, params, shard_params_.data<float>() + b.shard_offset, false);
+  const double norm = global_grad_norm();
+  std::vector<Tensor> p{shard_params_}, g{shard_grads_};
+  shard_optimizer_->step(p, g, norm);
+  gather_parameters(params);
+  return true;
+}
+
+void DataParallel::gather_parameters(std::vector<Tensor>& params) {
+  // Every rank's updated block into place, then each bucket's blocks gathered in place.
+  const size_t rank = static_cast<size_t>(comm_->rank());
+  Clock::time_point start = Clock::now();
+  for (Bucket& b : buckets_) {
+    if (b.buf.size() != b.padded) b.buf.assign(b.padded, 0.0f);
+    float* mine = b.buf.data() + rank * b.block;
+    std::memcpy(mine, shard_params_.data<float>() + b.shard_offset, b.block * sizeof(float));
+    b.work = comm_->all_gather(mine, b.buf.data(), b.block, coll::DataType::kF32);
+  }
+  for (Bucket& b : buckets_) {
+    b.work->wait();
+    b.work.reset();
+    for (size_t j = 0; j < b.params.size(); ++j)
+      std::memcpy(params[b.params[j]].raw(), b.buf.data() + b.offsets[j], params[b.params[j]].nbytes());
+    if (plan_.zero_stage >= 2) std::vector<float>().swap(b.buf);
+  }
+  // Blocking: the next forward needs every parameter (stage 3 would gather per layer).
+  double took = seconds(Clock::now() - start);
+  step_wait_ += took;
+  stats_.wait_seconds += took;
+  stats_.comm_seconds += took;
+}
+
+void DataParallel::fill_memory_stats(ParallelStats& s) const {
+  const int64_t f32 = static_cast<int64_t>(sizeof(float));
+  s.parameter_bytes = static_cast<int64_t>(numel_) * f32;
+  s.gradient_bytes = 0;
+  for (const Bucket& b : buckets_) s.gradient_bytes += static_cast<int64_t>(b.buf.size()) * f32;
+  if (shard_optimizer_) {
+    s.parameter_bytes += static_cast<int64_t>(shard_params_.nbytes());
+    s.gradient_bytes += static_cast<int64_t>(shard_grads_.nbytes());
+    s.optimizer_state_bytes = static_cast<int64_t>(shard_optimizer_->state_bytes());
+  } else {
+    s.optimizer_state_bytes = trainer_ ? static_cast<int64_t>(trainer_->optimizer().state_bytes()) : 0;
+  }
+}
+
+}  // namespace cohort::parallel
+
+namespace cohort::parallel {
+
+void DataParallel::save_shard_state(checkpoint::CheckpointExtra& extra) {
+  // The shard's optimizer state (copies) and step count; zeros before the first step.
+  if (!shard_optimizer_->has_state()) shard_optimizer_->init_state({shard_params_});
+  for (const auto& [name, t] : shard_optimizer_->state(0)) {
+    Tensor copy = Tensor::empty(t.shape(), t.dtype());
+    copy.copy_from(t);
+    extra.tensors["parallel.zero." + name] = copy;
+  }
+  extra.ints["parallel.zero.stage"] = plan_.zero_stage;
+  extra.ints["parallel.zero.world"] = comm_->size();
+  extra.ints["parallel.zero.rank"] = comm_->rank();
+  extra.ints["parallel.zero.step_count"] = shard_optimizer_->step_count();
+}
+
+void DataParallel::load_shard_state(const checkpoint::CheckpointExtra& extra) {
+  auto ints = [&](const std::string& name) {
+    auto it = extra.ints.find(name);
+    COHORT_CHECK(it != extra.ints.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '", name,
+                 "' (saved without ZeRO?)");
+    return it->second;
+  };
+  // Stages 1 and 2 shard alike, so either loads into either; the layout must be this rank's.
+  COHORT_CHECK(ints("parallel.zero.world") == comm_->size() && ints("parallel.zero.rank") == comm_->rank(),
+               Status::kInvalidArgument, "data parallel: the checkpoint holds the ZeRO shard of rank ",
+               ints("parallel.zero.rank"), " of ", ints("parallel.zero.world"), ", this is rank ", comm_->rank(),
+               " of ", comm_->size());
+  const int64_t count = ints("parallel.zero.step_count");
+  if (!shard_optimizer_->has_state()) shard_optimizer_->init_state({shard_params_});
+  std::vector<std::pair<std::string, Tensor>> state = shard_optimizer_->state(0);
+  for (const auto& [name, t] : state) {
+    auto it = extra.tensors.find("parallel.zero." + name);
+    COHORT_CHECK(it != extra.tensors.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '",
+                 "parallel.zero." + name, "' (saved with another optimizer?)");
+    COHORT_CHECK(it->second.dtype() == DType::kF32 && it->second.numel() == t.numel(), Status::kInvalidArgument,
+                 "data parallel: '", it->first, "' has ", it->second.numel(), " elements, this rank's shard has ",
+                 t.numel(), " (another model or bucket size?)");
+  }
+  // Everything verified: now change state.
+  for (auto& [name, t] : state) t.copy_from(extra.tensors.at("parallel.zero." + name));
+  shard_optimizer_->set_step_count(count);
+}
+
+}  // namespace cohort::parallel

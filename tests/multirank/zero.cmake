@@ -1,0 +1,35 @@
+# ZeRO stages 0-2 of DDP (core/parallel/zero.cpp): zero_rank under cohort-run at 2 and 4 ranks
+# over shared memory and TCP, each checked against a single process on the concatenated batch
+# (SGD with momentum and AdamW, clipping by global norm, weight decay), and the per-rank
+# model-state memory shrinking with the stage at 4 ranks, and a resume from per-rank checkpoints
+# of the optimizer shards matching the uninterrupted run bit for bit.
+add_executable(zero_rank zero_rank.cpp)
+target_compile_options(zero_rank PRIVATE ${COHORT_WARNINGS})
+target_include_directories(zero_rank PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+target_link_libraries(zero_rank PRIVATE cohort_core)
+function(zero_test name n tls)
+  if(tls STREQUAL "shm")
+    set(ucx_tls "self,sm")
+  else()
+    set(ucx_tls "tcp")
+  endif()
+  add_test(NAME multirank.zero.${name}.n${n}.${tls} COMMAND cohort-run -n ${n} -- $<TARGET_FILE:zero_rank> ${ARGN})
+  set_tests_properties(multirank.zero.${name}.n${n}.${tls} PROPERTIES LABELS multirank TIMEOUT 120
+                       ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
+                       RESOURCE_LOCK cores)
+endfunction()
+foreach(stage 1 2)
+  foreach(kind sgd adamw)
+    foreach(n 2 4)
+      foreach(tls shm tcp)
+        zero_test(stage${stage}-${kind} ${n} ${tls} ${stage} ${kind})
+      endforeach()
+    endforeach()
+  endforeach()
+endforeach()
+foreach(tls shm tcp)
+  zero_test(memory 4 ${tls} memory)
+  foreach(stage 1 2)
+    zero_test(resume${stage} 4 ${tls} resume ${stage})
+  endforeach()
+endforeach()
