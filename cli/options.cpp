@@ -74,6 +74,8 @@ const std::map<std::string, Setter>& setters() {
       {"--threads", int_field(&Options::threads)},
       {"--parallel", string_field(&Options::parallel)},
       {"--tau", int_field(&Options::tau)},
+      {"--staleness-penalty", int_field(&Options::staleness_penalty)},
+      {"--outer-clip", double_field(&Options::outer_clip)},
       {"--seed",
        [](Options& o, const std::string& f, const std::string& v) {
          const int64_t s = parse_int(f, v);
@@ -101,7 +103,8 @@ const char* usage_text() {
          "         [--layers L] [--width C] [--heads H] [--context T] (gpt)\n"
          "         [--eval-every N] [--eval-examples N] [--log-every N] [--metrics FILE.jsonl]\n"
          "         [--save PATH] [--save-every N] [--resume PATH] [--threads N] [--seed S] [--quiet]\n"
-         "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N]]  (under cohort-run -n N)\n";
+         "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N]]  (under cohort-run -n N)\n"
+         "         [--staleness-penalty 0|1] [--outer-clip C]  (co2 only)\n";
 }
 
 Options parse_train_options(int argc, char** argv, int first) {
@@ -155,6 +158,10 @@ void apply_defaults(Options& o) {
               o.parallel == "diloco" || o.parallel == "co2",
           "unknown --parallel '" + o.parallel + "' (expected sync, localsgd, slowmo, diloco or co2)");
   require(o.tau >= 1, "--tau must be >= 1");
+  require(o.staleness_penalty >= -1 && o.staleness_penalty <= 1, "--staleness-penalty must be 0 or 1");
+  require(o.outer_clip == -1 || o.outer_clip >= 0, "--outer-clip must be >= 0");
+  require((o.staleness_penalty == -1 && o.outer_clip == -1) || o.parallel == "co2",
+          "--staleness-penalty and --outer-clip need --parallel co2");
   require(o.save_every == 0 || !o.save.empty(), "--save-every needs --save PATH");
 }
 

@@ -157,6 +157,16 @@ void Task::create_trainer() {
                 : o_.parallel == "diloco"   ? COHORT_PRESET_DILOCO
                                             : COHORT_PRESET_CO2;
     po.tau = o_.tau;
+    if (o_.staleness_penalty >= 0 || o_.outer_clip >= 0) {
+      // The CO2 preset with one of its two stabilisers changed: spell the settings out.
+      po.preset = COHORT_PRESET_NONE;
+      po.mode = COHORT_SYNC_CO2;
+      po.outer_lr = 1.0;
+      po.outer_momentum = 0.0;
+      po.staleness_penalty = o_.staleness_penalty != 0 ? 1 : 0;
+      po.penalty_constant = 1.0;
+      po.clip_threshold = o_.outer_clip >= 0 ? o_.outer_clip : 1.0;
+    }
     cohort_plan* plan = nullptr;
     st = cohort_plan_create(&po, &plan);
     if (st == COHORT_OK) st = cohort_trainer_create_parallel(graph_, opt, plan, comm_, &to, &trainer_);

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# CO2 against synchronous DDP at the same number of samples/tokens: 4 ranks under cohort-run,
+# the CNN on Fashion-MNIST and the GPT on Brown, with CO2's staleness gap penalty and outer
+# momentum clipping each switched off once. Prints the final smoothed training loss of each run
+# and its ratio to sync (the issue's bar: co2 within 3%).
+#
+#   bench/convergence/run.sh [BUILD_DIR] [--quick]
+set -euo pipefail
+build=${1:-build}
+quick=${2:-}
+run=$build/transport/launcher/cohort-run
+cli=$build/cli/cohort
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1
+
+cnn_steps=468; gpt_steps=300
+[ "$quick" = "--quick" ] && cnn_steps=60 && gpt_steps=40
+
+train() {  # name model steps extra...
+  local name=$1 model=$2 steps=$3
+  shift 3
+  timeout 1800 "$run" -n 4 -- "$cli" train --model "$model" --steps "$steps" --threads 1 --quiet --no-eval \
+    --metrics "$out/$name.jsonl" "$@" >/dev/null
+  # The last metrics line's smoothed loss.
+  tail -n 1 "$out/$name.jsonl" | sed -n 's/.*"loss_smoothed":\([-0-9.e+]*\).*/\1/p'
+}
+
+printf '%-6s %-24s %10s %10s\n' model run "final loss" "vs sync"
+for model in cnn gpt; do
+  steps=$cnn_steps
+  [ "$model" = gpt ] && steps=$gpt_steps
+  sync=$(train "$model-sync" "$model" "$steps" --parallel sync)
+  printf '%-6s %-24s %10.4f %10s\n' "$model" "sync (DDP)" "$sync" "1.000"
+  for variant in "co2" "co2 --staleness-penalty 0" "co2 --outer-clip 0"; do
+    # shellcheck disable=SC2086
+    loss=$(train "$model-${variant// /_}" "$model" "$steps" --parallel $variant --tau 8)
+    printf '%-6s %-24s %10.4f %10.3f\n' "$model" "${variant/--/}" "$loss" "$(echo "$loss / $sync" | bc -l)"
+  done
+done
