@@ -13,11 +13,6 @@ constexpr const char* kType = "trainer";
 cohort_trainer& handle_of(cohort_trainer* t) { return *checked(t, kType, "trainer"); }
 const cohort_trainer& handle_of(const cohort_trainer* t) { return *checked(t, kType, "trainer"); }
 
-std::string checked_path(const char* path) {
-  check_not_null(path, "path");
-  COHORT_CHECK(path[0] != '\0', Status::kInvalidArgument, "path is empty");
-  return path;
-}
 }  // namespace
 
 extern "C" {

@@ -49,6 +49,12 @@ std::string checked_name(const char* s, const char* arg) {
   return r;
 }
 
+std::string checked_path(const char* path) {
+  check_not_null(path, "path");
+  COHORT_CHECK(path[0] != '\0', Status::kInvalidArgument, "path is empty");
+  return path;
+}
+
 void check_struct_size(size_t given, size_t minimum, const char* arg) {
   COHORT_CHECK(given >= minimum, Status::kInvalidArgument, arg, "->size is ", given,
                "; set it with the matching *_default() function (at least ", minimum, ")");

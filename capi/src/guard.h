@@ -61,6 +61,7 @@ T* checked(T* h, const char* type, const char* arg) {
 // Argument checks shared by the entry points.
 void check_not_null(const void* p, const char* arg);
 std::string checked_name(const char* s, const char* arg);  // non-NULL, 1..256 characters
+std::string checked_path(const char* path);                // non-NULL, non-empty
 void check_struct_size(size_t given, size_t minimum, const char* arg);
 
 }  // namespace cohort::capi

@@ -47,6 +47,11 @@ std::map<std::string, Tensor> wrap_refs(const cohort_tensor_ref* refs, int32_t c
 checkpoint::CheckpointExtra checkpoint_extra_for_save(const cohort_trainer& t);
 void apply_loaded_checkpoint_extra(cohort_trainer& t, checkpoint::CheckpointExtra extra);
 
+// Checks and converts caller trainer options (NULL = defaults).
+TrainerOptions trainer_options_from(const cohort_trainer_options* options);
+// Registers a new trainer handle owning `trainer`.
+cohort_trainer* make_trainer_handle(std::unique_ptr<Trainer> trainer);
+
 // Creates a handle of type T and registers it; destroy() unregisters and deletes.
 template <typename T>
 T* make_handle(const char* type) {

@@ -63,11 +63,6 @@ checkpoint::CheckpointExtra without_outer_state(checkpoint::CheckpointExtra extr
   return extra;
 }
 
-std::string checked_path(const char* path) {
-  check_not_null(path, "path");
-  COHORT_CHECK(path[0] != '\0', Status::kInvalidArgument, "path is empty");
-  return path;
-}
 }  // namespace
 
 namespace cohort::capi {
@@ -132,20 +127,11 @@ COHORT_API cohort_status cohort_trainer_create_parallel(const cohort_graph* grap
     const parallel::PlanConfig& pc = checked(plan, kPlan, "plan")->config;
     std::shared_ptr<transport::coll::Communicator> c = checked(comm, "comm", "comm")->comm;
     check_not_null(trainer_out, "trainer_out");
-    TrainerOptions o;
-    if (options) {
-      check_struct_size(options->size, offsetof(cohort_trainer_options, num_threads) + sizeof(int32_t), "options");
-      COHORT_CHECK(options->num_threads >= 0, Status::kInvalidArgument, "options->num_threads must be >= 0, got ",
-                   options->num_threads);
-      o.seed = options->seed;
-      o.num_threads = options->num_threads;
-    }
+    TrainerOptions o = trainer_options_from(options);
     parallel::validate_for_world(pc, c->size());  // before any collective: nothing to undo
     auto trainer = std::make_unique<Trainer>(g, oc, o);
     parallel::DataParallel::attach(*trainer, pc, c);
-    cohort_trainer* h = make_handle<cohort_trainer>("trainer");
-    h->trainer = std::move(trainer);
-    *trainer_out = h;
+    *trainer_out = make_trainer_handle(std::move(trainer));
   });
 }
 

@@ -13,6 +13,27 @@ Trainer& trainer_of(cohort_trainer* t) { return *checked(t, kType, "trainer")->t
 const Trainer& trainer_of(const cohort_trainer* t) { return *checked(t, kType, "trainer")->trainer; }
 }  // namespace
 
+namespace cohort::capi {
+
+TrainerOptions trainer_options_from(const cohort_trainer_options* options) {
+  TrainerOptions o;
+  if (options == nullptr) return o;
+  check_struct_size(options->size, offsetof(cohort_trainer_options, num_threads) + sizeof(int32_t), "options");
+  COHORT_CHECK(options->num_threads >= 0, Status::kInvalidArgument, "options->num_threads must be >= 0, got ",
+               options->num_threads);
+  o.seed = options->seed;
+  o.num_threads = options->num_threads;
+  return o;
+}
+
+cohort_trainer* make_trainer_handle(std::unique_ptr<Trainer> trainer) {
+  cohort_trainer* h = make_handle<cohort_trainer>(kType);
+  h->trainer = std::move(trainer);
+  return h;
+}
+
+}  // namespace cohort::capi
+
 extern "C" {
 
 COHORT_API cohort_trainer_options cohort_trainer_options_default(void) {
@@ -29,18 +50,8 @@ COHORT_API cohort_status cohort_trainer_create(const cohort_graph* graph, const 
     const Graph& g = checked(graph, "graph", "graph")->graph;
     const optim::OptimizerConfig& c = checked(optimizer, "optimizer", "optimizer")->config;
     check_not_null(trainer_out, "trainer_out");
-    TrainerOptions o;
-    if (options) {
-      check_struct_size(options->size, offsetof(cohort_trainer_options, num_threads) + sizeof(int32_t), "options");
-      COHORT_CHECK(options->num_threads >= 0, Status::kInvalidArgument, "options->num_threads must be >= 0, got ",
-                   options->num_threads);
-      o.seed = options->seed;
-      o.num_threads = options->num_threads;
-    }
-    auto trainer = std::make_unique<Trainer>(g, c, o);
-    cohort_trainer* h = make_handle<cohort_trainer>(kType);
-    h->trainer = std::move(trainer);
-    *trainer_out = h;
+    TrainerOptions o = trainer_options_from(options);
+    *trainer_out = make_trainer_handle(std::make_unique<Trainer>(g, c, o));
   });
 }
 
