@@ -98,6 +98,9 @@ void Executor::run(std::unordered_map<ValueId, Tensor>& env, const RunOptions& o
                  shape_str(it->second.shape()), " ", dtype_name(it->second.dtype()));
   }
   live_bytes_ = 0;  // targets of the previous run now belong to the caller
+  for (auto& storage : handed_out_)
+    if (storage.use_count() == 1) pool_.emplace(storage->bytes(), std::move(storage));
+  handed_out_.clear();
   last_peak_bytes_ = 0;
   for (size_t s = 0; s < order_.size(); ++s) {
     const Node& node = graph_.node(order_[s]);
@@ -113,6 +116,11 @@ void Executor::run(std::unordered_map<ValueId, Tensor>& env, const RunOptions& o
     }
   }
   peak_bytes_ = std::max(peak_bytes_, last_peak_bytes_);
+  for (ValueId t : targets_) {
+    auto it = env.find(t);
+    if (it != env.end() && it->second.defined() && owned_.count(it->second.storage().get()))
+      handed_out_.push_back(it->second.storage());
+  }
 }
 
 void Executor::run_node(const Node& node, std::unordered_map<ValueId, Tensor>& env,

@@ -55,6 +55,9 @@ class Executor {
   std::vector<std::vector<ValueId>> frees_after_;
   std::multimap<size_t, std::shared_ptr<Storage>> pool_;
   std::unordered_set<const Storage*> owned_;
+  // Buffers handed to the caller as targets by the last run; the next run takes back into the
+  // pool those the caller no longer holds, so a training loop does not allocate every step.
+  std::vector<std::shared_ptr<Storage>> handed_out_;
   size_t live_bytes_ = 0;
   size_t peak_bytes_ = 0;
   size_t last_peak_bytes_ = 0;

@@ -63,6 +63,9 @@ float Trainer::step(const std::map<std::string, Tensor>& inputs) {
   ro.step = step_;
   ro.seed = options_.seed;
   ro.training = true;
+  // Last step's gradients are spent: letting go of them lets the executor reuse their buffers.
+  for (size_t i = 0; i < grad_ids_.size(); ++i)
+    if (grad_ids_[i] >= 0) grads_[i] = Tensor();
   if (hook_) {
     hook_->begin_step();
     // Gradients the loss does not reach are zeros, final before backward starts.

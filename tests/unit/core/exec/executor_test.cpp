@@ -52,6 +52,30 @@ TEST(Executor, LongChainReusesBuffers) {
   EXPECT_LE(ex.last_activation_bytes(), 3 * buffer);
 }
 
+TEST(Executor, TargetBuffersComeBackOnceTheCallerLetsGo) {
+  Graph g;
+  ValueId x = g.add_input("x", DType::kF32, {256});
+  ValueId y = g.add_op("relu", "r", {x}, Attrs()).at(0);
+  Executor ex(g, {y});
+  Tensor in = Tensor::zeros({256}, DType::kF32);
+  std::unordered_map<ValueId, Tensor> env = {{x, in}};
+  ex.run(env, RunOptions());
+  Tensor kept = env.at(y);
+  const Storage* first = kept.storage().get();
+  // Still held by the caller: the next run must not write into it.
+  env = {{x, in}};
+  ex.run(env, RunOptions());
+  EXPECT_NE(env.at(y).storage().get(), first);
+  // Released by the caller (env is replaced): the run after takes that buffer back instead of
+  // allocating. A buffer the caller kept past a run is not tracked any longer.
+  // (A weak reference: it neither keeps the buffer alive nor could match a new allocation that
+  // happens to reuse the freed address.)
+  std::weak_ptr<Storage> second = env.at(y).storage();
+  env = {{x, in}};
+  ex.run(env, RunOptions());
+  EXPECT_EQ(env.at(y).storage(), second.lock());
+}
+
 TEST(Executor, MissingBoundInputIsNamed) {
   Graph g;
   ValueId x = g.add_input("x", DType::kF32, {2, 3});
