@@ -76,6 +76,9 @@ const std::map<std::string, Setter>& setters() {
       {"--tau", int_field(&Options::tau)},
       {"--staleness-penalty", int_field(&Options::staleness_penalty)},
       {"--outer-clip", double_field(&Options::outer_clip)},
+      {"--outer-lr", double_field(&Options::outer_lr)},
+      {"--outer-momentum", double_field(&Options::outer_momentum)},
+      {"--nesterov", int_field(&Options::nesterov)},
       {"--seed",
        [](Options& o, const std::string& f, const std::string& v) {
          const int64_t s = parse_int(f, v);
@@ -104,6 +107,7 @@ const char* usage_text() {
          "         [--eval-every N] [--eval-examples N] [--log-every N] [--metrics FILE.jsonl]\n"
          "         [--save PATH] [--save-every N] [--resume PATH] [--threads N] [--seed S] [--quiet]\n"
          "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N]]  (under cohort-run -n N)\n"
+         "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1]  (not sync)\n"
          "         [--staleness-penalty 0|1] [--outer-clip C]  (co2 only)\n";
 }
 
@@ -160,6 +164,13 @@ void apply_defaults(Options& o) {
   require(o.tau >= 1, "--tau must be >= 1");
   require(o.staleness_penalty >= -1 && o.staleness_penalty <= 1, "--staleness-penalty must be 0 or 1");
   require(o.outer_clip == -1 || o.outer_clip >= 0, "--outer-clip must be >= 0");
+  require(o.outer_lr == -1 || o.outer_lr >= 0, "--outer-lr must be >= 0");
+  require(o.outer_momentum == -1 || (o.outer_momentum >= 0 && o.outer_momentum < 1),
+          "--outer-momentum must be in [0, 1)");
+  require(o.nesterov >= -1 && o.nesterov <= 1, "--nesterov must be 0 or 1");
+  require((o.outer_lr == -1 && o.outer_momentum == -1 && o.nesterov == -1) ||
+              (!o.parallel.empty() && o.parallel != "sync"),
+          "--outer-lr, --outer-momentum and --nesterov need --parallel localsgd, slowmo, diloco or co2");
   require((o.staleness_penalty == -1 && o.outer_clip == -1) || o.parallel == "co2",
           "--staleness-penalty and --outer-clip need --parallel co2");
   require(o.save_every == 0 || !o.save.empty(), "--save-every needs --save PATH");

@@ -47,7 +47,10 @@ struct Options {
   // srun): "" = one process; sync | localsgd | slowmo | diloco | co2 (a cohort_plan_preset).
   std::string parallel;
   int64_t tau = 8;         // inner steps per round for localsgd, slowmo, diloco and co2
-  int64_t staleness_penalty = -1;  // co2: 0 off, 1 on, -1 the preset's (on)
+  int64_t staleness_penalty = -1;  // co2: 0 off, 1 on, -1 the preset's (off)
+  double outer_lr = -1;            // localsgd/slowmo/diloco/co2: outer learning rate, -1 the preset's
+  double outer_momentum = -1;      // outer momentum in [0, 1), -1 the preset's
+  int64_t nesterov = -1;           // 0 or 1, -1 the preset's
   double outer_clip = -1;          // co2: outer momentum clip threshold, 0 off, -1 the preset's
   uint64_t seed = 1;
   // Hidden flags for tests/parity: initial weights from a file, every step's batch to a file,

@@ -157,15 +157,22 @@ void Task::create_trainer() {
                 : o_.parallel == "diloco"   ? COHORT_PRESET_DILOCO
                                             : COHORT_PRESET_CO2;
     po.tau = o_.tau;
-    if (o_.staleness_penalty >= 0 || o_.outer_clip >= 0) {
-      // The CO2 preset with one of its two stabilisers changed: spell the settings out.
+    if (o_.staleness_penalty >= 0 || o_.outer_clip >= 0 || o_.outer_lr >= 0 || o_.outer_momentum >= 0 ||
+        o_.nesterov >= 0) {
+      // A preset with some outer settings changed: spell them all out, starting from the
+      // preset's values (cohort.h lists them), then apply the flags given.
+      const bool co2 = o_.parallel == "co2", diloco = o_.parallel == "diloco";
       po.preset = COHORT_PRESET_NONE;
-      po.mode = COHORT_SYNC_CO2;
-      po.outer_lr = 1.0;
-      po.outer_momentum = 0.0;
-      po.staleness_penalty = o_.staleness_penalty != 0 ? 1 : 0;
+      po.mode = co2 ? COHORT_SYNC_CO2 : COHORT_SYNC_LOCALSGD;
+      po.outer_lr = diloco ? 0.7 : 1.0;
+      po.outer_momentum = diloco ? 0.9 : o_.parallel == "slowmo" ? 0.5 : 0.0;
+      po.outer_nesterov = diloco ? 1 : 0;
+      po.staleness_penalty = co2 && o_.staleness_penalty != 0 ? 1 : 0;
       po.penalty_constant = 1.0;
-      po.clip_threshold = o_.outer_clip >= 0 ? o_.outer_clip : 1.0;
+      po.clip_threshold = co2 ? (o_.outer_clip >= 0 ? o_.outer_clip : 1.0) : 0.0;
+      if (o_.outer_lr >= 0) po.outer_lr = o_.outer_lr;
+      if (o_.outer_momentum >= 0) po.outer_momentum = o_.outer_momentum;
+      if (o_.nesterov >= 0) po.outer_nesterov = static_cast<int32_t>(o_.nesterov);
     }
     cohort_plan* plan = nullptr;
     st = cohort_plan_create(&po, &plan);

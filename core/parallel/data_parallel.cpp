@@ -55,6 +55,7 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
   } else {
     dp->anchor_ = flat;
     dp->prev_anchor_ = flat;
+    dp->round_start_ = flat;
     dp->inflight_.assign(flat.size(), 0.0f);
     dp->result_.assign(flat.size(), 0.0f);
   }
@@ -204,11 +205,15 @@ void DataParallel::end_round_blocking(std::vector<Tensor>& params) {
   stats_.comm_seconds += took;
   stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0);
   apply_anchor(params);
+  round_start_ = anchor_;
   ++stats_.rounds;
 }
 
 void DataParallel::end_round_co2(std::vector<Tensor>& params) {
-  // 1. Round k-1's reduction: wait for it (the only blocking point of CO2).
+  // Each rank's model is the shared anchor plus its own progress not yet averaged in:
+  //     x^{(i)} = x_k - e^{(i)}_{k}      (x_k anchor, e^{(i)}_k this rank's last round)
+  // so no rank ever discards a round of its own work while the average of that round travels.
+  // 1. Round k-1's reduction e_{k-1} = avg_i e^{(i)}_{k-1}: wait for it (CO2's only blocking point).
   if (inflight_work_) {
     Clock::time_point start = Clock::now();
     inflight_work_->wait();
@@ -219,24 +224,32 @@ void DataParallel::end_round_co2(std::vector<Tensor>& params) {
     inflight_work_.reset();
     have_result_ = true;
   }
-  if (have_result_) std::swap(inflight_, result_);  // result_ = d_{k-1}; inflight_ is free
-  // 2. Round k's local pseudo-gradient x_k - x^{(i)}_{k,tau} into the free snapshot buffer,
-  //    reduced in the background while round k+1 runs. Nothing touches inflight_ until then.
+  if (have_result_) std::swap(inflight_, result_);  // result_ = e_{k-1}; inflight_ is free
+  // 2. Round k's pseudo-gradient on this rank: parameters at the start of the round minus now.
   flatten(params, inflight_);
-  for (size_t i = 0; i < numel_; ++i) inflight_[i] = anchor_[i] - inflight_[i];
-  inflight_launched_ = Clock::now();
-  inflight_work_ = comm_->all_reduce(inflight_.data(), numel_, coll::DataType::kF32, coll::ReduceOp::kAvg);
-  // 3. The outer step with the one-round-stale d_{k-1}, computed at x_{k-1}, applied at x_k:
-  //    x_{k+1} = x_k - alpha * u_k (outer.cpp). Without a result (round 0) x_{k+1} = x_k.
+  for (size_t i = 0; i < numel_; ++i) inflight_[i] = round_start_[i] - inflight_[i];
+  // 3. The outer step with the one-round-stale e_{k-1} (outer.cpp): x_{k+1} = x_k - alpha * u_k.
+  //    Without a result (round 0) x_{k+1} = x_k.
   if (have_result_) {
     stats_.last_staleness_scale = outer_.staleness_scale(anchor_, prev_anchor_, result_.data());
-    prev_anchor_ = anchor_;  // x_k: the start of the round whose d is now in flight
+    prev_anchor_ = anchor_;  // x_k: the anchor the round now in flight will be applied after
     stats_.last_momentum_norm = outer_.step(anchor_, result_.data(), stats_.last_staleness_scale);
     have_result_ = false;
   } else {
     prev_anchor_ = anchor_;
   }
-  apply_anchor(params);
+  // 4. Round k+1 starts from the new anchor plus this rank's round k, whose average replaces
+  //    it at the end of round k+1: x^{(i)} = x_{k+1} - e^{(i)}_k.
+  for (size_t i = 0; i < numel_; ++i) round_start_[i] = anchor_[i] - inflight_[i];
+  size_t off = 0;
+  for (Tensor& t : params) {
+    std::memcpy(t.raw(), round_start_.data() + off, t.nbytes());
+    off += static_cast<size_t>(t.numel());
+  }
+  // 5. e^{(i)}_k is averaged in the background while round k+1 runs; nothing touches inflight_
+  //    until the wait in step 1 of the next round end.
+  inflight_launched_ = Clock::now();
+  inflight_work_ = comm_->all_reduce(inflight_.data(), numel_, coll::DataType::kF32, coll::ReduceOp::kAvg);
   ++stats_.rounds;
 }
 
@@ -262,6 +275,7 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
   if (m.size() != numel_) m.assign(numel_, 0.0f);
   extra.tensors["parallel.anchor"] = vec(anchor_);
   extra.tensors["parallel.prev_anchor"] = vec(prev_anchor_);
+  extra.tensors["parallel.round_start"] = vec(round_start_);
   extra.tensors["parallel.outer_momentum"] = vec(m);
   extra.tensors["parallel.reduced"] = vec(have_result_ ? inflight_ : std::vector<float>(numel_, 0.0f));
   extra.ints["parallel.have_reduced"] = have_result_ ? 1 : 0;
@@ -295,7 +309,8 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
                "data parallel: the checkpoint was saved in mode ", ints("parallel.mode"), ", the plan is ",
                mode_name(plan_.mode));
   const Tensor &a = get("parallel.anchor"), &p = get("parallel.prev_anchor"), &m = get("parallel.outer_momentum"),
-               &r = get("parallel.reduced");
+               &r = get("parallel.reduced"),
+               &rs = get("parallel.round_start");
   int64_t have = ints("parallel.have_reduced"), steps = ints("parallel.inner_steps"), rounds = ints("parallel.rounds");
   // Everything verified: now change state.
   auto load = [&](const Tensor& t, std::vector<float>& v) {
@@ -304,6 +319,7 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
   };
   load(a, anchor_);
   load(p, prev_anchor_);
+  load(rs, round_start_);
   load(m, outer_.momentum());
   load(r, inflight_);
   have_result_ = have != 0;

@@ -1,8 +1,9 @@
 // Data parallelism over a communicator, installed into a Trainer as its StepHook: synchronous
 // DDP (bucketed gradient all-reduce overlapping backward), local SGD / SlowMo / DiLoCo (blocking
 // outer step every tau steps) and CO2 (round k's pseudo-gradient reduced while round k+1 runs,
-// applied one round stale). Everything runs on the training thread; the communicator's
-// progress thread moves the bytes.
+// applied one round stale; meanwhile each rank trains on from the anchor plus its own round k,
+// so no rank's work is discarded while its average travels). Everything runs on the training
+// thread; the communicator's progress thread moves the bytes.
 //
 // ZeRO stages 1 and 2 (sync mode, core/parallel/zero.cpp): each bucket is padded to a multiple
 // of the world and rank r owns block r of every bucket; r keeps optimizer state only for its
@@ -71,7 +72,7 @@ class DataParallel : public StepHook {
   const std::vector<float>& outer_momentum() { return outer_.momentum(); }
 
   // Outer state into / out of a checkpoint's extra section ("parallel.*" entries): anchor,
-  // previous anchor, outer momentum, inner-step count, and the CO2 reduction in flight — waited
+  // previous anchor, this rank's round start (co2), outer momentum, inner-step count, and the CO2 reduction in flight — waited
   // for at save time and stored as its result, so a resumed run continues as if never stopped.
   // load_state throws kInvalidArgument when the entries are missing or sized for another model.
   // Under ZeRO they hold this rank's optimizer shard instead ("parallel.zero.*"): every rank
@@ -126,7 +127,8 @@ class DataParallel : public StepHook {
   std::vector<size_t> offset_of_;  // parameter index -> offset in its bucket
   // Outer state (localsgd, co2): x_k (anchor_), x_{k-1} (prev_anchor_), the pseudo-gradient
   // snapshot being reduced (inflight_), and the reduced result of the previous round (result_).
-  std::vector<float> anchor_, prev_anchor_, inflight_, result_;
+  // co2 also keeps where this rank's current round started (round_start_).
+  std::vector<float> anchor_, prev_anchor_, round_start_, inflight_, result_;
   transport::coll::WorkPtr inflight_work_;
   Clock::time_point inflight_launched_;
   bool have_result_ = false;  // result_ holds a reduced round not yet applied

@@ -39,7 +39,7 @@ parallel::PlanConfig plan_for(const std::string& mode) {
   parallel::PlanConfig p = parallel::preset(Preset::kCo2, kTau);
   p.outer.momentum = 0.5;  // exercise the momentum path
   if (mode == "co2-plain") p.outer.staleness_penalty = false, p.outer.clip_threshold = 0;
-  if (mode == "co2-penalty") p.outer.clip_threshold = 0;
+  if (mode == "co2-penalty") p.outer.staleness_penalty = true, p.outer.clip_threshold = 0;
   if (mode == "co2-clip") p.outer.staleness_penalty = false, p.outer.clip_threshold = 0.05;
   return p;
 }

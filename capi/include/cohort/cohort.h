@@ -557,7 +557,8 @@ typedef enum cohort_plan_preset {
   COHORT_PRESET_LOCALSGD = 2, /* outer lr 1, momentum 0: plain parameter averaging */
   COHORT_PRESET_SLOWMO = 3,   /* outer lr 1, momentum 0.5 */
   COHORT_PRESET_DILOCO = 4,   /* outer lr 0.7, Nesterov momentum 0.9 */
-  COHORT_PRESET_CO2 = 5       /* outer lr 1, momentum 0, staleness penalty 1.0, clip 1.0 */
+  COHORT_PRESET_CO2 = 5       /* outer lr 1, momentum 0, clip 1.0; staleness penalty off
+                                 (penalty_constant 1.0 when switched on) */
 } cohort_plan_preset;
 
 typedef struct cohort_plan_options {

@@ -81,6 +81,7 @@ class DpSimulation {
     o.num_threads = 1;
     for (int r = 0; r < ranks; ++r) trainers_.push_back(std::make_unique<Trainer>(dp_model(kShard), dp_inner_optimizer(), o));
     anchor_ = prev_ = dp_flat(*trainers_[0]);
+    start_.assign(static_cast<size_t>(ranks), anchor_);
     momentum_.assign(anchor_.size(), 0.0f);
   }
 
@@ -88,19 +89,35 @@ class DpSimulation {
     int ranks = static_cast<int>(trainers_.size());
     for (int r = 0; r < ranks; ++r) trainers_[r]->step(dp_batch(step, r * kShard, kShard));
     if ((step + 1) % plan_.tau != 0) return;
-    // The round's averaged pseudo-gradient: anchor minus the mean of the ranks' parameters.
-    std::vector<float> mean(anchor_.size(), 0.0f);
-    for (auto& t : trainers_) {
-      std::vector<float> x = dp_flat(*t);
-      for (size_t i = 0; i < x.size(); ++i) mean[i] += x[i] / static_cast<float>(ranks);
-    }
-    std::vector<float> d(anchor_.size());
-    for (size_t i = 0; i < d.size(); ++i) d[i] = anchor_[i] - mean[i];
     if (plan_.mode == parallel::SyncMode::kLocalSgd) {
+      // The round's averaged pseudo-gradient: anchor minus the mean of the ranks' parameters,
+      // applied at once; every rank restarts from the new anchor.
+      std::vector<float> d(anchor_.size(), 0.0f);
+      for (auto& t : trainers_) {
+        std::vector<float> x = dp_flat(*t);
+        for (size_t i = 0; i < x.size(); ++i) d[i] += (anchor_[i] - x[i]) / static_cast<float>(ranks);
+      }
       outer(d, 1.0);
-    } else if (have_pending_) {
+      for (auto& t : trainers_) dp_set_flat(*t, anchor_);
+      return;
+    }
+    // co2: each rank's round pseudo-gradient e_r = (its round start) - (its parameters now); the
+    // previous round's average is applied to the anchor (one round stale), and each rank goes on
+    // from the new anchor minus its own e_r, whose average arrives at the end of the next round.
+    std::vector<std::vector<float>> e(static_cast<size_t>(ranks));
+    std::vector<float> mean(anchor_.size(), 0.0f);
+    for (int r = 0; r < ranks; ++r) {
+      std::vector<float> x = dp_flat(*trainers_[static_cast<size_t>(r)]);
+      std::vector<float>& er = e[static_cast<size_t>(r)];
+      er.resize(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        er[i] = start_[static_cast<size_t>(r)][i] - x[i];
+        mean[i] += er[i] / static_cast<float>(ranks);
+      }
+    }
+    if (have_pending_) {
       double gap = 0, dn = 0;
-      for (size_t i = 0; i < d.size(); ++i) {
+      for (size_t i = 0; i < anchor_.size(); ++i) {
         gap += (anchor_[i] - prev_[i]) * static_cast<double>(anchor_[i] - prev_[i]);
         dn += pending_[i] * static_cast<double>(pending_[i]);
       }
@@ -112,9 +129,13 @@ class DpSimulation {
     } else {
       prev_ = anchor_;
     }
-    pending_ = d;
+    for (int r = 0; r < ranks; ++r) {
+      std::vector<float>& st = start_[static_cast<size_t>(r)];
+      for (size_t i = 0; i < st.size(); ++i) st[i] = anchor_[i] - e[static_cast<size_t>(r)][i];
+      dp_set_flat(*trainers_[static_cast<size_t>(r)], st);
+    }
+    pending_ = mean;
     have_pending_ = true;
-    for (auto& t : trainers_) dp_set_flat(*t, anchor_);
   }
 
   Trainer& rank(int r) { return *trainers_[static_cast<size_t>(r)]; }
@@ -140,6 +161,7 @@ class DpSimulation {
   parallel::PlanConfig plan_;
   std::vector<std::unique_ptr<Trainer>> trainers_;
   std::vector<float> anchor_, prev_, momentum_, pending_;
+  std::vector<std::vector<float>> start_;  // co2: where each rank's current round started
   bool have_pending_ = false;
 };
 

@@ -70,7 +70,8 @@ TEST(Plan, PresetsAreOneRuleWithDifferentConstants) {
   EXPECT_EQ(s.outer.momentum, 0.5);
   EXPECT_TRUE(d.outer.nesterov);
   EXPECT_EQ(c.mode, SyncMode::kCo2);
-  EXPECT_TRUE(c.outer.staleness_penalty);
+  EXPECT_FALSE(c.outer.staleness_penalty);
+  EXPECT_EQ(c.outer.penalty_constant, 1.0);
   EXPECT_EQ(c.outer.clip_threshold, 1.0);
   EXPECT_EQ(c.tau, 5);
 }
