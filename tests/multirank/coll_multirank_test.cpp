@@ -118,6 +118,13 @@ TEST_P(CollMultirank, KilledRankIsNamed) {
   std::printf("rank 0: %srank 2: %s", outcomes[0].output.c_str(), outcomes[2].output.c_str());
 }
 
+// A rank that aborted one of its communicators is alive: leaving the job still waits for it.
+TEST_P(CollMultirank, AbortIsNotDeathAtTeardown) {
+  auto outcomes = run_job(2, {"abort-leave", GetParam(), "5000"}, 60);
+  for (size_t r = 0; r < outcomes.size(); ++r)
+    EXPECT_TRUE(exited_ok(outcomes[r])) << "rank " << r << ": " << outcomes[r].output;
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, CollMultirank, ::testing::Values("tcp", "self,sm"),
                          [](const ::testing::TestParamInfo<const char*>& p) {
                            return std::string(p.param) == "tcp" ? "tcp" : "shm";

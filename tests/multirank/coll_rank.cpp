@@ -1,14 +1,18 @@
 // One rank of the multi-process collective tests (started by coll_multirank_test with the
 // COHORT_* environment). Modes: "smoke" checks a few collectives across processes; "kill" runs
 // an all-reduce in which rank `victim` kills itself, and checks that this rank reports
-// kPeerFailed/kTimeout naming the victim within the deadline. Prints one RESULT line.
+// kPeerFailed/kTimeout naming the victim within the deadline; "abort-leave" has the last rank
+// abort a sub-communicator of its own and leave late, and checks that the others still wait for
+// its goodbye (an abort is not a death: the rank may still be receiving). Prints one RESULT line.
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "transport/bootstrap/env.h"
@@ -72,11 +76,38 @@ int kill_test(Communicator& c, int victim, Ms timeout) {
   }
 }
 
+// The last rank aborts its own one-rank sub-communicator, then everyone meets on the world;
+// the last rank leaves kLateMs later than the others, whose communicator teardown must wait for
+// it rather than count it failed.
+int abort_leave(std::shared_ptr<Communicator> comm) {
+  constexpr int kLateMs = 1500;
+  const int rank = comm->rank(), last = comm->size() - 1;
+  auto mine = comm->split(rank, 0);
+  if (rank == last) mine->abort();
+  comm->barrier()->wait(Ms(30000));
+  int failed = -1;
+  if (comm->status(nullptr, &failed) != Status::kOk)
+    return std::printf("RESULT the world failed after a sub-communicator abort (rank %d)\n", failed), 1;
+  mine.reset();
+  if (rank == last) {
+    std::this_thread::sleep_for(Ms(kLateMs));
+    comm.reset();
+    return std::printf("RESULT ok\n"), 0;
+  }
+  auto start = std::chrono::steady_clock::now();
+  comm.reset();
+  auto ms = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - start).count();
+  bool waited = ms >= kLateMs / 2;
+  std::printf("RESULT %s: teardown took %lld ms while the aborting rank left %d ms late\n",
+              waited ? "ok" : "left without waiting", static_cast<long long>(ms), kLateMs);
+  return waited ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: coll_rank smoke|kill TLS TIMEOUT_MS [VICTIM]\n");
+    std::fprintf(stderr, "usage: coll_rank smoke|kill|abort-leave TLS TIMEOUT_MS [VICTIM]\n");
     return 2;
   }
   std::string mode = argv[1];
@@ -91,8 +122,9 @@ int main(int argc, char** argv) {
     engine.tls = argv[2];
     engine.keepalive = Ms(500);
     auto comm = Communicator::create(store, env.rank, env.world, options, engine);
-    rc = mode == "kill" ? kill_test(*comm, argc > 4 ? std::atoi(argv[4]) : 1, timeout)
-                        : smoke(*comm);
+    rc = mode == "kill"          ? kill_test(*comm, argc > 4 ? std::atoi(argv[4]) : 1, timeout)
+         : mode == "abort-leave" ? abort_leave(std::move(comm))
+                                 : smoke(*comm);
   } catch (const std::exception& e) {
     std::printf("RESULT error: %s\n", e.what());
     rc = 1;

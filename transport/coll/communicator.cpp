@@ -12,6 +12,9 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
                                                    int size, CommOptions options,
                                                    ucx::EngineOptions engine_options) {
   if (engine_options.name == "world") engine_options.name = options.name;
+  // A peer may be as slow as the operation timeout allows before it counts as failed; leaving
+  // the job waits for it just as long.
+  engine_options.leave_timeout = options.timeout;
   auto engine = ucx::Engine::create(std::move(store), rank, size, std::move(engine_options));
   return create(std::move(engine), std::move(options));
 }

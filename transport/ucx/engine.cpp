@@ -100,10 +100,11 @@ void Engine::cancel(Transfer* t) {
 }
 
 void Engine::report_failure(uint32_t comm, int culprit, Status status, const std::string& why) {
-  if (culprit >= 0 && culprit < size_) blamed_[culprit] = 1;
+  const bool abort = culprit == rank_;
+  if (culprit >= 0 && culprit < size_ && !abort) blamed_[culprit] = 1;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer != rank_ && !dead_[peer] && !left_[peer]) {  // a silent culprit learns it too
-      send_control(peer, kControlFailure, comm, culprit, status, why);
+      send_control(peer, abort ? kControlAbort : kControlFailure, comm, culprit, status, why);
     }
   }
 }
@@ -154,6 +155,8 @@ void Engine::handle_control() noexcept {
     } else if (msg.kind == kControlFailure && msg.culprit >= 0 && msg.culprit < size_) {
       if (msg.comm == kAnyComm) dead_[msg.culprit] = 1;
       blamed_[msg.culprit] = 1;
+      dispatch(msg.comm, msg.culprit, static_cast<Status>(msg.status), msg.text);
+    } else if (msg.kind == kControlAbort && msg.culprit >= 0 && msg.culprit < size_) {
       dispatch(msg.comm, msg.culprit, static_cast<Status>(msg.status), msg.text);
     }
   }

@@ -28,6 +28,9 @@ struct EngineOptions {
   std::string name = "world";  // namespaces store keys: "<name>/ucx/addr/<rank>"
   std::string tls;             // UCX_TLS to use; "" = the environment's, else "self,sm,tcp"
   std::chrono::milliseconds connect_timeout{60000};  // waiting for peers' addresses
+  // At shutdown, how long to wait for live peers to finish their last operations and say
+  // goodbye: leaving earlier cuts off messages a slow (not failed) peer still needs.
+  std::chrono::milliseconds leave_timeout{60000};
   std::chrono::milliseconds keepalive{1000};         // how often UCX checks that peers live
   bool blocking_progress = true;  // sleep on the worker's event fd when idle instead of spinning
   std::chrono::microseconds spin{50};  // busy-poll this long after the last event before sleeping
@@ -99,7 +102,8 @@ class Engine {
   void recv(int peer, void* buf, size_t bytes, uint64_t tag, Transfer* t);
   void cancel(Transfer* t);
   bool peer_dead(int peer) const { return dead_[peer] != 0; }
-  // Tells every other live rank about a failure (best effort, asynchronous).
+  // Tells every other live rank about a failure (best effort, asynchronous). A culprit equal to
+  // this rank means this rank aborted `comm` itself.
   void report_failure(uint32_t comm, int culprit, Status status, const std::string& why);
   // Tells every other live rank that this rank's operation on `comm` waits for `culprit`.
   void report_suspect(uint32_t comm, int culprit);
@@ -108,6 +112,9 @@ class Engine {
   static constexpr uint32_t kControlFailure = 1;
   static constexpr uint32_t kControlGoodbye = 2;
   static constexpr uint32_t kControlSuspect = 3;
+  // A live rank aborted one communicator: its peers fail that communicator's operations but
+  // still wait for the rank's goodbye at shutdown (it is not dead, and may still be receiving).
+  static constexpr uint32_t kControlAbort = 4;
   struct ControlMsg {  // failure reports, suspicions and goodbyes between engines
     uint32_t kind = 0;
     uint32_t comm = 0;

@@ -293,13 +293,13 @@ void Engine::close_endpoints(Clock::time_point deadline) {
 
 void Engine::shutdown() noexcept {
   if (worker_) {
-    auto limit = std::min(options_.connect_timeout, std::chrono::milliseconds(5000));
-    auto deadline = Clock::now() + limit;
     // Failed operations may hold sends to dead peers that never complete: wait briefly only.
-    progress_until(std::min(deadline, Clock::now() + std::chrono::milliseconds(300)),
+    progress_until(Clock::now() + std::chrono::milliseconds(300),
                    [&] { return poll_clients(Clock::now()), clients_.empty(); });
-    if (started_) say_goodbye(deadline);  // a failed setup has no peers to wait for
-    close_endpoints(deadline);
+    // A live peer may still be receiving what this rank sent last (a send completes locally
+    // before it is delivered): wait for every live peer's goodbye, up to the leave timeout.
+    if (started_) say_goodbye(Clock::now() + options_.leave_timeout);  // a failed setup has no peers
+    close_endpoints(Clock::now() + std::min(options_.connect_timeout, std::chrono::milliseconds(5000)));
     ucp_worker_destroy(worker_);
     worker_ = nullptr;
   }
