@@ -24,7 +24,9 @@ DEB_PACKAGES=(
   libflatbuffers-dev flatbuffers-compiler
   libucx-dev ucx-utils
   libgtest-dev libgmock-dev libbenchmark-dev
-  swig default-jdk-headless
+  swig default-jdk-headless junit5
+  python3-dev python3-numpy python3-venv python3-pip python3-setuptools python3-wheel
+  cargo rustc bindgen libclang-dev
   zlib1g-dev
   iproute2
   dataset-fashion-mnist
@@ -62,7 +64,7 @@ setup() {
 }
 
 build() {
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" >/dev/null
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" -DCOHORT_BINDINGS=ON >/dev/null
   cmake --build "$BUILD_DIR" -j "$JOBS"
 }
 

@@ -1,0 +1,61 @@
+package org.cohort;
+
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.List;
+
+/** Process-wide settings and facts of the loaded libcohort. */
+public final class Cohort {
+  private Cohort() {}
+
+  /** "major.minor.patch" of the loaded libcohort. */
+  public static String version() {
+    return CohortC.cohort_version_string();
+  }
+
+  /** The ABI version of the loaded libcohort (major * 10000 + minor * 100 + patch). */
+  public static int abiVersion() {
+    return CohortC.cohort_abi_version();
+  }
+
+  /** The ABI version of the cohort.h this binding was built against. */
+  public static int bindingAbiVersion() {
+    return CohortC.cohortj_header_abi_version();
+  }
+
+  /** Drops log lines above {@code level} (0 error .. 3 debug). */
+  public static void setLogLevel(int level) {
+    CohortException.check(CohortC.cohort_set_log_level(level));
+  }
+
+  /**
+   * Threads used by this process's CPU math (n >= 1). With several ranks on one machine give each
+   * rank cores / ranks threads.
+   */
+  public static void setNumThreads(int n) {
+    CohortException.check(CohortC.cohort_set_num_threads(n));
+  }
+
+  /**
+   * Sends every log line to {@code handler} instead of stderr; null restores stderr. The handler
+   * runs on cohort's threads (attached to the JVM as daemons) and must not call into cohort.
+   */
+  public static void setLogHandler(LogHandler handler) {
+    LogBridge.set(handler);
+  }
+
+  /** Names of the public operators accepted by {@link Graph#addOp}. */
+  public static List<String> ops() {
+    long[] needed = new long[1];
+    byte[] buf = new byte[4096];
+    int status = CohortC.cohort_op_list(buf, needed);
+    if (status != cohort_status.COHORT_OK && needed[0] > buf.length) {
+      buf = new byte[(int) needed[0]];
+      status = CohortC.cohort_op_list(buf, needed);
+    }
+    CohortException.check(status);
+    String all = new String(buf, 0, (int) needed[0] - 1, StandardCharsets.UTF_8);
+    return all.isEmpty() ? List.of() : Collections.unmodifiableList(Arrays.asList(all.split(",")));
+  }
+}

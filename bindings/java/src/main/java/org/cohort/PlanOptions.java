@@ -1,0 +1,176 @@
+package org.cohort;
+
+/**
+ * How a model is spread over the ranks of a communicator ({@code cohort_plan_options}).
+ * Starts at C's defaults: preset NONE, the whole communicator data-parallel, mode DDP, tau 1,
+ * outer lr 1, no momentum, no Nesterov, no staleness penalty (constant 1), no clip, ZeRO stage 0,
+ * 25 MiB buckets. A preset other than NONE sets the mode and every outer setting itself.
+ */
+public final class PlanOptions {
+  private Plan.Preset preset;
+  private int dataParallel;
+  private Plan.Mode mode;
+  private long tau;
+  private double outerLr;
+  private double outerMomentum;
+  private boolean outerNesterov;
+  private boolean stalenessPenalty;
+  private double penaltyConstant;
+  private double clipThreshold;
+  private int zeroStage;
+  private long bucketBytes;
+
+  public PlanOptions() {
+    cohort_plan_options d = CohortC.cohort_plan_options_default();
+    try {
+      preset = Plan.Preset.of(d.getPreset());
+      dataParallel = d.getData_parallel();
+      mode = Plan.Mode.of(d.getMode());
+      tau = d.getTau();
+      outerLr = d.getOuter_lr();
+      outerMomentum = d.getOuter_momentum();
+      outerNesterov = d.getOuter_nesterov() != 0;
+      stalenessPenalty = d.getStaleness_penalty() != 0;
+      penaltyConstant = d.getPenalty_constant();
+      clipThreshold = d.getClip_threshold();
+      zeroStage = d.getZero_stage();
+      bucketBytes = d.getBucket_bytes();
+    } finally {
+      d.delete();
+    }
+  }
+
+  public PlanOptions preset(Plan.Preset value) {
+    preset = value;
+    return this;
+  }
+
+  /** Ranks in the data-parallel group; 0 = the whole communicator. */
+  public PlanOptions dataParallel(int value) {
+    dataParallel = value;
+    return this;
+  }
+
+  public PlanOptions mode(Plan.Mode value) {
+    mode = value;
+    return this;
+  }
+
+  /** Inner steps per round (localsgd, co2), >= 1. */
+  public PlanOptions tau(long value) {
+    tau = value;
+    return this;
+  }
+
+  /** Alpha, >= 0. */
+  public PlanOptions outerLr(double value) {
+    outerLr = value;
+    return this;
+  }
+
+  /** Beta, in [0, 1). */
+  public PlanOptions outerMomentum(double value) {
+    outerMomentum = value;
+    return this;
+  }
+
+  public PlanOptions outerNesterov(boolean value) {
+    outerNesterov = value;
+    return this;
+  }
+
+  /** co2: scale the stale pseudo-gradient by the gap. */
+  public PlanOptions stalenessPenalty(boolean value) {
+    stalenessPenalty = value;
+    return this;
+  }
+
+  /** Lambda of the staleness penalty, >= 0. */
+  public PlanOptions penaltyConstant(double value) {
+    penaltyConstant = value;
+    return this;
+  }
+
+  /** Outer momentum L2-norm clip, >= 0; 0 = off. */
+  public PlanOptions clipThreshold(double value) {
+    clipThreshold = value;
+    return this;
+  }
+
+  /** 0..2 (DDP mode only for 1 and 2): 1 shards optimizer state, 2 also gradients. */
+  public PlanOptions zeroStage(int value) {
+    zeroStage = value;
+    return this;
+  }
+
+  /** DDP gradient bucket size, > 0. */
+  public PlanOptions bucketBytes(long value) {
+    bucketBytes = value;
+    return this;
+  }
+
+  public Plan.Preset preset() {
+    return preset;
+  }
+
+  public int dataParallel() {
+    return dataParallel;
+  }
+
+  public Plan.Mode mode() {
+    return mode;
+  }
+
+  public long tau() {
+    return tau;
+  }
+
+  public double outerLr() {
+    return outerLr;
+  }
+
+  public double outerMomentum() {
+    return outerMomentum;
+  }
+
+  public boolean outerNesterov() {
+    return outerNesterov;
+  }
+
+  public boolean stalenessPenalty() {
+    return stalenessPenalty;
+  }
+
+  public double penaltyConstant() {
+    return penaltyConstant;
+  }
+
+  public double clipThreshold() {
+    return clipThreshold;
+  }
+
+  public int zeroStage() {
+    return zeroStage;
+  }
+
+  public long bucketBytes() {
+    return bucketBytes;
+  }
+
+  cohort_plan_options toNative() {
+    cohort_plan_options o = CohortC.cohort_plan_options_default();
+    o.setPreset(preset.code);
+    o.setData_parallel(dataParallel);
+    o.setMode(mode.code);
+    o.setTau(tau);
+    o.setOuter_lr(outerLr);
+    o.setOuter_momentum(outerMomentum);
+    o.setOuter_nesterov(outerNesterov ? 1 : 0);
+    o.setStaleness_penalty(stalenessPenalty ? 1 : 0);
+    o.setPenalty_constant(penaltyConstant);
+    o.setClip_threshold(clipThreshold);
+    o.setZero_stage(zeroStage);
+    o.setBucket_bytes(bucketBytes);
+    return o;
+  }
+}

@@ -1,0 +1,250 @@
+package org.cohort;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.io.RandomAccessFile;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/** Every failure reaches Java as a CohortException with the C status and the C message. */
+class ErrorsTest {
+  private static final long BATCH = 8;
+
+  private static Tensor[] batch() {
+    float[] x = TestSupport.features(BATCH, 1);
+    return new Tensor[] {Tensor.of("x", x, BATCH, TestSupport.FEATURES),
+        Tensor.of("y", TestSupport.labels(x, BATCH), BATCH)};
+  }
+
+  @Test
+  void badShape() {
+    try (Graph g = new Graph()) {
+      int a = g.addInput("a", DType.F32, 4, 3);
+      int b = g.addInput("b", DType.F32, 5, 2);
+      CohortException e = TestSupport.expectError(Status.SHAPE_MISMATCH,
+          () -> g.addOp("matmul", "mm", a, b), "cohort_graph_add_op: ", "'mm'");
+      assertTrue(e.toString().startsWith("CohortException(SHAPE_MISMATCH): "));
+      // The graph is unchanged and still usable.
+      assertEquals(2, g.stats().values());
+    }
+  }
+
+  @Test
+  void unknownOperator() {
+    try (Graph g = new Graph()) {
+      int a = g.addInput("a", DType.F32, 4);
+      TestSupport.expectError(Status.NOT_FOUND,
+          () -> g.addOp("no_such_op", "n", a), "cohort_graph_add_op", "no_such_op");
+      TestSupport.expectError(
+          Status.NOT_FOUND, () -> g.find("nothing"), "cohort_graph_find", "'nothing'");
+    }
+  }
+
+  @Test
+  void closedHandles() {
+    Graph g = TestSupport.tinyClassifier(BATCH);
+    Optimizer sgd = new Optimizer(new OptimizerOptions());
+    Trainer t = new Trainer(g, sgd);
+    Attrs attrs = new Attrs();
+    g.close();
+    g.close(); // a second close does nothing
+    assertTrue(g.isClosed());
+    TestSupport.expectError(Status.INVALID_HANDLE,
+        () -> g.addInput("z", DType.F32, 1), "cohort_graph_add_input: ", "NULL");
+    TestSupport.expectError(
+        Status.INVALID_HANDLE, () -> new Trainer(g, sgd), "cohort_trainer_create");
+    t.close();
+    TestSupport.expectError(Status.INVALID_HANDLE, () -> t.step(batch()), "cohort_trainer_step");
+    TestSupport.expectError(Status.INVALID_HANDLE, t::stats, "cohort_trainer_get_stats");
+    attrs.close();
+    try (Graph h = new Graph()) {
+      int a = h.addInput("a", DType.F32, 2);
+      TestSupport.expectError(Status.INVALID_HANDLE,
+          () -> h.addOp("relu", "r", attrs, a), "cohort_graph_add_op", "attrs is closed");
+    }
+    sgd.close();
+    TestSupport.expectError(
+        Status.INVALID_HANDLE, () -> new Trainer(TestSupport.tinyClassifier(BATCH), sgd));
+  }
+
+  @Test
+  void invalidPlan() {
+    TestSupport.expectError(Status.INVALID_PLAN,
+        ()
+            -> new Plan(new PlanOptions().mode(Plan.Mode.LOCALSGD).tau(0)).close(),
+        "cohort_plan_create", "tau");
+    TestSupport.expectError(Status.INVALID_PLAN,
+        ()
+            -> new Plan(new PlanOptions().outerMomentum(1.5)).close(),
+        "cohort_plan_create", "momentum");
+    TestSupport.expectError(Status.UNSUPPORTED,
+        () -> new Plan(new PlanOptions().zeroStage(3)).close(), "cohort_plan_create");
+  }
+
+  @Test
+  void corruptCheckpoint(@TempDir Path dir) throws IOException {
+    Path path = dir.resolve("t.ckpt");
+    try (Graph g = TestSupport.tinyClassifier(BATCH);
+         Optimizer sgd = new Optimizer(new OptimizerOptions()); Trainer t = new Trainer(g, sgd)) {
+      t.step(batch());
+      t.saveCheckpoint(path.toString());
+      long size = Files.size(path);
+      // A flipped byte in the data, then a truncated file: both fail verification.
+      try (RandomAccessFile f = new RandomAccessFile(path.toFile(), "rw")) {
+        f.seek(size - 5);
+        int b = f.read();
+        f.seek(size - 5);
+        f.write(b ^ 0x5a);
+      }
+      TestSupport.expectError(Status.CORRUPT,
+          ()
+              -> t.loadCheckpoint(path.toString()),
+          "cohort_trainer_load_checkpoint", path.toString());
+      try (RandomAccessFile f = new RandomAccessFile(path.toFile(), "rw")) {
+        f.setLength(size / 2);
+      }
+      TestSupport.expectError(Status.CORRUPT, () -> t.loadCheckpoint(path.toString()), "truncated");
+      TestSupport.expectError(
+          Status.IO, () -> t.loadCheckpoint(dir.resolve("missing").toString()), "missing");
+      // After every failure the trainer is as before and usable.
+      assertEquals(1, t.stats().step());
+      t.step(batch());
+    }
+  }
+
+  @Test
+  void wrongSizeBuffers() {
+    try (Graph g = TestSupport.tinyClassifier(BATCH);
+         Optimizer sgd = new Optimizer(new OptimizerOptions()); Trainer t = new Trainer(g, sgd)) {
+      Tensor shortX = Tensor.of("x", new float[3], BATCH, TestSupport.FEATURES);
+      Tensor y = Tensor.of("y", new int[(int) BATCH], BATCH);
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          ()
+              -> t.step(shortX, y),
+          "cohort_trainer_step", "'x'", "buffer has 12 bytes",
+          "needs " + BATCH * TestSupport.FEATURES * 4);
+      Tensor x = Tensor.allocate("x", DType.F32, BATCH, TestSupport.FEATURES);
+      ByteBuffer bigY =
+          ByteBuffer.allocateDirect((int) (BATCH + 1) * 4).order(ByteOrder.nativeOrder());
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          ()
+              -> t.step(x, Tensor.of("y", bigY, DType.I32, BATCH)),
+          "'y'", "buffer has " + (BATCH + 1) * 4 + " bytes");
+      // A shape that disagrees with the graph's declaration.
+      TestSupport.expectError(Status.SHAPE_MISMATCH,
+          ()
+              -> t.step(Tensor.of("x", new float[(int) (2 * BATCH * TestSupport.FEATURES)],
+                            2 * BATCH, TestSupport.FEATURES),
+                  y),
+          "cohort_trainer_step");
+      TestSupport.expectError(
+          Status.NOT_FOUND, () -> t.step(x, Tensor.of("nope", new int[8], 8)), "'nope'");
+      TestSupport.expectError(Status.INVALID_ARGUMENT, () -> t.step(x, null), "inputs[1] is null");
+    }
+  }
+
+  @Test
+  void buffersTheBindingRefuses() {
+    TestSupport.expectError(Status.INVALID_ARGUMENT,
+        () -> Tensor.of("x", ByteBuffer.allocate(16), DType.F32, 4), "not direct");
+    TestSupport.expectError(Status.INVALID_ARGUMENT,
+        () -> Tensor.of("x", ByteBuffer.allocateDirect(16), DType.F32, 4), "byte order");
+    TestSupport.expectError(Status.INVALID_ARGUMENT,
+        ()
+            -> Tensor.of("x",
+                ByteBuffer.allocateDirect(16).order(ByteOrder.nativeOrder()).asIntBuffer(),
+                DType.F32, 4),
+        "IntBuffer cannot hold f32");
+    TestSupport.expectError(
+        Status.INVALID_ARGUMENT, () -> Tensor.of("x", new short[4], DType.F32, 4), "short[]");
+    try (Graph g = TestSupport.tinyClassifier(BATCH);
+         Optimizer sgd = new Optimizer(new OptimizerOptions()); Trainer t = new Trainer(g, sgd)) {
+      ByteBuffer ro = ByteBuffer.allocateDirect(TestSupport.CLASSES * 4)
+                          .asReadOnlyBuffer()
+                          .order(ByteOrder.nativeOrder());
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          ()
+              -> t.getParameter(Tensor.of("fc.bias", ro, DType.F32, TestSupport.CLASSES)),
+          "read-only");
+    }
+  }
+
+  @Test
+  void argumentsCAPIRejects(@TempDir Path dir) {
+    TestSupport.expectError(Status.INVALID_ARGUMENT,
+        () -> new Optimizer(OptimizerOptions.sgd(-1)), "cohort_optimizer_create", "lr");
+    TestSupport.expectError(
+        Status.INVALID_ARGUMENT, () -> Cohort.setLogLevel(7), "cohort_set_log_level");
+    TestSupport.expectError(
+        Status.INVALID_ARGUMENT, () -> Cohort.setNumThreads(0), "cohort_set_num_threads");
+    TestSupport.expectError(Status.INVALID_ARGUMENT,
+        () -> Graph.gpt(new GptOptions().width(256).heads(3)), "heads (3) must divide width (256)");
+    TestSupport.expectError(Status.IO,
+        ()
+            -> Dataset.fashionMnist(dir.toString(), Dataset.Split.TRAIN),
+        "cohort_dataset_open_fashion_mnist", dir.toString());
+    TestSupport.expectError(
+        Status.IO, () -> Graph.load(dir.resolve("none.graph").toString()), "cohort_graph_load");
+    try (Graph g = TestSupport.tinyClassifier(BATCH);
+         Optimizer sgd = new Optimizer(new OptimizerOptions()); Trainer t = new Trainer(g, sgd)) {
+      TestSupport.expectError(Status.NOT_FOUND, () -> t.checkpointValue("absent"), "absent");
+      TestSupport.expectError(
+          Status.INVALID_STATE, t::parallelStats, "cohort_trainer_get_parallel_stats");
+      TestSupport.expectError(
+          Status.INVALID_STATE, () -> t.saveParallelCheckpoint(dir.resolve("p").toString()));
+      TestSupport.expectError(Status.IO,
+          ()
+              -> t.saveCheckpoint(dir.resolve("no/such/dir/x.ckpt").toString()),
+          "cohort_trainer_save_checkpoint");
+    }
+  }
+
+  @Test
+  void collectiveBuffersAreChecked() {
+    Comm comm = Comm.fromEnv();
+    try {
+      ByteBuffer in = ByteBuffer.allocateDirect(16).order(ByteOrder.nativeOrder());
+      ByteBuffer small = ByteBuffer.allocateDirect(12).order(ByteOrder.nativeOrder());
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          ()
+              -> comm.allReduce(in, small, 4, DType.F32, Comm.ReduceOp.SUM),
+          "cohort_comm_all_reduce: out has 12 bytes, but 4 f32 elements need 16");
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          () -> comm.broadcast(ByteBuffer.allocate(16), 4, DType.F32, 0), "not direct");
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          ()
+              -> comm.recv(in.asReadOnlyBuffer().order(ByteOrder.nativeOrder()), 4, DType.F32, 0),
+          "read-only");
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          () -> comm.allReduce(in, in, -1, DType.F32, Comm.ReduceOp.SUM), "count");
+      comm.close();
+      TestSupport.expectError(Status.INVALID_HANDLE,
+          () -> comm.allReduce(in, in, 4, DType.F32, Comm.ReduceOp.SUM), "cohort_comm_all_reduce");
+      TestSupport.expectError(Status.INVALID_HANDLE, comm::rank, "cohort_comm_rank");
+    } finally {
+      comm.close();
+    }
+  }
+
+  @Test
+  void samplersRejectBadPositions() {
+    try (Dataset test = Dataset.fashionMnist(TestSupport.dataDir(), Dataset.Split.VALIDATION);
+         Sampler s = new Sampler(test, new SamplerOptions())) {
+      TestSupport.expectError(
+          Status.INVALID_ARGUMENT, () -> s.setPosition(-1, 0), "cohort_sampler_set_position");
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          () -> new Sampler(test, new SamplerOptions().rank(2).world(2)), "cohort_sampler_create");
+      TestSupport.expectError(Status.SHAPE_MISMATCH,
+          ()
+              -> test.nextBatch(
+                  s, Tensor.allocate("x", DType.F32, 4, 783), Tensor.allocate("y", DType.I32, 4)),
+          "cohort_dataset_next_batch");
+    }
+  }
+}

@@ -1,0 +1,151 @@
+"""Communicators, collectives and parallel plans.
+
+    with cohort.Comm.from_env() as comm:                 # cohort-run, torchrun, mpirun, srun or alone
+        comm.all_reduce(grads)                           # in place, waits
+        work = comm.all_gather(mine, everyone, async_op=True)
+        ...                                              # the buffers are held by `work`
+        work.wait()
+
+Collectives on one communicator must be issued from one thread at a time, in the same order on
+every rank. Counts follow from the buffers; the dtype from their format (pass dtype= for raw
+bytes or bf16 as uint16). An asynchronous collective returns a Work that keeps its buffers
+referenced (and, for a strided buffer, copies results back) until the operation completes.
+"""
+import weakref
+
+from . import capi as _capi
+from ._errors import Status
+from ._handle import Handle
+from ._types import Preset, ReduceOp, SyncMode, as_dtype, as_enum, set_options
+
+_collective = _capi.pyc_comm_collective
+
+
+class Work(Handle):
+    """An operation in flight (cohort_work). close() waits for it (bounded by the communicator's
+    timeout) before freeing it, so its buffers are free afterwards."""
+
+    __slots__ = ("_comm",)
+    _destroy = staticmethod(_capi.pyc_work_destroy)
+
+    def __init__(self, handle, comm):
+        super().__init__(handle)
+        self._comm = comm  # the communicator outlives its works
+
+    def wait(self, timeout_ms=-1):
+        """Waits until the operation finishes; raises its failure, or cohort.TimeoutError when
+        timeout_ms (-1: the communicator's deadline) passes first (then wait again)."""
+        _capi.pyc_work_wait(self._handle, int(timeout_ms))
+
+    def test(self):
+        """True when finished, False while pending; raises the operation's failure."""
+        return _capi.pyc_work_test(self._handle)
+
+
+class Comm(Handle):
+    """A group of ranks (cohort_comm) exchanging host buffers. After a PeerFailedError or
+    TimeoutError only status() and close() are useful."""
+
+    __slots__ = ("_works",)
+    _destroy = staticmethod(_capi.cohort_comm_destroy)
+
+    def __init__(self, handle):
+        super().__init__(handle)
+        self._works = weakref.WeakSet()  # closed before the communicator
+
+    @classmethod
+    def from_env(cls, timeout_ms=0, connect_timeout_ms=0):
+        """Joins the job this process was started in (collective: every rank calls it); a world of
+        one without a launcher. Timeouts in ms, 0 = 60000."""
+        o = _capi.cohort_comm_options_default()
+        o.timeout_ms, o.connect_timeout_ms = int(timeout_ms), int(connect_timeout_ms)
+        return cls(_capi.cohort_comm_create_from_env(o))
+
+    def close(self):
+        """Waits for operations in flight (their Works are closed first), then destroys."""
+        for work in list(self._works):
+            work.close()
+        super().close()
+
+    @property
+    def rank(self):
+        return _capi.cohort_comm_rank(self._handle)[0]
+
+    @property
+    def size(self):
+        return _capi.cohort_comm_rank(self._handle)[1]
+
+    def split(self, color, key=0):
+        """Collective: ranks with equal color form a new Comm ordered by (key, rank); a rank
+        with color < 0 takes part and gets None."""
+        handle = _capi.cohort_comm_split(self._handle, int(color), int(key))
+        return None if handle is None else Comm(handle)
+
+    def status(self):
+        """(Status, failed rank or -1, message): the sticky failure, never raised."""
+        status, failed_rank, message = _capi.pyc_comm_status(self._handle)
+        return Status(status), failed_rank, message
+
+    def abort(self):
+        """Fails every pending and later operation and tells the peers. Returns at once."""
+        _capi.cohort_comm_abort(self._handle)
+
+    def _run(self, kind, in_, out, dtype, op, peer, async_op):
+        dtype = -1 if dtype is None else int(as_dtype(dtype))
+        op = int(as_enum(ReduceOp, op))
+        handle = _collective(self._handle, kind, in_, out, dtype, op, int(peer), bool(async_op))
+        if handle is None:
+            return None
+        work = Work(handle, self)
+        self._works.add(work)
+        return work
+
+    def all_reduce(self, buf, out=None, op="sum", dtype=None, async_op=False):
+        """Reduces buf over the ranks into out (None: in place). op "sum", "avg" or "max"
+        (i32/i64: sum and max). Returns a Work with async_op, else None."""
+        return self._run(_capi.PYC_ALL_REDUCE, buf, buf if out is None else out, dtype, op, 0, async_op)
+
+    def reduce_scatter(self, buf, out, op="sum", dtype=None, async_op=False):
+        """buf: size x n elements; out: n (rank r receives block r of the reduction)."""
+        return self._run(_capi.PYC_REDUCE_SCATTER, buf, out, dtype, op, 0, async_op)
+
+    def all_gather(self, buf, out, dtype=None, async_op=False):
+        """buf: n elements; out: size x n, rank r's block at r."""
+        return self._run(_capi.PYC_ALL_GATHER, buf, out, dtype, "sum", 0, async_op)
+
+    def broadcast(self, buf, root=0, dtype=None, async_op=False):
+        """Rank root's buf into every rank's buf."""
+        return self._run(_capi.PYC_BROADCAST, None, buf, dtype, "sum", root, async_op)
+
+    def all_to_all(self, buf, out, dtype=None, async_op=False):
+        """buf and out: size x n elements each, distinct; block j of buf goes to rank j."""
+        return self._run(_capi.PYC_ALL_TO_ALL, buf, out, dtype, "sum", 0, async_op)
+
+    def barrier(self, async_op=False):
+        return self._run(_capi.PYC_BARRIER, None, None, None, "sum", 0, async_op)
+
+    def send(self, buf, peer, dtype=None, async_op=False):
+        """Point to point, matched in issue order per (sender, receiver) pair."""
+        return self._run(_capi.PYC_SEND, buf, None, dtype, "sum", peer, async_op)
+
+    def recv(self, buf, peer, dtype=None, async_op=False):
+        return self._run(_capi.PYC_RECV, None, buf, dtype, "sum", peer, async_op)
+
+
+class Plan(Handle):
+    """How a model is spread over a communicator's ranks (cohort_plan), validated when made.
+    preset "ddp", "localsgd", "slowmo", "diloco" or "co2" sets the mode and outer settings;
+    options as in cohort_plan_options: data_parallel (0 = whole communicator), mode ("ddp",
+    "localsgd", "co2"), tau, outer_lr, outer_momentum, outer_nesterov, staleness_penalty,
+    penalty_constant, clip_threshold, zero_stage (0..2), bucket_bytes."""
+
+    __slots__ = ()
+    _destroy = staticmethod(_capi.cohort_plan_destroy)
+    FIELDS = ("data_parallel", "mode", "tau", "outer_lr", "outer_momentum", "outer_nesterov", "staleness_penalty",
+              "penalty_constant", "clip_threshold", "zero_stage", "bucket_bytes")
+
+    def __init__(self, preset="none", **options):
+        o = _capi.cohort_plan_options_default()
+        o.preset = int(as_enum(Preset, preset))
+        set_options(o, self.FIELDS, options, {"mode": SyncMode}, "Plan")
+        super().__init__(_capi.cohort_plan_create(o))

@@ -1,0 +1,194 @@
+"""Two (or more) ranks under cohort-run, one thread each: collectives through the binding, Works
+that hold their buffers until completion, the GIL released while a rank waits, and a
+data-parallel trainer whose ranks stay identical.
+
+    cohort-run -n 2 -- python3 multirank_check.py
+
+Every rank runs the same tests in the same (alphabetical) order, so collectives line up; a rank
+that fails leaves the others failing at their next collective within the communicator timeout.
+"""
+import array
+import gc
+import os
+import tempfile
+import threading
+import time
+import unittest
+import weakref
+
+import cohort
+from support import classifier, learnable_batch, numpy
+
+comm = None
+
+
+def setUpModule():
+    global comm
+    cohort.set_num_threads(1)
+    comm = cohort.Comm.from_env(timeout_ms=30000)
+
+
+def tearDownModule():
+    comm.close()
+
+
+class CollectiveTest(unittest.TestCase):
+    def setUp(self):
+        self.rank, self.size = comm.rank, comm.size
+
+    def test_all_reduce(self):
+        buf = array.array("f", (float(self.rank + 1) * i for i in range(101)))
+        self.assertIsNone(comm.all_reduce(buf))  # in place, waits
+        total = self.size * (self.size + 1) / 2
+        self.assertEqual(list(buf), [total * i for i in range(101)])
+        ints = array.array("i", [self.rank, 10 * self.rank])
+        out = array.array("i", [0, 0])
+        comm.all_reduce(ints, out, op="max")
+        self.assertEqual(list(out), [self.size - 1, 10 * (self.size - 1)])
+        avg = array.array("f", [float(self.rank)])
+        comm.all_reduce(avg, op=cohort.ReduceOp.AVG)
+        self.assertAlmostEqual(avg[0], (self.size - 1) / 2)
+
+    def test_async_work_holds_buffers(self):
+        def start():
+            source = array.array("f", [float(self.rank)] * 1000)
+            result = array.array("f", bytes(4 * 1000))
+            work = comm.all_reduce(source, result, async_op=True)
+            return work, weakref.ref(result)
+
+        work, result = start()
+        gc.collect()
+        self.assertIsNotNone(result(), "the Work must keep its buffers alive until it completes")
+        with self.assertRaises(BufferError):
+            result().append(1.0)  # exported to cohort: it cannot move
+        keep = result()
+        work.wait()
+        self.assertEqual(keep[999], float(sum(range(self.size))))
+        keep.append(1.0)  # released on completion
+        del keep
+        gc.collect()
+        self.assertIsNone(result())
+        self.assertTrue(work.test())
+        work.close()
+
+    def test_gather_scatter_broadcast(self):
+        mine = array.array("i", [self.rank] * 3)
+        everyone = array.array("i", bytes(4 * 3 * self.size))
+        comm.all_gather(mine, everyone)
+        self.assertEqual(list(everyone), [r for r in range(self.size) for _ in range(3)])
+        blocks = array.array("f", (float(i) for i in range(2 * self.size)))
+        part = array.array("f", [0.0, 0.0])
+        comm.reduce_scatter(blocks, part)
+        self.assertEqual(list(part), [float(self.size * 2 * self.rank), float(self.size * (2 * self.rank + 1))])
+        token = array.array("q", [4242 if self.rank == 0 else 0])
+        comm.broadcast(token, root=0)
+        self.assertEqual(token[0], 4242)
+        send = array.array("i", (100 * self.rank + j for j in range(self.size)))
+        received = array.array("i", bytes(4 * self.size))
+        comm.all_to_all(send, received)
+        self.assertEqual(list(received), [100 * j + self.rank for j in range(self.size)])
+        comm.barrier()
+        comm.barrier(async_op=True).wait()
+
+    def test_send_recv_ring(self):
+        if self.size < 2:
+            self.skipTest("needs two ranks")
+        incoming = array.array("i", [-1])
+        work = comm.recv(incoming, peer=(self.rank - 1) % self.size, async_op=True)
+        comm.send(array.array("i", [self.rank]), peer=(self.rank + 1) % self.size)
+        work.wait(timeout_ms=20000)
+        self.assertEqual(incoming[0], (self.rank - 1) % self.size)
+
+    def test_split(self):
+        half = comm.split(self.rank % 2, key=self.rank)
+        with half:
+            one = array.array("i", [1])
+            half.all_reduce(one)
+            self.assertEqual(one[0], half.size)
+        self.assertIsNone(comm.split(-1))  # takes part, gets no communicator
+
+    @unittest.skipIf(numpy is None, "numpy is not installed")
+    def test_numpy_strided_async(self):
+        np = numpy
+        wide = np.zeros((4, 2), np.float32)
+        work = comm.all_reduce(np.full(4, self.rank + 1, np.float32), wide[:, 0], async_op=True)
+        work.wait()
+        np.testing.assert_array_equal(wide[:, 0], self.size * (self.size + 1) / 2)
+        np.testing.assert_array_equal(wide[:, 1], 0)
+
+    def test_size_mismatch_is_caught_before_issuing(self):
+        with self.assertRaises(cohort.ShapeMismatchError):
+            comm.all_gather(array.array("f", [1.0]), array.array("f", [0.0] * (self.size + 1)))
+        with self.assertRaises(cohort.ShapeMismatchError):
+            comm.all_reduce(array.array("f", [1.0]), array.array("i", [0]))
+        self.assertEqual(comm.status(), (cohort.Status.OK, -1, ""))
+
+    def test_wait_releases_the_gil(self):
+        # Rank 0 blocks in a barrier that rank 1 joins only after a message rank 0 sends from
+        # another Python thread: that thread runs only if the waiting call released the GIL.
+        if self.size < 2:
+            self.skipTest("needs two ranks")
+        side = comm.split(0, key=self.rank)
+        try:
+            if self.rank == 0:
+                thread = threading.Thread(target=lambda: (time.sleep(0.2),
+                                                          side.send(array.array("i", [7]), peer=1)))
+                thread.start()
+                comm.barrier()
+                thread.join()
+            else:
+                flag = array.array("i", [0])
+                if self.rank == 1:
+                    side.recv(flag, peer=0)
+                    self.assertEqual(flag[0], 7)
+                comm.barrier()
+        finally:
+            side.close()
+
+
+class DataParallelTest(unittest.TestCase):
+    def train(self, plan, steps=6):
+        with classifier(batch=4) as graph, cohort.Optimizer("sgd", lr=0.2) as optimizer:
+            trainer = cohort.Trainer(graph, optimizer, seed=11, plan=plan, comm=comm)
+        x, y = learnable_batch(batch=4, offset=comm.rank)  # a different shard per rank
+        losses = [trainer.step(x=x, y=y) for _ in range(steps)]
+        return trainer, losses
+
+    def assertSameOnEveryRank(self, values):
+        low = array.array("f", values)
+        high = array.array("f", values)
+        comm.all_reduce(low, op="max")
+        for i, v in enumerate(high):
+            high[i] = -v
+        comm.all_reduce(high, op="max")
+        self.assertEqual(list(low), [-v for v in high])
+
+    def test_ddp(self):
+        with cohort.Plan("ddp") as plan:
+            trainer, losses = self.train(plan)
+        with trainer:
+            self.assertLess(losses[-1], losses[0])
+            self.assertSameOnEveryRank(trainer.get_parameter("fc1.weight").tolist()[0])
+            stats = trainer.parallel_stats()
+            self.assertEqual(stats.rounds, 6)
+            self.assertGreaterEqual(stats.buckets, 1)
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, f"rank{comm.rank}.ckpt")
+                trainer.save_parallel_checkpoint(path)
+                trainer.load_parallel_checkpoint(path)
+
+    def test_localsgd(self):
+        with cohort.Plan("localsgd", tau=3) as plan:
+            trainer, losses = self.train(plan, steps=6)
+        with trainer:
+            self.assertEqual(trainer.parallel_stats().rounds, 2)
+            self.assertSameOnEveryRank(trainer.get_parameter("out.bias").tolist())
+
+    def test_plan_that_does_not_fit(self):
+        with cohort.Plan("ddp", data_parallel=comm.size + 1) as plan:
+            with self.assertRaises(cohort.InvalidPlanError):
+                self.train(plan)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,135 @@
+"""Every failure reaches Python as the cohort.Error subclass of its status, with cohort's message."""
+import array
+import os
+import tempfile
+import unittest
+
+import cohort
+from support import classifier, learnable_batch
+
+
+class ErrorTest(unittest.TestCase):
+    def setUp(self):
+        self.graph = classifier(batch=8, features=4)
+        self.optimizer = cohort.Optimizer()
+        self.trainer = cohort.Trainer(self.graph, self.optimizer, seed=1)
+        self.x, self.y = learnable_batch(batch=8, features=4)
+
+    def tearDown(self):
+        for handle in (self.trainer, self.optimizer, self.graph):
+            handle.close()
+
+    def assertFails(self, cls, message, call, *args, **kwargs):
+        """call raises exactly cls (a cohort.Error) whose text contains message."""
+        with self.assertRaises(cohort.Error) as caught:
+            call(*args, **kwargs)
+        self.assertIs(type(caught.exception), cls, caught.exception)
+        self.assertIn(message, str(caught.exception))
+        self.assertEqual(caught.exception.status, cls.status)
+        return caught.exception
+
+    def test_bad_shape(self):
+        self.assertFails(cohort.ShapeMismatchError, "cohort_trainer_step: step: input 'x' has shape [4, 8], "
+                         "expected [8, 4]", self.trainer.step, x=cohort.Tensor(self.x, shape=(4, 8)), y=self.y)
+        self.assertFails(cohort.ShapeMismatchError, "input 'x' has shape [9], expected [8, 4]",
+                         self.trainer.step, x=array.array("f", bytes(4 * 9)), y=self.y)
+        self.assertFails(cohort.ShapeMismatchError, "cohort_graph_add_op: matmul", self.graph.add_op,
+                         "matmul", ["x", "out"])
+        error = self.assertFails(cohort.ShapeMismatchError, "buffer format 'd' is not a cohort dtype",
+                                 self.trainer.step, x=array.array("d", bytes(8 * 32)), y=self.y)
+        self.assertIsInstance(error, ValueError)
+        self.assertEqual(error.status_name, "shape mismatch")
+
+    def test_closed_handles(self):
+        self.graph.close()
+        self.assertFails(cohort.InvalidHandleError, "cohort_graph_add_input: graph is NULL", self.graph.add_input,
+                         "z", (1,))
+        self.trainer.close()
+        self.assertFails(cohort.InvalidHandleError, "cohort_trainer_step: trainer is NULL", self.trainer.step,
+                         x=self.x, y=self.y)
+        self.assertFails(cohort.InvalidHandleError, "cohort_trainer_get_stats: trainer is NULL", self.trainer.stats)
+        self.optimizer.close()
+        with classifier() as g:
+            self.assertFails(cohort.InvalidHandleError, "cohort_trainer_create: optimizer is NULL", cohort.Trainer,
+                             g, self.optimizer)
+        with cohort.Comm.from_env() as comm:
+            pass
+        self.assertFails(cohort.InvalidHandleError, "comm is NULL", comm.all_reduce, array.array("f", [1.0]))
+        self.assertFails(cohort.InvalidHandleError, "comm is NULL", lambda: comm.rank)
+
+    def test_invalid_plan(self):
+        self.assertFails(cohort.InvalidPlanError, "tau = 0 must be >= 1", cohort.Plan, mode="localsgd", tau=0)
+        self.assertFails(cohort.UnsupportedError, "ZeRO stage 3", cohort.Plan, zero_stage=3)
+        with cohort.Plan("ddp") as plan:
+            self.assertFalse(plan.closed)
+
+    def test_corrupt_checkpoint(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "run.ckpt")
+            self.trainer.save_checkpoint(path)
+            with open(path, "rb") as f:
+                data = bytearray(f.read())
+            data[len(data) // 2] ^= 0xFF
+            with open(path, "wb") as f:
+                f.write(data)
+            before = self.trainer.get_parameter("fc1.weight").tobytes()
+            self.assertFails(cohort.CorruptError, f"cohort_trainer_load_checkpoint: checkpoint '{path}'",
+                             self.trainer.load_checkpoint, path)
+            with open(path, "wb") as f:
+                f.write(data[:100])
+            self.assertFails(cohort.CorruptError, "truncated", self.trainer.load_checkpoint, path)
+            self.assertEqual(self.trainer.get_parameter("fc1.weight").tobytes(), before)  # unchanged
+            missing = os.path.join(tmp, "missing", "run.ckpt")
+            error = self.assertFails(cohort.IOError, "No such file or directory", self.trainer.load_checkpoint,
+                                     missing)
+            self.assertIsInstance(error, OSError)
+
+    def test_unknown_op_and_names(self):
+        self.assertFails(cohort.NotFoundError, "cohort_graph_add_op: unknown operator 'no_such_op'",
+                         self.graph.add_op, "no_such_op", ["x"])
+        error = self.assertFails(cohort.NotFoundError, "'nope'", self.graph.find, "nope")
+        self.assertIsInstance(error, LookupError)
+        self.assertFails(cohort.NotFoundError, "the graph has no input named 'z'", self.trainer.step, x=self.x,
+                         y=self.y, z=self.y)
+        self.assertFails(cohort.NotFoundError, "no checkpoint value named 'nope'", self.trainer.get_checkpoint_value,
+                         "nope")
+        self.assertFails(cohort.NotFoundError, "parameter 'nope'", self.trainer.get_parameter, "nope")
+
+    def test_bad_arguments(self):
+        self.assertFails(cohort.InvalidArgumentError, "input 'y' is needed by the loss", self.trainer.step, x=self.x)
+        self.assertFails(cohort.InvalidArgumentError, "unknown attribute 'bogus'", self.graph.add_op, "scale", ["x"],
+                         bogus=1)
+        self.assertFails(cohort.InvalidArgumentError, "lr = -1", cohort.Optimizer, lr=-1)
+        self.assertFails(cohort.InvalidArgumentError, "gpt: heads (3) must divide width (256)", cohort.models.gpt,
+                         heads=3)
+        self.assertFails(cohort.InvalidArgumentError, "cohort_set_log_level: level must be 0..3, got 7",
+                         cohort.set_log_level, 7)
+        self.assertFails(cohort.InvalidArgumentError, "output 'out': Object is not writable", self.trainer.evaluate,
+                         {"x": self.x}, {"out": bytes(96)})
+        self.assertFails(cohort.InvalidArgumentError, "input 'x': a bytes-like object is required",
+                         self.trainer.step, x=[1.0, 2.0], y=self.y)
+        self.assertFails(cohort.InvalidArgumentError, "input 'x': a bytes-like object is required, not 'NoneType'",
+                         self.trainer.step, x=None, y=self.y)
+        self.assertFails(cohort.InvalidArgumentError, "parameter 'fc1.weight'", self.trainer.set_parameter,
+                         "fc1.weight", None)
+        with self.assertRaises(TypeError):
+            cohort.Optimizer(learning_rate=0.1)
+
+    def test_state_and_io(self):
+        self.assertFails(cohort.InvalidStateError, "not data-parallel", self.trainer.parallel_stats)
+        self.assertFails(cohort.InvalidStateError, "", self.trainer.save_parallel_checkpoint, "/tmp/unused.ckpt")
+        self.assertFails(cohort.IOError, "dataset-fashion-mnist", cohort.Dataset.fashion_mnist, "/nonexistent")
+
+    def test_hierarchy(self):
+        for status in cohort.Status:
+            if status == cohort.Status.OK:
+                continue
+            cls = cohort._errors.error_class(status)
+            self.assertTrue(issubclass(cls, cohort.Error))
+            self.assertEqual(cls.status, status)
+        self.assertTrue(issubclass(cohort.TimeoutError, TimeoutError))
+        self.assertTrue(issubclass(cohort.OutOfMemoryError, MemoryError))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,238 @@
+//! Parallel plans and data-parallel trainers: how a model is spread over the ranks of a
+//! communicator — synchronous DDP, local SGD with an outer optimizer (localsgd, SlowMo, DiLoCo),
+//! or CO2 (Sun et al., ICLR 2024) — and what such a trainer reports.
+
+use std::path::Path;
+
+use crate::comm::Comm;
+use crate::error::{c_path, check, Result};
+use crate::graph::Graph;
+use crate::optim::Optimizer;
+use crate::sys;
+use crate::trainer::{Trainer, TrainerOptions};
+
+/// When gradients or parameters are averaged.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SyncMode {
+    /// Gradients averaged every step.
+    Ddp,
+    /// tau inner steps, then a blocking outer step.
+    LocalSgd,
+    /// tau inner steps, the outer average overlapped with the next round.
+    Co2,
+}
+
+/// A named setting of the mode and every outer-optimizer field.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Preset {
+    /// Mode and outer settings exactly as given.
+    None,
+    Ddp,
+    /// Outer lr 1, momentum 0: plain parameter averaging.
+    LocalSgd,
+    /// Outer lr 1, momentum 0.5.
+    SlowMo,
+    /// Outer lr 0.7, Nesterov momentum 0.9.
+    DiLoCo,
+    /// Outer lr 1, momentum 0, staleness penalty 1.0, clip 1.0.
+    Co2,
+}
+
+/// The options of a plan; see cohort_plan_options in cohort.h for each field's range.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct PlanOptions {
+    /// Not None: sets mode and every outer_* / penalty / clip field.
+    pub preset: Preset,
+    /// Ranks in the data-parallel group; 0 = the whole communicator.
+    pub data_parallel: i32,
+    pub mode: SyncMode,
+    /// Inner steps per round (localsgd, co2), >= 1.
+    pub tau: i64,
+    pub outer_lr: f64,
+    /// In [0, 1).
+    pub outer_momentum: f64,
+    pub outer_nesterov: bool,
+    /// co2: scale the stale pseudo-gradient by the gap.
+    pub staleness_penalty: bool,
+    pub penalty_constant: f64,
+    /// Outer momentum L2-norm clip; 0 = off.
+    pub clip_threshold: f64,
+    /// 0..3: 1 shards optimizer state, 2 also gradients (DDP only); 3 is UNSUPPORTED.
+    pub zero_stage: i32,
+    /// DDP gradient bucket size, > 0.
+    pub bucket_bytes: i64,
+}
+
+impl Default for PlanOptions {
+    /// Preset None, the whole communicator, DDP, tau 1, outer lr 1, no momentum, no penalty
+    /// (constant 1), no clip, ZeRO stage 0, 25 MiB buckets.
+    fn default() -> PlanOptions {
+        use sys::cohort_plan_preset as P;
+        use sys::cohort_sync_mode as M;
+        // SAFETY: never fails.
+        let raw = unsafe { sys::cohort_plan_options_default() };
+        PlanOptions {
+            preset: match raw.preset {
+                P::COHORT_PRESET_DDP => Preset::Ddp,
+                P::COHORT_PRESET_LOCALSGD => Preset::LocalSgd,
+                P::COHORT_PRESET_SLOWMO => Preset::SlowMo,
+                P::COHORT_PRESET_DILOCO => Preset::DiLoCo,
+                P::COHORT_PRESET_CO2 => Preset::Co2,
+                _ => Preset::None,
+            },
+            data_parallel: raw.data_parallel,
+            mode: match raw.mode {
+                M::COHORT_SYNC_LOCALSGD => SyncMode::LocalSgd,
+                M::COHORT_SYNC_CO2 => SyncMode::Co2,
+                _ => SyncMode::Ddp,
+            },
+            tau: raw.tau,
+            outer_lr: raw.outer_lr,
+            outer_momentum: raw.outer_momentum,
+            outer_nesterov: raw.outer_nesterov != 0,
+            staleness_penalty: raw.staleness_penalty != 0,
+            penalty_constant: raw.penalty_constant,
+            clip_threshold: raw.clip_threshold,
+            zero_stage: raw.zero_stage,
+            bucket_bytes: raw.bucket_bytes,
+        }
+    }
+}
+
+impl PlanOptions {
+    fn to_raw(self) -> sys::cohort_plan_options {
+        use sys::cohort_plan_preset as P;
+        use sys::cohort_sync_mode as M;
+        // SAFETY: never fails; gives the struct with its size set.
+        let mut raw = unsafe { sys::cohort_plan_options_default() };
+        raw.preset = match self.preset {
+            Preset::None => P::COHORT_PRESET_NONE,
+            Preset::Ddp => P::COHORT_PRESET_DDP,
+            Preset::LocalSgd => P::COHORT_PRESET_LOCALSGD,
+            Preset::SlowMo => P::COHORT_PRESET_SLOWMO,
+            Preset::DiLoCo => P::COHORT_PRESET_DILOCO,
+            Preset::Co2 => P::COHORT_PRESET_CO2,
+        };
+        raw.data_parallel = self.data_parallel;
+        raw.mode = match self.mode {
+            SyncMode::Ddp => M::COHORT_SYNC_DDP,
+            SyncMode::LocalSgd => M::COHORT_SYNC_LOCALSGD,
+            SyncMode::Co2 => M::COHORT_SYNC_CO2,
+        };
+        raw.tau = self.tau;
+        raw.outer_lr = self.outer_lr;
+        raw.outer_momentum = self.outer_momentum;
+        raw.outer_nesterov = self.outer_nesterov as i32;
+        raw.staleness_penalty = self.staleness_penalty as i32;
+        raw.penalty_constant = self.penalty_constant;
+        raw.clip_threshold = self.clip_threshold;
+        raw.zero_stage = self.zero_stage;
+        raw.bucket_bytes = self.bucket_bytes;
+        raw
+    }
+}
+
+handle!(
+    /// A validated parallel plan; trainers made with it keep their own copy.
+    Plan,
+    sys::cohort_plan,
+    sys::cohort_plan_destroy
+);
+
+impl Plan {
+    /// INVALID_PLAN naming the field (tau < 1, negative lr, momentum >= 1, ...), UNSUPPORTED for
+    /// ZeRO stage 3 or stages 1-2 outside DDP.
+    pub fn new(options: &PlanOptions) -> Result<Plan> {
+        let raw = options.to_raw();
+        create!(Plan, |out| sys::cohort_plan_create(&raw, &mut out))
+    }
+}
+
+/// Cumulative statistics of a data-parallel trainer; seconds measured on the training thread.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct ParallelStats {
+    /// DDP: steps; localsgd / co2: outer rounds completed.
+    pub rounds: i64,
+    /// Step time outside waits for communication.
+    pub compute_seconds: f64,
+    /// Collectives in flight, launch to observed completion.
+    pub comm_seconds: f64,
+    /// Time the training thread was blocked on collectives.
+    pub wait_seconds: f64,
+    /// Share of communication hidden behind compute: 1 - wait / comm.
+    pub hidden_fraction: f64,
+    /// co2: penalty factor of the last outer step (1 = none).
+    pub last_staleness_scale: f64,
+    /// Outer momentum L2 norm before clipping, last outer step.
+    pub last_momentum_norm: f64,
+    /// DDP: gradient buckets per step.
+    pub buckets: i64,
+    /// Bytes this rank holds after a step: parameters, reduced gradients, optimizer state.
+    pub parameter_bytes: i64,
+    pub gradient_bytes: i64,
+    pub optimizer_state_bytes: i64,
+}
+
+impl Trainer {
+    /// A data-parallel trainer over `comm` with `plan`: like [`Trainer::new`], then rank 0's
+    /// initial parameters are broadcast (collective: every rank calls this in the same order as
+    /// its other collectives). `step` then takes this rank's shard of the batch. The trainer
+    /// keeps the communicator's engine alive, so `comm` may be dropped afterwards.
+    /// INVALID_PLAN when the plan does not fit the communicator; PEER_FAILED or TIMEOUT from the
+    /// broadcast.
+    pub fn new_parallel(
+        graph: &Graph,
+        optimizer: &Optimizer,
+        plan: &Plan,
+        comm: &Comm,
+        options: &TrainerOptions,
+    ) -> Result<Trainer> {
+        let raw = options.to_raw();
+        create!(Trainer, |out| sys::cohort_trainer_create_parallel(
+            graph.as_raw(),
+            optimizer.as_raw(),
+            plan.as_raw(),
+            comm.as_raw(),
+            &raw,
+            &mut out
+        ))
+    }
+
+    /// INVALID_STATE for a trainer not made by new_parallel.
+    pub fn parallel_stats(&self) -> Result<ParallelStats> {
+        // SAFETY: all-zero is a valid cohort_parallel_stats; size is set before the call.
+        let mut raw: sys::cohort_parallel_stats = unsafe { std::mem::zeroed() };
+        raw.size = std::mem::size_of::<sys::cohort_parallel_stats>();
+        // SAFETY: live handle; raw is a valid output of the size it declares.
+        check(unsafe { sys::cohort_trainer_get_parallel_stats(self.as_raw(), &mut raw) })?;
+        Ok(ParallelStats {
+            rounds: raw.rounds,
+            compute_seconds: raw.compute_seconds,
+            comm_seconds: raw.comm_seconds,
+            wait_seconds: raw.wait_seconds,
+            hidden_fraction: raw.hidden_fraction,
+            last_staleness_scale: raw.last_staleness_scale,
+            last_momentum_norm: raw.last_momentum_norm,
+            buckets: raw.buckets,
+            parameter_bytes: raw.parameter_bytes,
+            gradient_bytes: raw.gradient_bytes,
+            optimizer_state_bytes: raw.optimizer_state_bytes,
+        })
+    }
+
+    /// Like save_checkpoint, with the outer state (every rank saves its own file); INVALID_STATE
+    /// for a trainer that is not data-parallel.
+    pub fn save_parallel_checkpoint(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        let path = c_path(path.as_ref())?;
+        // SAFETY: live handle, NUL-terminated path.
+        check(unsafe { sys::cohort_trainer_save_parallel_checkpoint(self.as_raw(), path.as_ptr()) })
+    }
+
+    /// Like load_checkpoint, with the outer state; INVALID_ARGUMENT when the file has none for
+    /// this plan (the trainer's own state has been restored then).
+    pub fn load_parallel_checkpoint(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        let path = c_path(path.as_ref())?;
+        // SAFETY: live handle, NUL-terminated path.
+        check(unsafe { sys::cohort_trainer_load_parallel_checkpoint(self.as_raw(), path.as_ptr()) })
+    }
+}

@@ -1,0 +1,246 @@
+//! Every error path ends as a cohort::Error with the right Status and the C library's message:
+//! bad shapes, wrong-size slices, NULL and destroyed handles (through the raw FFI, which safe
+//! code cannot reach), invalid plans, corrupt files, unknown operators, and this binding's own
+//! checks.
+
+mod common;
+
+use std::ptr;
+
+use cohort::{
+    check, sys, Attrs, DType, Dataset, Error, GptOptions, Graph, Initializer, Optimizer,
+    OptimizerOptions, Plan, PlanOptions, Sampler, SamplerOptions, Split, Status, Tensor, TensorMut,
+    Trainer, TrainerOptions,
+};
+use common::{batch, trainer, Lcg, FEATURES};
+
+/// Asserts the status and that the message contains every fragment.
+fn expect_error<T: std::fmt::Debug>(
+    result: cohort::Result<T>,
+    status: Status,
+    fragments: &[&str],
+) -> Error {
+    let e = result.expect_err("the call should have failed");
+    assert_eq!(e.status(), status, "message: {}", e.message());
+    for f in fragments {
+        assert!(e.message().contains(f), "message {:?} should contain {:?}", e.message(), f);
+    }
+    e
+}
+
+#[test]
+fn bad_shape_is_shape_mismatch() {
+    let mut g = Graph::new().unwrap();
+    let x = g.add_input("x", DType::F32, &[64, 300]).unwrap();
+    let w = g.add_parameter("w", DType::F32, &[64, 10], &Initializer::zeros()).unwrap();
+    expect_error(
+        g.add_op("matmul", "fc2", &[x, w], None),
+        Status::ShapeMismatch,
+        &["matmul 'fc2'", "[64, 10]"],
+    );
+    // The graph is unchanged: the name is still free.
+    assert_eq!(expect_error(g.find("fc2"), Status::NotFound, &["fc2"]).status(), Status::NotFound);
+}
+
+#[test]
+fn unknown_operator_is_not_found() {
+    let mut g = Graph::new().unwrap();
+    let x = g.add_input("x", DType::F32, &[2, 2]).unwrap();
+    expect_error(g.add_op("no_such_op", "n", &[x], None), Status::NotFound, &["no_such_op"]);
+    let mut attrs = Attrs::new().unwrap();
+    attrs.set_floats("not_an_attribute", &[1.0, 2.0]).unwrap();
+    expect_error(
+        g.add_op("relu", "r", &[x], Some(&attrs)),
+        Status::InvalidArgument,
+        &["not_an_attribute"],
+    );
+}
+
+#[test]
+fn wrong_size_slices_are_reported_by_the_library() {
+    let mut t = trainer(8, 4, 1);
+    let (x, y) = batch(&mut Lcg(1), 8);
+    // One element short: the library compares the slice's bytes with the shape.
+    let short = &x[..x.len() - 1];
+    expect_error(
+        t.step(&[Tensor::new("x", short, &[8, FEATURES as i64]), Tensor::new("y", &y, &[8])]),
+        Status::InvalidArgument,
+        &["cohort_trainer_step", "'x'", "bytes"],
+    );
+    // The right length under a shape the graph does not declare.
+    expect_error(
+        t.step(&[Tensor::new("x", &x, &[4, 2 * FEATURES as i64]), Tensor::new("y", &y, &[8])]),
+        Status::ShapeMismatch,
+        &["x"],
+    );
+    // A wrong dtype for a label input.
+    let yf = vec![0f32; 8];
+    expect_error(
+        t.step(&[Tensor::new("x", &x, &[8, FEATURES as i64]), Tensor::new("y", &yf, &[8])]),
+        Status::ShapeMismatch,
+        &["y"],
+    );
+    assert_eq!(t.stats().unwrap().step, 0, "no failed step may change the trainer");
+}
+
+#[test]
+fn null_and_destroyed_handles_are_invalid_handle() {
+    // NULL: the library names the function and the argument, and check() maps it.
+    // SAFETY: the library accepts NULL handles and reports them.
+    let status =
+        unsafe { sys::cohort_trainer_step(ptr::null_mut(), ptr::null(), 0, ptr::null_mut()) };
+    assert_eq!(status, sys::cohort_status::COHORT_ERR_INVALID_HANDLE);
+    let e = expect_error(check(status), Status::InvalidHandle, &[]);
+    assert_eq!(e.message(), "cohort_trainer_step: trainer is NULL");
+
+    // Destroyed: the handle table no longer knows the pointer (it is compared, never read).
+    let g = Graph::new().unwrap();
+    let raw = g.as_raw();
+    drop(g);
+    // SAFETY: the library checks handles against its table of live objects first.
+    let status = unsafe { sys::cohort_graph_mark_output(raw, 0) };
+    expect_error(
+        check(status),
+        Status::InvalidHandle,
+        &["cohort_graph_mark_output", "not a live cohort_graph"],
+    );
+
+    // A handle of another type.
+    let opt = Optimizer::new(&OptimizerOptions::default()).unwrap();
+    // SAFETY: as above; the table records each handle's type.
+    let status = unsafe { sys::cohort_graph_set_loss(opt.as_raw().cast(), 0) };
+    expect_error(check(status), Status::InvalidHandle, &["cohort_optimizer"]);
+    assert!(check(sys::cohort_status::COHORT_OK).is_ok());
+}
+
+#[test]
+fn invalid_plans() {
+    let e = expect_error(
+        Plan::new(&PlanOptions { tau: 0, ..PlanOptions::default() }),
+        Status::InvalidPlan,
+        &["tau"],
+    );
+    assert!(e.to_string().ends_with("(invalid plan)"), "{}", e);
+    expect_error(
+        Plan::new(&PlanOptions { outer_momentum: 1.0, ..PlanOptions::default() }),
+        Status::InvalidPlan,
+        &["momentum"],
+    );
+    expect_error(
+        Plan::new(&PlanOptions { zero_stage: 3, ..PlanOptions::default() }),
+        Status::Unsupported,
+        &[],
+    );
+}
+
+#[test]
+fn corrupt_and_missing_files() {
+    let mut t = trainer(8, 4, 2);
+    let path = common::temp_path("corrupt.ckpt");
+    t.save_checkpoint(&path).unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    // Damage the middle of the file, then separately truncate it: both fail verification.
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    expect_error(t.load_checkpoint(&path), Status::Corrupt, &[]);
+    std::fs::write(&path, &bytes[..middle]).unwrap();
+    expect_error(t.load_checkpoint(&path), Status::Corrupt, &[]);
+    std::fs::remove_file(&path).unwrap();
+    // Still usable after the failed loads.
+    let (x, y) = batch(&mut Lcg(3), 8);
+    t.step(&[Tensor::new("x", &x, &[8, FEATURES as i64]), Tensor::new("y", &y, &[8])]).unwrap();
+
+    expect_error(
+        t.load_checkpoint("/nonexistent/dir/ckpt"),
+        Status::Io,
+        &["/nonexistent/dir/ckpt"],
+    );
+    expect_error(
+        t.save_checkpoint("/nonexistent/dir/ckpt"),
+        Status::Io,
+        &["/nonexistent/dir/ckpt"],
+    );
+
+    let graph_path = common::temp_path("corrupt.graph");
+    std::fs::write(&graph_path, b"this is not a graph file").unwrap();
+    expect_error(Graph::load(&graph_path), Status::Corrupt, &[]);
+    std::fs::remove_file(&graph_path).unwrap();
+    let nowhere = std::path::Path::new("/nonexistent");
+    expect_error(
+        Dataset::fashion_mnist(Some(nowhere), Split::Train),
+        Status::Io,
+        &["/nonexistent"],
+    );
+    expect_error(Dataset::brown(nowhere, 0.1, Split::Train, 64), Status::Io, &[]);
+
+    // A sampler for more ranks than examples, or a rank outside its world.
+    let test = Dataset::fashion_mnist(None, Split::Validation).unwrap();
+    let options = SamplerOptions { rank: 2, world: 2, ..SamplerOptions::default() };
+    expect_error(Sampler::new(&test, &options), Status::InvalidArgument, &["rank"]);
+    let mut sampler = Sampler::new(&test, &SamplerOptions::default()).unwrap();
+    expect_error(sampler.set_position(-1, 0), Status::InvalidArgument, &[]);
+    // next_batch takes exactly two tensors.
+    let mut images = vec![0f32; 784];
+    expect_error(
+        test.next_batch(&mut sampler, &mut [TensorMut::new("x", &mut images, &[1, 784])]),
+        Status::InvalidArgument,
+        &[],
+    );
+    assert_eq!(sampler.position().unwrap(), (0, 0));
+}
+
+#[test]
+fn bad_options_name_the_field() {
+    expect_error(
+        Graph::gpt(&GptOptions { heads: 3, width: 256, ..GptOptions::default() }),
+        Status::InvalidArgument,
+        &["heads"],
+    );
+    expect_error(
+        Optimizer::new(&OptimizerOptions { lr: -1.0, ..OptimizerOptions::default() }),
+        Status::InvalidArgument,
+        &["lr"],
+    );
+    expect_error(cohort::set_num_threads(0), Status::InvalidArgument, &[]);
+    let mut t = trainer(8, 4, 1);
+    expect_error(t.checkpoint_value("never.set"), Status::NotFound, &["never.set"]);
+    expect_error(t.set_checkpoint_value("", 1), Status::InvalidArgument, &[]);
+    expect_error(t.parallel_stats(), Status::InvalidState, &[]);
+    expect_error(t.save_parallel_checkpoint(common::temp_path("never")), Status::InvalidState, &[]);
+    // A graph without a loss cannot be trained.
+    let mut g = Graph::new().unwrap();
+    g.add_input("x", DType::F32, &[1]).unwrap();
+    assert!(Trainer::new(&g, &common::adamw(0.1), &TrainerOptions::default()).is_err());
+}
+
+#[test]
+fn the_binding_checks_what_c_cannot_see() {
+    let mut g = Graph::new().unwrap();
+    expect_error(g.add_input("x\0y", DType::F32, &[1]), Status::InvalidArgument, &["NUL"]);
+    let mut t = trainer(8, 4, 1);
+    let (x, y) = batch(&mut Lcg(1), 8);
+    expect_error(
+        t.step(&[Tensor::new("x\0", &x, &[8, FEATURES as i64]), Tensor::new("y", &y, &[8])]),
+        Status::InvalidArgument,
+        &["NUL"],
+    );
+}
+
+#[test]
+fn statuses_and_errors_behave_as_values() {
+    for code in 1..=13u32 {
+        let status = Status::from_raw(sys::cohort_status(code)).unwrap();
+        assert_eq!(status.to_raw(), sys::cohort_status(code));
+        assert!(!status.name().is_empty());
+    }
+    assert_eq!(Status::from_raw(sys::cohort_status::COHORT_OK), None);
+    assert_eq!(Status::from_raw(sys::cohort_status(99)), Some(Status::Other(99)));
+    assert_eq!(Status::ShapeMismatch.name(), "shape mismatch");
+    // Usable with ? in functions returning Box<dyn Error>.
+    fn boxed() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        Plan::new(&PlanOptions { tau: 0, ..PlanOptions::default() })?;
+        Ok(())
+    }
+    assert!(boxed().unwrap_err().to_string().contains("tau"));
+}

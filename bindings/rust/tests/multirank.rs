@@ -1,0 +1,231 @@
+//! Collectives and data-parallel training through the crate, one process per rank: run under
+//! `cohort-run -n 2 -- <this test binary>` (ctest does), or alone as a world of one (cargo test
+//! does). Every rank checks its results against values it computes itself and exits non-zero on
+//! the first mismatch.
+
+mod common;
+
+use std::time::Duration;
+
+use cohort::{
+    Comm, CommOptions, Optimizer, OptimizerOptions, Plan, PlanOptions, Preset, ReduceOp, Status,
+    Tensor, TensorMut, Trainer, TrainerOptions,
+};
+use common::{batch, Lcg, FEATURES};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)+) => {
+        let ok: bool = $cond;
+        if !ok {
+            return Err(format!("{}:{}: {}", file!(), line!(), format!($($msg)+)).into());
+        }
+    };
+}
+
+const N: usize = 1001; // odd, so no block splits evenly by accident
+
+fn blocking_collectives(comm: &Comm) -> TestResult {
+    let (rank, size) = (comm.rank(), comm.size());
+    let a: Vec<f32> = (0..N).map(|i| (rank + 1) as f32 * (i % 7) as f32).collect();
+    let mut sum = vec![0f32; N];
+    comm.all_reduce(&a, &mut sum, ReduceOp::Sum)?;
+    let ranks_sum = (size * (size + 1) / 2) as f32;
+    ensure!(
+        sum.iter().enumerate().all(|(i, &v)| v == ranks_sum * (i % 7) as f32),
+        "all_reduce sum"
+    );
+
+    let mut avg = a.clone();
+    comm.all_reduce_in_place(&mut avg, ReduceOp::Avg)?;
+    ensure!(
+        (avg[3] - ranks_sum * 3.0 / size as f32).abs() < 1e-4,
+        "all_reduce avg gave {}",
+        avg[3]
+    );
+
+    let mut top = [rank * 10, -rank];
+    comm.all_reduce_in_place(&mut top, ReduceOp::Max)?;
+    ensure!(top == [(size - 1) * 10, 0], "all_reduce max over i32 gave {:?}", top);
+
+    let mut gathered = vec![0f32; N * size as usize];
+    comm.all_gather(&a, &mut gathered)?;
+    for r in 0..size as usize {
+        ensure!(gathered[r * N + 5] == (r + 1) as f32 * 5.0, "all_gather block {}", r);
+    }
+
+    let blocks: Vec<i64> = (0..N * size as usize).map(|i| (rank as usize + i) as i64).collect();
+    let mut mine = vec![0i64; N];
+    comm.reduce_scatter(&blocks, &mut mine, ReduceOp::Max)?;
+    ensure!(
+        mine[3] == (size as usize - 1 + rank as usize * N + 3) as i64,
+        "reduce_scatter gave {}",
+        mine[3]
+    );
+
+    let mut token = [if rank == 0 { 4242i32 } else { 0 }];
+    comm.broadcast(&mut token, 0)?;
+    ensure!(token[0] == 4242, "broadcast gave {}", token[0]);
+
+    // all_to_all: block r of every rank goes to rank r.
+    let send: Vec<i32> = (0..size).flat_map(|r| [rank * 100 + r; 3]).collect();
+    let mut received = vec![0i32; send.len()];
+    comm.all_to_all(&send, &mut received)?;
+    for r in 0..size {
+        ensure!(received[(r * 3) as usize] == r * 100 + rank, "all_to_all block {}", r);
+    }
+    comm.barrier()?;
+    Ok(())
+}
+
+/// Operations in flight together inside a scope, a polled Work, and a leaked one that the scope
+/// still waits for before its buffers are given back.
+fn async_collectives(comm: &Comm) -> TestResult {
+    let (rank, size) = (comm.rank(), comm.size());
+    let a = vec![1f32; N];
+    let (mut sum, mut ring_in, mut forgotten) = (vec![0f32; N], [-1i32], vec![rank as f32; 8]);
+    let ring_out = [rank];
+    comm.scope(|s| -> TestResult {
+        let mut reduce = s.all_reduce(&a, &mut sum, ReduceOp::Sum)?;
+        for _ in 0..1000 {
+            if reduce.test()? {
+                break;
+            }
+        }
+        let mut bcast = s.broadcast(&mut forgotten, 0)?;
+        bcast.wait_for(Duration::from_secs(30))?;
+        std::mem::forget(bcast); // safe: the scope waits for it and releases it
+        if size >= 2 {
+            // A ring: receive from the left, send to the right, both in flight at once.
+            let recv = s.recv(&mut ring_in, (rank + size - 1) % size)?;
+            let send = s.send(&ring_out, (rank + 1) % size)?;
+            send.wait()?;
+            recv.wait()?;
+        }
+        reduce.wait()?;
+        Ok(())
+    })?;
+    ensure!(sum.iter().all(|&v| v == size as f32), "async all_reduce");
+    ensure!(forgotten.iter().all(|&v| v == 0.0), "broadcast from rank 0 gave {:?}", forgotten);
+    if size >= 2 {
+        ensure!(ring_in[0] == (rank + size - 1) % size, "ring received {}", ring_in[0]);
+    }
+
+    // Lengths the C API cannot check are checked by the binding.
+    let mut wrong = vec![0f32; N - 1];
+    let e = comm.all_reduce(&a, &mut wrong, ReduceOp::Sum).unwrap_err();
+    ensure!(
+        e.status() == Status::InvalidArgument && e.message().contains("all_reduce"),
+        "length check: {}",
+        e
+    );
+    let e = comm.all_gather(&a, &mut wrong).unwrap_err();
+    ensure!(e.status() == Status::InvalidArgument, "all_gather length check: {}", e);
+
+    // Even and odd ranks form two communicators.
+    let half = comm.split(rank % 2, rank)?.ok_or("split gave no communicator")?;
+    ensure!(
+        half.rank() == rank / 2 && half.size() == (size + 1 - rank % 2) / 2,
+        "split: {:?}",
+        half
+    );
+    let mut one = [1i32];
+    half.all_reduce_in_place(&mut one, ReduceOp::Sum)?;
+    ensure!(one[0] == half.size(), "all_reduce on the split gave {}", one[0]);
+    ensure!(comm.status().is_ok() && comm.failed_rank().is_none(), "communicator status");
+
+    // After an abort every operation fails, and the failure is sticky.
+    half.abort()?;
+    let e = half.barrier().unwrap_err();
+    let sticky = half.status().unwrap_err();
+    ensure!(sticky.status() == e.status(), "abort: barrier gave {}, status {}", e, sticky);
+    ensure!(comm.status().is_ok(), "aborting the split must leave the parent alone");
+    Ok(())
+}
+
+/// DDP over the ranks: every rank feeds its own shard and all end with the same parameters; a
+/// plan whose degree does not divide the world is INVALID_PLAN.
+fn data_parallel_training(comm: &Comm) -> TestResult {
+    let (rank, size) = (comm.rank(), comm.size());
+    let graph = common::mlp(16, 16);
+    let optimizer = Optimizer::new(&OptimizerOptions { lr: 0.2, ..OptimizerOptions::default() })?;
+    let options = TrainerOptions { seed: 5, ..TrainerOptions::default() };
+
+    let bad = Plan::new(&PlanOptions { data_parallel: size + 1, ..PlanOptions::default() })?;
+    let e = Trainer::new_parallel(&graph, &optimizer, &bad, comm, &options).unwrap_err();
+    ensure!(e.status() == Status::InvalidPlan, "degree {} over {} ranks: {}", size + 1, size, e);
+
+    let plan = Plan::new(&PlanOptions { preset: Preset::Ddp, ..PlanOptions::default() })?;
+    let mut trainer = Trainer::new_parallel(&graph, &optimizer, &plan, comm, &options)?;
+    let mut rng = Lcg(100 + rank as u64); // each rank its own shard
+    let mut losses = Vec::new();
+    for _ in 0..40 {
+        let (x, y) = batch(&mut rng, 16);
+        losses.push(
+            trainer.step(&[
+                Tensor::new("x", &x, &[16, FEATURES as i64]),
+                Tensor::new("y", &y, &[16]),
+            ])?,
+        );
+    }
+    ensure!(
+        losses[35..].iter().sum::<f32>() < losses[..5].iter().sum::<f32>(),
+        "loss did not fall: {:?}",
+        losses
+    );
+    let stats = trainer.parallel_stats()?;
+    ensure!(stats.rounds == 40 && stats.buckets >= 1, "parallel stats {:?}", stats);
+
+    // Every rank saves its own file with the outer state, and loads it back.
+    let path = common::temp_path(&format!("rank{}.ckpt", rank));
+    trainer.save_parallel_checkpoint(&path)?;
+    trainer.load_parallel_checkpoint(&path)?;
+    std::fs::remove_file(&path)?;
+    ensure!(trainer.stats()?.step == 40, "step after reloading the checkpoint");
+
+    let mut weights = vec![0f32; 16 * FEATURES];
+    trainer.get_parameter(&mut TensorMut::new(
+        "fc1.weight",
+        &mut weights,
+        &[16, FEATURES as i64],
+    ))?;
+    let mut all = vec![0f32; weights.len() * size as usize];
+    comm.all_gather(&weights, &mut all)?;
+    for r in 1..size as usize {
+        ensure!(
+            all[r * weights.len()..(r + 1) * weights.len()] == all[..weights.len()],
+            "rank {} diverged",
+            r
+        );
+    }
+    Ok(())
+}
+
+fn main() {
+    // Several ranks share the machine's cores: one thread each.
+    if let Err(e) = cohort::set_num_threads(1) {
+        eprintln!("multirank: {}", e);
+        std::process::exit(1);
+    }
+    let comm = match Comm::from_env(&CommOptions { timeout_ms: 20_000, connect_timeout_ms: 30_000 })
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("multirank: joining the job failed: {}", e);
+            std::process::exit(1);
+        }
+    };
+    let rank = comm.rank();
+    for (name, test) in [
+        ("blocking collectives", blocking_collectives as fn(&Comm) -> TestResult),
+        ("async collectives", async_collectives),
+        ("data-parallel training", data_parallel_training),
+    ] {
+        if let Err(e) = test(&comm) {
+            eprintln!("rank {}: {} FAILED: {}", rank, name, e);
+            std::process::exit(1);
+        }
+    }
+    println!("rank {} of {}: collectives and data-parallel training ok", rank, comm.size());
+}
