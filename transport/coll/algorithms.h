@@ -15,7 +15,7 @@ namespace cohort::transport::coll {
 struct Plan {
   int rank = 0;
   int size = 1;
-  size_t chunk_bytes = 1 << 20;  // pipelining unit of rings and chains
+  size_t chunk_bytes = 128 << 10;  // pipelining unit of rings and chains (CommOptions)
   size_t window = 4;             // chunks in flight per operation
   size_t small_bytes = 128 << 10;  // at or below: latency-optimal algorithms
 };

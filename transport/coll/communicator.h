@@ -32,7 +32,10 @@ class Executor;
 struct CommOptions {
   std::string name = "world";               // used in error messages and store keys
   std::chrono::milliseconds timeout{60000};  // no-progress limit per operation
-  size_t chunk_bytes = 1 << 20;              // pipelining unit of large messages
+  // Pipelining unit of large messages. Small enough that the chunks in flight (window x chunk)
+  // stay in L2 while they are reduced: 128 KiB measured best for 64 MiB all-reduce over shared
+  // memory and tcp at 2 ranks (4.1 and 2.0 GB/s against 3.0 and 1.3 with 1 MiB, README).
+  size_t chunk_bytes = 128 << 10;
   size_t window = 4;                         // chunks in flight per operation
   size_t small_bytes = 128 << 10;            // at or below: latency-optimal algorithms
 };
