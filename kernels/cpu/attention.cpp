@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace cohort::kernels::cpu {
 
@@ -48,11 +49,9 @@ void for_each_block(const AttentionDims& d, F&& f) {
 float softmax_row(float* row, int64_t len, int64_t n) {
   float mx = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < len; ++j) mx = std::max(mx, row[j]);
+  for (int64_t j = 0; j < len; ++j) row[j] = exp_approx(row[j] - mx);  // vectorises, unlike std::exp
   float sum = 0.0f;
-  for (int64_t j = 0; j < len; ++j) {
-    row[j] = std::exp(row[j] - mx);
-    sum += row[j];
-  }
+  for (int64_t j = 0; j < len; ++j) sum += row[j];
   const float inv = 1.0f / sum;
   for (int64_t j = 0; j < len; ++j) row[j] *= inv;
   std::fill(row + len, row + n, 0.0f);
@@ -82,7 +81,7 @@ void probs_and_dscores(const AttentionDims& d, const Block& k, const float* out,
     float* p_row = p + hr * k.n;
     float* ds_row = dp + hr * k.n;
     for (int64_t j = 0; j < len; ++j) {
-      p_row[j] = std::exp(p_row[j] - lse_i);
+      p_row[j] = exp_approx(p_row[j] - lse_i);
       ds_row[j] = p_row[j] * (ds_row[j] - delta);
     }
     std::fill(p_row + len, p_row + k.n, 0.0f);
