@@ -2,9 +2,11 @@
 #include "core/exec/executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <unordered_set>
 
 #include "core/base/error.h"
+#include "core/exec/profile.h"
 
 namespace cohort {
 
@@ -163,7 +165,13 @@ void Executor::run_node(const Node& node, std::unordered_map<ValueId, Tensor>& e
     owned_.insert(buf.storage().get());
     ctx.outputs.push_back(buf);
   }
-  op.kernels[static_cast<int>(device_)](ctx);
+  if (OpProfile::enabled()) {
+    auto start = std::chrono::steady_clock::now();
+    op.kernels[static_cast<int>(device_)](ctx);
+    OpProfile::add(op.name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  } else {
+    op.kernels[static_cast<int>(device_)](ctx);
+  }
   for (size_t k = 0; k < node.outputs.size(); ++k) {
     const TensorType& t = graph_.value(node.outputs[k]).type;
     if (ctx.outputs[k].dtype() != t.dtype) {
