@@ -20,6 +20,7 @@ struct Table {
   std::mutex mutex;
   std::map<std::string, Entry> ops;
   ~Table() {
+    if (!OpProfile::enabled()) return;
     std::string text = OpProfile::report();
     if (!text.empty()) std::fputs(text.c_str(), stderr);
   }
