@@ -23,7 +23,8 @@ constexpr const char* kWork = "work";
 
 coll::Communicator& comm_of(const cohort_comm* c) { return *checked(c, kComm, "comm")->comm; }
 
-coll::DataType to_type(cohort_dtype d) {
+coll::DataType to_type(const cohort_dtype& dtype) {
+  const int d = enum_int(dtype);
   switch (d) {
     case COHORT_F32: return coll::DataType::kF32;
     case COHORT_BF16: return coll::DataType::kBF16;
@@ -31,16 +32,17 @@ coll::DataType to_type(cohort_dtype d) {
     case COHORT_I32: return coll::DataType::kI32;
     case COHORT_I64: return coll::DataType::kI64;
   }
-  throw Error(Status::kInvalidArgument, str_cat("dtype ", static_cast<int>(d), " is not a cohort_dtype"));
+  throw Error(Status::kInvalidArgument, str_cat("dtype ", d, " is not a cohort_dtype"));
 }
 
-coll::ReduceOp to_op(cohort_reduce_op op) {
+coll::ReduceOp to_op(const cohort_reduce_op& reduce_op) {
+  const int op = enum_int(reduce_op);
   switch (op) {
     case COHORT_REDUCE_SUM: return coll::ReduceOp::kSum;
     case COHORT_REDUCE_AVG: return coll::ReduceOp::kAvg;
     case COHORT_REDUCE_MAX: return coll::ReduceOp::kMax;
   }
-  throw Error(Status::kInvalidArgument, str_cat("op ", static_cast<int>(op), " is not a cohort_reduce_op"));
+  throw Error(Status::kInvalidArgument, str_cat("op ", op, " is not a cohort_reduce_op"));
 }
 
 // Hands the work to the caller, or waits for it when the caller asked for a blocking call.

@@ -27,9 +27,10 @@ const data::Dataset& dataset_of(const cohort_dataset* d) { return *checked(d, kD
 data::Sampler& sampler_of(cohort_sampler* s) { return *checked(s, kSampler, "sampler")->sampler; }
 const data::Sampler& sampler_of(const cohort_sampler* s) { return *checked(s, kSampler, "sampler")->sampler; }
 
-bool is_train(cohort_dataset_split split) {
+bool is_train(const cohort_dataset_split& value) {
+  const int split = enum_int(value);
   COHORT_CHECK(split == COHORT_SPLIT_TRAIN || split == COHORT_SPLIT_VALIDATION, Status::kInvalidArgument, "split ",
-               static_cast<int>(split), " is not a cohort_dataset_split");
+               split, " is not a cohort_dataset_split");
   return split == COHORT_SPLIT_TRAIN;
 }
 
@@ -43,7 +44,7 @@ void publish(std::unique_ptr<data::Dataset> d, cohort_dataset** dataset_out) {
 Tensor wrap_batch_buffer(const cohort_tensor_ref& ref, int32_t i) {
   std::string what = str_cat("outputs[", i, "]");
   if (ref.name != nullptr) what += str_cat(" '", std::string(ref.name).substr(0, 256), "'");
-  DType t = checked_dtype(ref.dtype, what.c_str());
+  DType t = checked_dtype(enum_int(ref.dtype), what.c_str());
   Shape s = checked_shape(ref.shape, ref.rank, what.c_str());
   COHORT_CHECK(ref.data != nullptr, Status::kInvalidArgument, what, ": data is NULL");
   const size_t need = static_cast<size_t>(shape_numel(s)) * dtype_size(t);

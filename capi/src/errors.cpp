@@ -74,8 +74,9 @@ COHORT_API const char* cohort_version_string(void) { return "0.1.0"; }
 COHORT_API const char* cohort_last_error(void) { return cohort::capi::t_last_error.c_str(); }
 
 COHORT_API const char* cohort_status_name(cohort_status status) {
-  if (status < COHORT_OK || status > COHORT_ERR_INVALID_STATE) return "unknown status";
-  return status_name(static_cast<Status>(status));
+  const int s = cohort::capi::enum_int(status);
+  if (s < COHORT_OK || s > COHORT_ERR_INVALID_STATE) return "unknown status";
+  return status_name(static_cast<Status>(s));
 }
 
 COHORT_API cohort_status cohort_set_log_callback(cohort_log_fn fn, void* user) {
@@ -98,7 +99,7 @@ COHORT_API cohort_status cohort_set_num_threads(int n) {
 
 COHORT_API size_t cohort_dtype_size(cohort_dtype dtype) {
   DType t;
-  return dtype_from_int(static_cast<int>(dtype), &t) ? dtype_size(t) : 0;
+  return dtype_from_int(cohort::capi::enum_int(dtype), &t) ? dtype_size(t) : 0;
 }
 
 }  // extern "C"

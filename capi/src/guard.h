@@ -4,6 +4,8 @@
 // handle is reported without ever being dereferenced.
 #pragma once
 
+#include <cstring>
+
 #include <mutex>
 #include <new>
 #include <string>
@@ -13,6 +15,16 @@
 #include "core/base/error.h"
 
 namespace cohort::capi {
+
+// The integer a caller stored in a C enum, read as bytes: a value outside the enumerators (a
+// caller's mistake we must report) may not be loaded through the C++ enum type itself.
+template <typename E>
+int enum_int(const E& value) {
+  static_assert(sizeof(E) == sizeof(int), "C enums here are int-sized");
+  int v;
+  std::memcpy(&v, &value, sizeof v);
+  return v;
+}
 
 void set_last_error(const std::string& message);
 void clear_last_error();

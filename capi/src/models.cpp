@@ -21,14 +21,15 @@ std::vector<int64_t> checked_list(const int64_t* values, int32_t count, int32_t 
   return std::vector<int64_t>(values, values + count);
 }
 
-std::string activation_name(cohort_activation a) {
+std::string activation_name(const cohort_activation& activation) {
+  const int a = enum_int(activation);
   switch (a) {
     case COHORT_ACTIVATION_RELU: return "relu";
     case COHORT_ACTIVATION_GELU: return "gelu";
     case COHORT_ACTIVATION_TANH: return "tanh";
   }
   throw_error(Status::kInvalidArgument,
-              str_cat("options->activation ", static_cast<int>(a), " is not a cohort_activation"));
+              str_cat("options->activation ", a, " is not a cohort_activation"));
 }
 
 models::MlpConfig to_config(const cohort_model_mlp_options& o) {

@@ -12,12 +12,13 @@ constexpr const char* kType = "optimizer";
 optim::OptimizerConfig to_config(const cohort_optimizer_options& o) {
   check_struct_size(o.size, offsetof(cohort_optimizer_options, clip_norm) + sizeof(o.clip_norm), "options");
   optim::OptimizerConfig c;
-  COHORT_CHECK(o.kind == COHORT_OPTIM_SGD || o.kind == COHORT_OPTIM_ADAMW, Status::kInvalidArgument,
-               "options->kind ", static_cast<int>(o.kind), " is not a cohort_optimizer_kind");
-  COHORT_CHECK(o.schedule == COHORT_SCHEDULE_CONSTANT || o.schedule == COHORT_SCHEDULE_WARMUP_COSINE,
-               Status::kInvalidArgument, "options->schedule ", static_cast<int>(o.schedule),
+  const int kind = enum_int(o.kind), schedule = enum_int(o.schedule);
+  COHORT_CHECK(kind == COHORT_OPTIM_SGD || kind == COHORT_OPTIM_ADAMW, Status::kInvalidArgument,
+               "options->kind ", kind, " is not a cohort_optimizer_kind");
+  COHORT_CHECK(schedule == COHORT_SCHEDULE_CONSTANT || schedule == COHORT_SCHEDULE_WARMUP_COSINE,
+               Status::kInvalidArgument, "options->schedule ", schedule,
                " is not a cohort_schedule_kind");
-  c.kind = o.kind == COHORT_OPTIM_SGD ? optim::OptimizerKind::kSgd : optim::OptimizerKind::kAdamW;
+  c.kind = kind == COHORT_OPTIM_SGD ? optim::OptimizerKind::kSgd : optim::OptimizerKind::kAdamW;
   c.lr = o.lr;
   c.momentum = o.momentum;
   c.nesterov = o.nesterov != 0;
@@ -25,7 +26,7 @@ optim::OptimizerConfig to_config(const cohort_optimizer_options& o) {
   c.beta1 = o.beta1;
   c.beta2 = o.beta2;
   c.eps = o.eps;
-  c.schedule = o.schedule == COHORT_SCHEDULE_CONSTANT ? optim::ScheduleKind::kConstant
+  c.schedule = schedule == COHORT_SCHEDULE_CONSTANT ? optim::ScheduleKind::kConstant
                                                       : optim::ScheduleKind::kWarmupCosine;
   c.warmup_steps = o.warmup_steps;
   c.total_steps = o.total_steps;

@@ -20,13 +20,13 @@ constexpr const char* kPlan = "plan";
 
 parallel::PlanConfig to_config(const cohort_plan_options& o) {
   parallel::PlanConfig c;
-  if (o.preset != COHORT_PRESET_NONE) {
-    int p = static_cast<int>(o.preset);
+  if (enum_int(o.preset) != COHORT_PRESET_NONE) {
+    int p = enum_int(o.preset);
     COHORT_CHECK(p >= COHORT_PRESET_DDP && p <= COHORT_PRESET_CO2, Status::kInvalidArgument, "options->preset ", p,
                  " is not a cohort_plan_preset");
     c = parallel::preset(static_cast<parallel::Preset>(p - 1), o.tau);
   } else {
-    c.mode = static_cast<parallel::SyncMode>(o.mode);
+    c.mode = static_cast<parallel::SyncMode>(enum_int(o.mode));
     c.outer.lr = o.outer_lr;
     c.outer.momentum = o.outer_momentum;
     c.outer.nesterov = o.outer_nesterov != 0;

@@ -24,7 +24,7 @@ Shape checked_shape(const int64_t* shape, int32_t rank, const char* arg) {
 Tensor wrap_ref(const cohort_tensor_ref& ref, const char* arg) {
   std::string name = checked_name(ref.name, str_cat(arg, ".name").c_str());
   std::string what = str_cat(arg, " '", name, "'");
-  DType t = checked_dtype(ref.dtype, what.c_str());
+  DType t = checked_dtype(enum_int(ref.dtype), what.c_str());
   Shape s = checked_shape(ref.shape, ref.rank, what.c_str());
   COHORT_CHECK(ref.data != nullptr, Status::kInvalidArgument, what, ": data is NULL");
   size_t need = static_cast<size_t>(shape_numel(s)) * dtype_size(t);

@@ -16,13 +16,15 @@ inline float exp_approx(float x) {
   uint32_t xb;
   std::memcpy(&xb, &x, sizeof xb);
   const uint32_t kLow = 0xC2AE0000u;       // bits of -87.0f; larger unsigned = more negative float
-  const uint32_t kMinusInf = 0xFF800000u;  // above it: NaNs with the sign bit, which must stay NaN
   const bool under = xb > kLow;  // also true for NaNs with the sign bit: patched up at the end
-  const uint32_t nan_bits = static_cast<uint32_t>(-static_cast<int32_t>(xb > kMinusInf)) & 0x7FC00000u;
+  // Every NaN must stay NaN (those without the sign bit flow through the polynomial as NaN).
+  const uint32_t nan_bits =
+      static_cast<uint32_t>(-static_cast<int32_t>((xb & 0x7FFFFFFFu) > 0x7F800000u)) & 0x7FC00000u;
   xb = under ? kLow : xb;
   std::memcpy(&x, &xb, sizeof x);
   const float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
-  const float n = (x * 1.44269504088896341f + kRound) - kRound;
+  const float t = x * 1.44269504088896341f + kRound;  // n = round(x / ln2) in t's low mantissa bits
+  const float n = t - kRound;
   const float r = x - n * 0.693145751953125f - n * 1.42860682030941723212e-6f;  // ln2 split hi + lo
   float p = 1.0f / 720;
   p = p * r + 1.0f / 120;
@@ -31,8 +33,12 @@ inline float exp_approx(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;  // 2^n as a float's exponent field
-  bits = under ? 0 : bits;
+  // 2^n as a float's exponent field, taken from t's bits in unsigned arithmetic: no float-to-int
+  // conversion, which would be undefined for the NaN a NaN input carries this far.
+  uint32_t tb;
+  std::memcpy(&tb, &t, sizeof tb);
+  uint32_t bits = (tb - 0x4B400000u + 127u) << 23;
+  bits = under ? 0u : bits;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   float y = p * scale;
