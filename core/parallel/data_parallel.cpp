@@ -26,6 +26,15 @@ void flatten(const std::vector<Tensor>& ts, std::vector<float>& out) {
     off += static_cast<size_t>(t.numel());
   }
 }
+
+// The inverse of flatten: the parameters take their values from `flat`.
+void unflatten(const std::vector<float>& flat, std::vector<Tensor>& ts) {
+  size_t off = 0;
+  for (Tensor& t : ts) {
+    std::memcpy(t.raw(), flat.data() + off, t.nbytes());
+    off += static_cast<size_t>(t.numel());
+  }
+}
 }  // namespace
 
 std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanConfig& plan,
@@ -43,11 +52,7 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
   std::vector<float> flat(dp->numel_);
   flatten(params, flat);
   comm->broadcast(flat.data(), flat.size(), coll::DataType::kF32, 0)->wait();
-  size_t off = 0;
-  for (Tensor& t : params) {
-    std::memcpy(t.raw(), flat.data() + off, t.nbytes());
-    off += static_cast<size_t>(t.numel());
-  }
+  unflatten(flat, params);
   dp->trainer_ = &trainer;
   if (plan.mode == SyncMode::kSync) {
     dp->build_buckets(params);
@@ -185,14 +190,6 @@ void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
   step_wait_ = 0;
 }
 
-void DataParallel::apply_anchor(std::vector<Tensor>& params) const {
-  size_t off = 0;
-  for (Tensor& t : params) {
-    std::memcpy(t.raw(), anchor_.data() + off, t.nbytes());
-    off += static_cast<size_t>(t.numel());
-  }
-}
-
 void DataParallel::end_round_blocking(std::vector<Tensor>& params) {
   // d_k = x_k - avg_i x^{(i)}_{k,tau}: the local pseudo-gradient, averaged (blocking).
   flatten(params, inflight_);
@@ -204,7 +201,7 @@ void DataParallel::end_round_blocking(std::vector<Tensor>& params) {
   stats_.wait_seconds += took;
   stats_.comm_seconds += took;
   stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0);
-  apply_anchor(params);
+  unflatten(anchor_, params);
   round_start_ = anchor_;
   ++stats_.rounds;
 }
@@ -241,11 +238,7 @@ void DataParallel::end_round_co2(std::vector<Tensor>& params) {
   // 4. Round k+1 starts from the new anchor plus this rank's round k, whose average replaces
   //    it at the end of round k+1: x^{(i)} = x_{k+1} - e^{(i)}_k.
   for (size_t i = 0; i < numel_; ++i) round_start_[i] = anchor_[i] - inflight_[i];
-  size_t off = 0;
-  for (Tensor& t : params) {
-    std::memcpy(t.raw(), round_start_.data() + off, t.nbytes());
-    off += static_cast<size_t>(t.numel());
-  }
+  unflatten(round_start_, params);
   // 5. e^{(i)}_k is averaged in the background while round k+1 runs; nothing touches inflight_
   //    until the wait in step 1 of the next round end.
   inflight_launched_ = Clock::now();

@@ -100,7 +100,6 @@ class DataParallel : public StepHook {
   void wait(transport::coll::Work& work, Clock::time_point launched, Clock::time_point* done);
   void end_round_blocking(std::vector<Tensor>& params);
   void end_round_co2(std::vector<Tensor>& params);
-  void apply_anchor(std::vector<Tensor>& params) const;
   // ZeRO (zero.cpp).
   void build_shards(const optim::Optimizer& inner);
   void launch_reduction(Bucket& b);
