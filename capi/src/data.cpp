@@ -44,13 +44,7 @@ void publish(std::unique_ptr<data::Dataset> d, cohort_dataset** dataset_out) {
 Tensor wrap_batch_buffer(const cohort_tensor_ref& ref, int32_t i) {
   std::string what = str_cat("outputs[", i, "]");
   if (ref.name != nullptr) what += str_cat(" '", std::string(ref.name).substr(0, 256), "'");
-  DType t = checked_dtype(enum_int(ref.dtype), what.c_str());
-  Shape s = checked_shape(ref.shape, ref.rank, what.c_str());
-  COHORT_CHECK(ref.data != nullptr, Status::kInvalidArgument, what, ": data is NULL");
-  const size_t need = static_cast<size_t>(shape_numel(s)) * dtype_size(t);
-  COHORT_CHECK(ref.bytes == need, Status::kInvalidArgument, what, ": buffer has ", ref.bytes, " bytes, but shape ",
-               shape_str(s), " of ", dtype_name(t), " needs ", need);
-  return Tensor::wrap(ref.data, s, t);
+  return wrap_ref_memory(ref, what);
 }
 }  // namespace
 

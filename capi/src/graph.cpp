@@ -55,7 +55,7 @@ COHORT_API cohort_status cohort_graph_add_input(cohort_graph* graph, const char*
     Graph& g = graph_of(graph);
     std::string n = checked_name(name, "name");
     std::string what = str_cat("input '", n, "'");
-    DType t = checked_dtype(enum_int(dtype), what.c_str());
+    DType t = checked_dtype(dtype, what.c_str());
     Shape s = checked_shape(shape, rank, what.c_str());
     ValueId id = g.add_input(n, t, s);
     if (id_out) *id_out = id;
@@ -69,7 +69,7 @@ COHORT_API cohort_status cohort_graph_add_parameter(cohort_graph* graph, const c
     Graph& g = graph_of(graph);
     std::string n = checked_name(name, "name");
     std::string what = str_cat("parameter '", n, "'");
-    DType t = checked_dtype(enum_int(dtype), what.c_str());
+    DType t = checked_dtype(dtype, what.c_str());
     Shape s = checked_shape(shape, rank, what.c_str());
     ValueId id = g.add_parameter(n, t, s, to_initializer(init));
     if (id_out) *id_out = id;

@@ -35,10 +35,14 @@ struct cohort_trainer {
 
 namespace cohort::capi {
 
-DType checked_dtype(int dtype, const char* arg);
+// A caller's dtype, checked (read as its integer: an unknown value is the caller's mistake).
+DType checked_dtype(const cohort_dtype& dtype, const char* arg);
 Shape checked_shape(const int64_t* shape, int32_t rank, const char* arg);
 // Validates a caller tensor description (name, dtype, shape, data, bytes) and wraps its memory.
 Tensor wrap_ref(const cohort_tensor_ref& ref, const char* arg);
+// The checks and wrapping of wrap_ref after the name: dtype, shape, data and byte count, with
+// `what` naming the tensor in messages.
+Tensor wrap_ref_memory(const cohort_tensor_ref& ref, const std::string& what);
 // Binds an array of caller tensors by name; duplicates are an error.
 std::map<std::string, Tensor> wrap_refs(const cohort_tensor_ref* refs, int32_t count, const char* arg);
 

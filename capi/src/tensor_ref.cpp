@@ -5,7 +5,8 @@
 
 namespace cohort::capi {
 
-DType checked_dtype(int dtype, const char* arg) {
+DType checked_dtype(const cohort_dtype& value, const char* arg) {
+  const int dtype = enum_int(value);
   DType t;
   COHORT_CHECK(dtype_from_int(dtype, &t), Status::kInvalidArgument, arg, " has unknown dtype ", dtype);
   return t;
@@ -23,8 +24,11 @@ Shape checked_shape(const int64_t* shape, int32_t rank, const char* arg) {
 
 Tensor wrap_ref(const cohort_tensor_ref& ref, const char* arg) {
   std::string name = checked_name(ref.name, str_cat(arg, ".name").c_str());
-  std::string what = str_cat(arg, " '", name, "'");
-  DType t = checked_dtype(enum_int(ref.dtype), what.c_str());
+  return wrap_ref_memory(ref, str_cat(arg, " '", name, "'"));
+}
+
+Tensor wrap_ref_memory(const cohort_tensor_ref& ref, const std::string& what) {
+  DType t = checked_dtype(ref.dtype, what.c_str());
   Shape s = checked_shape(ref.shape, ref.rank, what.c_str());
   COHORT_CHECK(ref.data != nullptr, Status::kInvalidArgument, what, ": data is NULL");
   size_t need = static_cast<size_t>(shape_numel(s)) * dtype_size(t);
