@@ -165,13 +165,10 @@ void Executor::run_node(const Node& node, std::unordered_map<ValueId, Tensor>& e
     owned_.insert(buf.storage().get());
     ctx.outputs.push_back(buf);
   }
-  if (OpProfile::enabled()) {
-    auto start = std::chrono::steady_clock::now();
-    op.kernels[static_cast<int>(device_)](ctx);
-    OpProfile::add(op.name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  } else {
-    op.kernels[static_cast<int>(device_)](ctx);
-  }
+  const bool profile = OpProfile::enabled();
+  const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  kernel(ctx);
+  if (profile) OpProfile::add(op.name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   for (size_t k = 0; k < node.outputs.size(); ++k) {
     const TensorType& t = graph_.value(node.outputs[k]).type;
     if (ctx.outputs[k].dtype() != t.dtype) {

@@ -152,11 +152,12 @@ void Engine::handle_control() noexcept {
       for (auto& client : clients_) client->on_suspect(msg.comm, reporter, msg.culprit);
     } else if (msg.kind == kControlGoodbye && msg.culprit >= 0 && msg.culprit < size_) {
       left_[msg.culprit] = 1;
-    } else if (msg.kind == kControlFailure && msg.culprit >= 0 && msg.culprit < size_) {
-      if (msg.comm == kAnyComm) dead_[msg.culprit] = 1;
-      blamed_[msg.culprit] = 1;
-      dispatch(msg.comm, msg.culprit, static_cast<Status>(msg.status), msg.text);
-    } else if (msg.kind == kControlAbort && msg.culprit >= 0 && msg.culprit < size_) {
+    } else if ((msg.kind == kControlFailure || msg.kind == kControlAbort) && msg.culprit >= 0 &&
+               msg.culprit < size_) {
+      if (msg.kind == kControlFailure) {  // an abort comes from a live rank: still awaited at shutdown
+        if (msg.comm == kAnyComm) dead_[msg.culprit] = 1;
+        blamed_[msg.culprit] = 1;
+      }
       dispatch(msg.comm, msg.culprit, static_cast<Status>(msg.status), msg.text);
     }
   }
