@@ -106,7 +106,9 @@ void Executor::run(std::unordered_map<ValueId, Tensor>& env, const RunOptions& o
   last_peak_bytes_ = 0;
   for (size_t s = 0; s < order_.size(); ++s) {
     const Node& node = graph_.node(order_[s]);
+    if (options.before_node) options.before_node(s);
     run_node(node, env, options);
+    if (options.after_node) options.after_node(s);
     if (options.on_value)
       for (ValueId o : node.outputs) options.on_value(o);
     for (ValueId v : frees_after_[s]) {

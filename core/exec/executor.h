@@ -24,6 +24,9 @@ struct RunOptions {
   // buffer is released), so a caller can start work on a result — e.g. DDP launching a
   // gradient bucket's all-reduce while the rest of backward runs. Must not modify env.
   std::function<void(ValueId value)> on_value;
+  // Called on the running thread before / after the node at `position` of order() runs — e.g.
+  // ZeRO stage 3 gathering a layer's parameters just before it and releasing them after.
+  std::function<void(size_t position)> before_node, after_node;
 };
 
 class Executor {
@@ -38,6 +41,8 @@ class Executor {
 
   // Values the plan reads that no node produces (inputs and parameters).
   const std::vector<ValueId>& required_values() const { return required_; }
+  // The nodes a run executes, in execution order (positions of RunOptions::before_node).
+  const std::vector<NodeId>& order() const { return order_; }
   size_t peak_activation_bytes() const { return peak_bytes_; }
   size_t last_activation_bytes() const { return last_peak_bytes_; }
 

@@ -78,6 +78,10 @@ float Trainer::step(const std::map<std::string, Tensor>& inputs) {
       auto it = grad_index_.find(v);
       if (it != grad_index_.end()) hook_->on_gradient(it->second, env.at(v));
     };
+    if (hook_->observes_nodes()) {
+      ro.before_node = [this](size_t position) { hook_->before_node(position); };
+      ro.after_node = [this](size_t position) { hook_->after_node(position); };
+    }
   }
   train_exec_->run(env, ro);
   Tensor loss_t = env.at(train_.loss());
@@ -131,6 +135,7 @@ void Trainer::evaluate(const std::map<std::string, Tensor>& inputs, std::map<std
   std::vector<std::string> names;
   for (const auto& kv : outputs) names.push_back(kv.first);
   EvalPlan& plan = eval_plan(batch, names);
+  gather_parameters();
   std::unordered_map<ValueId, Tensor> env;
   bind_inputs(plan.graph, inputs, env, "evaluate");
   for (size_t i = 0; i < param_names_.size(); ++i) env[plan.graph.find(param_names_[i])] = params_[i];
@@ -152,8 +157,46 @@ void Trainer::evaluate(const std::map<std::string, Tensor>& inputs, std::map<std
 
 Tensor& Trainer::parameter(const std::string& name) {
   for (size_t i = 0; i < param_names_.size(); ++i)
-    if (param_names_[i] == name) return params_[i];
+    if (param_names_[i] == name) {
+      gather_parameters();
+      return params_[i];
+    }
   throw Error(Status::kNotFound, str_cat("the graph has no parameter named '", name, "'"));
+}
+
+void Trainer::gather_parameters() {
+  if (hook_) hook_->materialize_parameters(params_, true);
+}
+
+std::vector<std::vector<size_t>> Trainer::parameter_reads() const {
+  // A view (an alias op's output) of a parameter reads it wherever the view is read.
+  std::unordered_map<ValueId, size_t> owner;
+  for (size_t i = 0; i < param_ids_.size(); ++i) owner[param_ids_[i]] = i;
+  std::vector<std::vector<size_t>> reads(param_ids_.size());
+  const std::vector<NodeId>& order = train_exec_->order();
+  for (size_t s = 0; s < order.size(); ++s) {
+    const Node& n = train_.node(order[s]);
+    for (ValueId v : n.inputs) {
+      auto it = owner.find(v);
+      if (it == owner.end()) continue;
+      std::vector<size_t>& r = reads[it->second];
+      if (r.empty() || r.back() != s) r.push_back(s);
+    }
+    if (n.op->alias_input0 && !n.inputs.empty()) {
+      auto it = owner.find(n.inputs[0]);
+      if (it != owner.end()) owner[n.outputs[0]] = it->second;
+    }
+  }
+  return reads;
+}
+
+size_t Trainer::backward_begin() const {
+  // build_backward appends backward's nodes after the forward ones (node ids in order).
+  const std::vector<NodeId>& order = train_exec_->order();
+  const NodeId first_backward = static_cast<NodeId>(forward_.nodes().size());
+  size_t s = 0;
+  while (s < order.size() && order[s] < first_backward) ++s;
+  return s;
 }
 
 void Trainer::restore_state(const std::vector<Tensor>& params, std::unique_ptr<optim::Optimizer> optimizer,
@@ -168,6 +211,7 @@ void Trainer::restore_state(const std::vector<Tensor>& params, std::unique_ptr<o
                  Status::kShapeMismatch, "restore: parameter '", param_names_[i], "' is ",
                  shape_str(params_[i].shape()), " ", dtype_name(params_[i].dtype()), ", the given tensor is not");
   // Copy into the existing storage: tensors handed out by parameter() keep aliasing it.
+  if (hook_) hook_->materialize_parameters(params_, false);
   for (size_t i = 0; i < params.size(); ++i) std::memcpy(params_[i].raw(), params[i].raw(), params_[i].nbytes());
   optimizer_ = std::move(optimizer);
   step_ = step;

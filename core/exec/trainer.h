@@ -51,6 +51,18 @@ class StepHook {
   virtual bool apply_update(std::vector<Tensor>& /*params*/, std::vector<Tensor>& /*grads*/) { return false; }
   // params: after this step's optimizer update; step: steps completed. May overwrite params.
   virtual void after_update(std::vector<Tensor>& params, int64_t step) = 0;
+
+  // A hook that releases parameter memory between uses (ZeRO stage 3) returns true here and
+  // gets before_node / after_node around every node of a step (positions in the order of
+  // Trainer::parameter_reads), so it can make parameters whole just before they are read.
+  virtual bool observes_nodes() const { return false; }
+  virtual void before_node(size_t /*position*/) {}
+  virtual void after_node(size_t /*position*/) {}
+  // Makes every parameter whole before anything other than a step touches it (evaluate, the
+  // parameter accessors, a restore). keep_values: with their current values — a collective
+  // under ZeRO stage 3, so every rank calls it at the same point; false: memory only, the
+  // caller overwrites every element. The parameters stay whole until the next step begins.
+  virtual void materialize_parameters(std::vector<Tensor>& /*params*/, bool /*keep_values*/) {}
 };
 
 class Trainer {
@@ -64,7 +76,16 @@ class Trainer {
   // shape). Dimension 0 of the inputs may differ from the declared batch.
   void evaluate(const std::map<std::string, Tensor>& inputs, std::map<std::string, Tensor>& outputs);
 
+  // Gathers the parameters first (gather_parameters).
   Tensor& parameter(const std::string& name);
+  // Makes every parameter whole for the caller to read or write; a no-op unless the step hook
+  // shards parameters between steps (ZeRO stage 3), where it is a collective: every rank calls
+  // it at the same point. evaluate() and parameter() call it themselves.
+  void gather_parameters();
+  // For each parameter, the positions in a step's node order of the nodes that read it
+  // (directly or through a view of it), ascending; and the first position of backward.
+  std::vector<std::vector<size_t>> parameter_reads() const;
+  size_t backward_begin() const;
   const std::vector<std::string>& parameter_names() const { return param_names_; }
   const Graph& forward_graph() const { return forward_; }
   TrainerStats stats() const;
@@ -76,7 +97,8 @@ class Trainer {
   std::vector<Tensor>& mutable_parameters() { return params_; }
 
   // Checkpoint support (core/checkpoint): read access to the training state, and one call that
-  // replaces it. The RNG state is (seed, step): dropout masks are counter-based on both.
+  // replaces it. Under ZeRO stage 3 parameters() may be released between steps (their data
+  // throws kInvalidState) until gather_parameters(). The RNG state is (seed, step): dropout masks are counter-based on both.
   const std::vector<Tensor>& parameters() const { return params_; }  // in parameter_names() order
   const optim::Optimizer& optimizer() const { return *optimizer_; }
   int64_t step_count() const { return step_; }

@@ -57,6 +57,13 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
   if (plan.mode == SyncMode::kSync) {
     dp->build_buckets(params);
     if (plan.zero_stage > 0) dp->build_shards(trainer.optimizer());
+    if (plan.zero_stage >= 3) {
+      dp->build_uses(trainer);
+      for (Bucket& b : dp->buckets_) {  // whole, in their own memory, until the first step
+        b.held_bytes = static_cast<int64_t>(b.numel * sizeof(float));
+        dp->gathered_bytes_ += b.held_bytes;
+      }
+    }
   } else {
     dp->anchor_ = flat;
     dp->prev_anchor_ = flat;
@@ -77,8 +84,10 @@ DataParallel::~DataParallel() {
   // failure is reported by the communicator's status, not here; its deadline bounds the wait).
   try {
     if (inflight_work_) inflight_work_->wait();
-    for (Bucket& b : buckets_)
+    for (Bucket& b : buckets_) {
       if (b.work) b.work->wait();
+      if (b.gather) b.gather->wait();
+    }
   } catch (const Error&) {
   }
 }
@@ -133,6 +142,7 @@ void DataParallel::begin_step() {
     b.remaining = b.params.size();
   }
   step_wait_ = 0;
+  if (plan_.zero_stage >= 3) begin_step_sharded();
 }
 
 void DataParallel::on_gradient(size_t index, const Tensor& grad) {
@@ -247,6 +257,8 @@ void DataParallel::end_round_co2(std::vector<Tensor>& params) {
 }
 
 void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
+  // ZeRO 3: the checkpoint written next reads the whole parameters (every rank saves).
+  if (plan_.zero_stage >= 3) materialize_parameters(trainer_->mutable_parameters(), true);
   if (shard_optimizer_) return save_shard_state(extra);  // ZeRO: the trainer's optimizer has none
   if (plan_.mode == SyncMode::kSync) return;  // DDP keeps no state beyond the trainer's
   if (inflight_work_) {
@@ -280,7 +292,7 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
 void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
   if (shard_optimizer_) return load_shard_state(extra);
   COHORT_CHECK(!extra.ints.count("parallel.zero.world"), Status::kInvalidArgument,
-               "data parallel: the checkpoint holds a ZeRO optimizer shard; load it with the same ZeRO stage 1-2 "
+               "data parallel: the checkpoint holds a ZeRO optimizer shard; load it with a ZeRO stage 1-3 "
                "plan, world and rank");
   if (plan_.mode == SyncMode::kSync) return;
   COHORT_CHECK(!inflight_work_, Status::kInvalidState, "data parallel: cannot load while a reduction is in flight");

@@ -5,11 +5,14 @@
 // so no rank's work is discarded while its average travels). Everything runs on the training
 // thread; the communicator's progress thread moves the bytes.
 //
-// ZeRO stages 1 and 2 (sync mode, core/parallel/zero.cpp): each bucket is padded to a multiple
+// ZeRO stages 1-3 (sync mode, core/parallel/zero.cpp): each bucket is padded to a multiple
 // of the world and rank r owns block r of every bucket; r keeps optimizer state only for its
-// blocks and updates them with its own Optimizer over one flat shard tensor, then the buckets
-// are all-gathered. Stage 1 all-reduces gradients; stage 2 reduce-scatters them. The trainer's
-// gradients then stay this rank's local ones, and its own optimizer holds no state.
+// blocks and updates them with its own Optimizer over one flat shard tensor. Stage 1
+// all-reduces gradients; stages 2 and 3 reduce-scatter them. Stages 1 and 2 all-gather the
+// buckets after the update; stage 3 keeps only the shard between steps and gathers each bucket
+// just before a node reads it (forward and again in backward), one bucket ahead, releasing its
+// memory after its last reader. The trainer's gradients stay this rank's local ones, and its
+// own optimizer holds no state.
 //
 // The one thing to know: a buffer being reduced is never touched. DDP reduces per-bucket copies
 // of the gradients; CO2 reduces a snapshot of the pseudo-gradient, never live parameters, and
@@ -38,8 +41,16 @@ struct ParallelStats {
   double last_staleness_scale = 1;  // co2: the penalty factor of the last outer step
   double last_momentum_norm = 0;    // outer momentum L2 norm before clipping, last outer step
   int64_t buckets = 0;              // DDP: gradient buckets per step
+  // ZeRO 3: bucket all-gathers of parameters, and those launched ahead of the node that first
+  // needs them (prefetched; the others block the training thread until they arrive).
+  int64_t parameter_gathers = 0;
+  int64_t parameter_gathers_prefetched = 0;
+  // The most bytes of whole parameters held at once during a step: every parameter, except
+  // under ZeRO 3: the gathered buckets and the buffers their all-gathers land in.
+  int64_t peak_parameter_bytes = 0;
   // Model state held by this rank after a step, in bytes (measured from the buffers it owns):
-  // parameters (the full fp32 parameters, plus the fp32 shard copy the ZeRO optimizer steps),
+  // parameters (the whole fp32 parameters that hold memory — none under ZeRO 3 between steps —
+  // plus the fp32 shard copy the ZeRO optimizer steps),
   // reduced gradients (DDP and stage 1: the full bucket buffers; stage 2: only the shard — the
   // bucket buffers are freed once reduced) and optimizer state (stage >= 1: the shard's only).
   // The trainer's own backward outputs (the local, unreduced gradients) are not counted.
@@ -65,6 +76,11 @@ class DataParallel : public StepHook {
   // ZeRO stage >= 1: steps this rank's shard and all-gathers the parameters (zero.cpp).
   bool apply_update(std::vector<Tensor>& params, std::vector<Tensor>& grads) override;
   void after_update(std::vector<Tensor>& params, int64_t step) override;
+  // ZeRO stage 3 (zero.cpp): gathers a bucket before its first reader, releases it after the last.
+  bool observes_nodes() const override { return plan_.zero_stage >= 3; }
+  void before_node(size_t position) override;
+  void after_node(size_t position) override;
+  void materialize_parameters(std::vector<Tensor>& params, bool keep_values) override;
 
   ParallelStats stats() const;
   const PlanConfig& plan() const { return plan_; }
@@ -94,6 +110,19 @@ class DataParallel : public StepHook {
     transport::coll::WorkPtr work;
     Clock::time_point launched, done;
     bool finished = false;
+    // ZeRO 3: the parameters' all-gather into `gathered`, whose slices the parameters borrow
+    // while resident (or, after a restore, memory of their own).
+    std::vector<float> gathered;
+    transport::coll::WorkPtr gather;
+    Clock::time_point gather_launched;
+    bool resident = true;
+    int readers = 0;         // uses (below) in progress
+    int64_t held_bytes = 0;  // bytes held for its whole parameters (gathered, or their own)
+  };
+  // ZeRO 3: the span of step positions over which one bucket's parameters are read — one in
+  // forward and one in backward, merged when no other bucket is needed in between.
+  struct Use {
+    size_t bucket, first, last;
   };
   void build_buckets(const std::vector<Tensor>& params);
   void poll();  // records completion times of collectives in flight (throws their failure)
@@ -108,6 +137,12 @@ class DataParallel : public StepHook {
   double global_grad_norm();
   void gather_parameters(std::vector<Tensor>& params);
   void fill_memory_stats(ParallelStats& s) const;
+  void build_uses(const Trainer& trainer);
+  void begin_step_sharded();
+  void launch_gather(Bucket& b, bool prefetch);
+  void finish_gather(Bucket& b, std::vector<Tensor>& params);
+  void release_bucket(Bucket& b, std::vector<Tensor>& params);
+  void note_gathered_bytes(int64_t delta);
   void save_shard_state(checkpoint::CheckpointExtra& extra);
   void load_shard_state(const checkpoint::CheckpointExtra& extra);
 
@@ -120,6 +155,14 @@ class DataParallel : public StepHook {
   // that owns the shard's state, and the shard's reduced gradient.
   std::unique_ptr<optim::Optimizer> shard_optimizer_;
   Tensor shard_params_, shard_grads_;
+  // ZeRO 3: bucket uses in order of their first position; the uses starting and ending at each
+  // position; how many uses have had their gather launched; whether the parameters are whole.
+  std::vector<Use> uses_;
+  std::vector<std::vector<size_t>> starting_, ending_;
+  size_t next_gather_ = 0;
+  bool whole_ = true;
+  bool in_step_ = false;         // the peak of whole parameter bytes is a step's
+  int64_t gathered_bytes_ = 0;   // whole parameters and all-gather buffers held now
   // DDP.
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // parameter index -> bucket

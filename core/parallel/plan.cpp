@@ -59,8 +59,6 @@ void validate(const PlanConfig& p) {
   COHORT_CHECK(p.bucket_bytes > 0, Status::kInvalidPlan, "plan: bucket_bytes must be > 0");
   COHORT_CHECK(p.zero_stage >= 0 && p.zero_stage <= 3, Status::kInvalidPlan, "plan: unknown ZeRO stage ",
                p.zero_stage, " (0..3)");
-  COHORT_CHECK(p.zero_stage <= 2, Status::kUnsupported, "ZeRO stage ", p.zero_stage,
-               " (sharded parameters) is not implemented yet (TODO(#5)); stages 0-2 are");
   // Local SGD and CO2 need every rank's full inner optimizer state between rounds.
   COHORT_CHECK(p.zero_stage == 0 || p.mode == SyncMode::kSync, Status::kUnsupported, "ZeRO stage ", p.zero_stage,
                " needs the sync (DDP) mode; with ", mode_name(p.mode), " it is not implemented yet (TODO(#5))");

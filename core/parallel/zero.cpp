@@ -1,5 +1,5 @@
-// ZeRO stages 1 and 2 of DataParallel (Rajbhandari et al., "ZeRO: Memory Optimizations Toward
-// Training Trillion Parameter Models", SC'20, sections 5.1-5.2), and the model-state memory
+// ZeRO stages 1-3 of DataParallel (Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+// Training Trillion Parameter Models", SC'20, sections 5.1-5.3), and the model-state memory
 // figures of every mode.
 //
 // The one thing to know: the shard is per bucket, not one slice of the whole flattened model.
@@ -13,6 +13,14 @@
 // global norm ||g|| = sqrt(sum_r ||g_shard_r||^2) (one scalar all-reduce); SGD momentum, AdamW
 // moments and weight decay are elementwise, so stepping each block with its own state is the
 // same as stepping the whole. Padding stays zero: zero gradient, zero parameter, zero update.
+//
+// Stage 3 keeps the same shards and adds one thing: between steps no rank holds whole
+// parameters. Each parameter's Storage gives its memory back (Storage::release); when a node is
+// about to read one of a bucket's parameters the bucket is all-gathered straight from the
+// shards into one buffer, and each parameter's Storage borrows its slice of it (no copy);
+// after the last reader of the span the buffer goes again. The span list (build_uses) comes from the
+// trainer's node order, so every rank launches the same gathers in the same order, and the
+// next span's gather is launched when one begins: it travels while the current layers compute.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -100,12 +108,15 @@ double DataParallel::global_grad_norm() {
 bool DataParallel::apply_update(std::vector<Tensor>& params, std::vector<Tensor>&) {
   if (plan_.mode != SyncMode::kSync || plan_.zero_stage == 0) return false;
   // The shard's parameters from the (identical on every rank) full parameters: a caller that
-  // set the parameters between steps (a restored checkpoint) is honoured.
-  for (const Bucket& b : buckets_) copy_shard(b, params, shard_params_.data<float>() + b.shard_offset, false);
+  // set the parameters between steps (a restored checkpoint) is honoured. (Stage 3 took them
+  // in begin_step, before releasing the parameters.)
+  if (plan_.zero_stage < 3)
+    for (const Bucket& b : buckets_) copy_shard(b, params, shard_params_.data<float>() + b.shard_offset, false);
   const double norm = global_grad_norm();
   std::vector<Tensor> p{shard_params_}, g{shard_grads_};
   shard_optimizer_->step(p, g, norm);
-  gather_parameters(params);
+  if (plan_.zero_stage < 3) gather_parameters(params);  // stage 3: the next step gathers them
+  in_step_ = false;
   return true;
 }
 
@@ -133,9 +144,162 @@ void DataParallel::gather_parameters(std::vector<Tensor>& params) {
   stats_.comm_seconds += took;
 }
 
+void DataParallel::build_uses(const Trainer& trainer) {
+  const std::vector<std::vector<size_t>> reads = trainer.parameter_reads();
+  const size_t backward = trainer.backward_begin();
+  size_t positions = 0;
+  std::vector<Use> spans;
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    for (int phase = 0; phase < 2; ++phase) {  // forward, backward
+      bool any = false;
+      Use u{bi, 0, 0};
+      for (size_t j : buckets_[bi].params)
+        for (size_t pos : reads[j]) {
+          if ((pos >= backward) != (phase == 1)) continue;
+          u.first = any ? std::min(u.first, pos) : pos;
+          u.last = any ? std::max(u.last, pos) : pos;
+          any = true;
+          positions = std::max(positions, pos + 1);
+        }
+      if (any) spans.push_back(u);
+    }
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const Use& a, const Use& b) { return a.first != b.first ? a.first < b.first : a.bucket < b.bucket; });
+  // A bucket needed again right after its own span (the last layers end forward and begin
+  // backward) stays whole in between instead of being released and gathered again.
+  uses_.clear();
+  for (const Use& u : spans) {
+    if (!uses_.empty() && uses_.back().bucket == u.bucket) uses_.back().last = std::max(uses_.back().last, u.last);
+    else uses_.push_back(u);
+  }
+  starting_.assign(positions, {});
+  ending_.assign(positions, {});
+  for (size_t k = 0; k < uses_.size(); ++k) {
+    starting_[uses_[k].first].push_back(k);
+    ending_[uses_[k].last].push_back(k);
+  }
+}
+
+void DataParallel::note_gathered_bytes(int64_t delta) {
+  gathered_bytes_ += delta;
+  if (in_step_) stats_.peak_parameter_bytes = std::max(stats_.peak_parameter_bytes, gathered_bytes_);
+}
+
+void DataParallel::launch_gather(Bucket& b, bool prefetch) {
+  if (b.resident || b.gather) return;
+  b.gathered.assign(b.padded, 0.0f);
+  b.held_bytes = static_cast<int64_t>(b.padded * sizeof(float));
+  note_gathered_bytes(b.held_bytes);
+  b.gather_launched = Clock::now();
+  // The shard is only written by the optimizer, after every gather of the step has landed.
+  b.gather = comm_->all_gather(shard_params_.data<float>() + b.shard_offset, b.gathered.data(), b.block,
+                               coll::DataType::kF32);
+  ++stats_.parameter_gathers;
+  if (prefetch) ++stats_.parameter_gathers_prefetched;
+}
+
+void DataParallel::finish_gather(Bucket& b, std::vector<Tensor>& params) {
+  if (b.resident) return;
+  if (!b.gather) launch_gather(b, false);
+  if (!b.gather->test()) {
+    Clock::time_point start = Clock::now();
+    b.gather->wait();
+    double took = seconds(Clock::now() - start);
+    step_wait_ += took;
+    stats_.wait_seconds += took;
+  }
+  stats_.comm_seconds += seconds(Clock::now() - b.gather_launched);
+  b.gather.reset();
+  // `gathered` is neither resized nor freed until release_bucket has released every borrower.
+  for (size_t j = 0; j < b.params.size(); ++j) params[b.params[j]].storage()->borrow(b.gathered.data() + b.offsets[j]);
+  b.resident = true;
+}
+
+void DataParallel::release_bucket(Bucket& b, std::vector<Tensor>& params) {
+  if (!b.resident) return;
+  for (size_t j : b.params) params[j].storage()->release();
+  std::vector<float>().swap(b.gathered);
+  b.resident = false;
+  b.readers = 0;
+  note_gathered_bytes(-b.held_bytes);
+  b.held_bytes = 0;
+}
+
+void DataParallel::begin_step_sharded() {
+  std::vector<Tensor>& params = trainer_->mutable_parameters();
+  // Gathers a failed step left in flight land before their buffers go (errors surface on the
+  // communicator's next collective).
+  for (Bucket& b : buckets_) {
+    if (b.gather) {
+      try {
+        b.gather->wait();
+      } catch (const Error&) {
+      }
+      b.gather.reset();
+      note_gathered_bytes(-b.held_bytes);
+      b.held_bytes = 0;
+      std::vector<float>().swap(b.gathered);
+    }
+  }
+  // Whole parameters (at attach, or after a gather for evaluate or a checkpoint, or a restore)
+  // are the truth: the shard is taken from them, as stages 1-2 do before their update.
+  if (whole_)
+    for (const Bucket& b : buckets_) copy_shard(b, params, shard_params_.data<float>() + b.shard_offset, false);
+  for (Bucket& b : buckets_) release_bucket(b, params);
+  whole_ = false;
+  in_step_ = true;
+  next_gather_ = 0;
+}
+
+void DataParallel::before_node(size_t position) {
+  if (position >= starting_.size() || starting_[position].empty()) return;
+  std::vector<Tensor>& params = trainer_->mutable_parameters();
+  for (size_t k : starting_[position]) {
+    // This span's bucket, and the next span's launched now so it travels while this one computes.
+    for (; next_gather_ < uses_.size() && next_gather_ <= k + 1; ++next_gather_)
+      launch_gather(buckets_[uses_[next_gather_].bucket], next_gather_ > k);
+    Bucket& b = buckets_[uses_[k].bucket];
+    finish_gather(b, params);
+    ++b.readers;
+  }
+}
+
+void DataParallel::after_node(size_t position) {
+  if (position >= ending_.size() || ending_[position].empty()) return;
+  std::vector<Tensor>& params = trainer_->mutable_parameters();
+  for (size_t k : ending_[position]) {
+    Bucket& b = buckets_[uses_[k].bucket];
+    if (--b.readers <= 0) release_bucket(b, params);
+  }
+}
+
+void DataParallel::materialize_parameters(std::vector<Tensor>& params, bool keep_values) {
+  if (plan_.zero_stage < 3 || whole_) return;
+  in_step_ = false;  // never called inside a step: the step's peak is not this
+  if (keep_values) {
+    for (Bucket& b : buckets_) launch_gather(b, false);
+    for (Bucket& b : buckets_) finish_gather(b, params);
+  } else {
+    for (Bucket& b : buckets_) {
+      if (b.resident) continue;
+      for (size_t j : b.params) params[j].storage()->reacquire();
+      b.resident = true;
+      b.held_bytes = static_cast<int64_t>(b.numel * sizeof(float));
+      note_gathered_bytes(b.held_bytes);
+    }
+  }
+  whole_ = true;
+}
+
 void DataParallel::fill_memory_stats(ParallelStats& s) const {
   const int64_t f32 = static_cast<int64_t>(sizeof(float));
   s.parameter_bytes = static_cast<int64_t>(numel_) * f32;
+  if (plan_.zero_stage >= 3) {
+    s.parameter_bytes = gathered_bytes_;  // whole buckets held (none between steps)
+  } else {
+    s.peak_parameter_bytes = s.parameter_bytes;
+  }
   s.gradient_bytes = 0;
   for (const Bucket& b : buckets_) s.gradient_bytes += static_cast<int64_t>(b.buf.size()) * f32;
   if (shard_optimizer_) {

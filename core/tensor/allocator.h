@@ -30,8 +30,23 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  void* data() const { return data_; }
+  // Throws kInvalidState while the memory is released (below).
+  void* data() const {
+    if (released_) throw_released();
+    return data_;
+  }
   size_t bytes() const { return bytes_; }
+
+  // Gives the memory back to the allocator while every Tensor keeps referring to this Storage
+  // (ZeRO stage 3 keeps a parameter's memory only while a step reads it); data() throws until
+  // reacquire() allocates it again, uninitialised and possibly at another address, or borrow()
+  // points it at caller memory of bytes() bytes (a parameter reading its slice of a gathered
+  // bucket in place), which must stay valid until the next release(). Only for storage from an
+  // allocator; release and reacquire are no-ops when already in that state.
+  void release();
+  void reacquire();
+  void borrow(void* memory);
+  bool released() const { return released_; }
   Device device() const { return allocator_ ? allocator_->device() : external_device_; }
 
  private:
@@ -39,6 +54,9 @@ class Storage {
   void* data_;
   size_t bytes_;
   Device external_device_ = Device::kCpu;
+  bool released_ = false;
+  bool borrowed_ = false;  // data_ is caller memory lent by borrow()
+  [[noreturn]] static void throw_released();
 };
 
 }  // namespace cohort

@@ -95,7 +95,36 @@ Storage::Storage(Allocator* allocator, size_t bytes)
 Storage::Storage(void* external, size_t bytes, Device device)
     : allocator_(nullptr), data_(external), bytes_(bytes), external_device_(device) {}
 Storage::~Storage() {
-  if (allocator_) allocator_->deallocate(data_, bytes_);
+  if (allocator_ && !released_ && !borrowed_) allocator_->deallocate(data_, bytes_);
+}
+
+void Storage::release() {
+  COHORT_CHECK(allocator_ != nullptr, Status::kInvalidState, "cannot release memory the caller owns");
+  if (released_) return;
+  if (!borrowed_) allocator_->deallocate(data_, bytes_);
+  data_ = nullptr;
+  released_ = true;
+  borrowed_ = false;
+}
+
+void Storage::reacquire() {
+  if (!released_) return;
+  data_ = allocator_->allocate(bytes_);  // throws kOutOfMemory, leaving it released
+  released_ = false;
+}
+
+void Storage::borrow(void* memory) {
+  COHORT_CHECK(released_ && memory != nullptr, Status::kInvalidState,
+               "only released storage can borrow memory, and not a null pointer");
+  data_ = memory;
+  released_ = false;
+  borrowed_ = true;
+}
+
+void Storage::throw_released() {
+  throw Error(Status::kInvalidState,
+              "the tensor's memory is released: it is a parameter sharded across ranks between steps (ZeRO stage 3); "
+              "gather the parameters first (Trainer::gather_parameters, or any C ABI parameter or evaluate call)");
 }
 
 Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device) {

@@ -81,10 +81,6 @@ TEST_F(CapiParallel, PlanErrorPaths) {
   o.clip_threshold = -1;
   EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "clip threshold = -1");
   o = cohort_plan_options_default();
-  o.zero_stage = 3;
-  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_UNSUPPORTED,
-                "ZeRO stage 3 (sharded parameters) is not implemented yet (TODO(#5))");
-  o = cohort_plan_options_default();
   o.preset = COHORT_PRESET_CO2;
   o.tau = 2;
   o.zero_stage = 1;

@@ -1,4 +1,4 @@
-# ZeRO stages 0-2 of DDP (core/parallel/zero.cpp): zero_rank under cohort-run at 2 and 4 ranks
+# ZeRO stages 0-3 of DDP (core/parallel/zero.cpp): zero_rank under cohort-run at 2 and 4 ranks
 # over shared memory and TCP, each checked against a single process on the concatenated batch
 # (SGD with momentum and AdamW, clipping by global norm, weight decay), and the per-rank
 # model-state memory shrinking with the stage at 4 ranks, and a resume from per-rank checkpoints
@@ -18,7 +18,7 @@ function(zero_test name n tls)
                        ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
                        RESOURCE_LOCK cores)
 endfunction()
-foreach(stage 1 2)
+foreach(stage 1 2 3)
   foreach(kind sgd adamw)
     foreach(n 2 4)
       foreach(tls shm tcp)
@@ -29,7 +29,7 @@ foreach(stage 1 2)
 endforeach()
 foreach(tls shm tcp)
   zero_test(memory 4 ${tls} memory)
-  foreach(stage 1 2)
+  foreach(stage 1 2 3)
     zero_test(resume${stage} 4 ${tls} resume ${stage})
   endforeach()
 endforeach()

@@ -59,7 +59,8 @@ class ErrorTest(unittest.TestCase):
 
     def test_invalid_plan(self):
         self.assertFails(cohort.InvalidPlanError, "tau = 0 must be >= 1", cohort.Plan, mode="localsgd", tau=0)
-        self.assertFails(cohort.UnsupportedError, "ZeRO stage 3", cohort.Plan, zero_stage=3)
+        self.assertFails(cohort.UnsupportedError, "ZeRO stage 3 needs the sync (DDP) mode", cohort.Plan, mode="co2",
+                         tau=2, zero_stage=3)
         with cohort.Plan("ddp") as plan:
             self.assertFalse(plan.closed)
 

@@ -9,7 +9,7 @@ use std::ptr;
 
 use cohort::{
     check, sys, Attrs, DType, Dataset, Error, GptOptions, Graph, Initializer, Optimizer,
-    OptimizerOptions, Plan, PlanOptions, Sampler, SamplerOptions, Split, Status, Tensor, TensorMut,
+    OptimizerOptions, Plan, PlanOptions, Sampler, SamplerOptions, Split, Status, SyncMode, Tensor, TensorMut,
     Trainer, TrainerOptions,
 };
 use common::{batch, trainer, Lcg, FEATURES};
@@ -127,9 +127,9 @@ fn invalid_plans() {
         &["momentum"],
     );
     expect_error(
-        Plan::new(&PlanOptions { zero_stage: 3, ..PlanOptions::default() }),
+        Plan::new(&PlanOptions { mode: SyncMode::Co2, tau: 2, zero_stage: 3, ..PlanOptions::default() }),
         Status::Unsupported,
-        &[],
+        &["needs the sync (DDP) mode"],
     );
 }
 

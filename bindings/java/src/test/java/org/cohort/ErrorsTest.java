@@ -84,7 +84,8 @@ class ErrorsTest {
             -> new Plan(new PlanOptions().outerMomentum(1.5)).close(),
         "cohort_plan_create", "momentum");
     TestSupport.expectError(Status.UNSUPPORTED,
-        () -> new Plan(new PlanOptions().zeroStage(3)).close(), "cohort_plan_create");
+        () -> new Plan(new PlanOptions().mode(Plan.Mode.CO2).tau(2).zeroStage(3)).close(), "cohort_plan_create",
+        "needs the sync (DDP) mode");
   }
 
   @Test
