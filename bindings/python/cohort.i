@@ -157,13 +157,16 @@ PYC_HANDLE_OUT(cohort_plan)
 }
 %typemap(argout) cohort_parallel_stats* stats_out {
   $result = SWIG_Python_AppendOutput($result, Py_BuildValue(
-      "{s:L,s:d,s:d,s:d,s:d,s:d,s:d,s:L,s:L,s:L,s:L}", "rounds", (long long)$1->rounds,
+      "{s:L,s:d,s:d,s:d,s:d,s:d,s:d,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "rounds", (long long)$1->rounds,
       "compute_seconds", $1->compute_seconds, "comm_seconds", $1->comm_seconds,
       "wait_seconds", $1->wait_seconds, "hidden_fraction", $1->hidden_fraction,
       "last_staleness_scale", $1->last_staleness_scale, "last_momentum_norm", $1->last_momentum_norm,
       "buckets", (long long)$1->buckets, "parameter_bytes", (long long)$1->parameter_bytes,
       "gradient_bytes", (long long)$1->gradient_bytes,
-      "optimizer_state_bytes", (long long)$1->optimizer_state_bytes));
+      "optimizer_state_bytes", (long long)$1->optimizer_state_bytes,
+      "parameter_gathers", (long long)$1->parameter_gathers,
+      "parameter_gathers_prefetched", (long long)$1->parameter_gathers_prefetched,
+      "peak_parameter_bytes", (long long)$1->peak_parameter_bytes));
 }
 
 /* ---- arrays in ---------------------------------------------------------------------------- */

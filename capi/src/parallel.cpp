@@ -156,6 +156,11 @@ COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer*
       stats_out->gradient_bytes = s.gradient_bytes;
       stats_out->optimizer_state_bytes = s.optimizer_state_bytes;
     }
+    if (stats_out->size >= offsetof(cohort_parallel_stats, peak_parameter_bytes) + sizeof(int64_t)) {
+      stats_out->parameter_gathers = s.parameter_gathers;
+      stats_out->parameter_gathers_prefetched = s.parameter_gathers_prefetched;
+      stats_out->peak_parameter_bytes = s.peak_parameter_bytes;
+    }
   });
 }
 

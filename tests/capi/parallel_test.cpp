@@ -169,57 +169,63 @@ TEST_F(CapiParallel, Co2TrainerStepsReportsAndResumes) {
 }
 
 TEST_F(CapiParallel, ZeroTrainerMatchesDdpAndReportsMemory) {
-  cohort_plan_options o = cohort_plan_options_default();
-  cohort_plan *ddp = nullptr, *zero = nullptr;
-  ASSERT_EQ(cohort_plan_create(&o, &ddp), COHORT_OK) << cohort_last_error();
-  o.zero_stage = 2;
-  ASSERT_EQ(cohort_plan_create(&o, &zero), COHORT_OK) << cohort_last_error();
-  cohort_trainer *a = nullptr, *b = nullptr;
-  ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, ddp, comm_, nullptr, &a), COHORT_OK);
-  ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, zero, comm_, nullptr, &b), COHORT_OK)
-      << cohort_last_error();
-  for (int k = 0; k < 3; ++k) {
-    step(a, k);
-    step(b, k);
+  for (int32_t stage : {2, 3}) {
+    SCOPED_TRACE(stage);
+    cohort_plan_options o = cohort_plan_options_default();
+    cohort_plan *ddp = nullptr, *zero = nullptr;
+    ASSERT_EQ(cohort_plan_create(&o, &ddp), COHORT_OK) << cohort_last_error();
+    o.zero_stage = stage;
+    ASSERT_EQ(cohort_plan_create(&o, &zero), COHORT_OK) << cohort_last_error();
+    cohort_trainer *a = nullptr, *b = nullptr;
+    ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, ddp, comm_, nullptr, &a), COHORT_OK);
+    ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, zero, comm_, nullptr, &b), COHORT_OK)
+        << cohort_last_error();
+    for (int k = 0; k < 3; ++k) {
+      step(a, k);
+      step(b, k);
+    }
+    std::vector<float> wa = weight(a), wb = weight(b);
+    for (size_t i = 0; i < wa.size(); ++i) EXPECT_NEAR(wa[i], wb[i], 1e-6f) << i;
+    cohort_parallel_stats s{};
+    s.size = sizeof s;
+    ASSERT_EQ(cohort_trainer_get_parallel_stats(b, &s), COHORT_OK) << cohort_last_error();
+    EXPECT_GT(s.parameter_bytes, 0);
+    EXPECT_GT(s.gradient_bytes, 0);
+    EXPECT_GE(s.optimizer_state_bytes, 0);
+    // Stage 3 gathers its parameters bucket by bucket in every step; the others never do.
+    EXPECT_EQ(s.parameter_gathers > 0, stage == 3);
+    EXPECT_GT(s.peak_parameter_bytes, 0);
+    // A caller built before the memory fields existed: OK, and the fields past its size untouched.
+    cohort_parallel_stats old{};
+    old.size = offsetof(cohort_parallel_stats, parameter_bytes);
+    old.parameter_bytes = -7;
+    ASSERT_EQ(cohort_trainer_get_parallel_stats(b, &old), COHORT_OK) << cohort_last_error();
+    EXPECT_EQ(old.parameter_bytes, -7);
+    EXPECT_EQ(old.rounds, 3);
+    // The shard's optimizer state travels in the checkpoint: a resumed trainer steps identically.
+    std::string path = ::testing::TempDir() + "cohort_parallel_zero.ckpt";
+    ASSERT_EQ(cohort_trainer_save_parallel_checkpoint(b, path.c_str()), COHORT_OK) << cohort_last_error();
+    cohort_trainer* c = nullptr;
+    ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, zero, comm_, nullptr, &c), COHORT_OK);
+    ASSERT_EQ(cohort_trainer_load_parallel_checkpoint(c, path.c_str()), COHORT_OK) << cohort_last_error();
+    step(b, 3);
+    step(c, 3);
+    EXPECT_EQ(weight(b), weight(c));
+    // A DDP trainer's checkpoint has no ZeRO shard.
+    std::string ddp_path = ::testing::TempDir() + "cohort_parallel_ddp.ckpt";
+    ASSERT_EQ(cohort_trainer_save_parallel_checkpoint(a, ddp_path.c_str()), COHORT_OK);
+    EXPECT_STATUS(cohort_trainer_load_parallel_checkpoint(c, ddp_path.c_str()), COHORT_ERR_INVALID_ARGUMENT,
+                  "saved without ZeRO");
+    EXPECT_STATUS(cohort_trainer_load_parallel_checkpoint(a, path.c_str()), COHORT_ERR_INVALID_ARGUMENT,
+                  "holds a ZeRO optimizer shard");
+    std::remove(path.c_str());
+    std::remove(ddp_path.c_str());
+    EXPECT_EQ(cohort_trainer_destroy(c), COHORT_OK);
+    EXPECT_EQ(cohort_trainer_destroy(b), COHORT_OK);
+    EXPECT_EQ(cohort_trainer_destroy(a), COHORT_OK);
+    EXPECT_EQ(cohort_plan_destroy(zero), COHORT_OK);
+    EXPECT_EQ(cohort_plan_destroy(ddp), COHORT_OK);
   }
-  std::vector<float> wa = weight(a), wb = weight(b);
-  for (size_t i = 0; i < wa.size(); ++i) EXPECT_NEAR(wa[i], wb[i], 1e-6f) << i;
-  cohort_parallel_stats s{};
-  s.size = sizeof s;
-  ASSERT_EQ(cohort_trainer_get_parallel_stats(b, &s), COHORT_OK) << cohort_last_error();
-  EXPECT_GT(s.parameter_bytes, 0);
-  EXPECT_GT(s.gradient_bytes, 0);
-  EXPECT_GE(s.optimizer_state_bytes, 0);
-  // A caller built before the memory fields existed: OK, and the fields past its size untouched.
-  cohort_parallel_stats old{};
-  old.size = offsetof(cohort_parallel_stats, parameter_bytes);
-  old.parameter_bytes = -7;
-  ASSERT_EQ(cohort_trainer_get_parallel_stats(b, &old), COHORT_OK) << cohort_last_error();
-  EXPECT_EQ(old.parameter_bytes, -7);
-  EXPECT_EQ(old.rounds, 3);
-  // The shard's optimizer state travels in the checkpoint: a resumed trainer steps identically.
-  std::string path = ::testing::TempDir() + "cohort_parallel_zero.ckpt";
-  ASSERT_EQ(cohort_trainer_save_parallel_checkpoint(b, path.c_str()), COHORT_OK) << cohort_last_error();
-  cohort_trainer* c = nullptr;
-  ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, zero, comm_, nullptr, &c), COHORT_OK);
-  ASSERT_EQ(cohort_trainer_load_parallel_checkpoint(c, path.c_str()), COHORT_OK) << cohort_last_error();
-  step(b, 3);
-  step(c, 3);
-  EXPECT_EQ(weight(b), weight(c));
-  // A DDP trainer's checkpoint has no ZeRO shard.
-  std::string ddp_path = ::testing::TempDir() + "cohort_parallel_ddp.ckpt";
-  ASSERT_EQ(cohort_trainer_save_parallel_checkpoint(a, ddp_path.c_str()), COHORT_OK);
-  EXPECT_STATUS(cohort_trainer_load_parallel_checkpoint(c, ddp_path.c_str()), COHORT_ERR_INVALID_ARGUMENT,
-                "saved without ZeRO");
-  EXPECT_STATUS(cohort_trainer_load_parallel_checkpoint(a, path.c_str()), COHORT_ERR_INVALID_ARGUMENT,
-                "holds a ZeRO optimizer shard");
-  std::remove(path.c_str());
-  std::remove(ddp_path.c_str());
-  EXPECT_EQ(cohort_trainer_destroy(c), COHORT_OK);
-  EXPECT_EQ(cohort_trainer_destroy(b), COHORT_OK);
-  EXPECT_EQ(cohort_trainer_destroy(a), COHORT_OK);
-  EXPECT_EQ(cohort_plan_destroy(zero), COHORT_OK);
-  EXPECT_EQ(cohort_plan_destroy(ddp), COHORT_OK);
 }
 
 }  // namespace

@@ -60,6 +60,9 @@ class ParallelStats:
     parameter_bytes: int
     gradient_bytes: int
     optimizer_state_bytes: int
+    parameter_gathers: int  # ZeRO 3: bucket all-gathers of parameters
+    parameter_gathers_prefetched: int  # ... launched ahead of their first reader
+    peak_parameter_bytes: int  # most bytes of whole parameters held at once in a step
 
 
 class Trainer(Handle):

@@ -171,6 +171,11 @@ pub struct ParallelStats {
     pub parameter_bytes: i64,
     pub gradient_bytes: i64,
     pub optimizer_state_bytes: i64,
+    /// ZeRO 3: bucket all-gathers of parameters, and those launched ahead of their first reader.
+    pub parameter_gathers: i64,
+    pub parameter_gathers_prefetched: i64,
+    /// The most bytes of whole parameters held at once in a step (all of them unless ZeRO 3).
+    pub peak_parameter_bytes: i64,
 }
 
 impl Trainer {
@@ -217,6 +222,9 @@ impl Trainer {
             parameter_bytes: raw.parameter_bytes,
             gradient_bytes: raw.gradient_bytes,
             optimizer_state_bytes: raw.optimizer_state_bytes,
+            parameter_gathers: raw.parameter_gathers,
+            parameter_gathers_prefetched: raw.parameter_gathers_prefetched,
+            peak_parameter_bytes: raw.peak_parameter_bytes,
         })
     }
 

@@ -623,11 +623,18 @@ typedef struct cohort_parallel_stats {
   int64_t buckets;             /* DDP: gradient buckets per step */
   /* Added with ZeRO; written only when size covers them (older callers get the fields above).
    * Model state held by this rank after a step, in bytes: the parameters (plus the fp32 shard
-   * copy stepped under ZeRO), the reduced gradients (the full bucket buffers for DDP and ZeRO 1,
-   * only this rank's shard for ZeRO 2) and the optimizer state (only the shard's under ZeRO). */
+   * copy stepped under ZeRO; under ZeRO 3 no whole parameters between steps), the reduced
+   * gradients (the full bucket buffers for DDP and ZeRO 1, only this rank's shard for ZeRO 2
+   * and 3) and the optimizer state (only the shard's under ZeRO). */
   int64_t parameter_bytes;
   int64_t gradient_bytes;
   int64_t optimizer_state_bytes;
+  /* Added with ZeRO 3; written only when size covers them. Bucket all-gathers of parameters,
+   * those launched ahead of the node that first reads them, and the most bytes of whole
+   * parameters held at once in a step (all of them unless ZeRO 3). */
+  int64_t parameter_gathers;
+  int64_t parameter_gathers_prefetched;
+  int64_t peak_parameter_bytes;
 } cohort_parallel_stats;
 /* INVALID_STATE when the trainer was not made by cohort_trainer_create_parallel. */
 COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer* trainer,

@@ -15,7 +15,11 @@ package org.cohort;
  * @param parameterBytes parameters (plus the fp32 shard copy under ZeRO)
  * @param gradientBytes reduced gradients (only this rank's shard under ZeRO 2)
  * @param optimizerStateBytes optimizer state (only the shard's under ZeRO)
+ * @param parameterGathers ZeRO 3: bucket all-gathers of parameters
+ * @param parameterGathersPrefetched ZeRO 3: those launched ahead of their first reader
+ * @param peakParameterBytes the most bytes of whole parameters held at once in a step
  */
 public record ParallelStats(long rounds, double computeSeconds, double commSeconds,
     double waitSeconds, double hiddenFraction, double lastStalenessScale, double lastMomentumNorm,
-    long buckets, long parameterBytes, long gradientBytes, long optimizerStateBytes) {}
+    long buckets, long parameterBytes, long gradientBytes, long optimizerStateBytes,
+    long parameterGathers, long parameterGathersPrefetched, long peakParameterBytes) {}

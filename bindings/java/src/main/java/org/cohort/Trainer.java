@@ -112,7 +112,8 @@ public final class Trainer extends Handle {
       return new ParallelStats(s.getRounds(), s.getCompute_seconds(), s.getComm_seconds(),
           s.getWait_seconds(), s.getHidden_fraction(), s.getLast_staleness_scale(),
           s.getLast_momentum_norm(), s.getBuckets(), s.getParameter_bytes(), s.getGradient_bytes(),
-          s.getOptimizer_state_bytes());
+          s.getOptimizer_state_bytes(), s.getParameter_gathers(), s.getParameter_gathers_prefetched(),
+          s.getPeak_parameter_bytes());
     } finally {
       s.delete();
     }
