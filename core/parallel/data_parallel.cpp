@@ -64,6 +64,16 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
         dp->gathered_bytes_ += b.held_bytes;
       }
     }
+  } else if (dp->outer_sharded()) {
+    const size_t world = static_cast<size_t>(comm->size()), rank = static_cast<size_t>(comm->rank());
+    dp->outer_block_ = (flat.size() + world - 1) / world;
+    dp->inflight_.assign(dp->outer_block_ * world, 0.0f);
+    dp->result_.assign(dp->outer_block_, 0.0f);
+    dp->anchor_.assign(dp->outer_block_, 0.0f);  // this rank's block; the padding stays zero
+    const size_t lo = std::min(flat.size(), rank * dp->outer_block_);
+    const size_t hi = std::min(flat.size(), lo + dp->outer_block_);
+    std::copy(flat.begin() + static_cast<std::ptrdiff_t>(lo), flat.begin() + static_cast<std::ptrdiff_t>(hi),
+              dp->anchor_.begin());
   } else {
     dp->anchor_ = flat;
     dp->prev_anchor_ = flat;
@@ -190,7 +200,8 @@ void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
     poll();
     ++inner_steps_;
     if (inner_steps_ % plan_.tau == 0) {
-      if (plan_.mode == SyncMode::kLocalSgd) end_round_blocking(params);
+      if (outer_sharded()) end_round_sharded(params);
+      else if (plan_.mode == SyncMode::kLocalSgd) end_round_blocking(params);
       else end_round_co2(params);
     }
   }
@@ -213,6 +224,32 @@ void DataParallel::end_round_blocking(std::vector<Tensor>& params) {
   stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0);
   unflatten(anchor_, params);
   round_start_ = anchor_;
+  ++stats_.rounds;
+}
+
+void DataParallel::end_round_sharded(std::vector<Tensor>& params) {
+  // The same outer step on this rank's block b of the model, blocking like end_round_blocking:
+  //     avg_b = (1/W) sum_i x^{(i)}_b   (reduce-scatter of the padded flat parameters)
+  //     d_b   = anchor_b - avg_b        (= the block of the averaged pseudo-gradient)
+  // then the outer step on anchor_b with momentum_b (clipping by the whole model's norm: one
+  // scalar all-reduce), and every rank's new anchor block all-gathered into the parameters.
+  flatten(params, inflight_);  // the padding past numel_ stays zero
+  Clock::time_point start = Clock::now();
+  comm_->reduce_scatter(inflight_.data(), result_.data(), outer_block_, coll::DataType::kF32, coll::ReduceOp::kAvg)
+      ->wait();
+  for (size_t i = 0; i < outer_block_; ++i) result_[i] = anchor_[i] - result_[i];
+  auto sum_over_ranks = [this](double local) {
+    float v = static_cast<float>(local);
+    comm_->all_reduce(&v, 1, coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
+    return static_cast<double>(v);
+  };
+  stats_.last_momentum_norm = outer_.step(anchor_, result_.data(), 1.0, sum_over_ranks);
+  comm_->all_gather(anchor_.data(), inflight_.data(), outer_block_, coll::DataType::kF32)->wait();
+  double took = seconds(Clock::now() - start);
+  step_wait_ += took;
+  stats_.wait_seconds += took;
+  stats_.comm_seconds += took;
+  unflatten(inflight_, params);
   ++stats_.rounds;
 }
 
@@ -260,6 +297,7 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
   // ZeRO 3: the checkpoint written next reads the whole parameters (every rank saves).
   if (plan_.zero_stage >= 3) materialize_parameters(trainer_->mutable_parameters(), true);
   if (shard_optimizer_) return save_shard_state(extra);  // ZeRO: the trainer's optimizer has none
+  if (outer_sharded()) return save_outer_shard(extra);
   if (plan_.mode == SyncMode::kSync) return;  // DDP keeps no state beyond the trainer's
   if (inflight_work_) {
     // The reduction in flight is waited for and saved as its result: resuming applies it at
@@ -291,6 +329,7 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
 
 void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
   if (shard_optimizer_) return load_shard_state(extra);
+  if (outer_sharded()) return load_outer_shard(extra);
   COHORT_CHECK(!extra.ints.count("parallel.zero.world"), Status::kInvalidArgument,
                "data parallel: the checkpoint holds a ZeRO optimizer shard; load it with a ZeRO stage 1-3 "
                "plan, world and rank");

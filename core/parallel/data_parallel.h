@@ -12,7 +12,10 @@
 // buckets after the update; stage 3 keeps only the shard between steps and gathers each bucket
 // just before a node reads it (forward and again in backward), one bucket ahead, releasing its
 // memory after its last reader. The trainer's gradients stay this rank's local ones, and its
-// own optimizer holds no state.
+// own optimizer holds no state. Local SGD with stage 1 shards the outer state instead: the
+// anchor and outer momentum of rank r are block r of the flat model (padded to a multiple of
+// the world); a round end reduce-scatters the parameters, steps the block and all-gathers the
+// new anchor.
 //
 // The one thing to know: a buffer being reduced is never touched. DDP reduces per-bucket copies
 // of the gradients; CO2 reduces a snapshot of the pseudo-gradient, never live parameters, and
@@ -128,6 +131,10 @@ class DataParallel : public StepHook {
   void poll();  // records completion times of collectives in flight (throws their failure)
   void wait(transport::coll::Work& work, Clock::time_point launched, Clock::time_point* done);
   void end_round_blocking(std::vector<Tensor>& params);
+  void end_round_sharded(std::vector<Tensor>& params);  // zero.cpp
+  void save_outer_shard(checkpoint::CheckpointExtra& extra);
+  void load_outer_shard(const checkpoint::CheckpointExtra& extra);
+  bool outer_sharded() const { return plan_.mode == SyncMode::kLocalSgd && plan_.zero_stage >= 1; }
   void end_round_co2(std::vector<Tensor>& params);
   // ZeRO (zero.cpp).
   void build_shards(const optim::Optimizer& inner);
@@ -170,7 +177,10 @@ class DataParallel : public StepHook {
   // Outer state (localsgd, co2): x_k (anchor_), x_{k-1} (prev_anchor_), the pseudo-gradient
   // snapshot being reduced (inflight_), and the reduced result of the previous round (result_).
   // co2 also keeps where this rank's current round started (round_start_).
+  // Local SGD under ZeRO 1: anchor_ and the momentum hold block outer_block_ of the model only,
+  // inflight_ the whole padded model, result_ this rank's block of the averaged parameters.
   std::vector<float> anchor_, prev_anchor_, round_start_, inflight_, result_;
+  size_t outer_block_ = 0;
   transport::coll::WorkPtr inflight_work_;
   Clock::time_point inflight_launched_;
   bool have_result_ = false;  // result_ holds a reduced round not yet applied

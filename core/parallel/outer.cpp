@@ -8,21 +8,25 @@
 namespace cohort::parallel {
 
 namespace {
-double norm2(const float* x, size_t n) {
+double sum_squares(const float* x, size_t n) {
   double s = 0;
   for (size_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
-  return std::sqrt(s);
+  return s;
 }
+double norm2(const float* x, size_t n) { return std::sqrt(sum_squares(x, n)); }
 }  // namespace
 
-double OuterOptimizer::step(std::vector<float>& anchor, const float* d, double scale) {
+double OuterOptimizer::step(std::vector<float>& anchor, const float* d, double scale,
+                            const std::function<double(double)>& sum_over_ranks) {
   const size_t n = anchor.size();
   if (momentum_.size() != n) momentum_.assign(n, 0.0f);
   const float beta = static_cast<float>(config_.momentum);
   const float s = static_cast<float>(scale);
   // m_k = beta * m_{k-1} + s_k * d_k          (s_k: staleness penalty factor, 1 when off)
   for (size_t i = 0; i < n; ++i) momentum_[i] = beta * momentum_[i] + s * d[i];
-  double m_norm = norm2(momentum_.data(), n);
+  double m_sq = sum_squares(momentum_.data(), n);
+  if (sum_over_ranks) m_sq = sum_over_ranks(m_sq);  // a shard: ||m||^2 sums over the ranks' shards
+  double m_norm = std::sqrt(m_sq);
   // Outer momentum clipping (CO2 section 3): m_k <- m_k * min(1, phi / ||m_k||_2), phi > 0.
   // The clipped momentum is what is kept and used (the published fork discarded it).
   if (config_.clip_threshold > 0 && m_norm > config_.clip_threshold) {

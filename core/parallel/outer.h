@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "core/parallel/plan.h"
@@ -21,7 +22,11 @@ class OuterOptimizer {
   // One outer step: anchor -= lr * u (formulas in outer.cpp). d: averaged pseudo-gradient
   // (n = anchor.size() floats). scale: the staleness penalty factor (1 = none). Allocates the
   // momentum on first use. Returns the L2 norm of the momentum before clipping.
-  double step(std::vector<float>& anchor, const float* d, double scale);
+  // When anchor and d are one rank's shard of the model (ZeRO 1 of the outer state),
+  // sum_over_ranks turns this shard's sum of squares into the whole model's, so clipping uses
+  // the global norm; every rank must then call step at the same point.
+  double step(std::vector<float>& anchor, const float* d, double scale,
+              const std::function<double(double)>& sum_over_ranks = {});
 
   // CO2 staleness gap penalty factor for a pseudo-gradient d computed from anchor `stale_anchor`
   // but applied to `anchor` (formula in outer.cpp). 1 when the penalty is off.
@@ -29,6 +34,7 @@ class OuterOptimizer {
                          const float* d) const;
 
   std::vector<float>& momentum() { return momentum_; }
+  const std::vector<float>& momentum() const { return momentum_; }
   const OuterConfig& config() const { return config_; }
 
  private:

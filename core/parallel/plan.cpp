@@ -59,9 +59,14 @@ void validate(const PlanConfig& p) {
   COHORT_CHECK(p.bucket_bytes > 0, Status::kInvalidPlan, "plan: bucket_bytes must be > 0");
   COHORT_CHECK(p.zero_stage >= 0 && p.zero_stage <= 3, Status::kInvalidPlan, "plan: unknown ZeRO stage ",
                p.zero_stage, " (0..3)");
-  // Local SGD and CO2 need every rank's full inner optimizer state between rounds.
-  COHORT_CHECK(p.zero_stage == 0 || p.mode == SyncMode::kSync, Status::kUnsupported, "ZeRO stage ", p.zero_stage,
-               " needs the sync (DDP) mode; with ", mode_name(p.mode), " it is not implemented yet (TODO(#5))");
+  // Local steps need every rank's whole parameters, gradients and inner optimizer state: under
+  // local SGD only the outer optimizer's state can be sharded (stage 1).
+  COHORT_CHECK(p.zero_stage <= 1 || p.mode == SyncMode::kSync, Status::kUnsupported, "ZeRO stage ", p.zero_stage,
+               " needs the sync (DDP) mode: ", mode_name(p.mode),
+               "'s local steps need every rank's whole gradients and parameters (stage 1 shards its outer state)");
+  COHORT_CHECK(p.zero_stage == 0 || p.mode != SyncMode::kCo2, Status::kUnsupported, "ZeRO stage ", p.zero_stage,
+               " with co2 is not implemented yet (TODO(#5)): sharding its outer state needs the stale outer "
+               "step split around a reduce-scatter and an all-gather both in flight; sync and localsgd have it");
 }
 
 void validate_for_world(const PlanConfig& p, int world_size) {

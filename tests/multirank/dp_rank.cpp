@@ -1,8 +1,13 @@
 // One rank of a data-parallel run under cohort-run, checked against a single-process reference
 // computed in the same program (tests/unit/core/parallel/dp_reference.h). Usage:
 //   dp_rank ddp | localsgd | slowmo | diloco | co2 | co2-plain | co2-penalty | co2-clip
+//   dp_rank localsgd-zero1 | diloco-zero1 | diloco-clip-zero1
+//                        the outer state sharded (ZeRO 1): same reference as unsharded
 //   dp_rank co2-resume   a run stopped mid-round (reduction in flight) and resumed from a
 //                        checkpoint matches the uninterrupted run bit for bit
+//   dp_rank diloco-zero1-resume   the same with the outer state's blocks in per-rank files
+//   dp_rank outer-memory the outer state per rank shrinks to ~1/world under ZeRO 1 (DiLoCo),
+//                        with the same parameters as unsharded
 //   dp_rank co2-kill     the last rank dies mid-round; the others must fail with
 //                        kPeerFailed / kTimeout naming it, within the deadline
 // Each rank initialises with a different seed: attach must broadcast rank 0's weights.
@@ -26,8 +31,19 @@ namespace {
 constexpr int64_t kTau = 3;
 constexpr int64_t kSteps = 5 * kTau + 2;  // ends mid-round
 
-parallel::PlanConfig plan_for(const std::string& mode) {
+parallel::PlanConfig plan_for(std::string mode) {
   using parallel::Preset;
+  const std::string zero = "-zero1";
+  if (mode.size() > zero.size() && mode.compare(mode.size() - zero.size(), zero.size(), zero) == 0) {
+    parallel::PlanConfig p = plan_for(mode.substr(0, mode.size() - zero.size()));
+    p.zero_stage = 1;
+    return p;
+  }
+  if (mode == "diloco-clip") {
+    parallel::PlanConfig p = parallel::preset(Preset::kDiLoCo, kTau);
+    p.outer.clip_threshold = 0.05;  // below the momentum norm of this model: clipping binds
+    return p;
+  }
   if (mode == "ddp") {
     parallel::PlanConfig p = parallel::preset(Preset::kDdp, 1);
     p.bucket_bytes = 256;  // several buckets for this small model
@@ -80,11 +96,36 @@ int run_compare(const std::string& mode, std::shared_ptr<coll::Communicator> com
               st.comm_seconds, st.wait_seconds, st.hidden_fraction, static_cast<long long>(st.buckets),
               st.last_staleness_scale, st.last_momentum_norm);
   if (plan.mode == parallel::SyncMode::kSync && st.buckets < 2) return 1;
+  // The clipping variants must actually clip.
+  if (mode.find("clip") != std::string::npos && !(st.last_momentum_norm > plan.outer.clip_threshold)) return 1;
   return diff <= 2e-5 ? 0 : 1;
 }
 
-int run_resume(std::shared_ptr<coll::Communicator> comm) {
-  parallel::PlanConfig plan = plan_for("co2");
+int run_outer_memory(std::shared_ptr<coll::Communicator> comm) {
+  parallel::ParallelStats st[2];
+  std::vector<float> params[2];
+  size_t inner = 0;
+  for (int stage = 0; stage < 2; ++stage) {
+    parallel::PlanConfig plan = plan_for(stage ? "diloco-zero1" : "diloco");
+    auto trainer = make_trainer(comm->rank());
+    auto dp = parallel::DataParallel::attach(*trainer, plan, comm);
+    for (int64_t s = 0; s < kSteps; ++s) trainer->step(test::dp_batch(s, comm->rank() * test::kShard, test::kShard));
+    st[stage] = dp->stats();
+    params[stage] = test::dp_flat(*trainer);
+    inner = trainer->optimizer().state_bytes();  // the inner optimizer's: never sharded here
+  }
+  const double outer0 = static_cast<double>(st[0].optimizer_state_bytes) - static_cast<double>(inner);
+  const double outer1 = static_cast<double>(st[1].optimizer_state_bytes) - static_cast<double>(inner);
+  const double share = 1.0 / comm->size() + 0.05;
+  const double diff = test::dp_max_diff(params[0], params[1]);
+  std::printf("rank %d/%d: outer optimizer state %.0f B unsharded, %.0f B under ZeRO 1 (%.3f); inner %zu B; "
+              "max |param difference| %.3g\n",
+              comm->rank(), comm->size(), outer0, outer1, outer1 / outer0, inner, diff);
+  return outer1 <= share * outer0 && outer0 > 0 && diff <= 2e-5 ? 0 : 1;
+}
+
+int run_resume(const std::string& mode, std::shared_ptr<coll::Communicator> comm) {
+  parallel::PlanConfig plan = plan_for(mode);
   const int64_t stop = 2 * kTau + 1;  // mid-round, round 1's reduction in flight
   std::string path = "/tmp/cohort_dp_resume_" + std::to_string(getppid()) + "_" + std::to_string(comm->rank());
   int rank = comm->rank();
@@ -112,7 +153,8 @@ int run_resume(std::shared_ptr<coll::Communicator> comm) {
   std::vector<float> resumed = test::dp_flat(*t);
   bool same = resumed.size() == straight.size() &&
               std::memcmp(resumed.data(), straight.data(), resumed.size() * sizeof(float)) == 0;
-  std::printf("rank %d: resumed co2 run %s the uninterrupted one\n", rank, same ? "matches bit for bit" : "DIFFERS from");
+  std::printf("rank %d: resumed %s run %s the uninterrupted one\n", rank, mode.c_str(),
+              same ? "matches bit for bit" : "DIFFERS from");
   return same ? 0 : 1;
 }
 
@@ -149,7 +191,13 @@ int main(int argc, char** argv) {
     coll::CommOptions co;
     co.timeout = std::chrono::milliseconds(5000);
     auto comm = coll::Communicator::create(store, env.rank, env.world, co);
-    int rc = mode == "co2-resume" ? run_resume(comm) : mode == "co2-kill" ? run_kill(comm) : run_compare(mode, comm);
+    const std::string resume = "-resume";
+    const bool resuming = mode.size() > resume.size() &&
+                          mode.compare(mode.size() - resume.size(), resume.size(), resume) == 0;
+    int rc = resuming                 ? run_resume(mode.substr(0, mode.size() - resume.size()), comm)
+             : mode == "co2-kill"     ? run_kill(comm)
+             : mode == "outer-memory" ? run_outer_memory(comm)
+                                      : run_compare(mode, comm);
     if (mode != "co2-kill") comm->barrier()->wait();  // rank 0's store outlives every peer's use
     return rc;
   } catch (const Error& e) {

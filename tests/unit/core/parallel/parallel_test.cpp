@@ -44,10 +44,14 @@ TEST(Plan, RejectsWhatDoesNotFit) {
   expect_plan_error(p, Status::kInvalidPlan, "unknown ZeRO stage 4");
   p = preset(Preset::kCo2, 4);
   p.zero_stage = 2;
-  expect_plan_error(p, Status::kUnsupported, "ZeRO stage 2 needs the sync (DDP) mode; with co2");
-  p = preset(Preset::kLocalSgd, 4);
+  expect_plan_error(p, Status::kUnsupported, "ZeRO stage 2 needs the sync (DDP) mode: co2's local steps");
   p.zero_stage = 1;
-  expect_plan_error(p, Status::kUnsupported, "with localsgd it is not implemented yet (TODO(#5))");
+  expect_plan_error(p, Status::kUnsupported, "ZeRO stage 1 with co2 is not implemented yet (TODO(#5))");
+  p = preset(Preset::kLocalSgd, 4);
+  p.zero_stage = 3;
+  expect_plan_error(p, Status::kUnsupported, "ZeRO stage 3 needs the sync (DDP) mode: localsgd's local steps");
+  p.zero_stage = 1;  // the outer state sharded
+  EXPECT_NO_THROW(validate_for_world(p, 4));
   for (int stage : {1, 2, 3}) {
     p = PlanConfig();
     p.zero_stage = stage;
