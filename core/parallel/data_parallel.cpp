@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/base/error.h"
+#include "core/parallel/flat.h"
 
 namespace cohort::parallel {
 
@@ -12,29 +13,6 @@ namespace coll = transport::coll;
 
 namespace {
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-size_t total_numel(const std::vector<Tensor>& ts) {
-  size_t n = 0;
-  for (const Tensor& t : ts) n += static_cast<size_t>(t.numel());
-  return n;
-}
-
-void flatten(const std::vector<Tensor>& ts, std::vector<float>& out) {
-  size_t off = 0;
-  for (const Tensor& t : ts) {
-    std::memcpy(out.data() + off, t.raw(), t.nbytes());
-    off += static_cast<size_t>(t.numel());
-  }
-}
-
-// The inverse of flatten: the parameters take their values from `flat`.
-void unflatten(const std::vector<float>& flat, std::vector<Tensor>& ts) {
-  size_t off = 0;
-  for (Tensor& t : ts) {
-    std::memcpy(t.raw(), flat.data() + off, t.nbytes());
-    off += static_cast<size_t>(t.numel());
-  }
-}
 }  // namespace
 
 std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanConfig& plan,
@@ -65,15 +43,7 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
       }
     }
   } else if (dp->outer_sharded()) {
-    const size_t world = static_cast<size_t>(comm->size()), rank = static_cast<size_t>(comm->rank());
-    dp->outer_block_ = (flat.size() + world - 1) / world;
-    dp->inflight_.assign(dp->outer_block_ * world, 0.0f);
-    dp->result_.assign(dp->outer_block_, 0.0f);
-    dp->anchor_.assign(dp->outer_block_, 0.0f);  // this rank's block; the padding stays zero
-    const size_t lo = std::min(flat.size(), rank * dp->outer_block_);
-    const size_t hi = std::min(flat.size(), lo + dp->outer_block_);
-    std::copy(flat.begin() + static_cast<std::ptrdiff_t>(lo), flat.begin() + static_cast<std::ptrdiff_t>(hi),
-              dp->anchor_.begin());
+    dp->init_outer_shard(flat);
   } else {
     dp->anchor_ = flat;
     dp->prev_anchor_ = flat;
@@ -197,12 +167,14 @@ void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
   if (plan_.mode == SyncMode::kSync) {
     ++stats_.rounds;
   } else {
-    poll();
+    if (!outer_sharded()) poll();
     ++inner_steps_;
+    const bool co2 = plan_.mode == SyncMode::kCo2;
     if (inner_steps_ % plan_.tau == 0) {
-      if (outer_sharded()) end_round_sharded(params);
-      else if (plan_.mode == SyncMode::kLocalSgd) end_round_blocking(params);
-      else end_round_co2(params);
+      if (outer_sharded()) co2 ? end_round_co2_sharded(params) : end_round_sharded(params);
+      else co2 ? end_round_co2(params) : end_round_blocking(params);
+    } else if (outer_sharded() && co2) {
+      advance_outer_shard(false);  // the outer step in the middle of the round
     }
   }
   Clock::time_point now = Clock::now();
@@ -224,32 +196,6 @@ void DataParallel::end_round_blocking(std::vector<Tensor>& params) {
   stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0);
   unflatten(anchor_, params);
   round_start_ = anchor_;
-  ++stats_.rounds;
-}
-
-void DataParallel::end_round_sharded(std::vector<Tensor>& params) {
-  // The same outer step on this rank's block b of the model, blocking like end_round_blocking:
-  //     avg_b = (1/W) sum_i x^{(i)}_b   (reduce-scatter of the padded flat parameters)
-  //     d_b   = anchor_b - avg_b        (= the block of the averaged pseudo-gradient)
-  // then the outer step on anchor_b with momentum_b (clipping by the whole model's norm: one
-  // scalar all-reduce), and every rank's new anchor block all-gathered into the parameters.
-  flatten(params, inflight_);  // the padding past numel_ stays zero
-  Clock::time_point start = Clock::now();
-  comm_->reduce_scatter(inflight_.data(), result_.data(), outer_block_, coll::DataType::kF32, coll::ReduceOp::kAvg)
-      ->wait();
-  for (size_t i = 0; i < outer_block_; ++i) result_[i] = anchor_[i] - result_[i];
-  auto sum_over_ranks = [this](double local) {
-    float v = static_cast<float>(local);
-    comm_->all_reduce(&v, 1, coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
-    return static_cast<double>(v);
-  };
-  stats_.last_momentum_norm = outer_.step(anchor_, result_.data(), 1.0, sum_over_ranks);
-  comm_->all_gather(anchor_.data(), inflight_.data(), outer_block_, coll::DataType::kF32)->wait();
-  double took = seconds(Clock::now() - start);
-  step_wait_ += took;
-  stats_.wait_seconds += took;
-  stats_.comm_seconds += took;
-  unflatten(inflight_, params);
   ++stats_.rounds;
 }
 

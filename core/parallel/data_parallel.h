@@ -12,10 +12,12 @@
 // buckets after the update; stage 3 keeps only the shard between steps and gathers each bucket
 // just before a node reads it (forward and again in backward), one bucket ahead, releasing its
 // memory after its last reader. The trainer's gradients stay this rank's local ones, and its
-// own optimizer holds no state. Local SGD with stage 1 shards the outer state instead: the
-// anchor and outer momentum of rank r are block r of the flat model (padded to a multiple of
-// the world); a round end reduce-scatters the parameters, steps the block and all-gathers the
-// new anchor.
+// own optimizer holds no state. Local SGD and CO2 with stage 1 shard the outer state instead
+// (core/parallel/outer_shard.cpp): the anchor and outer momentum of rank r are block r of the
+// flat model (padded to a multiple of the world). Local SGD's round end reduce-scatters the
+// parameters, steps the block and all-gathers the new anchor; CO2 splits its one all-reduce in
+// flight into a reduce-scatter, the block's outer step and an all-gather, all during the next
+// round, so it overlaps exactly as much.
 //
 // The one thing to know: a buffer being reduced is never touched. DDP reduces per-bucket copies
 // of the gradients; CO2 reduces a snapshot of the pseudo-gradient, never live parameters, and
@@ -131,10 +133,19 @@ class DataParallel : public StepHook {
   void poll();  // records completion times of collectives in flight (throws their failure)
   void wait(transport::coll::Work& work, Clock::time_point launched, Clock::time_point* done);
   void end_round_blocking(std::vector<Tensor>& params);
-  void end_round_sharded(std::vector<Tensor>& params);  // zero.cpp
+  // ZeRO 1 of the outer state (outer_shard.cpp).
+  bool outer_sharded() const { return plan_.mode != SyncMode::kSync && plan_.zero_stage >= 1; }
+  void init_outer_shard(const std::vector<float>& flat);
+  void end_round_sharded(std::vector<Tensor>& params);
+  void end_round_co2_sharded(std::vector<Tensor>& params);
+  void advance_outer_shard(bool to_end);
+  void outer_step_block();
+  void launch_outer(transport::coll::WorkPtr work);
+  void wait_outer();
+  void poll_outer();
+  double sum_over_ranks(float* values, size_t n);  // blocking all-reduce; returns values[0]
   void save_outer_shard(checkpoint::CheckpointExtra& extra);
   void load_outer_shard(const checkpoint::CheckpointExtra& extra);
-  bool outer_sharded() const { return plan_.mode == SyncMode::kLocalSgd && plan_.zero_stage >= 1; }
   void end_round_co2(std::vector<Tensor>& params);
   // ZeRO (zero.cpp).
   void build_shards(const optim::Optimizer& inner);
@@ -177,10 +188,18 @@ class DataParallel : public StepHook {
   // Outer state (localsgd, co2): x_k (anchor_), x_{k-1} (prev_anchor_), the pseudo-gradient
   // snapshot being reduced (inflight_), and the reduced result of the previous round (result_).
   // co2 also keeps where this rank's current round started (round_start_).
-  // Local SGD under ZeRO 1: anchor_ and the momentum hold block outer_block_ of the model only,
-  // inflight_ the whole padded model, result_ this rank's block of the averaged parameters.
+  // Under ZeRO 1 (outer_shard.cpp) anchor_, prev_anchor_ (co2), the momentum and result_ hold
+  // this rank's block of outer_block_ elements; inflight_ the whole padded model; co2 keeps
+  // round_start_ whole and gathers the next anchor whole into next_anchor_. The co2 outer step
+  // in flight: kReducing (the round's pseudo-gradient reduce-scattered), kGathering (the new
+  // anchor's blocks all-gathered), kReady (next_anchor_ holds it); kIdle before round 0 ends.
   std::vector<float> anchor_, prev_anchor_, round_start_, inflight_, result_;
   size_t outer_block_ = 0;
+  enum class OuterPhase { kIdle, kReducing, kGathering, kReady };
+  OuterPhase phase_ = OuterPhase::kIdle;
+  std::vector<float> next_anchor_;
+  bool outer_done_seen_ = false;    // the collective in flight was seen complete (statistics)
+  Clock::time_point outer_done_at_;
   transport::coll::WorkPtr inflight_work_;
   Clock::time_point inflight_launched_;
   bool have_result_ = false;  // result_ holds a reduced round not yet applied

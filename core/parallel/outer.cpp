@@ -13,20 +13,30 @@ double sum_squares(const float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
   return s;
 }
-double norm2(const float* x, size_t n) { return std::sqrt(sum_squares(x, n)); }
 }  // namespace
 
 double OuterOptimizer::step(std::vector<float>& anchor, const float* d, double scale,
                             const std::function<double(double)>& sum_over_ranks) {
-  const size_t n = anchor.size();
+  double m_sq = accumulate(d, anchor.size(), scale);
+  if (sum_over_ranks) m_sq = sum_over_ranks(m_sq);  // a shard: ||m||^2 sums over the ranks' shards
+  const double m_norm = std::sqrt(m_sq);
+  apply(anchor, d, scale, m_norm);
+  return m_norm;
+}
+
+double OuterOptimizer::accumulate(const float* d, size_t n, double scale) {
   if (momentum_.size() != n) momentum_.assign(n, 0.0f);
   const float beta = static_cast<float>(config_.momentum);
   const float s = static_cast<float>(scale);
   // m_k = beta * m_{k-1} + s_k * d_k          (s_k: staleness penalty factor, 1 when off)
   for (size_t i = 0; i < n; ++i) momentum_[i] = beta * momentum_[i] + s * d[i];
-  double m_sq = sum_squares(momentum_.data(), n);
-  if (sum_over_ranks) m_sq = sum_over_ranks(m_sq);  // a shard: ||m||^2 sums over the ranks' shards
-  double m_norm = std::sqrt(m_sq);
+  return sum_squares(momentum_.data(), n);
+}
+
+void OuterOptimizer::apply(std::vector<float>& anchor, const float* d, double scale, double m_norm) {
+  const size_t n = anchor.size();
+  const float beta = static_cast<float>(config_.momentum);
+  const float s = static_cast<float>(scale);
   // Outer momentum clipping (CO2 section 3): m_k <- m_k * min(1, phi / ||m_k||_2), phi > 0.
   // The clipped momentum is what is kept and used (the published fork discarded it).
   if (config_.clip_threshold > 0 && m_norm > config_.clip_threshold) {
@@ -39,7 +49,6 @@ double OuterOptimizer::step(std::vector<float>& anchor, const float* d, double s
     float u = config_.nesterov ? s * d[i] + beta * momentum_[i] : momentum_[i];
     anchor[i] -= alpha * u;
   }
-  return m_norm;
 }
 
 double OuterOptimizer::staleness_scale(const std::vector<float>& anchor, const std::vector<float>& stale_anchor,
@@ -55,7 +64,12 @@ double OuterOptimizer::staleness_scale(const std::vector<float>& anchor, const s
     double g = static_cast<double>(anchor[i]) - stale_anchor[i];
     gap += g * g;
   }
-  double ratio = std::sqrt(gap) / (norm2(d, n) + 1e-12);
+  return staleness_scale_from(gap, sum_squares(d, n));
+}
+
+double OuterOptimizer::staleness_scale_from(double gap_sq, double d_sq) const {
+  if (!config_.staleness_penalty) return 1.0;
+  const double ratio = std::sqrt(gap_sq) / (std::sqrt(d_sq) + 1e-12);
   return 1.0 / (1.0 + config_.penalty_constant * ratio);
 }
 

@@ -27,11 +27,19 @@ class OuterOptimizer {
   // the global norm; every rank must then call step at the same point.
   double step(std::vector<float>& anchor, const float* d, double scale,
               const std::function<double(double)>& sum_over_ranks = {});
+  // step() in two halves, for a caller that reduces the momentum's norm asynchronously:
+  // accumulate updates the momentum with d (n floats) and returns its (local) sum of squares;
+  // apply clips the momentum by m_norm (its whole-model L2 norm) and moves the anchor.
+  double accumulate(const float* d, size_t n, double scale);
+  void apply(std::vector<float>& anchor, const float* d, double scale, double m_norm);
 
   // CO2 staleness gap penalty factor for a pseudo-gradient d computed from anchor `stale_anchor`
   // but applied to `anchor` (formula in outer.cpp). 1 when the penalty is off.
   double staleness_scale(const std::vector<float>& anchor, const std::vector<float>& stale_anchor,
                          const float* d) const;
+  // The same factor from the squared norms ||anchor - stale_anchor||^2 and ||d||^2 (summed over
+  // the ranks' shards by the caller).
+  double staleness_scale_from(double gap_sq, double d_sq) const;
 
   std::vector<float>& momentum() { return momentum_; }
   const std::vector<float>& momentum() const { return momentum_; }

@@ -64,9 +64,6 @@ void validate(const PlanConfig& p) {
   COHORT_CHECK(p.zero_stage <= 1 || p.mode == SyncMode::kSync, Status::kUnsupported, "ZeRO stage ", p.zero_stage,
                " needs the sync (DDP) mode: ", mode_name(p.mode),
                "'s local steps need every rank's whole gradients and parameters (stage 1 shards its outer state)");
-  COHORT_CHECK(p.zero_stage == 0 || p.mode != SyncMode::kCo2, Status::kUnsupported, "ZeRO stage ", p.zero_stage,
-               " with co2 is not implemented yet (TODO(#5)): sharding its outer state needs the stale outer "
-               "step split around a reduce-scatter and an all-gather both in flight; sync and localsgd have it");
 }
 
 void validate_for_world(const PlanConfig& p, int world_size) {

@@ -35,7 +35,7 @@ struct PlanConfig {
   SyncMode mode = SyncMode::kSync;
   int64_t tau = 1;  // inner steps per round (localsgd, co2)
   OuterConfig outer;
-  int zero_stage = 0;                // 0..3 with kSync; localsgd: 0 or 1 (its outer state sharded)
+  int zero_stage = 0;                // 0..3 with kSync; localsgd, co2: 0 or 1 (outer state sharded)
   size_t bucket_bytes = 25u << 20;   // DDP gradient bucket size
 };
 
@@ -47,8 +47,8 @@ const char* mode_name(SyncMode mode);
 
 // Throws kInvalidPlan naming the first bad field (unknown mode, tau < 1, negative lr, momentum
 // or threshold, momentum >= 1, data_parallel < 0, bucket_bytes 0, unknown ZeRO stage) and
-// kUnsupported for stages 2-3 outside the sync mode and for any stage with co2 (localsgd
-// takes stage 1: its outer state sharded).
+// kUnsupported for stages 2-3 outside the sync mode (localsgd and co2 take stage 1: their
+// outer state sharded).
 void validate(const PlanConfig& plan);
 // validate() plus the fit with a world of `world_size` ranks: the data-parallel degree must
 // divide it (kInvalidPlan), and only the whole world is supported as one group for now.

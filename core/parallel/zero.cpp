@@ -312,61 +312,13 @@ void DataParallel::fill_memory_stats(ParallelStats& s) const {
   // Local SGD and CO2: the outer optimizer's state (anchors, round start, momentum) and its
   // pseudo-gradient buffers; under ZeRO 1 the anchor, momentum and result are one block each.
   s.optimizer_state_bytes += static_cast<int64_t>(anchor_.size() + prev_anchor_.size() + round_start_.size() +
-                                                  outer_.momentum().size()) * f32;
+                                                  next_anchor_.size() + outer_.momentum().size()) * f32;
   s.gradient_bytes += static_cast<int64_t>(inflight_.size() + result_.size()) * f32;
 }
 
 }  // namespace cohort::parallel
 
 namespace cohort::parallel {
-
-void DataParallel::save_outer_shard(checkpoint::CheckpointExtra& extra) {
-  auto block = [&](const std::vector<float>& v) {
-    Tensor t = Tensor::zeros({static_cast<int64_t>(outer_block_)}, DType::kF32);
-    if (!v.empty()) std::memcpy(t.raw(), v.data(), outer_block_ * sizeof(float));
-    return t;
-  };
-  extra.tensors["parallel.zero.anchor"] = block(anchor_);
-  extra.tensors["parallel.zero.outer_momentum"] = block(outer_.momentum());  // zeros before the first round
-  extra.ints["parallel.zero.world"] = comm_->size();
-  extra.ints["parallel.zero.rank"] = comm_->rank();
-  extra.ints["parallel.mode"] = static_cast<int64_t>(plan_.mode);
-  extra.ints["parallel.inner_steps"] = inner_steps_;
-  extra.ints["parallel.rounds"] = stats_.rounds;
-}
-
-void DataParallel::load_outer_shard(const checkpoint::CheckpointExtra& extra) {
-  auto ints = [&](const std::string& name) {
-    auto it = extra.ints.find(name);
-    COHORT_CHECK(it != extra.ints.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '", name,
-                 "' (saved without ZeRO 1 of the outer state?)");
-    return it->second;
-  };
-  auto block = [&](const std::string& name) -> const Tensor& {
-    auto it = extra.tensors.find(name);
-    COHORT_CHECK(it != extra.tensors.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '", name,
-                 "' (saved without ZeRO 1 of the outer state?)");
-    COHORT_CHECK(it->second.dtype() == DType::kF32 && static_cast<size_t>(it->second.numel()) == outer_block_,
-                 Status::kInvalidArgument, "data parallel: '", name, "' has ", it->second.numel(),
-                 " elements, this rank's block of the outer state has ", outer_block_, " (another model?)");
-    return it->second;
-  };
-  COHORT_CHECK(ints("parallel.zero.world") == comm_->size() && ints("parallel.zero.rank") == comm_->rank(),
-               Status::kInvalidArgument, "data parallel: the checkpoint holds the outer-state block of rank ",
-               ints("parallel.zero.rank"), " of ", ints("parallel.zero.world"), ", this is rank ", comm_->rank(),
-               " of ", comm_->size());
-  COHORT_CHECK(ints("parallel.mode") == static_cast<int64_t>(plan_.mode), Status::kInvalidArgument,
-               "data parallel: the checkpoint was saved in mode ", ints("parallel.mode"), ", the plan is ",
-               mode_name(plan_.mode));
-  const Tensor &a = block("parallel.zero.anchor"), &m = block("parallel.zero.outer_momentum");
-  const int64_t steps = ints("parallel.inner_steps"), rounds = ints("parallel.rounds");
-  // Everything verified: now change state.
-  std::memcpy(anchor_.data(), a.raw(), outer_block_ * sizeof(float));
-  outer_.momentum().assign(outer_block_, 0.0f);
-  std::memcpy(outer_.momentum().data(), m.raw(), outer_block_ * sizeof(float));
-  inner_steps_ = steps;
-  stats_.rounds = rounds;
-}
 
 void DataParallel::save_shard_state(checkpoint::CheckpointExtra& extra) {
   // The shard's optimizer state (copies) and step count; zeros before the first step.

@@ -83,8 +83,8 @@ TEST_F(CapiParallel, PlanErrorPaths) {
   o = cohort_plan_options_default();
   o.preset = COHORT_PRESET_CO2;
   o.tau = 2;
-  o.zero_stage = 1;
-  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_UNSUPPORTED, "ZeRO stage 1 with co2 is not implemented");
+  o.zero_stage = 2;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_UNSUPPORTED, "ZeRO stage 2 needs the sync (DDP) mode");
   o.zero_stage = 7;
   EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "unknown ZeRO stage 7");
   o = cohort_plan_options_default();

@@ -8,7 +8,8 @@ target_compile_options(dp_rank PRIVATE ${COHORT_WARNINGS})
 target_include_directories(dp_rank PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
 target_link_libraries(dp_rank PRIVATE cohort_core)
 foreach(mode ddp localsgd slowmo diloco co2 co2-plain co2-penalty co2-clip co2-resume localsgd-zero1 diloco-zero1
-             diloco-clip diloco-clip-zero1 diloco-zero1-resume outer-memory)
+             diloco-clip diloco-clip-zero1 diloco-zero1-resume outer-memory co2-zero1 co2-penalty-zero1 co2-clip-zero1
+             co2-zero1-resume co2-memory)
   foreach(n 2 4)
     foreach(tls shm tcp)
       if(tls STREQUAL "shm")
@@ -30,12 +31,14 @@ foreach(tls shm tcp)
   else()
     set(ucx_tls "tcp")
   endif()
-  add_test(NAME multirank.dp.co2-kill.n3.${tls} COMMAND cohort-run -n 3 -- $<TARGET_FILE:dp_rank> co2-kill)
-  set_tests_properties(multirank.dp.co2-kill.n3.${tls} PROPERTIES LABELS multirank TIMEOUT 120
-                       ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
-                       RESOURCE_LOCK cores)
+  foreach(mode co2-kill co2-zero1-kill)
+    add_test(NAME multirank.dp.${mode}.n3.${tls} COMMAND cohort-run -n 3 -- $<TARGET_FILE:dp_rank> ${mode})
+    set_tests_properties(multirank.dp.${mode}.n3.${tls} PROPERTIES LABELS multirank TIMEOUT 120
+                         ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
+                         RESOURCE_LOCK cores)
+  endforeach()
 endforeach()
-# ZeRO stages 1-2 (zero.cmake), included the same guarded way.
+# ZeRO stages 1-3 of DDP (zero.cmake), included the same guarded way.
 if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/zero.cmake)
   include(${CMAKE_CURRENT_LIST_DIR}/zero.cmake)
 endif()

@@ -141,7 +141,7 @@ handle!(
 
 impl Plan {
     /// INVALID_PLAN naming the field (tau < 1, negative lr, momentum >= 1, ...), UNSUPPORTED for
-    /// ZeRO stages 1-3 outside DDP.
+    /// ZeRO stages 2-3 outside DDP.
     pub fn new(options: &PlanOptions) -> Result<Plan> {
         let raw = options.to_raw();
         create!(Plan, |out| sys::cohort_plan_create(&raw, &mut out))

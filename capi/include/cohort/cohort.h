@@ -574,7 +574,8 @@ typedef struct cohort_plan_options {
   double penalty_constant;    /* lambda of the staleness penalty, >= 0 */
   double clip_threshold;      /* outer momentum L2-norm clip, >= 0; 0 = off */
   int32_t zero_stage;         /* 0..3: 1 shards optimizer state, 2 also gradients, 3 also
-                                 parameters (DDP mode only, else UNSUPPORTED). Under 3 the
+                                 parameters (DDP mode; localsgd and co2 take 1, which shards
+                                 their outer optimizer's state, else UNSUPPORTED). Under 3 the
                                  parameters are whole only inside a step: get/set_parameter,
                                  evaluate and save gather them first, a collective every rank
                                  must call at the same point */
@@ -588,7 +589,7 @@ typedef struct cohort_plan cohort_plan;
 /* Copies and validates the options. Returns OK; INVALID_ARGUMENT (options or plan_out NULL,
  * size too small, unknown preset); INVALID_PLAN naming the field (unknown mode or ZeRO stage,
  * tau < 1, negative lr, momentum, constant or threshold, momentum >= 1, bucket_bytes <= 0);
- * UNSUPPORTED for ZeRO stages 1-3 outside the DDP mode. plan_out is written only
+ * UNSUPPORTED for ZeRO stages 2-3 outside the DDP mode. plan_out is written only
  * on OK. Thread-safe. */
 COHORT_API cohort_status cohort_plan_create(const cohort_plan_options* options, cohort_plan** plan_out);
 /* Accepts NULL. Trainers made with the plan keep their own copy. */

@@ -45,8 +45,8 @@ TEST(Plan, RejectsWhatDoesNotFit) {
   p = preset(Preset::kCo2, 4);
   p.zero_stage = 2;
   expect_plan_error(p, Status::kUnsupported, "ZeRO stage 2 needs the sync (DDP) mode: co2's local steps");
-  p.zero_stage = 1;
-  expect_plan_error(p, Status::kUnsupported, "ZeRO stage 1 with co2 is not implemented yet (TODO(#5))");
+  p.zero_stage = 1;  // the outer state sharded
+  EXPECT_NO_THROW(validate_for_world(p, 4));
   p = preset(Preset::kLocalSgd, 4);
   p.zero_stage = 3;
   expect_plan_error(p, Status::kUnsupported, "ZeRO stage 3 needs the sync (DDP) mode: localsgd's local steps");
