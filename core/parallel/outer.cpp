@@ -5,15 +5,9 @@
 
 #include <cmath>
 
-namespace cohort::parallel {
+#include "kernels/cpu/optim.h"
 
-namespace {
-double sum_squares(const float* x, size_t n) {
-  double s = 0;
-  for (size_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
-  return s;
-}
-}  // namespace
+namespace cohort::parallel {
 
 double OuterOptimizer::step(std::vector<float>& anchor, const float* d, double scale,
                             const std::function<double(double)>& sum_over_ranks) {
@@ -30,7 +24,7 @@ double OuterOptimizer::accumulate(const float* d, size_t n, double scale) {
   const float s = static_cast<float>(scale);
   // m_k = beta * m_{k-1} + s_k * d_k          (s_k: staleness penalty factor, 1 when off)
   for (size_t i = 0; i < n; ++i) momentum_[i] = beta * momentum_[i] + s * d[i];
-  return sum_squares(momentum_.data(), n);
+  return kernels::cpu::sum_of_squares(momentum_.data(), static_cast<int64_t>(n));
 }
 
 void OuterOptimizer::apply(std::vector<float>& anchor, const float* d, double scale, double m_norm) {
@@ -64,7 +58,7 @@ double OuterOptimizer::staleness_scale(const std::vector<float>& anchor, const s
     double g = static_cast<double>(anchor[i]) - stale_anchor[i];
     gap += g * g;
   }
-  return staleness_scale_from(gap, sum_squares(d, n));
+  return staleness_scale_from(gap, kernels::cpu::sum_of_squares(d, static_cast<int64_t>(n)));
 }
 
 double OuterOptimizer::staleness_scale_from(double gap_sq, double d_sq) const {

@@ -23,6 +23,7 @@
 #include "core/base/error.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/flat.h"
+#include "kernels/cpu/optim.h"
 
 namespace cohort::parallel {
 
@@ -30,12 +31,6 @@ namespace coll = transport::coll;
 
 namespace {
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-double sum_squares(const float* x, size_t n) {
-  double s = 0;
-  for (size_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
-  return s;
-}
 }  // namespace
 
 void DataParallel::init_outer_shard(const std::vector<float>& flat) {
@@ -135,7 +130,7 @@ void DataParallel::outer_step_block() {
       double g = static_cast<double>(anchor_[i]) - prev_anchor_[i];
       gap += g * g;
     }
-    float sums[2] = {static_cast<float>(gap), static_cast<float>(sum_squares(result_.data(), outer_block_))};
+    float sums[2] = {static_cast<float>(gap), static_cast<float>(kernels::cpu::sum_of_squares(result_.data(), static_cast<int64_t>(outer_block_)))};
     sum_over_ranks(sums, 2);
     scale = outer_.staleness_scale_from(sums[0], sums[1]);
   }
