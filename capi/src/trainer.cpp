@@ -96,6 +96,10 @@ COHORT_API cohort_status cohort_trainer_get_parameter(cohort_trainer* trainer, c
   });
 }
 
+COHORT_API cohort_status cohort_trainer_gather_parameters(cohort_trainer* trainer) {
+  return guard("cohort_trainer_gather_parameters", [&] { trainer_of(trainer).gather_parameters(); });
+}
+
 COHORT_API cohort_status cohort_trainer_set_parameter(cohort_trainer* trainer, const cohort_tensor_ref* parameter) {
   return guard("cohort_trainer_set_parameter", [&] {
     Trainer& t = trainer_of(trainer);

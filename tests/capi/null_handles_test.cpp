@@ -46,6 +46,7 @@ TEST(CapiNullHandles, EveryEntryPoint) {
       {"cohort_trainer_evaluate", "trainer", [&] { return cohort_trainer_evaluate(nullptr, &ref, 1, &ref, 1); }},
       {"cohort_trainer_get_parameter", "trainer", [&] { return cohort_trainer_get_parameter(nullptr, &ref); }},
       {"cohort_trainer_set_parameter", "trainer", [&] { return cohort_trainer_set_parameter(nullptr, &ref); }},
+      {"cohort_trainer_gather_parameters", "trainer", [] { return cohort_trainer_gather_parameters(nullptr); }},
       {"cohort_trainer_get_stats", "trainer", [&] { return cohort_trainer_get_stats(nullptr, &stats); }},
   };
   for (const Case& c : cases) {

@@ -194,6 +194,8 @@ TEST_F(CapiParallel, ZeroTrainerMatchesDdpAndReportsMemory) {
     EXPECT_GE(s.optimizer_state_bytes, 0);
     // Stage 3 gathers its parameters bucket by bucket in every step; the others never do.
     EXPECT_EQ(s.parameter_gathers > 0, stage == 3);
+    EXPECT_EQ(cohort_trainer_gather_parameters(b), COHORT_OK) << cohort_last_error();
+    EXPECT_EQ(cohort_trainer_gather_parameters(a), COHORT_OK) << cohort_last_error();  // no ZeRO 3: no-op
     EXPECT_GT(s.peak_parameter_bytes, 0);
     // A caller built before the memory fields existed: OK, and the fields past its size untouched.
     cohort_parallel_stats old{};

@@ -128,6 +128,11 @@ class Trainer(Handle):
         self._learn((name,))
         return _capi.pyc_trainer_get_parameter(self._handle, name, out, self._declared[name])
 
+    def gather_parameters(self):
+        """Makes every parameter whole until the next step: under ZeRO stage 3 a collective every
+        rank calls at the same point (e.g. before one rank alone evaluates); else a no-op."""
+        _capi.cohort_trainer_gather_parameters(self._handle)
+
     def set_parameter(self, name, values):
         """Overwrites a parameter (f32 buffers are converted for a bf16 parameter)."""
         self._learn((name,))

@@ -177,6 +177,18 @@ class DataParallelTest(unittest.TestCase):
                 trainer.save_parallel_checkpoint(path)
                 trainer.load_parallel_checkpoint(path)
 
+    def test_zero3(self):
+        with cohort.Plan("ddp", zero_stage=3, bucket_bytes=64) as plan:
+            trainer, losses = self.train(plan)
+        with trainer:
+            self.assertLess(losses[-1], losses[0])
+            stats = trainer.parallel_stats()
+            self.assertGreater(stats.parameter_gathers_prefetched, 0)
+            self.assertGreater(stats.buckets, 1)
+            self.assertGreater(stats.peak_parameter_bytes, 0)
+            trainer.gather_parameters()  # every rank, so that one could read alone
+            self.assertSameOnEveryRank(trainer.get_parameter("fc1.weight").tolist()[0])
+
     def test_localsgd(self):
         with cohort.Plan("localsgd", tau=3) as plan:
             trainer, losses = self.train(plan, steps=6)

@@ -120,6 +120,13 @@ impl Trainer {
         check(unsafe { sys::cohort_trainer_get_parameter(self.as_raw(), &mut raw) })
     }
 
+    /// Makes every parameter whole until the next step: under ZeRO stage 3 a collective every
+    /// rank calls at the same point (e.g. before one rank alone evaluates); otherwise a no-op.
+    pub fn gather_parameters(&mut self) -> Result<()> {
+        // SAFETY: live handle.
+        check(unsafe { sys::cohort_trainer_gather_parameters(self.as_raw()) })
+    }
+
     /// Sets the parameter `parameter.name()` from its slice.
     pub fn set_parameter<B: AsTensorRef>(&mut self, parameter: &B) -> Result<()> {
         let raw = parameter.raw_ref()?;

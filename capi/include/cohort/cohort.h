@@ -266,9 +266,15 @@ COHORT_API cohort_status cohort_trainer_evaluate(cohort_trainer* trainer, const 
                                                  int32_t num_inputs, cohort_tensor_ref* outputs,
                                                  int32_t num_outputs);
 
-/* Copies a parameter's current values out / in (by name; f32 buffers convert to/from bf16). */
+/* Copies a parameter's current values out / in (by name; f32 buffers convert to/from bf16).
+ * Under ZeRO stage 3 these and evaluate first make the parameters whole (below). */
 COHORT_API cohort_status cohort_trainer_get_parameter(cohort_trainer* trainer, cohort_tensor_ref* parameter);
 COHORT_API cohort_status cohort_trainer_set_parameter(cohort_trainer* trainer, const cohort_tensor_ref* parameter);
+/* Makes every parameter whole until the next step. A no-op except for a data-parallel trainer
+ * under ZeRO stage 3, which keeps only its shard between steps: there it all-gathers them, a
+ * collective every rank calls at the same point — e.g. before one rank alone evaluates or
+ * reads parameters. PEER_FAILED / TIMEOUT as the collectives. */
+COHORT_API cohort_status cohort_trainer_gather_parameters(cohort_trainer* trainer);
 
 typedef struct cohort_trainer_stats {
   size_t size;                   /* sizeof(cohort_trainer_stats), set by the caller */

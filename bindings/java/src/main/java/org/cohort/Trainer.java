@@ -87,6 +87,14 @@ public final class Trainer extends Handle {
     CohortException.check(CohortC.cohort_trainer_get_parameter(ptr(), into));
   }
 
+  /**
+   * Makes every parameter whole until the next step: under ZeRO stage 3 a collective every rank
+   * calls at the same point (e.g. before one rank alone evaluates); otherwise a no-op.
+   */
+  public void gatherParameters() {
+    CohortException.check(CohortC.cohort_trainer_gather_parameters(ptr()));
+  }
+
   /** Overwrites the parameter named {@code from.name()} with its memory. */
   public void setParameter(Tensor from) {
     Tensor.checkElements("cohort_trainer_set_parameter", "parameter", from);
