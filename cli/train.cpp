@@ -83,6 +83,8 @@ class Loop {
   std::string eval_fields(int64_t step, bool final_point);
   void save(int64_t step);
   void progress(int64_t step, double rate, bool newline);
+  std::string parallel_fields(cohort_parallel_stats* out);  // a JSON member; fills *out if given
+  void parallel_summary();
 
   const Options& o_;
   Task& task_;
@@ -172,10 +174,39 @@ void Loop::log_point(int64_t step, float loss, bool final_point) {
                      ",\"lr\":" + json_number(s.learning_rate) + ",\"grad_norm\":" + json_number(s.grad_norm) +
                      ",\"" + task_.item_unit() + "_per_s\":" + json_number(rate) +
                      ",\"elapsed_s\":" + json_number(t - start_time_);
+  if (!o_.parallel.empty()) line += parallel_fields(nullptr);
   if (eval) line += eval_fields(step, final_point);
   metrics_.write(line + "}");
   window_step_ = step;
   window_time_ = now_seconds();  // evaluation time is not training throughput
+}
+
+std::string Loop::parallel_fields(cohort_parallel_stats* out) {
+  // Cumulative: how much of the communication the training thread did not wait for, and the
+  // model state this rank holds (the same split on every rank, up to padding).
+  cohort_parallel_stats p{};
+  p.size = sizeof p;
+  check(cohort_trainer_get_parallel_stats(task_.trainer(), &p), "parallel stats");
+  if (out) *out = p;
+  return ",\"parallel\":{\"rounds\":" + std::to_string(p.rounds) + ",\"compute_s\":" + json_number(p.compute_seconds) +
+         ",\"comm_s\":" + json_number(p.comm_seconds) + ",\"wait_s\":" + json_number(p.wait_seconds) +
+         ",\"hidden_fraction\":" + json_number(p.hidden_fraction) +
+         ",\"parameter_bytes\":" + std::to_string(p.parameter_bytes) +
+         ",\"gradient_bytes\":" + std::to_string(p.gradient_bytes) +
+         ",\"optimizer_state_bytes\":" + std::to_string(p.optimizer_state_bytes) + "}";
+}
+
+void Loop::parallel_summary() {
+  if (o_.quiet) return;
+  cohort_parallel_stats p{};
+  parallel_fields(&p);
+  const double mib = 1.0 / (1 << 20);
+  std::printf("%s: %lld rounds | communication %.2f s, %.0f%% hidden behind compute (waited %.2f s, computed "
+              "%.2f s) | model state per rank: parameters %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB\n",
+              o_.parallel.c_str(), static_cast<long long>(p.rounds), p.comm_seconds, 100.0 * p.hidden_fraction,
+              p.wait_seconds, p.compute_seconds, static_cast<double>(p.parameter_bytes) * mib,
+              static_cast<double>(p.gradient_bytes) * mib, static_cast<double>(p.optimizer_state_bytes) * mib);
+  std::fflush(stdout);
 }
 
 void Loop::run() {
@@ -193,6 +224,7 @@ void Loop::run() {
     log_point(step, loss, step == total_);
     if (!o_.save.empty() && (step == last || (o_.save_every > 0 && step % o_.save_every == 0))) save(step);
   }
+  if (!o_.parallel.empty() && last > start_step_) parallel_summary();
   if (start_step_ >= total_) {
     std::printf("nothing to train: the checkpoint is at step %lld of %lld\n", static_cast<long long>(start_step_),
                 static_cast<long long>(total_));
