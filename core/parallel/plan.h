@@ -1,6 +1,7 @@
 // Parallel plan: how a model is spread over the ranks of a communicator. Today this is data
 // parallelism only — synchronous DDP, local SGD (with the SlowMo/DiLoCo outer optimizers) and
-// CO2 — with ZeRO stages 1 and 2 for DDP (zero.cpp); stage 3 comes later (TODO(#5)).
+// CO2 — with ZeRO stages 1-3 for DDP (zero.cpp) and stage 1 of the outer state for local SGD
+// and CO2 (outer_shard.cpp).
 //
 // The one thing to know: local SGD, SlowMo, DiLoCo and CO2 share ONE outer-optimizer rule
 // (core/parallel/outer.h); the presets below only choose its constants and the sync mode.
