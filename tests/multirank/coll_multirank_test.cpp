@@ -118,6 +118,16 @@ TEST_P(CollMultirank, KilledRankIsNamed) {
   std::printf("rank 0: %srank 2: %s", outcomes[0].output.c_str(), outcomes[2].output.c_str());
 }
 
+// Rank 1 freezes (alive, stopped) in the middle of the all-reduce: no process check can call it
+// dead, so ranks 0 and 2 must name it by the deadline; resumed later, it fails rather than hangs.
+TEST_P(CollMultirank, FrozenRankIsNamedByDeadline) {
+  auto outcomes = run_job(3, {"stop", GetParam(), "1000", "1"}, 60);
+  for (int r : {0, 1, 2}) EXPECT_TRUE(exited_ok(outcomes[r])) << "rank " << r << ": " << outcomes[r].output;
+  for (int r : {0, 2})
+    EXPECT_NE(outcomes[r].output.find("failed_rank=1"), std::string::npos) << outcomes[r].output;
+  std::printf("rank 0: %srank 1: %s", outcomes[0].output.c_str(), outcomes[1].output.c_str());
+}
+
 // A rank that aborted one of its communicators is alive: leaving the job still waits for it.
 TEST_P(CollMultirank, AbortIsNotDeathAtTeardown) {
   auto outcomes = run_job(2, {"abort-leave", GetParam(), "5000"}, 60);

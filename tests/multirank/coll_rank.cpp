@@ -1,10 +1,12 @@
 // One rank of the multi-process collective tests (started by coll_multirank_test with the
 // COHORT_* environment). Modes: "smoke" checks a few collectives across processes; "kill" runs
 // an all-reduce in which rank `victim` kills itself, and checks that this rank reports
-// kPeerFailed/kTimeout naming the victim within the deadline; "abort-leave" has the last rank
+// kPeerFailed/kTimeout naming the victim within the deadline; "stop" freezes the victim instead
+// (SIGSTOP; a forked helper resumes it after 3 deadlines), so only the deadline can name it; "abort-leave" has the last rank
 // abort a sub-communicator of its own and leave late, and checks that the others still wait for
 // its goodbye (an abort is not a death: the rank may still be receiving). Prints one RESULT line.
 #include <signal.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -45,17 +47,35 @@ int smoke(Communicator& c) {
   return 0;
 }
 
-int kill_test(Communicator& c, int victim, Ms timeout) {
+// `v` outlives the communicator: a send to the victim that UCX cannot cancel may still read it
+// (work.h).
+int kill_test(Communicator& c, std::vector<float>& v, int victim, Ms timeout, bool stop) {
   c.barrier()->wait(Ms(30000));  // everyone connected before the failure
-  std::vector<float> v((16u << 20) / 4, 1.0f);
+  v.assign((16u << 20) / 4, 1.0f);
   auto start = std::chrono::steady_clock::now();
   auto work = c.all_reduce(v.data(), v.size(), DataType::kF32, ReduceOp::kSum);
   if (c.rank() == victim) {
     try {
-      work->wait(Ms(2));  // let the transfers start, then die in the middle
+      work->wait(Ms(2));  // let the transfers start, then die (or freeze) in the middle
     } catch (const Error&) {
     }
-    raise(SIGKILL);
+    if (!stop) raise(SIGKILL);
+    pid_t self = getpid();
+    if (fork() == 0) {  // only async-signal-safe calls in the child of a threaded process
+      usleep(static_cast<useconds_t>(timeout.count()) * 3000u);
+      kill(self, SIGCONT);
+      _exit(0);
+    }
+    raise(SIGSTOP);
+    // Resumed: the others have given up on this rank; its own all-reduce must fail, not hang.
+    try {
+      work->wait(timeout * 4 + Ms(5000));
+      std::printf("RESULT the frozen rank's all_reduce finished\n");
+      return 1;
+    } catch (const Error& e) {
+      std::printf("RESULT frozen rank resumed: %s\n", e.what());
+      return 0;
+    }
   }
   try {
     work->wait(timeout * 4 + Ms(5000));
@@ -107,12 +127,13 @@ int abort_leave(std::shared_ptr<Communicator> comm) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: coll_rank smoke|kill|abort-leave TLS TIMEOUT_MS [VICTIM]\n");
+    std::fprintf(stderr, "usage: coll_rank smoke|kill|stop|abort-leave TLS TIMEOUT_MS [VICTIM]\n");
     return 2;
   }
   std::string mode = argv[1];
   Ms timeout(std::atoi(argv[3]));
   int rc = 1;
+  std::vector<float> buffer;  // declared before the communicator, destroyed after it
   try {
     JobEnv env = detect_job_env();
     auto store = connect_job_store(env, Ms(30000));
@@ -122,7 +143,9 @@ int main(int argc, char** argv) {
     engine.tls = argv[2];
     engine.keepalive = Ms(500);
     auto comm = Communicator::create(store, env.rank, env.world, options, engine);
-    rc = mode == "kill"          ? kill_test(*comm, argc > 4 ? std::atoi(argv[4]) : 1, timeout)
+    const int victim = argc > 4 ? std::atoi(argv[4]) : 1;
+    rc = mode == "kill"          ? kill_test(*comm, buffer, victim, timeout, false)
+         : mode == "stop"        ? kill_test(*comm, buffer, victim, timeout, true)
          : mode == "abort-leave" ? abort_leave(std::move(comm))
                                  : smoke(*comm);
   } catch (const std::exception& e) {

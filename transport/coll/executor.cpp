@@ -42,7 +42,6 @@ std::shared_ptr<Work> Executor::submit(std::unique_ptr<Op> op, Order order, int 
 
 bool Executor::set_error(Status status, const std::string& message, int culprit_world) {
   std::deque<std::unique_ptr<Op>> queued;
-  std::vector<std::shared_ptr<Work>> active;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (status_ != Status::kOk) return false;
@@ -51,9 +50,9 @@ bool Executor::set_error(Status status, const std::string& message, int culprit_
     culprit_ = culprit_world;
     failed_.store(true);
     queued.swap(queue_);
-    active = active_works_;
   }
-  for (auto& w : active) w->fail(status, message);
+  // Running operations fail on the progress thread once their transfers are drained (poll), so
+  // that a caller woken by the failure may free the buffers.
   for (auto& op : queued) op->work->fail(status, message);
   engine_->wake();
   return true;
@@ -124,7 +123,6 @@ void Executor::start_ready_ops() {
     bool collective_running = std::any_of(active_.begin(), active_.end(),
                                           [](const std::unique_ptr<Op>& op) { return !op->p2p; });
     if (queue_.front()->p2p ? collective_running : !active_.empty()) break;
-    active_works_.push_back(queue_.front()->work);
     active_.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
@@ -132,8 +130,6 @@ void Executor::start_ready_ops() {
 
 void Executor::retire(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto& works = active_works_;
-  works.erase(std::remove(works.begin(), works.end(), active_[index]->work), works.end());
   active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(index));
 }
 
@@ -162,19 +158,28 @@ bool Executor::poll(Clock::time_point now) {
     if (!failed_.load()) start_ready_ops();
   }
   if (failed_.load() && !active_.empty()) {
-    for (auto& op : active_) cancel_transfers(*op);
+    // Receives are cancelled; sends to live peers complete or fail with them. A transfer with a
+    // dead peer over shared memory may never complete: past a grace period the Work fails
+    // anyway (that peer writes nothing more) and the op drains until the communicator goes.
+    const auto grace = std::min(timeout(), std::chrono::milliseconds(2000));
+    for (auto& op : active_) {
+      cancel_transfers(*op);
+      op->drain_deadline = now + grace;
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& op : active_) draining_.push_back(std::move(op));
     active_.clear();
-    active_works_.clear();
   }
   if (!draining_.empty()) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (size_t i = 0; i < draining_.size();) {
-      if (has_transfers_in_flight(*draining_[i])) {
-        ++i;
-      } else {
+      Op& op = *draining_[i];
+      bool drained = !has_transfers_in_flight(op);
+      if (drained || now >= op.drain_deadline) op.work->fail(status_, message_);
+      if (drained) {
         draining_.erase(draining_.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
       }
     }
   }
@@ -271,29 +276,45 @@ void Executor::on_suspect(uint32_t comm, int reporter, int culprit) {
   if (comm != comm_id_ || reporter < 0) return;
   if (waits_for_.empty()) waits_for_.assign(static_cast<size_t>(engine_->size()), -1);
   if (static_cast<size_t>(reporter) < waits_for_.size()) waits_for_[reporter] = culprit;
+  if (culprit == members_[rank_]) asked_ = true;
+}
+
+int Executor::waiting_for() const {
+  int waiting_for = -1;
+  for (auto& running : active_) {
+    for (size_t i = running->first_live; i < running->started && waiting_for < 0; ++i) {
+      const Chain& ch = running->chains[i];
+      if (ch.done) continue;
+      for (const Xfer& x : ch.stages[ch.next].xfers) {
+        if (x.transfer.in_flight() && (waiting_for < 0 || !x.send)) waiting_for = x.peer;
+      }
+    }
+  }
+  return waiting_for;
 }
 
 void Executor::check_deadline(Clock::time_point now) {
   auto limit = timeout();
+  const auto grace = std::min<std::chrono::milliseconds>(limit / 4, std::chrono::milliseconds(1000));
+  if (asked_ && now - last_progress_ >= grace && answered_for_ != last_progress_) {
+    // Another rank suspects this one: if this one is stalled too, say at once whom it waits
+    // for, so that rank follows the chain further instead of blaming a rank whose own
+    // deadline has simply not come yet.
+    asked_ = false;
+    answered_for_ = last_progress_;
+    int peer = waiting_for();
+    if (peer >= 0) engine_->report_suspect(comm_id_, members_[peer]);
+  }
   if (now - last_progress_ < limit) {
     suspecting_ = false;
     return;
   }
   Op& op = *active_.front();
-  int waiting_for = -1;
-  for (auto& running : active_) {
-    for (size_t i = running->first_live; i < running->started && waiting_for < 0; ++i) {
-      Chain& ch = running->chains[i];
-      if (ch.done) continue;
-      for (Xfer& x : ch.stages[ch.next].xfers) {
-        if (x.transfer.in_flight() && (waiting_for < 0 || !x.send)) waiting_for = x.peer;
-      }
-    }
-  }
+  int waiting_for = this->waiting_for();
   int world = waiting_for >= 0 ? members_[waiting_for] : -1;
   if (!suspecting_) {
     suspecting_ = true;
-    verdict_at_ = now + std::min<std::chrono::milliseconds>(limit / 4, std::chrono::milliseconds(1000));
+    verdict_at_ = now + grace;
     if (world >= 0) engine_->report_suspect(comm_id_, world);
     return;
   }

@@ -50,8 +50,10 @@ class Executor : public ucx::Client {
   void start_stage(Op& op, size_t index);
   bool check_stage(Op& op, Stage& stage);
   void check_deadline(Clock::time_point now);
+  int waiting_for() const;  // comm rank the running op waits for (a receive first), or -1
   void cancel_transfers(Op& op);
-  // Records the sticky error (first one wins) and fails every queued Work. Any thread.
+  // Records the sticky error (first one wins) and fails every queued Work; running ones fail
+  // in poll() once drained. Any thread.
   bool set_error(Status status, const std::string& message, int culprit_world);
   int comm_rank_of(int world) const;
 
@@ -73,7 +75,6 @@ class Executor : public ucx::Client {
   std::atomic<bool> closed_{false};
 
   // Progress thread only.
-  std::vector<std::shared_ptr<Work>> active_works_;  // guarded by mutex_: abort() fails them
   std::atomic<bool> report_abort_{false};  // tell peers on the progress thread
   // Running ops: one collective, or any number of point-to-point ops (which do not wait for
   // each other, so that receives posted before sends cannot deadlock a ring).
@@ -85,6 +86,8 @@ class Executor : public ucx::Client {
   bool suspecting_ = false;
   Clock::time_point verdict_at_{};
   std::vector<int> waits_for_;  // world rank -> world rank it reported waiting for, or -1
+  bool asked_ = false;          // another rank reported waiting for this one
+  Clock::time_point answered_for_{};  // the stall (last_progress_) last answered
 };
 
 }  // namespace cohort::transport::coll

@@ -52,6 +52,7 @@ struct Op {
   size_t started = 0;     // chains begun
   size_t completed = 0;   // chains done
   size_t first_live = 0;  // every chain before it is done
+  Clock::time_point drain_deadline{};  // failed: its Work fails once drained or at this time
 
   uint8_t* new_scratch(size_t bytes) {
     scratch.emplace_back(bytes);

@@ -1,6 +1,10 @@
 // Work: the handle of one asynchronous operation. The progress thread finishes or fails it; any
 // thread may test or wait. After a failure the Work carries the communicator's sticky error.
-// A Work that failed may leave its buffers in use by UCX until the communicator is destroyed.
+// A failed Work is reported only after its transfers are cancelled or complete, so the caller
+// may free its buffers then. The exception is a transfer with the rank blamed for the failure
+// that UCX cannot cancel (a send to a frozen or dead rank over shared memory): the Work fails
+// after a grace period of min(timeout, 2 s) regardless, and that buffer must stay valid until
+// the communicator is destroyed, since a frozen rank that wakes up may still read it.
 #pragma once
 
 #include <chrono>

@@ -175,21 +175,49 @@ void Engine::handle_ep_errors() noexcept {
     std::lock_guard<std::mutex> lock(ep_errors_mutex_);
     errors.swap(ep_errors_);
   }
-  for (auto [peer, status] : errors) {
-    if (dead_[peer]) continue;
-    dead_[peer] = 1;
+  for (auto [peer, status] : errors)
+    mark_dead(peer, str_cat("rank ", peer, " failed: ", ucs_status_string(status)));
+}
+
+void Engine::mark_dead(int peer, const std::string& why) noexcept {
+  if (dead_[peer]) return;
+  dead_[peer] = 1;
+  if (peer_failure_detection_ && eps_[peer]) {
+    // Without peer error handling (shared memory) a forced close is undefined in UCX: the
+    // endpoint stays, unused (send() refuses dead peers), until the engine goes.
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_EP_CLOSE_FLAG_FORCE;
     ucs_status_ptr_t req = ucp_ep_close_nbx(eps_[peer], &param);
     if (req && !UCS_PTR_IS_ERR(req)) ucp_request_free(req);
     eps_[peer] = nullptr;
-    if (left_[peer]) continue;  // it said goodbye: a normal disconnect
-    std::string why = str_cat("rank ", peer, " failed: ", ucs_status_string(status));
-    log(LogLevel::kWarn, why);
-    dispatch(kAnyComm, peer, Status::kPeerFailed, why);
-    report_failure(kAnyComm, peer, Status::kPeerFailed, why);
   }
+  if (left_[peer]) return;  // it said goodbye: a normal disconnect
+  log(LogLevel::kWarn, why);
+  dispatch(kAnyComm, peer, Status::kPeerFailed, why);
+  report_failure(kAnyComm, peer, Status::kPeerFailed, why);
+}
+
+void Engine::check_local_peers(Clock::time_point now) noexcept {
+  if (options_.liveness_interval.count() <= 0 || now < next_liveness_check_) return;
+  next_liveness_check_ = now + options_.liveness_interval;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (!local_[peer] || dead_[peer] || left_[peer] || !process_ended(local_peers_[peer])) continue;
+    // Its goodbye may sit unread in the worker: a rank that said goodbye and exited is no failure.
+    while (ucp_worker_progress(worker_) != 0) {
+    }
+    handle_control();
+    if (left_[peer]) continue;
+    mark_dead(peer, str_cat("rank ", peer, " failed: its process (pid ", local_peers_[peer].pid,
+                            ") on this host has ended"));
+  }
+}
+
+bool Engine::lost_peer_without_detection() const noexcept {
+  if (peer_failure_detection_) return false;
+  for (int peer = 0; peer < size_; ++peer)
+    if (peer != rank_ && (dead_[peer] || blamed_[peer]) && !left_[peer]) return true;
+  return false;
 }
 
 void Engine::dispatch(uint32_t comm, int culprit, Status status, const std::string& why) noexcept {
@@ -237,6 +265,7 @@ void Engine::run() noexcept {
     handle_ep_errors();
     handle_control();
     auto now = Clock::now();
+    check_local_peers(now);
     bool busy = poll_clients(now);
     if (events) last_event = now;
     if (busy && now - last_event < options_.spin) continue;

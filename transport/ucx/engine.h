@@ -20,6 +20,7 @@
 
 #include "core/base/error.h"
 #include "transport/bootstrap/store.h"
+#include "transport/ucx/peer_process.h"
 #include "transport/ucx/tag.h"
 
 namespace cohort::transport::ucx {
@@ -42,6 +43,10 @@ struct EngineOptions {
   // Shared memory alone cannot report dead peers, and a cma read from a process that died is
   // fatal inside UCX 1.13; so cma is dropped there unless this is set (faster, not robust).
   bool cma_without_failure_detection = false;
+  // How often the progress thread checks that peers on this host (same boot and pid namespace)
+  // still run; a peer whose process ended fails at once, named, instead of at a deadline.
+  // Zero turns the check off.
+  std::chrono::milliseconds liveness_interval{100};
 };
 
 // Completion slot of one tagged transfer; it must keep its address while in flight.
@@ -142,6 +147,13 @@ class Engine {
   void wait_for_events(std::chrono::microseconds timeout, bool worker_events) noexcept;
   bool poll_clients(Clock::time_point now) noexcept;
   void handle_ep_errors() noexcept;
+  // A peer is gone: fail its transfers' owners and tell the other ranks (unless it said goodbye).
+  void mark_dead(int peer, const std::string& why) noexcept;
+  // Checks the processes of peers on this host, at most once per liveness_interval.
+  void check_local_peers(Clock::time_point now) noexcept;
+  // A peer lost without a goodbye over transports that cannot report failures: its endpoint
+  // cannot be torn down safely inside UCX 1.13 (see shutdown).
+  bool lost_peer_without_detection() const noexcept;
   void post_control_recv() noexcept;
   void handle_control() noexcept;
   void dispatch(uint32_t comm, int culprit, Status status, const std::string& why) noexcept;
@@ -160,6 +172,9 @@ class Engine {
   std::vector<char> dead_;  // world rank -> died (UCX error or report)
   std::vector<char> blamed_;  // world rank -> named in a failure: not awaited at shutdown
   std::vector<char> left_;  // world rank -> said goodbye: its later disconnect is expected
+  std::vector<ProcessIdentity> local_peers_;  // world rank -> its process, when checkable here
+  std::vector<char> local_;                   // world rank -> local_peers_[rank] is set
+  Clock::time_point next_liveness_check_{};
   bool peer_failure_detection_ = true;
   bool started_ = false;
   int epoll_fd_ = -1;
