@@ -167,7 +167,7 @@ void Task::create_trainer() {
       po.outer_lr = diloco ? 0.7 : 1.0;
       po.outer_momentum = diloco ? 0.9 : o_.parallel == "slowmo" ? 0.5 : 0.0;
       po.outer_nesterov = diloco ? 1 : 0;
-      po.staleness_penalty = co2 && o_.staleness_penalty != 0 ? 1 : 0;
+      po.staleness_penalty = co2 && o_.staleness_penalty == 1 ? 1 : 0;  // -1: the preset's (off)
       po.penalty_constant = 1.0;
       po.clip_threshold = co2 ? (o_.outer_clip >= 0 ? o_.outer_clip : 1.0) : 0.0;
       if (o_.outer_lr >= 0) po.outer_lr = o_.outer_lr;
