@@ -74,6 +74,7 @@ const std::map<std::string, Setter>& setters() {
       {"--threads", int_field(&Options::threads)},
       {"--parallel", string_field(&Options::parallel)},
       {"--tau", int_field(&Options::tau)},
+      {"--zero", int_field(&Options::zero)},
       {"--staleness-penalty", int_field(&Options::staleness_penalty)},
       {"--outer-clip", double_field(&Options::outer_clip)},
       {"--outer-lr", double_field(&Options::outer_lr)},
@@ -107,6 +108,7 @@ const char* usage_text() {
          "         [--eval-every N] [--eval-examples N] [--log-every N] [--metrics FILE.jsonl]\n"
          "         [--save PATH] [--save-every N] [--resume PATH] [--threads N] [--seed S] [--quiet]\n"
          "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N]]  (under cohort-run -n N)\n"
+         "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco, co2 0-1)\n"
          "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1]  (not sync)\n"
          "         [--staleness-penalty 0|1] [--outer-clip C]  (co2 only)\n";
 }
@@ -162,6 +164,8 @@ void apply_defaults(Options& o) {
               o.parallel == "diloco" || o.parallel == "co2",
           "unknown --parallel '" + o.parallel + "' (expected sync, localsgd, slowmo, diloco or co2)");
   require(o.tau >= 1, "--tau must be >= 1");
+  require(o.zero >= 0 && o.zero <= 3, "--zero must be 0, 1, 2 or 3, got " + std::to_string(o.zero));
+  require(o.zero == 0 || !o.parallel.empty(), "--zero needs --parallel (and several ranks)");
   require(o.staleness_penalty >= -1 && o.staleness_penalty <= 1, "--staleness-penalty must be 0 or 1");
   require(o.outer_clip == -1 || o.outer_clip >= 0, "--outer-clip must be >= 0");
   require(o.outer_lr == -1 || o.outer_lr >= 0, "--outer-lr must be >= 0");

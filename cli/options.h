@@ -47,6 +47,7 @@ struct Options {
   // srun): "" = one process; sync | localsgd | slowmo | diloco | co2 (a cohort_plan_preset).
   std::string parallel;
   int64_t tau = 8;         // inner steps per round for localsgd, slowmo, diloco and co2
+  int64_t zero = 0;        // ZeRO stage: 1 shards optimizer (outer) state, 2 gradients, 3 parameters
   int64_t staleness_penalty = -1;  // co2: 0 off, 1 on, -1 the preset's (off)
   double outer_lr = -1;            // localsgd/slowmo/diloco/co2: outer learning rate, -1 the preset's
   double outer_momentum = -1;      // outer momentum in [0, 1), -1 the preset's
@@ -60,6 +61,7 @@ struct Options {
   std::string loss_log;
   int64_t stop_after = 0;  // hidden: stop (and save) after this many steps of this run
   bool no_eval = false;    // hidden: skip the final evaluation (parity runs)
+  bool evaluates = true;   // set off on ranks other than 0: they only join the evaluation points
   bool quiet = false;      // no progress line
 };
 

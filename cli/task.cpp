@@ -149,6 +149,7 @@ void Task::create_trainer() {
   to.seed = o_.seed;
   to.num_threads = static_cast<int32_t>(o_.threads);
   cohort_status st = COHORT_OK;
+  std::string why;
   if (comm_) {
     cohort_plan_options po = cohort_plan_options_default();
     po.preset = o_.parallel == "sync"       ? COHORT_PRESET_DDP
@@ -174,15 +175,18 @@ void Task::create_trainer() {
       if (o_.outer_momentum >= 0) po.outer_momentum = o_.outer_momentum;
       if (o_.nesterov >= 0) po.outer_nesterov = static_cast<int32_t>(o_.nesterov);
     }
+    po.zero_stage = static_cast<int32_t>(o_.zero);
     cohort_plan* plan = nullptr;
     st = cohort_plan_create(&po, &plan);
     if (st == COHORT_OK) st = cohort_trainer_create_parallel(graph_, opt, plan, comm_, &to, &trainer_);
+    why = st == COHORT_OK ? "" : cohort_last_error();  // before the destroy calls replace it
     cohort_plan_destroy(plan);
   } else {
     st = cohort_trainer_create(graph_, opt, &to, &trainer_);
+    why = st == COHORT_OK ? "" : cohort_last_error();
   }
   cohort_optimizer_destroy(opt);
-  check(st, "creating the trainer");
+  if (st != COHORT_OK) throw RuntimeError("creating the trainer: " + why);
 }
 
 // The file holds records: u32 name length, name, u32 rank, i64 extents, f32 values.
@@ -251,6 +255,10 @@ float Task::step() {
   float loss = 0;
   check(cohort_trainer_step(trainer_, refs_, 2, &loss), "training step");
   return loss;
+}
+
+void Task::gather_parameters() {
+  check(cohort_trainer_gather_parameters(trainer_), "gathering the parameters for evaluation");
 }
 
 EvalResult Task::evaluate(int64_t max_examples) {

@@ -40,6 +40,9 @@ class Task {
   bool is_classifier() const { return !text_; }
   int64_t parameter_count() const { return parameter_count_; }
   cohort_trainer* trainer() { return trainer_; }
+  // Makes the parameters whole on this rank (a collective under ZeRO 3: every rank calls it at
+  // the same points, before rank 0 evaluates).
+  void gather_parameters();
   int rank() const { return rank_; }
   int world() const { return world_; }
   cohort_sampler* sampler() { return train_sampler_; }

@@ -85,6 +85,7 @@ class Loop {
   void progress(int64_t step, double rate, bool newline);
   std::string parallel_fields(cohort_parallel_stats* out);  // a JSON member; fills *out if given
   void parallel_summary();
+  cohort_parallel_stats last_parallel_{};  // at the last metrics line (before any evaluation)
 
   const Options& o_;
   Task& task_;
@@ -175,7 +176,10 @@ void Loop::log_point(int64_t step, float loss, bool final_point) {
                      ",\"" + task_.item_unit() + "_per_s\":" + json_number(rate) +
                      ",\"elapsed_s\":" + json_number(t - start_time_);
   if (!o_.parallel.empty()) line += parallel_fields(nullptr);
-  if (eval) line += eval_fields(step, final_point);
+  if (eval) {
+    task_.gather_parameters();
+    if (o_.evaluates) line += eval_fields(step, final_point);
+  }
   metrics_.write(line + "}");
   window_step_ = step;
   window_time_ = now_seconds();  // evaluation time is not training throughput
@@ -188,6 +192,7 @@ std::string Loop::parallel_fields(cohort_parallel_stats* out) {
   p.size = sizeof p;
   check(cohort_trainer_get_parallel_stats(task_.trainer(), &p), "parallel stats");
   if (out) *out = p;
+  last_parallel_ = p;
   return ",\"parallel\":{\"rounds\":" + std::to_string(p.rounds) + ",\"compute_s\":" + json_number(p.compute_seconds) +
          ",\"comm_s\":" + json_number(p.comm_seconds) + ",\"wait_s\":" + json_number(p.wait_seconds) +
          ",\"hidden_fraction\":" + json_number(p.hidden_fraction) +
@@ -198,8 +203,15 @@ std::string Loop::parallel_fields(cohort_parallel_stats* out) {
 
 void Loop::parallel_summary() {
   if (o_.quiet) return;
+  // The model state as training holds it: an evaluation may have gathered ZeRO 3's parameters.
+  const cohort_parallel_stats during = last_parallel_;
   cohort_parallel_stats p{};
   parallel_fields(&p);
+  if (during.size != 0) {
+    p.parameter_bytes = during.parameter_bytes;
+    p.gradient_bytes = during.gradient_bytes;
+    p.optimizer_state_bytes = during.optimizer_state_bytes;
+  }
   const double mib = 1.0 / (1 << 20);
   std::printf("%s: %lld rounds | communication %.2f s, %.0f%% hidden behind compute (waited %.2f s, computed "
               "%.2f s) | model state per rank: parameters %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB\n",
@@ -228,7 +240,9 @@ void Loop::run() {
   if (start_step_ >= total_) {
     std::printf("nothing to train: the checkpoint is at step %lld of %lld\n", static_cast<long long>(start_step_),
                 static_cast<long long>(total_));
-    metrics_.write("{\"step\":" + std::to_string(start_step_) + eval_fields(start_step_, true) + "}");
+    task_.gather_parameters();
+    if (o_.evaluates)
+      metrics_.write("{\"step\":" + std::to_string(start_step_) + eval_fields(start_step_, true) + "}");
   }
 }
 
@@ -239,11 +253,11 @@ int run_train(Options o) {
   if (o.threads > 0) check(cohort_set_num_threads(static_cast<int>(o.threads)), "--threads");
   Task task(o);
   if (task.world() > 1) {
-    // Rank 0 reports and evaluates; every rank saves its own checkpoint file.
+    // Rank 0 reports and evaluates (the others join its evaluation points: under ZeRO 3 the
+    // parameters are gathered there); every rank saves its own checkpoint file.
     if (task.rank() != 0) {
       o.quiet = true;
-      o.no_eval = true;
-      o.eval_every = 0;
+      o.evaluates = false;
       o.metrics.clear();
     }
     const std::string suffix = ".rank" + std::to_string(task.rank());
@@ -257,7 +271,8 @@ int run_train(Options o) {
                 "%s lr %g, warmup %lld\n",
                 cohort_version_string(), o.model.c_str(), o.data.c_str(), static_cast<long long>(task.parameter_count()),
                 static_cast<long long>(o.batch), task.world(), o.parallel.empty() ? "" : ", ",
-                o.parallel.empty() ? "" : (o.parallel + (o.parallel == "sync" ? "" : " tau " + std::to_string(o.tau))).c_str(),
+                o.parallel.empty() ? "" : (o.parallel + (o.parallel == "sync" ? "" : " tau " + std::to_string(o.tau)) +
+                                           (o.zero > 0 ? " zero " + std::to_string(o.zero) : "")).c_str(),
                 static_cast<long long>(total), static_cast<long long>(task.steps_per_epoch()), o.optimizer.c_str(), o.lr,
                 static_cast<long long>(o.warmup));
   if (!o.resume.empty()) loop.resume(o.resume);

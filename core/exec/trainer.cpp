@@ -222,7 +222,8 @@ TrainerStats Trainer::stats() const {
   TrainerStats s;
   s.step = step_;
   s.learning_rate = optimizer_->lr_at(step_ > 0 ? step_ - 1 : 0);
-  s.grad_norm = optimizer_->last_grad_norm();
+  const double hook_norm = hook_ ? hook_->applied_grad_norm() : -1.0;
+  s.grad_norm = hook_norm >= 0 ? hook_norm : optimizer_->last_grad_norm();
   s.peak_activation_bytes = train_exec_->peak_activation_bytes();
   for (size_t i = 0; i < params_.size(); ++i) s.parameter_bytes += 2 * params_[i].nbytes();
   s.parameter_bytes += optimizer_->state_bytes();

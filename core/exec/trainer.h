@@ -49,6 +49,9 @@ class StepHook {
   // of the parameters with its own optimizer, then gathers them), or returns false to let the
   // trainer's optimizer step every parameter. Called between before_update and after_update.
   virtual bool apply_update(std::vector<Tensor>& /*params*/, std::vector<Tensor>& /*grads*/) { return false; }
+  // The whole model's gradient norm its own update last used (when apply_update steps), else
+  // negative: the trainer's optimizer then has it.
+  virtual double applied_grad_norm() const { return -1.0; }
   // params: after this step's optimizer update; step: steps completed. May overwrite params.
   virtual void after_update(std::vector<Tensor>& params, int64_t step) = 0;
 

@@ -80,6 +80,9 @@ class DataParallel : public StepHook {
   void before_update(std::vector<Tensor>& grads) override;
   // ZeRO stage >= 1: steps this rank's shard and all-gathers the parameters (zero.cpp).
   bool apply_update(std::vector<Tensor>& params, std::vector<Tensor>& grads) override;
+  double applied_grad_norm() const override {
+    return shard_optimizer_ ? shard_optimizer_->last_grad_norm() : -1.0;
+  }
   void after_update(std::vector<Tensor>& params, int64_t step) override;
   // ZeRO stage 3 (zero.cpp): gathers a bucket before its first reader, releases it after the last.
   bool observes_nodes() const override { return plan_.zero_stage >= 3; }
