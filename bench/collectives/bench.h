@@ -23,7 +23,7 @@ struct BenchOptions {
   bool blocking = true;  // EngineOptions::blocking_progress
   long spin_us = 50;     // EngineOptions::spin
   long nap_us = 50;      // EngineOptions::busy_nap  // run gloo and ucx_perftest
-  size_t chunk_bytes = 128 << 10;  // CommOptions::chunk_bytes
+  size_t chunk_bytes = 0;  // CommOptions::chunk_bytes (0: picked from the host)
   size_t window = 4;             // CommOptions::window  // let shared memory use cma (faster, but a dead peer is fatal in UCX 1.13)
 };
 

@@ -1,7 +1,10 @@
 // Communicator: argument checks, schedule building and submission, split and the grid helper.
 #include "transport/coll/communicator.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <thread>
 
 #include "transport/coll/executor.h"
 #include "transport/ucx/tag.h"
@@ -29,13 +32,29 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<ucx::Engine> 
       new Communicator(std::move(engine), 0, std::move(members), rank, std::move(options)));
 }
 
+namespace {
+
+// 128 KiB, or 1 MiB when this host runs more of the job's ranks than this process may use CPUs
+// (CommOptions::chunk_bytes).
+CommOptions with_host_defaults(CommOptions options, const ucx::Engine& engine) {
+  if (options.chunk_bytes != 0) return options;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+  if (cpus <= 0) cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  options.chunk_bytes = engine.local_ranks() > cpus ? size_t{1} << 20 : size_t{128} << 10;
+  return options;
+}
+
+}  // namespace
+
 Communicator::Communicator(std::shared_ptr<ucx::Engine> engine, uint32_t id,
                            std::vector<int> members, int rank, CommOptions options)
     : engine_(std::move(engine)),
       id_(id),
       members_(std::move(members)),
       rank_(rank),
-      options_(std::move(options)) {
+      options_(with_host_defaults(std::move(options), *engine_)) {
   COHORT_CHECK(options_.timeout.count() > 0, Status::kInvalidArgument,
                "Communicator: timeout must be positive");
   std::string label = str_cat("communicator '", options_.name, "' [", rank_, "/", size(), "]");

@@ -32,10 +32,13 @@ class Executor;
 struct CommOptions {
   std::string name = "world";               // used in error messages and store keys
   std::chrono::milliseconds timeout{60000};  // no-progress limit per operation
-  // Pipelining unit of large messages. Small enough that the chunks in flight (window x chunk)
-  // stay in L2 while they are reduced: 128 KiB measured best for 64 MiB all-reduce over shared
-  // memory and tcp at 2 ranks (4.1 and 2.0 GB/s against 3.0 and 1.3 with 1 MiB, README).
-  size_t chunk_bytes = 128 << 10;
+  // Pipelining unit of large messages; 0 picks it from the host. Small enough that the chunks
+  // in flight (window x chunk) stay in L2 while they are reduced: 128 KiB measured best for a
+  // 64 MiB all-reduce at 2 ranks on 2 cores (shm 4.1 GB/s against 3.1 with 1 MiB; tcp 2.0
+  // against 1.3). With more ranks on the host than CPUs, every chunk costs the progress threads
+  // a turn on a shared core, and 1 MiB wins instead (4 ranks on 2 cores: shm 1.56 GB/s against
+  // 1.14, tcp 0.59 against 0.57).
+  size_t chunk_bytes = 0;
   size_t window = 4;                         // chunks in flight per operation
   size_t small_bytes = 128 << 10;            // at or below: latency-optimal algorithms
 };

@@ -94,6 +94,8 @@ class Engine {
   // Whether UCX itself reports dead peers (else only deadlines and peers' reports do).
   bool peer_failure_detection() const { return peer_failure_detection_; }
   std::thread::id progress_thread_id() const { return thread_.get_id(); }
+  // Ranks of this engine running on this host (same boot and pid namespace), this one included.
+  int local_ranks() const;
 
   // Thread-safe.
   void attach(std::shared_ptr<Client> client);

@@ -246,6 +246,12 @@ void Engine::connect(Store& store) {
   }
 }
 
+int Engine::local_ranks() const {
+  int n = 1;
+  for (char local : local_) n += local ? 1 : 0;
+  return n;
+}
+
 Engine::~Engine() {
   stop_.store(true, std::memory_order_release);
   wake();
