@@ -216,7 +216,7 @@ void Engine::connect(Store& store) {
     Bytes theirs = store.get(str_cat(options_.name, "/ucx/addr/", peer), options_.connect_timeout);
     if (auto process = decode(store.get(str_cat(options_.name, "/ucx/process/", peer),
                                         options_.connect_timeout));
-        process && checkable_from(self, *process) && process->pid != self.pid) {
+        process && checkable_from(self, *process)) {
       local_peers_[peer] = *process;
       local_[peer] = 1;
     }

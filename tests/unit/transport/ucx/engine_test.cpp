@@ -93,6 +93,7 @@ void ring_exchange(const std::string& tls, int world, size_t bytes, std::string*
         options.connect_timeout = milliseconds(20000);
         auto engine = Engine::create(store, rank, world, options);
         if (rank == 0 && used_tls) *used_tls = engine->tls();
+        EXPECT_EQ(engine->local_ranks(), world);  // in-process ranks share this host too
         auto client = std::make_shared<RingClient>(engine.get(), bytes);
         auto result = client->result();
         engine->attach(client);
