@@ -70,6 +70,26 @@ DataParallel::~DataParallel() {
     }
   } catch (const Error&) {
   }
+  if (comm_ && comm_->status() != Status::kOk) {
+    // A failed collective may still hold a send to a frozen rank that UCX cannot cancel
+    // (work.h): every buffer a collective touched stays alive until the communicator lets go.
+    struct Buffers {
+      std::vector<Bucket> buckets;
+      std::vector<float> anchor, prev_anchor, round_start, inflight, result, next_anchor;
+      Tensor shard_params, shard_grads;
+    };
+    auto kept = std::make_shared<Buffers>();
+    kept->buckets = std::move(buckets_);
+    kept->anchor = std::move(anchor_);
+    kept->prev_anchor = std::move(prev_anchor_);
+    kept->round_start = std::move(round_start_);
+    kept->inflight = std::move(inflight_);
+    kept->result = std::move(result_);
+    kept->next_anchor = std::move(next_anchor_);
+    kept->shard_params = shard_params_;
+    kept->shard_grads = shard_grads_;
+    comm_->keep_alive(std::move(kept));
+  }
 }
 
 void DataParallel::build_buckets(const std::vector<Tensor>& params) {

@@ -50,11 +50,10 @@ int smoke(Communicator& c) {
   return 0;
 }
 
-// `v` outlives the communicator: a send to the victim that UCX cannot cancel may still read it
-// (work.h).
-int kill_test(Communicator& c, std::vector<float>& v, int victim, Ms timeout, bool stop) {
+int kill_test(Communicator& c, int victim, Ms timeout, bool stop) {
   c.barrier()->wait(Ms(30000));  // everyone connected before the failure
-  v.assign((16u << 20) / 4, 1.0f);
+  auto buffer = std::make_shared<std::vector<float>>((16u << 20) / 4, 1.0f);
+  std::vector<float>& v = *buffer;
   auto start = std::chrono::steady_clock::now();
   auto work = c.all_reduce(v.data(), v.size(), DataType::kF32, ReduceOp::kSum);
   if (c.rank() == victim) {
@@ -85,6 +84,9 @@ int kill_test(Communicator& c, std::vector<float>& v, int victim, Ms timeout, bo
     std::printf("RESULT all_reduce finished without the victim\n");
     return 1;
   } catch (const Error& e) {
+    // A send to a frozen victim may outlive the Work (work.h): the communicator keeps the
+    // buffer from here on, and this rank lets go of it (a resumed victim would read it).
+    c.keep_alive(std::move(buffer));
     auto ms = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - start).count();
     int failed = -1;
     c.status(nullptr, &failed);
@@ -136,7 +138,6 @@ int main(int argc, char** argv) {
   std::string mode = argv[1];
   Ms timeout(std::atoi(argv[3]));
   int rc = 1;
-  std::vector<float> buffer;  // declared before the communicator, destroyed after it
   try {
     JobEnv env = detect_job_env();
     auto store = connect_job_store(env, Ms(30000));
@@ -147,8 +148,8 @@ int main(int argc, char** argv) {
     engine.keepalive = Ms(500);
     auto comm = Communicator::create(store, env.rank, env.world, options, engine);
     const int victim = argc > 4 ? std::atoi(argv[4]) : 1;
-    rc = mode == "kill"          ? kill_test(*comm, buffer, victim, timeout, false)
-         : mode == "stop"        ? kill_test(*comm, buffer, victim, timeout, true)
+    rc = mode == "kill"          ? kill_test(*comm, victim, timeout, false)
+         : mode == "stop"        ? kill_test(*comm, victim, timeout, true)
          : mode == "abort-leave" ? abort_leave(std::move(comm))
                                  : smoke(*comm);
   } catch (const std::exception& e) {

@@ -196,6 +196,8 @@ Status Communicator::status(std::string* message, int* failed_rank) const {
 
 void Communicator::abort(const std::string& reason) { executor_->abort(reason); }
 
+void Communicator::keep_alive(std::shared_ptr<void> buffers) { executor_->keep_alive(std::move(buffers)); }
+
 std::vector<int> grid_coordinates(int rank, const std::vector<int>& dims) {
   std::vector<int> coords(dims.size());
   for (size_t a = dims.size(); a-- > 0;) {

@@ -93,6 +93,10 @@ class Communicator {
   Status status(std::string* message = nullptr, int* failed_rank = nullptr) const;
   // Fails every pending and future Work and tells the peers; always returns at once.
   void abort(const std::string& reason = "abort() called");
+  // Keeps `buffers` alive until every failed operation of this communicator has let go of its
+  // transfers (work.h: a send to a frozen rank may outlive its Work). An owner that frees
+  // buffers after a failure hands them here instead; released at once when nothing is pending.
+  void keep_alive(std::shared_ptr<void> buffers);
 
  private:
   Communicator(std::shared_ptr<ucx::Engine> engine, uint32_t id, std::vector<int> members,

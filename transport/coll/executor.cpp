@@ -69,6 +69,14 @@ void Executor::close() {
   set_error(Status::kInvalidState, str_cat(name_, ": communicator destroyed"), -1);
 }
 
+void Executor::keep_alive(std::shared_ptr<void> buffers) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    kept_.push_back(std::move(buffers));
+  }
+  engine_->wake();  // poll() lets go of them once nothing drains
+}
+
 Status Executor::error(std::string* message, int* culprit) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (message) *message = message_;
@@ -182,6 +190,11 @@ bool Executor::poll(Clock::time_point now) {
         ++i;
       }
     }
+  }
+  std::vector<std::shared_ptr<void>> release;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (draining_.empty()) release.swap(kept_);
   }
   if (!active_.empty()) check_deadline(now);
   return !active_.empty() || !draining_.empty();

@@ -30,6 +30,7 @@ class Executor : public ucx::Client {
   std::shared_ptr<Work> submit(std::unique_ptr<Op> op, Order order, int peer = -1);
   void abort(const std::string& reason);  // fails everything now; returns at once
   void close();                           // the communicator is gone
+  void keep_alive(std::shared_ptr<void> buffers);  // until nothing drains (Communicator)
   void set_timeout(std::chrono::milliseconds t) { timeout_ms_.store(t.count()); }
   std::chrono::milliseconds timeout() const {
     return std::chrono::milliseconds(timeout_ms_.load());
@@ -80,6 +81,7 @@ class Executor : public ucx::Client {
   // each other, so that receives posted before sends cannot deadlock a ring).
   std::vector<std::unique_ptr<Op>> active_;
   std::vector<std::unique_ptr<Op>> draining_;  // failed ops whose transfers are being cancelled
+  std::vector<std::shared_ptr<void>> kept_;     // guarded by mutex_: freed once draining_ empties
   Clock::time_point last_progress_{};
   // A stalled operation first tells the others whom it waits for and listens for a grace
   // period, so that every rank can follow the chain of waits to the rank that is really stuck.

@@ -534,7 +534,10 @@ COHORT_API cohort_status cohort_comm_recv(cohort_comm* comm, void* buf, size_t c
 
 /* Waits until the operation finishes: COHORT_OK, its failure, or COHORT_ERR_TIMEOUT when
  * timeout_ms (>= 0; -1 = the communicator's own deadline) passes first — the work is still
- * valid then and may be waited on again. */
+ * valid then and may be waited on again. Once it returns COHORT_OK or a failure, the buffers
+ * are the caller's again; the one exception is a failure blamed on a rank that froze (not
+ * died) over shared memory, whose send UCX cannot cancel: keep that operation's buffers until
+ * the communicator is destroyed. */
 COHORT_API cohort_status cohort_work_wait(cohort_work* work, int64_t timeout_ms);
 /* *done_out = 1 when finished (then the status is the operation's), 0 while pending. */
 COHORT_API cohort_status cohort_work_test(cohort_work* work, int32_t* done_out);

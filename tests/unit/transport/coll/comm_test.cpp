@@ -172,5 +172,19 @@ TEST(CommTest, WaitDeadlineLeavesWorkPending) {
   });
 }
 
+// Buffers handed to keep_alive are let go at once when no failed operation still drains.
+TEST(CommTest, KeepAliveReleasesWhenNothingDrains) {
+  run_ranks(2, {}, [](Communicator& c) {
+    auto buffer = std::make_shared<std::vector<float>>(1024, 1.0f);
+    std::weak_ptr<std::vector<float>> watch = buffer;
+    c.all_reduce(buffer->data(), buffer->size(), DataType::kF32, ReduceOp::kSum)->wait(kWait);
+    c.keep_alive(std::move(buffer));
+    auto deadline = std::chrono::steady_clock::now() + milliseconds(5000);
+    while (!watch.expired() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(milliseconds(1));
+    EXPECT_TRUE(watch.expired());
+  });
+}
+
 }  // namespace
 }  // namespace cohort::transport::coll::testing
