@@ -216,7 +216,9 @@ void Engine::connect(Store& store) {
     Bytes theirs = store.get(str_cat(options_.name, "/ucx/addr/", peer), options_.connect_timeout);
     if (auto process = decode(store.get(str_cat(options_.name, "/ucx/process/", peer),
                                         options_.connect_timeout));
-        process && checkable_from(self, *process)) {
+        process && checkable_from(self, *process) && !process_ended(*process)) {
+      // (A peer that seems ended already is one this process cannot see, e.g. /proc mounted
+      // with hidepid: its liveness is left to the deadlines, never judged from here.)
       local_peers_[peer] = *process;
       local_[peer] = 1;
     }
