@@ -52,12 +52,18 @@ TEST(PeerProcess, JudgesOnlyPeersOfTheSameBootAndPidNamespace) {
   EXPECT_FALSE(checkable_from(ProcessIdentity{}, self));  // this process unknown: judge nobody
 }
 
-TEST(PeerProcess, ZombieAndReapedChildHaveEnded) {
+// A child that waits for a signal; the caller kills and reaps it.
+pid_t paused_child() {
   pid_t child = fork();
   if (child == 0) {
     pause();
     _exit(0);
   }
+  return child;
+}
+
+TEST(PeerProcess, ZombieAndReapedChildHaveEnded) {
+  pid_t child = paused_child();
   ASSERT_GT(child, 0);
   auto id = process_of(child);
   ASSERT_TRUE(id.has_value());
@@ -76,11 +82,7 @@ TEST(PeerProcess, ZombieAndReapedChildHaveEnded) {
 }
 
 TEST(PeerProcess, StoppedProcessHasNotEnded) {
-  pid_t child = fork();
-  if (child == 0) {
-    pause();
-    _exit(0);
-  }
+  pid_t child = paused_child();
   ASSERT_GT(child, 0);
   auto id = process_of(child);
   ASSERT_TRUE(id.has_value());
