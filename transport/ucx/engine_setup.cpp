@@ -328,6 +328,13 @@ void Engine::shutdown() noexcept {
       // engine that lost a peer), which is the only teardown that cannot crash.
       log(LogLevel::kInfo, str_cat("ucx: '", options_.name, "' lost a peer over UCX_TLS=", tls_,
                                    "; its UCX worker is left to the process"));
+      // Held on purpose, reachable from a global (so leak checkers see it as kept, not lost).
+      static std::mutex abandoned_mutex;
+      static auto* abandoned = new std::vector<std::pair<ucp_worker_h, ucp_context_h>>();
+      {
+        std::lock_guard<std::mutex> lock(abandoned_mutex);
+        abandoned->emplace_back(worker_, context_);
+      }
       worker_ = nullptr;
       context_ = nullptr;
     } else {
