@@ -75,7 +75,7 @@ DataParallel::~DataParallel() {
     // (work.h): every buffer a collective touched stays alive until the communicator lets go.
     struct Buffers {
       std::vector<Bucket> buckets;
-      std::vector<float> anchor, prev_anchor, round_start, inflight, result, next_anchor;
+      std::vector<float> anchor, prev_anchor, round_start, inflight, result, next_anchor, scalars;
       Tensor shard_params, shard_grads;
     };
     auto kept = std::make_shared<Buffers>();
@@ -86,6 +86,7 @@ DataParallel::~DataParallel() {
     kept->inflight = std::move(inflight_);
     kept->result = std::move(result_);
     kept->next_anchor = std::move(next_anchor_);
+    kept->scalars = std::move(scalars_);
     kept->shard_params = shard_params_;
     kept->shard_grads = shard_grads_;
     comm_->keep_alive(std::move(kept));

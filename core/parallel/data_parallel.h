@@ -147,6 +147,7 @@ class DataParallel : public StepHook {
   void wait_outer();
   void poll_outer();
   double sum_over_ranks(float* values, size_t n);  // blocking all-reduce; returns values[0]
+  std::vector<float> scalars_;  // sum_over_ranks' reduction buffer
   void save_outer_shard(checkpoint::CheckpointExtra& extra);
   void load_outer_shard(const checkpoint::CheckpointExtra& extra);
   void end_round_co2(std::vector<Tensor>& params);

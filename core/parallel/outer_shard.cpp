@@ -62,12 +62,11 @@ void DataParallel::end_round_sharded(std::vector<Tensor>& params) {
   comm_->reduce_scatter(inflight_.data(), result_.data(), outer_block_, coll::DataType::kF32, coll::ReduceOp::kAvg)
       ->wait();
   for (size_t i = 0; i < outer_block_; ++i) result_[i] = anchor_[i] - result_[i];
-  auto sum_over_ranks = [this](double local) {
+  auto sum_scalar = [this](double local) {
     float v = static_cast<float>(local);
-    comm_->all_reduce(&v, 1, coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
-    return static_cast<double>(v);
+    return sum_over_ranks(&v, 1);
   };
-  stats_.last_momentum_norm = outer_.step(anchor_, result_.data(), 1.0, sum_over_ranks);
+  stats_.last_momentum_norm = outer_.step(anchor_, result_.data(), 1.0, sum_scalar);
   comm_->all_gather(anchor_.data(), inflight_.data(), outer_block_, coll::DataType::kF32)->wait();
   double took = seconds(Clock::now() - start);
   step_wait_ += took;
@@ -108,12 +107,17 @@ void DataParallel::poll_outer() {
 }
 
 double DataParallel::sum_over_ranks(float* values, size_t n) {
+  // Reduced in a member buffer, not the caller's (often a local): a failed reduction may leave
+  // a send to a frozen rank holding it (work.h), and the destructor keeps members alive then.
+  if (scalars_.size() < n) scalars_.resize(n);
+  std::copy(values, values + n, scalars_.begin());
   Clock::time_point start = Clock::now();
-  comm_->all_reduce(values, n, coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
+  comm_->all_reduce(scalars_.data(), n, coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
   double took = seconds(Clock::now() - start);
   step_wait_ += took;
   stats_.wait_seconds += took;
   stats_.comm_seconds += took;
+  std::copy(scalars_.begin(), scalars_.begin() + static_cast<std::ptrdiff_t>(n), values);
   return values[0];
 }
 

@@ -96,13 +96,7 @@ void DataParallel::copy_shard(const Bucket& b, std::vector<Tensor>& params, floa
 double DataParallel::global_grad_norm() {
   // ||g||^2 = sum over ranks of the shard sums of squares (the shards are disjoint).
   float sum = static_cast<float>(kernels::cpu::sum_of_squares(shard_grads_.data<float>(), shard_grads_.numel()));
-  Clock::time_point start = Clock::now();
-  comm_->all_reduce(&sum, 1, coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
-  double took = seconds(Clock::now() - start);
-  step_wait_ += took;
-  stats_.wait_seconds += took;
-  stats_.comm_seconds += took;
-  return std::sqrt(static_cast<double>(sum));
+  return std::sqrt(sum_over_ranks(&sum, 1));
 }
 
 bool DataParallel::apply_update(std::vector<Tensor>& params, std::vector<Tensor>&) {
