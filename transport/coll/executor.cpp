@@ -73,6 +73,7 @@ void Executor::keep_alive(std::shared_ptr<void> buffers) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     kept_.push_back(std::move(buffers));
+    has_kept_.store(true, std::memory_order_release);
   }
   engine_->wake();  // poll() lets go of them once nothing drains
 }
@@ -192,9 +193,10 @@ bool Executor::poll(Clock::time_point now) {
     }
   }
   std::vector<std::shared_ptr<void>> release;
-  {
+  if (has_kept_.load(std::memory_order_acquire) && draining_.empty()) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (draining_.empty()) release.swap(kept_);
+    release.swap(kept_);
+    has_kept_.store(false, std::memory_order_release);
   }
   if (!active_.empty()) check_deadline(now);
   return !active_.empty() || !draining_.empty();

@@ -82,6 +82,7 @@ class Executor : public ucx::Client {
   std::vector<std::unique_ptr<Op>> active_;
   std::vector<std::unique_ptr<Op>> draining_;  // failed ops whose transfers are being cancelled
   std::vector<std::shared_ptr<void>> kept_;     // guarded by mutex_: freed once draining_ empties
+  std::atomic<bool> has_kept_{false};          // kept_ is not empty (poll looks without the lock)
   Clock::time_point last_progress_{};
   // A stalled operation first tells the others whom it waits for and listens for a grace
   // period, so that every rank can follow the chain of waits to the rank that is really stuck.
