@@ -69,6 +69,7 @@ std::unique_ptr<Op> build_all_gather(const Plan& plan, const void* in, void* out
   if (n == 1) return op;
   const int right = static_cast<int>((r + 1) % n), left = static_cast<int>((r + n - 1) % n);
   const size_t chunks = chunk_count(plan, block);
+  op->window = single_pass_window(plan, chunks);
   for (size_t c = 0; c < chunks; ++c) {
     const size_t off = part_offset(block, chunks, c), len = part_count(block, chunks, c);
     Chain chain;

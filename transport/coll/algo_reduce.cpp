@@ -17,6 +17,10 @@ size_t chunk_count(const Plan& plan, size_t bytes) {
   return std::clamp<size_t>(chunks, 1, ucx::kMaxChunks);
 }
 
+size_t single_pass_window(const Plan& plan, size_t chunks) {
+  return chunks >= kLongRing ? 2 * plan.window : plan.window;
+}
+
 namespace {
 
 uint8_t* at(void* base, size_t elements, size_t elem) {
@@ -144,8 +148,9 @@ std::unique_ptr<Op> build_reduce_scatter(const Plan& plan, const void* in, void*
   const int right = static_cast<int>((r + 1) % n), left = static_cast<int>((r + n - 1) % n);
   const size_t chunks = chunk_count(plan, count * es);
   const size_t max_chunk = (count + chunks - 1) / chunks;
+  op->window = single_pass_window(plan, chunks);
   std::vector<uint8_t*> slots;
-  for (size_t i = 0; i < 2 * std::min(chunks, plan.window); ++i)
+  for (size_t i = 0; i < 2 * std::min(chunks, op->window); ++i)
     slots.push_back(op->new_scratch(max_chunk * es));
   for (size_t c = 0; c < chunks; ++c) {
     const size_t off = part_offset(count, chunks, c), len = part_count(count, chunks, c);

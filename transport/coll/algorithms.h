@@ -29,6 +29,13 @@ inline size_t part_offset(size_t total, size_t parts, size_t i) {
 }
 // Chunks to cut `bytes` into so that each is about plan.chunk_bytes (at least 1).
 size_t chunk_count(const Plan& plan, size_t bytes);
+// Chains in flight for a reduce-scatter or all-gather ring, whose chains have half the stages
+// of an all-reduce's: twice plan.window once a rank's block has at least kLongRing chunks (16
+// MiB at 128 KiB; 2 ranks over shm: reduce-scatter of 32 and 64 MiB 1.5-1.6 -> 2.1-2.2 GB/s,
+// all-gather of 32 MiB 3.3-3.5 -> 3.6-3.9), plan.window below it (doubling there cost the
+// reduce-scatter: 16 MiB 2.7-3.2 -> 1.8-2.0, 4 MiB 2.1 -> 1.3).
+constexpr size_t kLongRing = 128;
+size_t single_pass_window(const Plan& plan, size_t chunks);
 
 std::unique_ptr<Op> build_all_reduce(const Plan& plan, const void* in, void* out, size_t count,
                                      DataType type, ReduceOp op);
