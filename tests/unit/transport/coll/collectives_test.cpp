@@ -85,7 +85,8 @@ TEST_P(CollTest, ReduceScatter) {
 TEST_P(CollTest, ReduceScatterInPlace) {
   run([](Communicator& c) {
     const int n = c.size();
-    for (size_t count : {size_t{1}, size_t{7}, size_t{30001}}) {
+    // 300007: a block of 147 chunks, past kLongRing, so the doubled window runs too.
+    for (size_t count : {size_t{1}, size_t{7}, size_t{30001}, size_t{300007}}) {
       auto buf = make_input(c.rank(), count * n, DataType::kF32);
       void* mine = buf.data() + c.rank() * count * 4;
       c.reduce_scatter(buf.data(), mine, count, DataType::kF32, ReduceOp::kSum)->wait(kWait);
@@ -100,7 +101,8 @@ TEST_P(CollTest, AllGather) {
   run([](Communicator& c) {
     const int n = c.size();
     for (DataType t : {DataType::kF32, DataType::kBF16, DataType::kI64}) {
-      for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{30001}}) {
+      // 300007 f32: a block of 147 chunks, past kLongRing (the doubled window).
+      for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{30001}, size_t{300007}}) {
         auto in = make_input(c.rank(), count, t);
         std::vector<uint8_t> out(std::max<size_t>(count * n * dtype_size(t), 1));
         c.all_gather(in.data(), out.data(), count, t)->wait(kWait);
