@@ -91,7 +91,8 @@ class Communicator {
   std::chrono::milliseconds timeout() const;
   // kOk, or the sticky error; `message` and `failed_rank` (communicator rank or -1) if given.
   Status status(std::string* message = nullptr, int* failed_rank = nullptr) const;
-  // Fails every pending and future Work and tells the peers; always returns at once.
+  // Fails every pending and future Work and tells the peers; always returns at once (a Work
+  // already transferring fails once its transfers are cancelled: work.h).
   void abort(const std::string& reason = "abort() called");
   // Keeps `buffers` alive until every failed operation of this communicator has let go of its
   // transfers (work.h: a send to a frozen rank may outlive its Work). An owner that frees

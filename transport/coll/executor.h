@@ -28,7 +28,7 @@ class Executor : public ucx::Client {
 
   // Caller threads.
   std::shared_ptr<Work> submit(std::unique_ptr<Op> op, Order order, int peer = -1);
-  void abort(const std::string& reason);  // fails everything now; returns at once
+  void abort(const std::string& reason);  // fails everything (running ops once drained); returns at once
   void close();                           // the communicator is gone
   void keep_alive(std::shared_ptr<void> buffers);  // until nothing drains (Communicator)
   void set_timeout(std::chrono::milliseconds t) { timeout_ms_.store(t.count()); }

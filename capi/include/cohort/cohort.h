@@ -507,7 +507,9 @@ COHORT_API cohort_status cohort_comm_split(cohort_comm* comm, int32_t color, int
 /* COHORT_OK, or the sticky failure (its message names the rank); failed_rank_out (may be NULL)
  * gets the failed rank or -1. */
 COHORT_API cohort_status cohort_comm_status(const cohort_comm* comm, int32_t* failed_rank_out);
-/* Fails every pending and later operation and tells the peers. Always returns at once. */
+/* Fails every pending and later operation and tells the peers. Always returns at once; an
+ * operation already transferring fails as soon as its transfers are cancelled (see
+ * cohort_work_wait). */
 COHORT_API cohort_status cohort_comm_abort(cohort_comm* comm);
 
 /* count is in elements. f32, bf16 and f16 reduce in f32; i32/i64 support sum and max. in may
