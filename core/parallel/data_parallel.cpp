@@ -11,10 +11,6 @@ namespace cohort::parallel {
 
 namespace coll = transport::coll;
 
-namespace {
-double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
-}  // namespace
-
 std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanConfig& plan,
                                                    std::shared_ptr<coll::Communicator> comm) {
   COHORT_CHECK(comm != nullptr, Status::kInvalidArgument, "data parallel: no communicator");
@@ -127,18 +123,28 @@ void DataParallel::poll() {
   }
 }
 
+DataParallel::Clock::time_point DataParallel::note_wait(Clock::time_point start) {
+  Clock::time_point now = Clock::now();
+  step_wait_ += seconds(now - start);
+  stats_.wait_seconds += seconds(now - start);
+  return now;
+}
+
+void DataParallel::settle(coll::WorkPtr& work) {
+  if (!work) return;
+  try {
+    work->wait();
+  } catch (const Error&) {
+  }
+  work.reset();
+}
+
 void DataParallel::begin_step() {
   // Buckets left half-done by a step that failed (an error in backward or in a collective):
   // let their reductions end before their buffers are reused. A failed collective leaves the
   // communicator's sticky error, which the next collective reports.
   for (Bucket& b : buckets_) {
-    if (b.work) {
-      try {
-        b.work->wait();
-      } catch (const Error&) {
-      }
-    }
-    b.work.reset();
+    settle(b.work);
     b.finished = false;
     b.remaining = b.params.size();
   }
@@ -210,10 +216,7 @@ void DataParallel::end_round_blocking(std::vector<Tensor>& params) {
   for (size_t i = 0; i < numel_; ++i) inflight_[i] = anchor_[i] - inflight_[i];
   Clock::time_point start = Clock::now();
   comm_->all_reduce(inflight_.data(), numel_, coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
-  double took = seconds(Clock::now() - start);
-  step_wait_ += took;
-  stats_.wait_seconds += took;
-  stats_.comm_seconds += took;
+  note_blocking(start);
   stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0);
   unflatten(anchor_, params);
   round_start_ = anchor_;
@@ -228,10 +231,7 @@ void DataParallel::end_round_co2(std::vector<Tensor>& params) {
   if (inflight_work_) {
     Clock::time_point start = Clock::now();
     inflight_work_->wait();
-    Clock::time_point now = Clock::now();
-    step_wait_ += seconds(now - start);
-    stats_.wait_seconds += seconds(now - start);
-    stats_.comm_seconds += seconds(now - inflight_launched_);
+    stats_.comm_seconds += seconds(note_wait(start) - inflight_launched_);
     inflight_work_.reset();
     have_result_ = true;
   }

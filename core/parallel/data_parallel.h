@@ -134,7 +134,15 @@ class DataParallel : public StepHook {
   };
   void build_buckets(const std::vector<Tensor>& params);
   void poll();  // records completion times of collectives in flight (throws their failure)
-  void wait(transport::coll::Work& work, Clock::time_point launched, Clock::time_point* done);
+  static double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+  // The training thread waited on communication from `start` until now: counted in the step's
+  // wait (not compute) and the run's. Returns now.
+  Clock::time_point note_wait(Clock::time_point start);
+  // A blocking collective from `start` until now: all of it communication, all of it waited.
+  void note_blocking(Clock::time_point start) { stats_.comm_seconds += seconds(note_wait(start) - start); }
+  // Waits out a collective a failed step left in flight and drops it; its failure is not
+  // thrown here (the communicator's sticky error reaches the next collective).
+  static void settle(transport::coll::WorkPtr& work);
   void end_round_blocking(std::vector<Tensor>& params);
   // ZeRO 1 of the outer state (outer_shard.cpp).
   bool outer_sharded() const { return plan_.mode != SyncMode::kSync && plan_.zero_stage >= 1; }

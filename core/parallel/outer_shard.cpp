@@ -29,10 +29,6 @@ namespace cohort::parallel {
 
 namespace coll = transport::coll;
 
-namespace {
-double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
-}  // namespace
-
 void DataParallel::init_outer_shard(const std::vector<float>& flat) {
   const size_t world = static_cast<size_t>(comm_->size()), rank = static_cast<size_t>(comm_->rank());
   outer_block_ = (flat.size() + world - 1) / world;
@@ -68,10 +64,7 @@ void DataParallel::end_round_sharded(std::vector<Tensor>& params) {
   };
   stats_.last_momentum_norm = outer_.step(anchor_, result_.data(), 1.0, sum_scalar);
   comm_->all_gather(anchor_.data(), inflight_.data(), outer_block_, coll::DataType::kF32)->wait();
-  double took = seconds(Clock::now() - start);
-  step_wait_ += took;
-  stats_.wait_seconds += took;
-  stats_.comm_seconds += took;
+  note_blocking(start);
   unflatten(inflight_, params);
   ++stats_.rounds;
 }
@@ -86,10 +79,7 @@ void DataParallel::wait_outer() {
   if (!outer_done_seen_ && !inflight_work_->test()) {  // test() throws the collective's failure
     Clock::time_point start = Clock::now();
     inflight_work_->wait();
-    double took = seconds(Clock::now() - start);
-    step_wait_ += took;
-    stats_.wait_seconds += took;
-    outer_done_at_ = Clock::now();
+    outer_done_at_ = note_wait(start);
   } else if (!outer_done_seen_) {
     outer_done_at_ = Clock::now();
   }
@@ -113,10 +103,7 @@ double DataParallel::sum_over_ranks(float* values, size_t n) {
   std::copy(values, values + n, scalars_.begin());
   Clock::time_point start = Clock::now();
   comm_->all_reduce(scalars_.data(), n, coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
-  double took = seconds(Clock::now() - start);
-  step_wait_ += took;
-  stats_.wait_seconds += took;
-  stats_.comm_seconds += took;
+  note_blocking(start);
   std::copy(scalars_.begin(), scalars_.begin() + static_cast<std::ptrdiff_t>(n), values);
   return values[0];
 }

@@ -33,10 +33,6 @@ namespace cohort::parallel {
 
 namespace coll = transport::coll;
 
-namespace {
-double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
-}  // namespace
-
 void DataParallel::build_shards(const optim::Optimizer& inner) {
   const size_t world = static_cast<size_t>(comm_->size());
   size_t shard = 0;
@@ -132,10 +128,7 @@ void DataParallel::gather_parameters(std::vector<Tensor>& params) {
     if (plan_.zero_stage >= 2) std::vector<float>().swap(b.buf);
   }
   // Blocking: the next forward needs every parameter (stage 3 would gather per layer).
-  double took = seconds(Clock::now() - start);
-  step_wait_ += took;
-  stats_.wait_seconds += took;
-  stats_.comm_seconds += took;
+  note_blocking(start);
 }
 
 void DataParallel::build_uses(const Trainer& trainer) {
@@ -199,9 +192,7 @@ void DataParallel::finish_gather(Bucket& b, std::vector<Tensor>& params) {
   if (!b.gather->test()) {
     Clock::time_point start = Clock::now();
     b.gather->wait();
-    double took = seconds(Clock::now() - start);
-    step_wait_ += took;
-    stats_.wait_seconds += took;
+    note_wait(start);
   }
   stats_.comm_seconds += seconds(Clock::now() - b.gather_launched);
   b.gather.reset();
@@ -226,11 +217,7 @@ void DataParallel::begin_step_sharded() {
   // communicator's next collective).
   for (Bucket& b : buckets_) {
     if (b.gather) {
-      try {
-        b.gather->wait();
-      } catch (const Error&) {
-      }
-      b.gather.reset();
+      settle(b.gather);
       note_gathered_bytes(-b.held_bytes);
       b.held_bytes = 0;
       std::vector<float>().swap(b.gathered);
