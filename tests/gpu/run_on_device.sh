@@ -3,10 +3,15 @@
 # builds with nvcc alone, runs the kernel tests with a fixed and a fresh seed, compute-sanitizer
 # (memcheck, racecheck) over the tests, the benchmark and the PyTorch anchor. Logs go to
 # $OUT (or ./gpu-out); the summary prints last. Usage: tests/gpu/run_on_device.sh [ARCH]
+# The NCCL communicator's tests need GoogleTest, which the GPU machine lacks: here, once,
+#   echo /.gpu-deps/ >> .git/info/exclude; mkdir -p .gpu-deps && (cd .gpu-deps &&
+#   apt-get download libgtest-dev && dpkg -x libgtest-dev_*.deb root)
+# then carry .gpu-deps; GTEST_ROOT below finds it (without it those tests are not built).
 set -uo pipefail
 out=${OUT:-$PWD/gpu-out}
 arch=${1:-sm_90}
 root=$(cd "$(dirname "$0")/../.." && pwd)
+[[ -d "$root/.gpu-deps/root/usr/include/gtest" ]] && export GTEST_ROOT=$root/.gpu-deps/root/usr
 export PATH=/usr/local/cuda/bin:$PATH
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv \
@@ -19,9 +24,15 @@ $b/gpu_kernels_test 12345 > "$out/test.log" 2>&1; echo "rc=$?" >> "$out/test.log
 $b/gpu_kernels_test > "$out/test2.log" 2>&1; echo "rc=$?" >> "$out/test2.log"
 { timeout 240 compute-sanitizer --tool memcheck $b/gpu_kernels_test 7 | tail -4
   timeout 240 compute-sanitizer --tool racecheck $b/gpu_kernels_test 7 | tail -4; } > "$out/sanitizer.log" 2>&1
+if [[ -x $b/nccl_communicator_test ]]; then
+  timeout 120 $b/nccl_communicator_test > "$out/nccl.log" 2>&1; echo "rc=$?" >> "$out/nccl.log"
+else
+  echo "nccl_communicator_test not built (see build.log)" > "$out/nccl.log"
+fi
 timeout 200 $b/bench_cuda_kernels 989 > "$out/bench.log" 2>&1
 timeout 120 python3 "$root/bench/cuda/torch_anchor.py" > "$out/torch.log" 2>&1
 cat "$out/device.txt"
 grep -hE "FAIL|checks|rc=" "$out/test.log" "$out/test2.log"
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|Error" "$out/sanitizer.log"
+grep -hE "PASSED|FAILED|SKIPPED|not built|rc=" "$out/nccl.log"
 cat "$out/bench.log" "$out/torch.log"
