@@ -2,14 +2,14 @@
 //
 // Layout. oneDNN runs its fast (brgemm) matmul kernels only on dense operands: a matrix read
 // through a leading dimension, as the heads interleaved in a [T, 3C] qkv row are, falls back to
-// a plain gemm at 0.5-0.8x the speed. So, one batch element at a time, q, k, v (and in backward
-// o and dO) are copied into head-major panels cut in blocks of kRows tokens: block i of a panel
-// is a dense [H, m_i, D] array (m_i = kRows except for a shorter last block). Every product is
-// then between dense blocks, batched over the H heads, and a batch element's panels (T x 3C
-// floats) stay in cache.
+// a plain gemm at 0.5-0.8x the speed. So, one group of batch elements at a time (as many as fit
+// in about half of L2), q, k, v (and in backward dO) are copied into head-major panels cut in
+// blocks of kRows tokens: block i of a panel is a dense [pairs, m_i, D] array over the group's
+// (element, head) pairs (m_i = kRows except for a shorter last block). Every product is then
+// between dense blocks, batched over the pairs, and the group's panels stay in cache.
 //
 // Tiles. Query block i sees key blocks j <= i when causal (all j otherwise); the scores of the
-// pair (i, j) are a dense tile [H, m_i, m_j]. Tiles above the diagonal are never computed, so a
+// pair (i, j) are a dense tile [pairs, m_i, m_j]. Tiles above the diagonal are never computed, so a
 // causal layer does (nb + 1) / (2 nb) of the full products for nb blocks; only the diagonal
 // tile is masked inside. A row of scores is the concatenation of its tiles: the softmax runs
 // over the segments. Workspace: the panels and one block row of tiles (H x kRows x T floats,
@@ -39,11 +39,11 @@ namespace {
 // the masked triangle (3/8 of the products at T = 128, 15/32 at T = 1024).
 constexpr int64_t kRows = 64;
 
-// Block geometry of a group of G batch elements [b0, b0 + G): their G x H (element, head)
-// pairs are the batch of every product.
+// Block geometry of a group of G batch elements: their G x H (element, head) pairs are the
+// batch of every product.
 struct Blocks {
   const AttentionDims& d;
-  int64_t b0, G;
+  int64_t G;
   int64_t pairs() const { return G * d.H; }
   int64_t count() const { return (d.T + kRows - 1) / kRows; }
   int64_t rows(int64_t i) const { return std::min(kRows, d.T - i * kRows); }
@@ -71,37 +71,38 @@ std::unique_ptr<float[]> workspace(int64_t n) {
   return std::unique_ptr<float[]>(new float[static_cast<size_t>(n)]);
 }
 
-// Head-major block panels of a group from its elements' T rows of stride ld: element g's rows
-// start at rows + g * element; part c (of `parts`, e.g. q, k, v) occupies columns
-// [c C, (c + 1) C) of a row, head h columns [h D, (h + 1) D) of its part, and goes to the
-// panel at panels + c * panel. One pass over the rows. unpack is the inverse.
-void pack(const Blocks& k, const float* rows, int64_t element, int64_t ld, int64_t parts, float* panels,
-          int64_t panel) {
+// Between a group's T rows of stride ld per element (element g's rows start at
+// rows + g * element) and its head-major block panels: part c (of `parts`, e.g. q, k, v)
+// occupies columns [c C, (c + 1) C) of a row, head h columns [h D, (h + 1) D) of its part, and
+// its panel starts at panels + c * panel. kPack copies rows into panels (PanelT = float,
+// RowT = const float), else panels into rows; one pass over the rows either way.
+template <bool kPack, typename PanelT, typename RowT>
+void copy_panels(const Blocks& k, PanelT* panels, int64_t panel, int64_t parts, RowT* rows, int64_t element,
+                 int64_t ld) {
   const AttentionDims& d = k.d;
 #pragma omp parallel for schedule(static)
   for (int64_t gt = 0; gt < k.G * d.T; ++gt) {
     const int64_t g = gt / d.T, t = gt % d.T, i = t / kRows, r = t % kRows;
-    const float* src = rows + g * element + t * ld;
+    RowT* row = rows + g * element + t * ld;
     for (int64_t ch = 0; ch < parts * d.H; ++ch) {
-      float* dst = panels + (ch / d.H) * panel + k.pair(i, g, ch % d.H) + r * d.D;
+      PanelT* at = panels + (ch / d.H) * panel + k.pair(i, g, ch % d.H) + r * d.D;
+      if constexpr (kPack) {
 #pragma omp simd
-      for (int64_t c = 0; c < d.D; ++c) dst[c] = src[ch * d.D + c];
+        for (int64_t c = 0; c < d.D; ++c) at[c] = row[ch * d.D + c];
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < d.D; ++c) row[ch * d.D + c] = at[c];
+      }
     }
   }
 }
+void pack(const Blocks& k, const float* rows, int64_t element, int64_t ld, int64_t parts, float* panels,
+          int64_t panel) {
+  copy_panels<true>(k, panels, panel, parts, rows, element, ld);
+}
 void unpack(const Blocks& k, const float* panels, int64_t panel, int64_t parts, float* rows, int64_t element,
             int64_t ld) {
-  const AttentionDims& d = k.d;
-#pragma omp parallel for schedule(static)
-  for (int64_t gt = 0; gt < k.G * d.T; ++gt) {
-    const int64_t g = gt / d.T, t = gt % d.T, i = t / kRows, r = t % kRows;
-    float* dst = rows + g * element + t * ld;
-    for (int64_t ch = 0; ch < parts * d.H; ++ch) {
-      const float* src = panels + (ch / d.H) * panel + k.pair(i, g, ch % d.H) + r * d.D;
-#pragma omp simd
-      for (int64_t c = 0; c < d.D; ++c) dst[ch * d.D + c] = src[c];
-    }
-  }
+  copy_panels<false>(k, panels, panel, parts, rows, element, ld);
 }
 
 // One row of scores, r-th of (element, head) pair p in query block i, as its tiles' segments.
@@ -193,7 +194,7 @@ void attention_forward(const AttentionDims& d, const float* qkv, float* out, flo
   auto ws = workspace(4 * panel + G * d.H * std::min(kRows, d.T) * d.T);
   float *q = ws.get(), *k = q + panel, *v = k + panel, *o = v + panel, *s = o + panel;
   for (int64_t b0 = 0; b0 < d.B; b0 += G) {
-    const Blocks g{d, b0, std::min(G, d.B - b0)};
+    const Blocks g{d, std::min(G, d.B - b0)};
     const float* rows = qkv + b0 * d.T * ld;
     pack(g, rows, d.T * ld, ld, 3, q, panel);  // q, k, v
     for (int64_t i = 0; i < g.count(); ++i) {
@@ -223,7 +224,7 @@ void attention_backward(const AttentionDims& d, const float* qkv, const float* o
   float *q = ws.get(), *k = q + panel, *v = k + panel, *dO = v + panel;
   float *dq = dO + panel, *dk = dq + panel, *dv = dk + panel, *p = dv + panel, *dp = p + work;
   for (int64_t b0 = 0; b0 < d.B; b0 += G) {
-    const Blocks g{d, b0, std::min(G, d.B - b0)};
+    const Blocks g{d, std::min(G, d.B - b0)};
     const float* rows = qkv + b0 * d.T * ld;
     pack(g, rows, d.T * ld, ld, 3, q, panel);  // q, k, v
     pack(g, dout + b0 * d.T * C, d.T * C, C, 1, dO, panel);
