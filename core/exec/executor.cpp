@@ -66,6 +66,9 @@ Tensor Executor::allocate(const TensorType& type) {
   size_t bytes = static_cast<size_t>(shape_numel(type.shape)) * dtype_size(type.dtype);
   std::shared_ptr<Storage> storage;
   auto it = pool_.lower_bound(bytes);
+  // Of the free buffers of the best-fitting size, take the one freed last: it is the most likely
+  // to be still in cache, so writing the new output does not first fetch cold lines from memory.
+  if (it != pool_.end()) it = std::prev(pool_.upper_bound(it->first));
   if (it != pool_.end() && it->first <= 2 * bytes + 4096) {
     storage = std::move(it->second);
     pool_.erase(it);
