@@ -140,7 +140,8 @@ double Optimizer::grad_norm(const std::vector<Tensor>& grads) const {
   return std::sqrt(total);
 }
 
-void Optimizer::update_one(Tensor& param, const Tensor& grad, Slot& slot, double lr, float grad_scale) {
+void Optimizer::update_one(Tensor& param, const Tensor& grad, Slot& slot, double lr, float grad_scale,
+                           double* grad_sum_sq) {
   const int64_t n = param.numel();
   const bool bf16 = param.dtype() == DType::kBF16;
   float* p = bf16 ? slot.master.data<float>() : param.data<float>();
@@ -159,7 +160,7 @@ void Optimizer::update_one(Tensor& param, const Tensor& grad, Slot& slot, double
     a.weight_decay = static_cast<float>(c.weight_decay);
     a.grad_scale = grad_scale;
     a.nesterov = c.nesterov;
-    kc::sgd_update(p, g, slot.momentum.defined() ? slot.momentum.data<float>() : nullptr, p16, n, a);
+    kc::sgd_update(p, g, slot.momentum.defined() ? slot.momentum.data<float>() : nullptr, p16, n, a, grad_sum_sq);
     return;
   }
   const double t = static_cast<double>(step_count_ + 1);
@@ -174,7 +175,7 @@ void Optimizer::update_one(Tensor& param, const Tensor& grad, Slot& slot, double
   a.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(c.beta2, t)));
   a.bias_correction1 = static_cast<float>(1.0 - std::pow(c.beta1, t));
   a.noise_ranks = static_cast<float>(noise_ranks_);
-  kc::adamw_update(p, g, slot.exp_avg.data<float>(), slot.exp_avg_sq.data<float>(), p16, n, a);
+  kc::adamw_update(p, g, slot.exp_avg.data<float>(), slot.exp_avg_sq.data<float>(), p16, n, a, grad_sum_sq);
 }
 
 void Optimizer::prepare(std::vector<Tensor>& params, std::vector<Tensor>& grads) {
@@ -188,7 +189,17 @@ void Optimizer::prepare(std::vector<Tensor>& params, std::vector<Tensor>& grads)
 
 void Optimizer::step(std::vector<Tensor>& params, std::vector<Tensor>& grads) {
   prepare(params, grads);
-  apply(params, grads, grad_norm(grads));
+  if (config_.clip_norm > 0) {
+    apply(params, grads, grad_norm(grads));  // clipping needs the norm before any update
+    return;
+  }
+  // Without clipping the norm is only reported: the update kernels measure it as they read the
+  // gradients instead of a separate pass over all of them.
+  const double lr = lr_at(step_count_);
+  double total = 0.0;
+  for (size_t i = 0; i < params.size(); ++i) update_one(params[i], grads[i], slots_[i], lr, 1.0f, &total);
+  last_grad_norm_ = std::sqrt(total);
+  ++step_count_;
 }
 
 void Optimizer::step(std::vector<Tensor>& params, std::vector<Tensor>& grads, double global_grad_norm) {
@@ -205,7 +216,7 @@ void Optimizer::apply(std::vector<Tensor>& params, std::vector<Tensor>& grads, d
     if (coef < 1.0) grad_scale = static_cast<float>(coef);
   }
   const double lr = lr_at(step_count_);
-  for (size_t i = 0; i < params.size(); ++i) update_one(params[i], grads[i], slots_[i], lr, grad_scale);
+  for (size_t i = 0; i < params.size(); ++i) update_one(params[i], grads[i], slots_[i], lr, grad_scale, nullptr);
   ++step_count_;
 }
 

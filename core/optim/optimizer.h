@@ -93,7 +93,8 @@ class Optimizer {
   void prepare(std::vector<Tensor>& params, std::vector<Tensor>& grads);  // state, then checks
   void apply(std::vector<Tensor>& params, std::vector<Tensor>& grads, double norm);  // checked args
   double grad_norm(const std::vector<Tensor>& grads) const;
-  void update_one(Tensor& param, const Tensor& grad, Slot& slot, double lr, float grad_scale);
+  // One parameter's update; adds the sum of squares of its gradient to *grad_sum_sq when not null.
+  void update_one(Tensor& param, const Tensor& grad, Slot& slot, double lr, float grad_scale, double* grad_sum_sq);
 
   OptimizerConfig config_;
   std::vector<Slot> slots_;

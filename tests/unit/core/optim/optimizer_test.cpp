@@ -29,6 +29,12 @@ Tensor make(const std::vector<double>& v) {
   return t;
 }
 
+Tensor copy_of(const Tensor& t) {
+  Tensor c = Tensor::empty(t.shape(), t.dtype());
+  c.copy_from(t);
+  return c;
+}
+
 std::vector<double> grads_at(int t) {
   std::vector<double> g(kP0.size());
   for (size_t i = 0; i < g.size(); ++i) g[i] = grad_at(t, i);
@@ -253,6 +259,40 @@ TEST(Optimizer, NoClipBelowThreshold) {
   EXPECT_DOUBLE_EQ(opt.last_grad_norm(), 5.0);
   EXPECT_FLOAT_EQ(params[0].data<float>()[0], -3.0f);
   EXPECT_FLOAT_EQ(params[0].data<float>()[1], -4.0f);
+}
+
+TEST(Optimizer, WithoutClippingTheNormIsMeasuredDuringTheUpdate) {
+  // Without clipping the kernels measure the norm as they read the gradients (in blocks, on the
+  // OpenMP path for the large tensor): the updates and the norm must equal those of a clipping
+  // optimizer whose threshold is never reached, which measures in a separate pass first.
+  for (const OptimizerConfig& base : {sgd(0.1, 0.9), adamw(0.01, 0.1)}) {
+    OptimizerConfig measured = base, clipped = base;
+    clipped.clip_norm = 1e30;
+    Optimizer a(measured), b(clipped);
+    const int64_t n = 300001;  // several blocks and a ragged tail
+    std::vector<Tensor> pa = {Tensor::empty({n}, DType::kF32), make({0.5, -2.0, 7.0})}, pb, ga, gb;
+    double expect = 0.0;
+    for (int64_t i = 0; i < n; ++i) pa[0].data<float>()[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(i)));
+    for (int t = 0; t < 3; ++t) {
+      ga = {Tensor::empty({n}, DType::kF32), make({3.0 + t, -4.0, 0.25})};
+      expect = 0.0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float g = static_cast<float>(std::cos(0.003 * static_cast<double>(i) + t));
+        ga[0].data<float>()[i] = g;
+        expect += static_cast<double>(g) * g;
+      }
+      for (int i = 0; i < 3; ++i) expect += static_cast<double>(ga[1].data<float>()[i]) * ga[1].data<float>()[i];
+      if (t == 0) pb = {copy_of(pa[0]), copy_of(pa[1])};
+      gb = {copy_of(ga[0]), copy_of(ga[1])};
+      a.step(pa, ga);
+      b.step(pb, gb);
+      EXPECT_NEAR(a.last_grad_norm(), std::sqrt(expect), 1e-9 * std::sqrt(expect));
+      EXPECT_NEAR(a.last_grad_norm(), b.last_grad_norm(), 1e-12 * b.last_grad_norm());  // summed in another order
+      for (size_t k = 0; k < pa.size(); ++k)
+        for (int64_t i = 0; i < pa[k].numel(); ++i)
+          ASSERT_EQ(pa[k].data<float>()[i], pb[k].data<float>()[i]) << "parameter " << k << " element " << i;
+    }
+  }
 }
 
 TEST(Optimizer, Bf16ParametersKeepAnFp32Master) {
