@@ -223,8 +223,26 @@ void matmul_sum_batch(MatmulType type, const void* a, const Dims& a_shape, bool 
   }
   if (trans_a && !trans_b) {
     // Contracting the rows of both: the batch folds into K, e.g. dW = dy^T x over all tokens.
-    run(dt, dt, matrix(M, batch * K, true, M), a, matrix(batch * K, N, false, N), b,
-        matrix(M, N, false, N), c, nullptr);
+    const int64_t rows = batch * K;
+    if (M < 4 * N) {
+      run(dt, dt, matrix(M, rows, true, M), a, matrix(rows, N, false, N), b, matrix(M, N, false, N), c, nullptr);
+      return;
+    }
+    // oneDNN copies a transposed operand before the product; when a is the much wider one (the
+    // gradient of an expanding layer, dW = dy^T x with dy 4x wider than x), the product is faster
+    // as c^T = b^T a, transposing the narrow b, followed by one transpose of the small result
+    // (bench step, MLP up-projection: 3.7 -> 3.2-3.5 ms).
+    thread_local std::vector<char> scratch;
+    scratch.resize(static_cast<size_t>(M * N) * type_size(type));
+    run(dt, dt, matrix(N, rows, true, N), b, matrix(rows, M, false, M), a, matrix(N, M, false, M), scratch.data(),
+        nullptr);
+    dnnl_call("reorder", [&] {
+      auto& eng = dnnl_engine();
+      memory::desc from({M, N}, dt, Dims{1, M}), to({M, N}, dt, Dims{N, 1});
+      memory src(from, eng, scratch.data()), dst(to, eng, c);
+      dnnl::reorder(src, dst).execute(dnnl_stream(), src, dst);
+      dnnl_stream().wait();
+    });
     return;
   }
   // Otherwise accumulate batch by batch in fp32 (bf16 accumulation would lose the sum).

@@ -106,6 +106,7 @@ void add_matmul_cases(std::vector<OpCase>& out) {
   const Lin lins[] = {
       {"2d", {4, 6}, 5, true}, {"odd", {7, 13}, 3, true}, {"nobias", {3, 5}, 4, false},
       {"3d", {2, 3, 8}, 6, true}, {"3d_nobias", {2, 5, 3}, 1, false},
+      {"expand", {2, 3, 4}, 17, true},  // out >= 4 in: dW formed transposed, then transposed back
   };
   for (const Lin& l : lins) {
     OpCase c;
@@ -287,6 +288,43 @@ TEST(MatmulKernel, ModerateShapesMatchLoops) {
         ASSERT_NEAR(g, want[j], (bf ? 1e-2 : 2e-5) * std::max(1.0, std::fabs(want[j])))
             << shape_str(cs.a) << " x " << shape_str(cs.b) << (bf ? " bf16" : " f32") << " element " << j;
       }
+    }
+}
+
+// dW-like products c = sum_i a_i^T b_i at sizes past the register blocks: the direct product, and
+// the one formed as (b^T a)^T when a is at least 4x wider than b.
+TEST(MatmulKernel, SumBatchTransposedMatchesLoops) {
+  struct Case { Shape a, b; };
+  const Case cases[] = {{{2, 70, 130}, {2, 70, 31}}, {{3, 40, 50}, {3, 40, 45}}, {{1, 9, 64}, {1, 9, 16}}};
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (const Case& cs : cases)
+    for (kernels::cpu::MatmulType type : {kernels::cpu::MatmulType::kF32, kernels::cpu::MatmulType::kBF16}) {
+      const bool bf = type == kernels::cpu::MatmulType::kBF16;
+      const int64_t batch = cs.a[0], K = cs.a[1], M = cs.a[2], N = cs.b[2];
+      std::vector<float> f[2];
+      std::vector<uint16_t> h[2];
+      for (int i = 0; i < 2; ++i)
+        for (int64_t j = 0; j < numel(i == 0 ? cs.a : cs.b); ++j) {
+          const float v = bf16_to_f32(f32_to_bf16(u(rng)));
+          f[i].push_back(v);
+          h[i].push_back(f32_to_bf16(v));
+        }
+      std::vector<float> got(static_cast<size_t>(M * N));
+      std::vector<uint16_t> got_h(got.size());
+      kernels::cpu::matmul_sum_batch(type, bf ? static_cast<const void*>(h[0].data()) : f[0].data(), cs.a, true,
+                                     bf ? static_cast<const void*>(h[1].data()) : f[1].data(), cs.b, false,
+                                     bf ? static_cast<void*>(got_h.data()) : got.data());
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          double want = 0;
+          for (int64_t i = 0; i < batch; ++i)
+            for (int64_t k = 0; k < K; ++k)
+              want += static_cast<double>(f[0][static_cast<size_t>((i * K + k) * M + m)]) * f[1][static_cast<size_t>((i * K + k) * N + n)];
+          const double g = bf ? bf16_to_f32(got_h[static_cast<size_t>(m * N + n)]) : got[static_cast<size_t>(m * N + n)];
+          ASSERT_NEAR(g, want, (bf ? 1e-2 : 2e-5) * std::max(1.0, std::fabs(want)))
+              << shape_str(cs.a) << " x " << shape_str(cs.b) << (bf ? " bf16" : " f32") << " at " << m << ", " << n;
+        }
     }
 }
 
