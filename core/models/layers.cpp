@@ -37,14 +37,14 @@ Initializer constant_init(double value) {
 }
 
 ValueId add_linear(Graph& g, const std::string& prefix, ValueId x, int64_t in, int64_t out, bool bias,
-                   const LinearInit& init) {
+                   const LinearInit& init, const std::string& op) {
   ValueId w = g.add_parameter(prefix + ".weight", DType::kF32, {out, in}, init.weight);
   std::vector<ValueId> inputs = {x, w};
   if (bias) {
     Initializer b = init.torch_bias ? torch_default_bias_init(in) : init.bias;
     inputs.push_back(g.add_parameter(prefix + ".bias", DType::kF32, {out}, b));
   }
-  return g.add_op("linear", prefix, inputs, Attrs()).at(0);
+  return g.add_op(op, prefix, inputs, Attrs()).at(0);
 }
 
 ValueId add_conv(Graph& g, const std::string& prefix, ValueId x, int64_t in, int64_t out, int64_t kernel,

@@ -1,12 +1,14 @@
 // Matrix products: matmul (batched, broadcasting, optional transposes), linear (PyTorch layout,
-// y = x W^T + b) and the internal matmul_sum_batch that forms the gradient of an operand shared
-// across a batch without materialising per-batch products. Kernels: kernels/cpu/matmul.cpp
-// (oneDNN, fp32 and native bf16).
+// y = x W^T + b), gelu_linear (a linear layer applied to gelu(x), whose backward folds the
+// activation's gradient into a product), and the internal matmul_sum_batch (the gradient of an
+// operand shared across a batch, without materialising per-batch products) and matmul_mul.
+// Kernels: kernels/cpu/matmul.cpp (oneDNN, fp32 and native bf16).
 #include <algorithm>
 
 #include "core/base/error.h"
 #include "core/graph/graph.h"
 #include "core/ops/schema.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
 
 namespace cohort {
@@ -206,12 +208,92 @@ OpSchema linear_schema() {
   return s;
 }
 
+// gelu_linear: y = gelu(x) W^T + b, the second layer of a transformer MLP with its activation.
+// Outputs 1 and 2 are a = gelu(x) and g = gelu'(x), written in the same pass and kept for
+// backward: dW = dy^T a, and dx = (dy W) * g comes out of one matmul_mul, so backward never
+// reads x again nor makes a separate pass for the activation's gradient.
+void gelu_linear_backward(BackwardContext& b) {
+  COHORT_CHECK(b.grad_output(2) < 0, Status::kUnsupported, "gelu_linear '", b.node().name,
+               "': output 2 (gelu'(x)) has no gradient rule");
+  const ValueId dy = b.grad_output(0), a = b.output(1), g = b.output(2);
+  if (b.needs_grad_input(0)) {
+    if (dy >= 0 && b.grad_output(1) < 0) {
+      b.set_grad_input(0, b.add1("matmul_mul", {dy, b.input(1), g}));
+    } else {  // a is also used elsewhere: da = dy W + (gradient of a), then times g
+      ValueId da = b.grad_output(1);
+      if (dy >= 0) da = b.add1("add", {b.add1("matmul", {dy, b.input(1)}), da});
+      b.set_grad_input(0, b.add1("mul", {da, g}));
+    }
+  }
+  if (dy < 0) return;
+  if (b.needs_grad_input(1)) b.set_grad_input(1, b.add1("matmul_sum_batch", {dy, a}, flags(true, false)));
+  if (b.node().inputs.size() > 2 && b.needs_grad_input(2)) {
+    Attrs s;
+    s.set("shape", b.input_type(2).shape);
+    b.set_grad_input(2, b.add1("sum_to", {dy}, s));
+  }
+}
+
+OpSchema gelu_linear_schema() {
+  OpSchema s;
+  s.name = "gelu_linear";
+  s.inputs = {"x", "weight", "bias"};
+  s.optional_inputs = 1;
+  s.infer = [](const ShapeContext& c) {
+    std::vector<TensorType> t = linear_shape(c);
+    t.push_back(c.inputs[0]);
+    t.push_back(c.inputs[0]);
+    return t;
+  };
+  s.kernels[0] = [](KernelContext& k) {
+    const Tensor& x = k.inputs[0];
+    const int64_t K = x.shape().back(), N = k.inputs[1].dim(0);
+    float* a = k.outputs[1].data<float>();
+    kc::gelu_with_grad(x.data<float>(), a, k.outputs[2].data<float>(), x.numel());
+    kc::linear(kc::MatmulType::kF32, a, k.inputs[1].raw(), k.inputs.size() > 2 ? k.inputs[2].raw() : nullptr,
+               k.outputs[0].raw(), x.numel() / std::max<int64_t>(K, 1), N, K);
+  };
+  s.backward = gelu_linear_backward;
+  return s;
+}
+
+OpSchema matmul_mul_schema() {
+  OpSchema s;
+  s.name = "matmul_mul";  // (a [..., K], b [K, N], m [..., N]) -> (a b) * m
+  s.inputs = {"a", "b", "m"};
+  s.internal = true;
+  s.infer = [](const ShapeContext& c) {
+    expect_float(c, 0);
+    expect_same_dtype(c, 0, 1);
+    expect_same_dtype(c, 0, 2);
+    expect_min_rank(c, 0, 1);
+    expect_rank(c, 1, 2);
+    const Shape& a = c.inputs[0].shape;
+    const Shape& b = c.inputs[1].shape;
+    if (b[0] != a.back()) shape_error(str_cat("input 1 has shape ", shape_str(b), ", expected [", a.back(), ", *]"));
+    Shape out = a;
+    out.back() = b[1];
+    if (c.inputs[2].shape != out)
+      shape_error(str_cat("input 2 has shape ", shape_str(c.inputs[2].shape), ", expected ", shape_str(out)));
+    return std::vector<TensorType>{{c.inputs[0].dtype, out}};
+  };
+  s.kernels[0] = [](KernelContext& k) {
+    const Tensor& a = k.inputs[0];
+    const int64_t K = a.shape().back(), N = k.inputs[1].dim(1);
+    kc::matmul_mul(kc::MatmulType::kF32, a.raw(), k.inputs[1].raw(), k.inputs[2].raw(), k.outputs[0].raw(),
+                   a.numel() / std::max<int64_t>(K, 1), N, K);
+  };
+  return s;
+}
+
 }  // namespace
 
 void register_matmul_ops(OpRegistry& r) {
   r.add(matmul_schema());
   r.add(matmul_sum_batch_schema());
   r.add(linear_schema());
+  r.add(gelu_linear_schema());
+  r.add(matmul_mul_schema());
 }
 
 }  // namespace cohort

@@ -108,6 +108,23 @@ inline float gelu_grad(float x) {
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }
 
+// GELU and its derivative from one exponential, for a backward pass that multiplies by the saved
+// derivative. With s = 1 / (1 + e^(-2u)) = (1 + tanh u) / 2: gelu = x s and, since
+// 1 - tanh^2 u = 4 s (1 - s), gelu' = s + 2 x s (1 - s) u'. s (1 - s) is exactly 0 where s
+// saturates to 1, and for very negative x the product is taken only where it is not 0, so a
+// huge x u' never meets s (1 - s) = 0 (that would be a NaN where tanh's form gives 0 too).
+inline void gelu_and_grad(float x, float& y, float& dydx) {
+  const float u = kGeluK * (x + 0.044715f * x * x * x);
+  const float s = 1.0f / (1.0f + exp_approx(std::min(-2.0f * u, 88.0f)));
+  const float du = kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
+  const float q = s * (1.0f - s);
+  y = x * s;
+  dydx = s + (q == 0.0f ? 0.0f : 2.0f * x * du * q);
+}
+
+COHORT_VECTOR_CLONES void gelu_and_grad_span(const float* x, float* y, float* dydx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gelu_and_grad(x[i], y[i], dydx[i]);
+}
 COHORT_VECTOR_CLONES void gelu_span(const float* x, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gelu(x[i]);
 }
@@ -132,6 +149,10 @@ void unary(UnaryOp op, const float* x, float* out, int64_t n) {
       parallel_spans(n, kParallelMin, [&](int64_t b, int64_t e) { tanh_span(x + b, out + b, e - b); });
       break;
   }
+}
+
+void gelu_with_grad(const float* x, float* y, float* dydx, int64_t n) {
+  parallel_spans(n, kParallelMin, [&](int64_t b, int64_t e) { gelu_and_grad_span(x + b, y + b, dydx + b, e - b); });
 }
 
 void unary_grad(UnaryOp op, const float* x, const float* dy, float* dx, int64_t n) {

@@ -19,6 +19,9 @@ void scale(const float* x, float factor, float* out, int64_t n);
 void unary(UnaryOp op, const float* x, float* out, int64_t n);
 // dx = dy * f'(x) (relu, gelu) or dy * (1 - y^2) (tanh, given y = tanh(x)).
 void unary_grad(UnaryOp op, const float* x_or_y, const float* dy, float* dx, int64_t n);
+// y = gelu(x) (tanh approximation) and dydx = gelu'(x) in one pass, for a backward pass that
+// multiplies by the saved derivative instead of recomputing it from x.
+void gelu_with_grad(const float* x, float* y, float* dydx, int64_t n);
 
 // Sums x (shape in_shape) into out (shape out_shape, broadcast-compatible with in_shape).
 void reduce_to_shape(const float* x, const std::vector<int64_t>& in_shape, float* out,

@@ -71,6 +71,20 @@ std::vector<DVec> linear_ref(const std::vector<DVec>& in, const std::vector<Shap
   return {out};
 }
 
+// gelu_linear: y = gelu(x) W^T + b, a = gelu(x), g = gelu'(x) (tanh approximation, in double).
+std::vector<DVec> gelu_linear_ref(const std::vector<DVec>& in, const std::vector<Shape>& sh, const Attrs& at) {
+  const double k = std::sqrt(2.0 / M_PI);
+  DVec a(in[0].size()), g(in[0].size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = in[0][i], t = std::tanh(k * (x + 0.044715 * x * x * x));
+    a[i] = 0.5 * x * (1.0 + t);
+    g[i] = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+  }
+  std::vector<DVec> lin_in = in;
+  lin_in[0] = a;
+  return {linear_ref(lin_in, sh, at)[0], a, g};
+}
+
 }  // namespace
 
 void add_matmul_cases(std::vector<OpCase>& out) {
@@ -115,6 +129,26 @@ void add_matmul_cases(std::vector<OpCase>& out) {
     c.inputs = {{l.x}, {{l.N, l.x.back()}}};
     if (l.bias) c.inputs.push_back({{l.N}});
     c.reference = linear_ref;
+    out.push_back(c);
+  }
+  // gelu_linear: outputs checked {0} use the fused backward (matmul_mul); {0, 1} the path where
+  // gelu(x) feeds something else too; the last case compares the saved a and gelu'(x) themselves.
+  struct GeluLin { const char* label; Shape x; int64_t N; bool bias; std::vector<int> checked; bool grad; };
+  const GeluLin gls[] = {
+      {"2d", {5, 6}, 4, true, {0}, true},
+      {"3d_nobias", {2, 3, 7}, 5, false, {0}, true},
+      {"also_uses_gelu", {4, 5}, 3, true, {0, 1}, true},
+      {"saved_outputs", {3, 9}, 2, true, {0, 1, 2}, false},
+  };
+  for (const GeluLin& l : gls) {
+    OpCase c;
+    c.op = "gelu_linear";
+    c.label = l.label;
+    c.inputs = {{l.x, DType::kF32, -4.0, 4.0}, {{l.N, l.x.back()}}};
+    if (l.bias) c.inputs.push_back({{l.N}});
+    c.reference = gelu_linear_ref;
+    c.checked_outputs = l.checked;
+    c.check_grad = l.grad;
     out.push_back(c);
   }
 }
