@@ -210,8 +210,8 @@ OpSchema linear_schema() {
 
 // gelu_linear: y = gelu(x) W^T + b, the second layer of a transformer MLP with its activation.
 // Outputs 1 and 2 are a = gelu(x) and g = gelu'(x), written in the same pass and kept for
-// backward: dW = dy^T a, and dx = (dy W) * g comes out of one matmul_mul, so backward never
-// reads x again nor makes a separate pass for the activation's gradient.
+// backward: dW = dy^T a and dx = (dy W) * g (matmul_mul), so backward never reads x again nor
+// recomputes the activation's derivative.
 void gelu_linear_backward(BackwardContext& b) {
   COHORT_CHECK(b.grad_output(2) < 0, Status::kUnsupported, "gelu_linear '", b.node().name,
                "': output 2 (gelu'(x)) has no gradient rule");
@@ -280,7 +280,7 @@ OpSchema matmul_mul_schema() {
   s.kernels[0] = [](KernelContext& k) {
     const Tensor& a = k.inputs[0];
     const int64_t K = a.shape().back(), N = k.inputs[1].dim(1);
-    kc::matmul_mul(kc::MatmulType::kF32, a.raw(), k.inputs[1].raw(), k.inputs[2].raw(), k.outputs[0].raw(),
+    kc::matmul_mul(a.data<float>(), k.inputs[1].data<float>(), k.inputs[2].data<float>(), k.outputs[0].data<float>(),
                    a.numel() / std::max<int64_t>(K, 1), N, K);
   };
   return s;

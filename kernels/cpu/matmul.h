@@ -51,10 +51,9 @@ void matmul_sum_batch(MatmulType type, const void* a, const std::vector<int64_t>
 void linear(MatmulType type, const void* x, const void* weight, const void* bias, void* y, int64_t M,
             int64_t N, int64_t K);
 
-// c[M, N] = (a[M, K] b[K, N]) * m[M, N] element-wise, all row-major and of one type: the product
-// multiplies each block of its result as it writes it, e.g. dh = (dy W) * gelu'(h) in one pass.
-void matmul_mul(MatmulType type, const void* a, const void* b, const void* m, void* c, int64_t M, int64_t N,
-                int64_t K);
+// c[M, N] = (a[M, K] b[K, N]) * m[M, N] element-wise, all row-major fp32, e.g. the input gradient
+// through an activation, dh = (dy W) * gelu'(h), when gelu'(h) was saved.
+void matmul_mul(const float* a, const float* b, const float* m, float* c, int64_t M, int64_t N, int64_t K);
 
 // Primitive cache switch, for bench/gemm's comparison only (on by default).
 void set_matmul_cache_enabled(bool on);
