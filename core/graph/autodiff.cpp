@@ -1,5 +1,6 @@
 // Reverse-mode autodiff over the OP-DAG. Nodes are visited in reverse id order (ids are
-// topological); contributions to one value are summed with "add" nodes.
+// topological); contributions to one value are summed with "add" nodes, unless the rule of the
+// node visited last adds the sum so far itself (BackwardContext::accumulated_grad).
 #include "core/graph/autodiff.h"
 
 #include <algorithm>
@@ -70,6 +71,13 @@ std::vector<ValueId> build_backward(Graph& g, ValueId loss, const std::vector<Va
     COHORT_CHECK(static_cast<bool>(node.op->backward), Status::kUnsupported, node.op->name, " '",
                  node.name, "' has no backward rule but the loss needs its gradient");
     BackwardContext ctx(g, node, gout);
+    // Gradients summed so far, offered to the rule for inputs the node reads once.
+    std::vector<ValueId> acc(node.inputs.size(), -1);
+    for (size_t i = 0; i < node.inputs.size(); ++i)
+      if (relevant[static_cast<size_t>(node.inputs[i])] &&
+          std::count(node.inputs.begin(), node.inputs.end(), node.inputs[i]) == 1)
+        acc[i] = grad[static_cast<size_t>(node.inputs[i])];
+    ctx.set_accumulated_grads(std::move(acc));
     node.op->backward(ctx);
     grad.resize(g.values().size(), -1);
     for (size_t i = 0; i < node.inputs.size(); ++i) {
@@ -77,7 +85,7 @@ std::vector<ValueId> build_backward(Graph& g, ValueId loss, const std::vector<Va
       ValueId gi = ctx.grad_inputs()[i];
       if (gi < 0 || !relevant[static_cast<size_t>(in)]) continue;
       ValueId& acc = grad[static_cast<size_t>(in)];
-      if (acc < 0) {
+      if (acc < 0 || ctx.grad_input_is_total(i)) {
         acc = gi;
       } else {
         ValueId sum = g.add_op("add", str_cat(g.value(in).name, ".grad_acc", g.nodes().size()), {acc, gi}, Attrs()).at(0);

@@ -41,21 +41,36 @@ Shape last_dim_norm_checks(const ShapeContext& c, size_t vectors) {
 
 int64_t rows_of(const Tensor& x) { return x.numel() / x.shape().back(); }
 
-// Backward rules: one *_grad node whose outputs are the gradients of inputs 0..n-1.
-BackwardFn grad_rule(const std::string& grad_op, std::vector<size_t> saved_outputs, size_t n_grads) {
-  return [grad_op, saved_outputs, n_grads](BackwardContext& b) {
+// Backward rules: one *_grad node whose outputs are the gradients of inputs 0..n-1. With
+// `accumulates`, the gradient already summed for x (a residual stream's, in a pre-norm block)
+// is a last input that the kernel adds to dx.
+BackwardFn grad_rule(const std::string& grad_op, std::vector<size_t> saved_outputs, size_t n_grads,
+                     bool accumulates) {
+  return [grad_op, saved_outputs, n_grads, accumulates](BackwardContext& b) {
     if (b.grad_output(0) < 0) return;  // only the statistics are used: they carry no gradient
     std::vector<ValueId> in = {b.input(0), b.input(1)};
     for (size_t o : saved_outputs) in.push_back(b.output(o));
     in.push_back(b.grad_output(0));
+    const ValueId acc = accumulates ? b.accumulated_grad(0) : -1;
+    if (acc >= 0) in.push_back(acc);
     std::vector<ValueId> g = b.add(grad_op, in, b.attrs());
-    for (size_t i = 0; i < n_grads; ++i) b.set_grad_input(i, g[i]);
+    if (acc >= 0) b.set_grad_input_total(0, g[0]);
+    else b.set_grad_input(0, g[0]);
+    for (size_t i = 1; i < n_grads; ++i) b.set_grad_input(i, g[i]);
   };
 }
 
-// Grad op shapes: dx like input 0, then one gradient like input 1 (gamma) per parameter.
-ShapeFn grad_shapes(size_t n_params) {
-  return [n_params](const ShapeContext& c) {
+const float* dx_add_of(const KernelContext& k, size_t index) {
+  return k.inputs.size() > index ? k.inputs[index].data<float>() : nullptr;
+}
+
+// Grad op shapes: dx like input 0, then one gradient like input 1 (gamma) per parameter; the
+// optional dx_add input (at index dx_add) must be shaped like x.
+ShapeFn grad_shapes(size_t n_params, size_t dx_add = 0) {
+  return [n_params, dx_add](const ShapeContext& c) {
+    if (dx_add > 0 && c.inputs.size() > dx_add && !(c.inputs[dx_add] == c.inputs[0]))
+      shape_error(str_cat("input ", dx_add, " (dx_add) has shape ", shape_str(c.inputs[dx_add].shape), ", expected ",
+                          shape_str(c.inputs[0].shape)));
     std::vector<TensorType> out = {c.inputs[0]};
     for (size_t i = 0; i < n_params; ++i) out.push_back(c.inputs[1]);
     return out;
@@ -77,20 +92,22 @@ void register_layernorm(OpRegistry& r) {
                           k.outputs[0].data<float>(), k.outputs[1].data<float>(), k.outputs[2].data<float>(),
                           rows_of(x), x.shape().back(), eps_attr(k.attrs));
   };
-  s.backward = grad_rule("layernorm_grad", {1, 2}, 3);
+  s.backward = grad_rule("layernorm_grad", {1, 2}, 3, true);
   r.add(s);
 
   OpSchema g;
-  g.name = "layernorm_grad";  // (x, gamma, mean, rstd, dy) -> dx, dgamma, dbeta
-  g.inputs = {"x", "gamma", "mean", "rstd", "dy"};
+  g.name = "layernorm_grad";  // (x, gamma, mean, rstd, dy[, dx_add]) -> dx (+ dx_add), dgamma, dbeta
+  g.inputs = {"x", "gamma", "mean", "rstd", "dy", "dx_add"};
+  g.optional_inputs = 1;
   g.internal = true;
   g.attrs = s.attrs;
-  g.infer = grad_shapes(2);
+  g.infer = grad_shapes(2, 5);
   g.kernels[0] = [](KernelContext& k) {
     const Tensor& x = k.inputs[0];
     kc::layernorm_backward(x.data<float>(), k.inputs[1].data<float>(), k.inputs[2].data<float>(),
                            k.inputs[3].data<float>(), k.inputs[4].data<float>(), k.outputs[0].data<float>(),
-                           k.outputs[1].data<float>(), k.outputs[2].data<float>(), rows_of(x), x.shape().back());
+                           k.outputs[1].data<float>(), k.outputs[2].data<float>(), rows_of(x), x.shape().back(),
+                           dx_add_of(k, 5));
   };
   r.add(g);
 }
@@ -109,20 +126,21 @@ void register_rmsnorm(OpRegistry& r) {
     kc::rmsnorm_forward(x.data<float>(), k.inputs[1].data<float>(), k.outputs[0].data<float>(),
                         k.outputs[1].data<float>(), rows_of(x), x.shape().back(), eps_attr(k.attrs));
   };
-  s.backward = grad_rule("rmsnorm_grad", {1}, 2);
+  s.backward = grad_rule("rmsnorm_grad", {1}, 2, true);
   r.add(s);
 
   OpSchema g;
-  g.name = "rmsnorm_grad";  // (x, gamma, rstd, dy) -> dx, dgamma
-  g.inputs = {"x", "gamma", "rstd", "dy"};
+  g.name = "rmsnorm_grad";  // (x, gamma, rstd, dy[, dx_add]) -> dx (+ dx_add), dgamma
+  g.inputs = {"x", "gamma", "rstd", "dy", "dx_add"};
+  g.optional_inputs = 1;
   g.internal = true;
   g.attrs = s.attrs;
-  g.infer = grad_shapes(1);
+  g.infer = grad_shapes(1, 4);
   g.kernels[0] = [](KernelContext& k) {
     const Tensor& x = k.inputs[0];
     kc::rmsnorm_backward(x.data<float>(), k.inputs[1].data<float>(), k.inputs[2].data<float>(),
                          k.inputs[3].data<float>(), k.outputs[0].data<float>(), k.outputs[1].data<float>(),
-                         rows_of(x), x.shape().back());
+                         rows_of(x), x.shape().back(), dx_add_of(k, 4));
   };
   r.add(g);
 }
@@ -153,7 +171,7 @@ void register_groupnorm(OpRegistry& r) {
                           k.outputs[0].data<float>(), k.outputs[1].data<float>(), k.outputs[2].data<float>(),
                           x.dim(0), x.dim(1), x.dim(2) * x.dim(3), k.attrs.get_int("groups"), eps_attr(k.attrs));
   };
-  s.backward = grad_rule("groupnorm_grad", {1, 2}, 3);
+  s.backward = grad_rule("groupnorm_grad", {1, 2}, 3, false);
   r.add(s);
 
   OpSchema g;

@@ -91,6 +91,13 @@ void BackwardContext::set_grad_input(size_t i, ValueId grad) {
   grad_inputs_[i] = grad;
 }
 
+void BackwardContext::set_grad_input_total(size_t i, ValueId total) {
+  COHORT_ASSERT(accumulated_grad(i) >= 0, "input ", i, " of '", node_.name, "' has no accumulated gradient");
+  set_grad_input(i, total);
+  is_total_.resize(grad_inputs_.size(), false);
+  is_total_[i] = true;
+}
+
 bool BackwardContext::needs_grad_input(size_t i) const {
   const auto& nd = node_.op->nondiff_inputs;
   if (std::find(nd.begin(), nd.end(), static_cast<int>(i)) != nd.end()) return false;

@@ -68,11 +68,21 @@ class BackwardContext {
   bool needs_grad_input(size_t i) const;
   const std::vector<ValueId>& grad_inputs() const { return grad_inputs_; }
 
+  // The gradient of input i summed so far from the nodes that read it later (-1 when none yet).
+  // A rule whose kernel can add it while writing its own result (saving autodiff's separate
+  // "add" pass) passes it as an input and reports the total with set_grad_input_total.
+  ValueId accumulated_grad(size_t i) const { return i < accumulated_.size() ? accumulated_[i] : -1; }
+  void set_accumulated_grads(std::vector<ValueId> accumulated) { accumulated_ = std::move(accumulated); }
+  void set_grad_input_total(size_t i, ValueId total);
+  bool grad_input_is_total(size_t i) const { return i < is_total_.size() && is_total_[i]; }
+
  private:
   Graph& graph_;
   const Node& node_;
   std::vector<ValueId> grad_outputs_;
   std::vector<ValueId> grad_inputs_;
+  std::vector<ValueId> accumulated_;
+  std::vector<bool> is_total_;
 };
 using BackwardFn = std::function<void(BackwardContext&)>;
 

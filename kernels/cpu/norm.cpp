@@ -32,8 +32,8 @@ void row_stats(const float* x, int64_t n, float eps, float* mean_out, float* rst
 }
 
 // dx of one row, with xhat = (x - m) * r; centred (layer norm) subtracts mean(g), RMS norm not.
-void row_dx(const float* x, const float* gamma, const float* dy, float* dx, int64_t C, float m, float r,
-            bool centred) {
+void row_dx(const float* x, const float* gamma, const float* dy, const float* dx_add, float* dx, int64_t C,
+            float m, float r, bool centred) {
   float sum_g = 0.0f, sum_gx = 0.0f;
 #pragma omp simd reduction(+ : sum_g, sum_gx)
   for (int64_t c = 0; c < C; ++c) {
@@ -42,7 +42,11 @@ void row_dx(const float* x, const float* gamma, const float* dy, float* dx, int6
     sum_gx += g * (x[c] - m) * r;
   }
   const float a = centred ? sum_g / static_cast<float>(C) : 0.0f, b = sum_gx / static_cast<float>(C);
-  for (int64_t c = 0; c < C; ++c) dx[c] = r * (dy[c] * gamma[c] - a - (x[c] - m) * r * b);
+  if (dx_add) {
+    for (int64_t c = 0; c < C; ++c) dx[c] = dx_add[c] + r * (dy[c] * gamma[c] - a - (x[c] - m) * r * b);
+  } else {
+    for (int64_t c = 0; c < C; ++c) dx[c] = r * (dy[c] * gamma[c] - a - (x[c] - m) * r * b);
+  }
 }
 
 // Backward of a last-dim norm (mean null: RMS norm). Parameter gradients are summed per fixed
@@ -50,7 +54,7 @@ void row_dx(const float* x, const float* gamma, const float* dy, float* dx, int6
 // chunking depends only on `rows`, so the result is the same for every thread count, and memory
 // is read row by row instead of column by column.
 void rows_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
-                   float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t C) {
+                   const float* dx_add, float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t C) {
   const bool params = dgamma || dbeta;
   const int64_t chunk = (rows + kMaxChunks - 1) / kMaxChunks, chunks = (rows + chunk - 1) / chunk;
   std::vector<float> part(params ? static_cast<size_t>(chunks * 2 * C) : 0, 0.0f);
@@ -62,7 +66,7 @@ void rows_backward(const float* x, const float* gamma, const float* mean, const 
       const float* xr = x + r * C;
       const float* dyr = dy + r * C;
       const float m = mean ? mean[r] : 0.0f, s = rstd[r];
-      if (dx) row_dx(xr, gamma, dyr, dx + r * C, C, m, s, mean != nullptr);
+      if (dx) row_dx(xr, gamma, dyr, dx_add ? dx_add + r * C : nullptr, dx + r * C, C, m, s, mean != nullptr);
       if (!params) continue;
       for (int64_t c = 0; c < C; ++c) {
         pg[c] += dyr[c] * (xr[c] - m) * s;
@@ -118,8 +122,9 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
 }
 
 void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
-                        const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t C) {
-  rows_backward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta, rows, C);
+                        const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t C,
+                        const float* dx_add) {
+  rows_backward(x, gamma, mean, rstd, dy, dx_add, dx, dgamma, dbeta, rows, C);
 }
 
 void rmsnorm_forward(const float* x, const float* gamma, float* y, float* rstd, int64_t rows, int64_t C,
@@ -138,8 +143,8 @@ void rmsnorm_forward(const float* x, const float* gamma, float* y, float* rstd, 
 }
 
 void rmsnorm_backward(const float* x, const float* gamma, const float* rstd, const float* dy, float* dx,
-                      float* dgamma, int64_t rows, int64_t C) {
-  rows_backward(x, gamma, nullptr, rstd, dy, dx, dgamma, nullptr, rows, C);
+                      float* dgamma, int64_t rows, int64_t C, const float* dx_add) {
+  rows_backward(x, gamma, nullptr, rstd, dy, dx_add, dx, dgamma, nullptr, rows, C);
 }
 
 void groupnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,

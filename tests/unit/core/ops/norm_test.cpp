@@ -8,6 +8,8 @@
 #include <random>
 
 #include "core/base/error.h"
+#include "core/exec/executor.h"
+#include "core/graph/autodiff.h"
 #include "core/graph/graph.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/threads.h"
@@ -163,6 +165,63 @@ TEST(NormShapeRules, GroupnormNeedsRank4) {
 }
 
 // dgamma/dbeta are reductions over rows: their order must not depend on the thread count.
+// A pre-norm residual block, y = x + norm(x): the norm is x's earliest reader, so autodiff offers
+// it the gradient already summed from the residual and its *_grad node adds it to dx. The same
+// gradient through the plain path (the residual read first, so nothing is summed yet when the norm
+// is differentiated, and an add node sums the two) must agree, and the fused graph has no add.
+TEST(NormBackward, AddsTheResidualGradientItself) {
+  for (const char* op : {"layernorm", "rmsnorm"}) {
+    auto run = [op](bool residual_first, int* adds, int* fused) {
+      Graph g;
+      const Shape shape = {3, 5, 8};
+      ValueId x = g.add_input("x", DType::kF32, shape), gamma = g.add_input("gamma", DType::kF32, {8});
+      ValueId w = g.add_input("w", DType::kF32, shape);
+      Attrs two;
+      two.set("factor", 2.0);  // the residual branch, scaled so both paths differ visibly
+      ValueId skip = residual_first ? g.add_op("scale", "skip", {x}, two).at(0) : -1;
+      std::vector<ValueId> in = {x, gamma};
+      ValueId beta = -1;
+      if (std::string(op) == "layernorm") {
+        beta = g.add_input("beta", DType::kF32, {8});
+        in.push_back(beta);
+      }
+      ValueId n = g.add_op(op, "norm", in, Attrs()).at(0);
+      if (!residual_first) skip = g.add_op("scale", "skip", {x}, two).at(0);
+      ValueId y = g.add_op("add", "y", {n, skip}, Attrs()).at(0);
+      ValueId l = g.add_op("sum", "l", {g.add_op("mul", "wy", {y, w}, Attrs()).at(0)}, Attrs()).at(0);
+      g.set_loss(l);
+      std::vector<ValueId> grads = build_backward(g, l, {x, gamma});
+      *adds = 0;
+      *fused = 0;
+      for (const Node& node : g.nodes()) {
+        if (node.backward && node.op->name == "add") ++*adds;
+        if (node.op->name == std::string(op) + "_grad" && node.inputs.size() == node.op->inputs.size()) ++*fused;
+      }
+      std::unordered_map<ValueId, Tensor> env;
+      std::mt19937 rng(5);
+      std::uniform_real_distribution<float> u(-1, 1);
+      for (ValueId v : {x, gamma, w, beta}) {
+        if (v < 0) continue;
+        Tensor t = Tensor::empty(g.value(v).type.shape, DType::kF32);
+        for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+        env[v] = t;
+      }
+      Executor ex(g, grads);
+      ex.run(env, RunOptions());
+      return std::vector<Tensor>{env.at(grads[0]), env.at(grads[1])};
+    };
+    int adds_fused = 0, fused = 0, adds_plain = 0, fused_plain = 0;
+    std::vector<Tensor> a = run(false, &adds_fused, &fused), b = run(true, &adds_plain, &fused_plain);
+    EXPECT_EQ(fused, 1) << op;
+    EXPECT_EQ(adds_fused, 0) << op << ": x's two gradients were summed by a separate add";
+    EXPECT_EQ(fused_plain, 0) << op;
+    EXPECT_GE(adds_plain, 1) << op;
+    for (size_t k = 0; k < a.size(); ++k)
+      for (int64_t i = 0; i < a[k].numel(); ++i)
+        ASSERT_NEAR(a[k].data<float>()[i], b[k].data<float>()[i], 1e-5) << op << " gradient " << k << " element " << i;
+  }
+}
+
 TEST(NormKernels, LayernormBackwardIsBitIdenticalForAnyThreadCount) {
   const int64_t rows = 333, C = 257;
   std::mt19937 rng(5);
