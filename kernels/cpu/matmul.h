@@ -1,8 +1,9 @@
 // Matrix products through oneDNN's matmul primitive: BLAS-style gemm / strided batched gemm for
 // other kernels (attention), and the N-d broadcasting product behind the matmul and linear ops.
 // All matrices are row-major. fp32 is the main path; bf16 inputs accumulate in fp32 (AVX512_BF16).
-// Primitives are kept in a small shape-keyed cache: oneDNN's own cache still pays for a
-// primitive_desc per call, which dominates small products (see bench/gemm). Each call runs on
+// Primitives are kept, with their argument memory objects, in a small shape-keyed cache per
+// thread: oneDNN's own cache still pays for a primitive_desc per call, which dominates small
+// products (see bench/gemm). Each call runs on
 // omp_get_max_threads() OpenMP threads (one inside an enclosing parallel region) and is
 // thread-safe; it returns when C is written.
 #pragma once
