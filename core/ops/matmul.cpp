@@ -179,16 +179,22 @@ std::vector<TensorType> linear_shape(const ShapeContext& c) {
   return {{c.inputs[0].dtype, out}};
 }
 
-// y = x W^T + b: dx = dy W, dW = dy^T x over all rows (one gemm), db = dy summed over rows.
-void linear_backward(BackwardContext& b) {
-  const ValueId dy = b.grad_output(0);
-  if (b.needs_grad_input(0)) b.set_grad_input(0, b.add1("matmul", {dy, b.input(1)}));
-  if (b.needs_grad_input(1)) b.set_grad_input(1, b.add1("matmul_sum_batch", {dy, b.input(0)}, flags(true, false)));
+// Gradients of a linear layer's weight (dy^T x_in over all rows, one gemm) and bias (dy summed
+// over rows), where x_in is what multiplied the weight.
+void weight_and_bias_grads(BackwardContext& b, ValueId dy, ValueId x_in) {
+  if (b.needs_grad_input(1)) b.set_grad_input(1, b.add1("matmul_sum_batch", {dy, x_in}, flags(true, false)));
   if (b.node().inputs.size() > 2 && b.needs_grad_input(2)) {
     Attrs s;
     s.set("shape", b.input_type(2).shape);
     b.set_grad_input(2, b.add1("sum_to", {dy}, s));
   }
+}
+
+// y = x W^T + b: dx = dy W, dW = dy^T x over all rows (one gemm), db = dy summed over rows.
+void linear_backward(BackwardContext& b) {
+  const ValueId dy = b.grad_output(0);
+  if (b.needs_grad_input(0)) b.set_grad_input(0, b.add1("matmul", {dy, b.input(1)}));
+  weight_and_bias_grads(b, dy, b.input(0));
 }
 
 OpSchema linear_schema() {
@@ -225,13 +231,7 @@ void gelu_linear_backward(BackwardContext& b) {
       b.set_grad_input(0, b.add1("mul", {da, g}));
     }
   }
-  if (dy < 0) return;
-  if (b.needs_grad_input(1)) b.set_grad_input(1, b.add1("matmul_sum_batch", {dy, a}, flags(true, false)));
-  if (b.node().inputs.size() > 2 && b.needs_grad_input(2)) {
-    Attrs s;
-    s.set("shape", b.input_type(2).shape);
-    b.set_grad_input(2, b.add1("sum_to", {dy}, s));
-  }
+  if (dy >= 0) weight_and_bias_grads(b, dy, a);
 }
 
 OpSchema gelu_linear_schema() {
