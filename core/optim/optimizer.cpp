@@ -189,17 +189,10 @@ void Optimizer::prepare(std::vector<Tensor>& params, std::vector<Tensor>& grads)
 
 void Optimizer::step(std::vector<Tensor>& params, std::vector<Tensor>& grads) {
   prepare(params, grads);
-  if (config_.clip_norm > 0) {
-    apply(params, grads, grad_norm(grads));  // clipping needs the norm before any update
-    return;
-  }
-  // Without clipping the norm is only reported: the update kernels measure it as they read the
-  // gradients instead of a separate pass over all of them.
-  const double lr = lr_at(step_count_);
-  double total = 0.0;
-  for (size_t i = 0; i < params.size(); ++i) update_one(params[i], grads[i], slots_[i], lr, 1.0f, &total);
-  last_grad_norm_ = std::sqrt(total);
-  ++step_count_;
+  // Clipping needs the norm before any update; without it the norm is only reported, and the
+  // update kernels measure it as they read the gradients instead of a separate pass over them.
+  if (config_.clip_norm > 0) apply(params, grads, grad_norm(grads));
+  else apply(params, grads, std::nullopt);
 }
 
 void Optimizer::step(std::vector<Tensor>& params, std::vector<Tensor>& grads, double global_grad_norm) {
@@ -207,16 +200,18 @@ void Optimizer::step(std::vector<Tensor>& params, std::vector<Tensor>& grads, do
   apply(params, grads, global_grad_norm);
 }
 
-void Optimizer::apply(std::vector<Tensor>& params, std::vector<Tensor>& grads, double norm) {
-  last_grad_norm_ = norm;
+void Optimizer::apply(std::vector<Tensor>& params, std::vector<Tensor>& grads, std::optional<double> norm) {
   float grad_scale = 1.0f;
-  if (config_.clip_norm > 0) {
+  if (norm && config_.clip_norm > 0) {
     // As torch.nn.utils.clip_grad_norm_: the factor is applied only when it is below 1.
-    const double coef = config_.clip_norm / (norm + 1e-6);
+    const double coef = config_.clip_norm / (*norm + 1e-6);
     if (coef < 1.0) grad_scale = static_cast<float>(coef);
   }
   const double lr = lr_at(step_count_);
-  for (size_t i = 0; i < params.size(); ++i) update_one(params[i], grads[i], slots_[i], lr, grad_scale, nullptr);
+  double measured = 0.0;
+  for (size_t i = 0; i < params.size(); ++i)
+    update_one(params[i], grads[i], slots_[i], lr, grad_scale, norm ? nullptr : &measured);
+  last_grad_norm_ = norm ? *norm : std::sqrt(measured);
   ++step_count_;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -91,7 +92,9 @@ class Optimizer {
   };
   void check_args(const std::vector<Tensor>& params, const std::vector<Tensor>& grads) const;
   void prepare(std::vector<Tensor>& params, std::vector<Tensor>& grads);  // state, then checks
-  void apply(std::vector<Tensor>& params, std::vector<Tensor>& grads, double norm);  // checked args
+  // The update of checked args with the global gradient norm, or without it (nullopt: no
+  // clipping, and the norm is measured during the update).
+  void apply(std::vector<Tensor>& params, std::vector<Tensor>& grads, std::optional<double> norm);
   double grad_norm(const std::vector<Tensor>& grads) const;
   // One parameter's update; adds the sum of squares of its gradient to *grad_sum_sq when not null.
   void update_one(Tensor& param, const Tensor& grad, Slot& slot, double lr, float grad_scale, double* grad_sum_sq);

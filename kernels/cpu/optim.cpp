@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "kernels/cpu/threads.h"
 #include "kernels/cpu/vec_math.h"
@@ -159,28 +158,19 @@ void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_av
   // once: a separate pass over all gradients would cost as much memory traffic as a third of the
   // update itself.
   constexpr int64_t kBlock = 4096;
-  std::vector<double> per_thread(static_cast<size_t>(std::max(1, omp_get_max_threads())), 0.0);
-  parallel_spans(n, kParallelMin, [&](int64_t b, int64_t e) {
+  *grad_sum_sq += parallel_span_sum(n, kParallelMin, [&](int64_t b, int64_t e) {
     double sum = 0.0;
     for (int64_t c = b; c < e; c += kBlock) {
       const int64_t m = std::min(kBlock, e - c);
       sum += sum_of_squares_span(grad + c, m);
       update(param + c, grad + c, exp_avg + c, exp_avg_sq + c, m, a);
     }
-    per_thread[static_cast<size_t>(omp_get_thread_num())] = sum;
+    return sum;
   });
-  for (double v : per_thread) *grad_sum_sq += v;
 }
 
-
 double sum_of_squares(const float* x, int64_t n) {
-  std::vector<double> per_thread(static_cast<size_t>(std::max(1, omp_get_max_threads())), 0.0);
-  parallel_spans(n, kParallelMin, [&](int64_t b, int64_t e) {
-    per_thread[static_cast<size_t>(omp_get_thread_num())] = sum_of_squares_span(x + b, e - b);
-  });
-  double acc = 0.0;
-  for (double v : per_thread) acc += v;
-  return acc;
+  return parallel_span_sum(n, kParallelMin, [&](int64_t b, int64_t e) { return sum_of_squares_span(x + b, e - b); });
 }
 
 double sum_of_squares_bf16(const uint16_t* x, int64_t n) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace cohort::kernels::cpu {
 
@@ -32,6 +33,18 @@ void parallel_spans(int64_t n, int64_t serial_max, F&& f) {
     const int64_t begin = std::min(n, t * span), end = std::min(n, begin + span);
     if (begin < end) f(begin, end);
   }
+}
+
+// The sum of f(begin, end) -> double over the spans of parallel_spans: each thread's result is
+// kept apart, then they are added in thread order.
+template <typename F>
+double parallel_span_sum(int64_t n, int64_t serial_max, F&& f) {
+  std::vector<double> per_thread(static_cast<size_t>(std::max(1, omp_get_max_threads())), 0.0);
+  parallel_spans(n, serial_max,
+                 [&](int64_t b, int64_t e) { per_thread[static_cast<size_t>(omp_get_thread_num())] = f(b, e); });
+  double sum = 0.0;
+  for (double v : per_thread) sum += v;
+  return sum;
 }
 
 }  // namespace cohort::kernels::cpu
