@@ -107,9 +107,9 @@ OpSchema attention_grad_op() {
     return std::vector<TensorType>{c.inputs[0]};
   };
   s.kernels[0] = [](KernelContext& k) {
+    // out (input 1) is for kernels that sum dO * O; this one sums P * dP from its tiles
     kc::attention_backward(dims_of(k.attrs, k.inputs[0].shape()), k.inputs[0].data<float>(),
-                           k.inputs[1].data<float>(), k.inputs[2].data<float>(),
-                           k.inputs[3].data<float>(), k.outputs[0].data<float>());
+                           k.inputs[2].data<float>(), k.inputs[3].data<float>(), k.outputs[0].data<float>());
   };
   return s;
 }

@@ -18,7 +18,7 @@
 //   forward  (Vaswani et al. 2017, eq. 1): S = scale Q K^T, P = softmax(S) row-wise (keys j > i
 //            masked when causal), O = P V; lse_i = log sum_j exp(S_ij) is saved.
 //   backward (Dao et al. 2022, FlashAttention, Alg. 4): P = exp(S - lse) recomputed,
-//            dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = scale dS K,
+//            dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(P * dP)), dQ = scale dS K,
 //            dK = scale dS^T Q.
 #include "kernels/cpu/attention.h"
 
@@ -153,30 +153,36 @@ COHORT_VECTOR_CLONES float softmax_row(const Row& row) {
 }
 
 // P = exp(S - lse) and dS = P * (dP - delta) over one row of the p and dp tiles, in place;
-// masked keys end as exact zeros in both.
-COHORT_VECTOR_CLONES void dscores_row(const Row& prow, const Row& drow, float lse, float delta) {
+// masked keys end as exact zeros in both. delta = sum_j P_ij dP_ij is formed here from the row,
+// which is in cache: it equals dO_i . O_i (O = P V, dP = dO V^T), which FlashAttention reads from
+// O because it never holds a whole row, but reading O's rows from memory cost more than this pass.
+COHORT_VECTOR_CLONES void dscores_row(const Row& prow, const Row& drow, float lse) {
+  if (prow.masked_from() >= 0) {
+    float* s = prow.seg(prow.i);
+    std::fill(s + prow.masked_from(), s + prow.g.rows(prow.i), -std::numeric_limits<float>::infinity());
+  }
+  float delta = 0.0f;
   for (int64_t j = 0; j < prow.segments(); ++j) {
     float* p = prow.seg(j);
+    const float* dp = drow.seg(j);
+    const int64_t n = prow.g.rows(j);
+#pragma omp simd reduction(+ : delta)
+    for (int64_t c = 0; c < n; ++c) {
+      p[c] = exp_approx(p[c] - lse);  // exactly 0 where masked
+      delta += p[c] * dp[c];
+    }
+  }
+  for (int64_t j = 0; j < prow.segments(); ++j) {
+    const float* p = prow.seg(j);
     float* ds = drow.seg(j);
     const int64_t n = prow.g.rows(j);
 #pragma omp simd
-    for (int64_t c = 0; c < n; ++c) {
-      p[c] = exp_approx(p[c] - lse);
-      ds[c] = p[c] * (ds[c] - delta);
-    }
+    for (int64_t c = 0; c < n; ++c) ds[c] = p[c] * (ds[c] - delta);
   }
   if (prow.masked_from() >= 0) {
     const int64_t from = prow.masked_from(), n = prow.g.rows(prow.i);
-    std::fill(prow.seg(prow.i) + from, prow.seg(prow.i) + n, 0.0f);
     std::fill(drow.seg(prow.i) + from, drow.seg(prow.i) + n, 0.0f);
   }
-}
-
-COHORT_VECTOR_CLONES float dot(const float* a, const float* b, int64_t n) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t c = 0; c < n; ++c) s += a[c] * b[c];
-  return s;
 }
 
 // Tile (i, j) of every pair: s = alpha A_i B_j^T with A_i [pairs, m_i, D], B_j [pairs, m_j, D].
@@ -216,8 +222,8 @@ void attention_forward(const AttentionDims& d, const float* qkv, float* out, flo
   }
 }
 
-void attention_backward(const AttentionDims& d, const float* qkv, const float* out, const float* lse,
-                        const float* dout, float* dqkv) {
+void attention_backward(const AttentionDims& d, const float* qkv, const float* lse, const float* dout,
+                        float* dqkv) {
   const int64_t C = d.H * d.D, ld = 3 * C, G = group_size(d), panel = G * d.T * C;
   const int64_t work = G * d.H * std::min(kRows, d.T) * d.T;
   auto ws = workspace(7 * panel + 2 * work);
@@ -237,10 +243,7 @@ void attention_backward(const AttentionDims& d, const float* qkv, const float* o
 #pragma omp parallel for schedule(static)
       for (int64_t pr = 0; pr < np * m; ++pr) {
         const int64_t pi = pr / m, r = pr % m, b = b0 + pi / d.H, h = pi % d.H, t = i * kRows + r;
-        const int64_t at = (b * d.T + t) * C + h * d.D;
-        const float delta = dot(dout + at, out + at, d.D);  // = sum_j P_ij dP_ij
-        const float lse_i = lse[(b * d.H + h) * d.T + t];
-        dscores_row(Row{g, p, i, pi, r}, Row{g, dp, i, pi, r}, lse_i, delta);
+        dscores_row(Row{g, p, i, pi, r}, Row{g, dp, i, pi, r}, lse[(b * d.H + h) * d.T + t]);
       }
       // dQ_i = scale sum_j dS_ij K_j; dK_j += scale dS_ij^T Q_i; dV_j += P_ij^T dO_i. Key block j
       // is first reached from query block j (causal) or 0: there its sums start.

@@ -22,8 +22,9 @@ struct AttentionDims {
 // out [B, T, C] (heads interleaved the same way), lse [B, H, T] = log sum_j exp(scale q_i.k_j).
 void attention_forward(const AttentionDims& d, const float* qkv, float* out, float* lse);
 
-// dqkv [B, T, 3C] from the forward's qkv, out and lse, and dout [B, T, C]. dqkv is overwritten.
-void attention_backward(const AttentionDims& d, const float* qkv, const float* out,
-                        const float* lse, const float* dout, float* dqkv);
+// dqkv [B, T, 3C] from the forward's qkv and lse, and dout [B, T, C]. dqkv is overwritten. The
+// forward's output is not needed: rowsum(dO * O) is formed from the recomputed scores.
+void attention_backward(const AttentionDims& d, const float* qkv, const float* lse, const float* dout,
+                        float* dqkv);
 
 }  // namespace cohort::kernels::cpu

@@ -93,7 +93,7 @@ void check_cross_entropy_attention(Context& c, std::mt19937_64& rng) {
   expect_close(c, "attention lse", alse, ralse, 1e-5);
   const auto dout = random_vector(rng, out.size());
   std::vector<float> dqkv(qkv.size());
-  kernels::cpu::attention_backward(d, qkv.data(), out.data(), alse.data(), dout.data(),
+  kernels::cpu::attention_backward(d, qkv.data(), alse.data(), dout.data(),
                                    dqkv.data());
   std::vector<double> rdqkv;
   ref::attention_backward(qkv, dout, d.B, d.T, d.H, d.D, d.scale, true, rdqkv);
