@@ -28,6 +28,19 @@ TEST(Tensor, EmptyZerosAndAlignment) {
   EXPECT_THROW(Tensor::empty({2, -1}, DType::kF32), Error);
 }
 
+// Buffers of a huge page or more start on a 2 MiB boundary (so transparent huge pages can
+// back them); smaller ones keep 64-byte alignment; both are fully writable.
+TEST(Tensor, LargeBuffersStartOnHugePageBoundaries) {
+  for (int64_t n : {int64_t{1} << 19, (int64_t{3} << 19) + 5, int64_t{1} << 20}) {
+    Tensor t = Tensor::zeros({n}, DType::kF32);  // 2 MiB, ~6 MiB (odd), 4 MiB
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw()) % (uintptr_t{2} << 20), 0u) << n;
+    t.data<float>()[n - 1] = 1.0f;
+    EXPECT_EQ(t.data<float>()[n - 1], 1.0f);
+  }
+  Tensor small = Tensor::zeros({(int64_t{1} << 19) - 16}, DType::kF32);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.raw()) % 64, 0u);
+}
+
 TEST(Tensor, ReshapeSharesStorage) {
   Tensor t = iota({2, 6});
   Tensor r = t.reshaped({3, 4});
