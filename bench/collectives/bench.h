@@ -21,7 +21,7 @@ struct BenchOptions {
   bool cma = false;
   bool anchors = true;
   bool blocking = true;  // EngineOptions::blocking_progress
-  long spin_us = 50;     // EngineOptions::spin
+  long spin_us = -1;     // EngineOptions::spin; -1: unset (picked from the host)
   long nap_us = 50;      // EngineOptions::busy_nap  // run gloo and ucx_perftest
   size_t chunk_bytes = 0;  // CommOptions::chunk_bytes (0: picked from the host)
   size_t window = 4;             // CommOptions::window  // let shared memory use cma (faster, but a dead peer is fatal in UCX 1.13)

@@ -61,7 +61,7 @@ void rank_main(int rank, int world, int port, const std::string& transport,
   engine.tls = tls;
   engine.cma_without_failure_detection = o.cma || transport == "shm-cma";
   engine.blocking_progress = o.blocking;
-  engine.spin = std::chrono::microseconds(o.spin_us);
+  if (o.spin_us >= 0) engine.spin = std::chrono::microseconds(o.spin_us);
   engine.busy_nap = std::chrono::microseconds(o.nap_us);
   CommOptions options;
   options.chunk_bytes = o.chunk_bytes;

@@ -2,10 +2,13 @@
 // (PMI) and Slurm onto one JobEnv, validates it, and joins the job's rendezvous store.
 #include "transport/bootstrap/env.h"
 
+#include <sched.h>
+
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "core/base/error.h"
 #include "transport/bootstrap/tcp_store.h"
@@ -169,6 +172,14 @@ std::shared_ptr<Store> connect_job_store(const JobEnv& env, std::chrono::millise
   options.reply_timeout = timeout;
   if (env.rank == 0) return host_tcp_store(options);
   return connect_tcp_store(options);
+}
+
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+  if (cpus <= 0) cpus = static_cast<int>(std::thread::hardware_concurrency());
+  return cpus > 0 ? cpus : 1;
 }
 
 }  // namespace cohort::transport

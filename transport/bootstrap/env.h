@@ -32,6 +32,10 @@ constexpr int kDefaultMasterPort = 29500;
 // or inconsistent, or when world > 1 lacks a master address or a job token.
 JobEnv detect_job_env();
 
+// CPUs this process may run on (its affinity mask), at least 1: a host whose ranks outnumber
+// them is oversubscribed, and the transport then spins less and pipelines in larger chunks.
+int usable_cpus();
+
 // Joins the job's store: world 1 gets a MemoryStore; rank 0 hosts a TcpStore bound to
 // master_addr:master_port and the others connect to it, retrying until `timeout`.
 std::shared_ptr<Store> connect_job_store(const JobEnv& env, std::chrono::milliseconds timeout);

@@ -1,11 +1,9 @@
 // UcxCommunicator: schedule building and submission to the engine's executor, and split.
 #include "transport/coll/ucx_communicator.h"
 
-#include <sched.h>
-
 #include <algorithm>
-#include <thread>
 
+#include "transport/bootstrap/env.h"
 #include "transport/coll/executor.h"
 #include "transport/ucx/tag.h"
 
@@ -38,11 +36,7 @@ namespace {
 // (CommOptions::chunk_bytes).
 CommOptions with_host_defaults(CommOptions options, const ucx::Engine& engine) {
   if (options.chunk_bytes != 0) return options;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
-  if (cpus <= 0) cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  options.chunk_bytes = engine.local_ranks() > cpus ? size_t{1} << 20 : size_t{128} << 10;
+  options.chunk_bytes = engine.local_ranks() > usable_cpus() ? size_t{1} << 20 : size_t{128} << 10;
   return options;
 }
 

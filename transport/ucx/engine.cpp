@@ -268,7 +268,7 @@ void Engine::run() noexcept {
     check_local_peers(now);
     bool busy = poll_clients(now);
     if (events) last_event = now;
-    if (busy && now - last_event < options_.spin) continue;
+    if (busy && now - last_event < spin_) continue;
     using std::chrono::microseconds;
     if (!busy) {
       wait_for_events(microseconds(50000), true);

@@ -1,12 +1,17 @@
 // transport/ucx: the status wrapper, the tag layout, and engines of in-process ranks exchanging
 // tagged messages (small ones complete at once and return NULL; large ones use rendezvous) over
-// shared memory and tcp, including the fallback when UCX_TLS=cma cannot create endpoints.
+// shared memory and tcp, including the fallback when UCX_TLS=cma cannot create endpoints, and
+// the progress thread's spin picked from the host.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <atomic>
 #include <future>
+#include <optional>
 #include <thread>
+#include <vector>
 
+#include "transport/bootstrap/env.h"
 #include "transport/ucx/engine.h"
 #include "transport/ucx/tag.h"
 #include "transport/ucx/ucx_status.h"
@@ -14,6 +19,7 @@
 namespace cohort::transport::ucx {
 namespace {
 
+using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
 TEST(UcxStatus, NamesCallAndCarriesUcxText) {
@@ -121,6 +127,43 @@ TEST(UcxEngine, CmaAloneFallsBack) {
   std::string used;
   ring_exchange("cma", 2, 1024, &used);
   EXPECT_NE(used, "cma");
+}
+
+// Spins of `world` engines created together, each from a thread pinned to `cpus` CPUs (0: not
+// pinned) with the given option.
+std::vector<long> spins(int world, int cpus, std::optional<microseconds> option) {
+  auto store = make_memory_store();
+  std::vector<long> out(static_cast<size_t>(world), -1);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      if (cpus > 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        for (int c = 0; c < cpus; ++c) CPU_SET(c, &set);
+        ASSERT_EQ(sched_setaffinity(0, sizeof(set), &set), 0);
+      }
+      EngineOptions options;
+      options.tls = "tcp";
+      options.spin = option;
+      options.connect_timeout = milliseconds(20000);
+      auto engine = Engine::create(store, rank, world, options);
+      out[static_cast<size_t>(rank)] = static_cast<long>(engine->spin().count());
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+// A progress thread busy-polls only when the host has a CPU for each of the job's local ranks;
+// an explicit setting is kept either way.
+TEST(UcxEngine, SpinsOnlyWhenTheHostHasACpuPerRank) {
+  EXPECT_EQ(spins(1, 0, std::nullopt), std::vector<long>({50}));
+  EXPECT_EQ(spins(2, 1, std::nullopt), std::vector<long>({0, 0}));  // 2 ranks, 1 CPU
+  EXPECT_EQ(spins(2, 1, microseconds(20)), std::vector<long>({20, 20}));
+  if (usable_cpus() >= 2) {
+    EXPECT_EQ(spins(2, 0, std::nullopt), std::vector<long>({50, 50}));
+  }
 }
 
 TEST(UcxEngine, RejectsBadArguments) {
