@@ -24,7 +24,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <memory>
 
@@ -112,8 +111,10 @@ struct Row {
   int64_t i, p, r;
   int64_t segments() const { return g.last(i) + 1; }
   float* seg(int64_t j) const { return s + g.tile(i, j) + (p * g.rows(i) + r) * g.rows(j); }
-  // Keys of the diagonal segment after the query (masked when causal) start here, or -1.
-  int64_t masked_from() const { return g.d.causal ? r + 1 : -1; }
+  // Sets the keys after the query in the diagonal segment (masked when causal) to `value`.
+  void mask(float value) const {
+    if (g.d.causal) std::fill(seg(i) + r + 1, seg(i) + g.rows(i), value);
+  }
 };
 
 // Softmax of one row over its unmasked keys (masked ones become 0); returns the row's
@@ -121,10 +122,7 @@ struct Row {
 // (exp_approx(-inf) is exactly 0). Subtracting the max keeps exp() in range.
 COHORT_VECTOR_CLONES float softmax_row(const Row& row) {
   const int64_t ns = row.segments();
-  if (row.masked_from() >= 0) {
-    float* x = row.seg(row.i);
-    std::fill(x + row.masked_from(), x + row.g.rows(row.i), -std::numeric_limits<float>::infinity());
-  }
+  row.mask(-std::numeric_limits<float>::infinity());
   float mx = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < ns; ++j) {
     const float* x = row.seg(j);
@@ -157,10 +155,7 @@ COHORT_VECTOR_CLONES float softmax_row(const Row& row) {
 // which is in cache: it equals dO_i . O_i (O = P V, dP = dO V^T), which FlashAttention reads from
 // O because it never holds a whole row, but reading O's rows from memory cost more than this pass.
 COHORT_VECTOR_CLONES void dscores_row(const Row& prow, const Row& drow, float lse) {
-  if (prow.masked_from() >= 0) {
-    float* s = prow.seg(prow.i);
-    std::fill(s + prow.masked_from(), s + prow.g.rows(prow.i), -std::numeric_limits<float>::infinity());
-  }
+  prow.mask(-std::numeric_limits<float>::infinity());
   float delta = 0.0f;
   for (int64_t j = 0; j < prow.segments(); ++j) {
     float* p = prow.seg(j);
@@ -179,10 +174,7 @@ COHORT_VECTOR_CLONES void dscores_row(const Row& prow, const Row& drow, float ls
 #pragma omp simd
     for (int64_t c = 0; c < n; ++c) ds[c] = p[c] * (ds[c] - delta);
   }
-  if (prow.masked_from() >= 0) {
-    const int64_t from = prow.masked_from(), n = prow.g.rows(prow.i);
-    std::fill(drow.seg(prow.i) + from, drow.seg(prow.i) + n, 0.0f);
-  }
+  drow.mask(0.0f);
 }
 
 // Tile (i, j) of every pair: s = alpha A_i B_j^T with A_i [pairs, m_i, D], B_j [pairs, m_j, D].

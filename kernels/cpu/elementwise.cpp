@@ -95,17 +95,15 @@ namespace {
 // division, where tanh costs those plus its sign and clamp. e^(-2u) is taken at no more than 88
 // (e^88 is finite), which gives -0 for large negative x as GELU does; NaN stays NaN.
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2 / pi)
-inline float gelu(float x) {
-  const float u = kGeluK * (x + 0.044715f * x * x * x);
-  return x / (1.0f + exp_approx(std::min(-2.0f * u, 88.0f)));
-}
+inline float gelu_u(float x) { return kGeluK * (x + 0.044715f * x * x * x); }
+inline float gelu_du(float x) { return kGeluK * (1.0f + 3.0f * 0.044715f * x * x); }
+inline float gelu_exp(float u) { return exp_approx(std::min(-2.0f * u, 88.0f)); }  // e^(-2u), capped
+inline float gelu(float x) { return x / (1.0f + gelu_exp(gelu_u(x))); }
 // The derivative keeps tanh: its saturation to exactly +-1 makes the (1 - t^2) term exactly 0 for
 // large |x|, where the logistic form would multiply a tiny tail by a huge x^2.
 inline float gelu_grad(float x) {
-  float u = kGeluK * (x + 0.044715f * x * x * x);
-  float t = tanh_approx(u);
-  float du = kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+  const float t = tanh_approx(gelu_u(x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * gelu_du(x);
 }
 
 // GELU and its derivative from one exponential, for a backward pass that multiplies by the saved
@@ -114,12 +112,10 @@ inline float gelu_grad(float x) {
 // saturates to 1, and for very negative x the product is taken only where it is not 0, so a
 // huge x u' never meets s (1 - s) = 0 (that would be a NaN where tanh's form gives 0 too).
 inline void gelu_and_grad(float x, float& y, float& dydx) {
-  const float u = kGeluK * (x + 0.044715f * x * x * x);
-  const float s = 1.0f / (1.0f + exp_approx(std::min(-2.0f * u, 88.0f)));
-  const float du = kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
+  const float s = 1.0f / (1.0f + gelu_exp(gelu_u(x)));
   const float q = s * (1.0f - s);
   y = x * s;
-  dydx = s + (q == 0.0f ? 0.0f : 2.0f * x * du * q);
+  dydx = s + (q == 0.0f ? 0.0f : 2.0f * x * gelu_du(x) * q);
 }
 
 COHORT_VECTOR_CLONES void gelu_and_grad_span(const float* x, float* y, float* dydx, int64_t n) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/cpu/shape_ops.h"
 
 namespace cohort::kernels::cpu {
 
@@ -253,13 +254,7 @@ void matmul_sum_batch(MatmulType type, const void* a, const Dims& a_shape, bool 
     scratch.resize(static_cast<size_t>(M * N) * type_size(type));
     run(dt, dt, matrix(N, rows, true, N), b, matrix(rows, M, false, M), a, matrix(N, M, false, M), scratch.data(),
         nullptr);
-    dnnl_call("reorder", [&] {
-      auto& eng = dnnl_engine();
-      memory::desc from({M, N}, dt, Dims{1, M}), to({M, N}, dt, Dims{N, 1});
-      memory src(from, eng, scratch.data()), dst(to, eng, c);
-      dnnl::reorder(src, dst).execute(dnnl_stream(), src, dst);
-      dnnl_stream().wait();
-    });
+    transpose(scratch.data(), {N, M}, {1, 0}, type_size(type), c);
     return;
   }
   // Otherwise accumulate batch by batch in fp32 (bf16 accumulation would lose the sum).
