@@ -3,7 +3,6 @@
 
 #include <algorithm>
 
-#include "transport/bootstrap/env.h"
 #include "transport/coll/executor.h"
 #include "transport/ucx/tag.h"
 
@@ -36,7 +35,7 @@ namespace {
 // (CommOptions::chunk_bytes).
 CommOptions with_host_defaults(CommOptions options, const ucx::Engine& engine) {
   if (options.chunk_bytes != 0) return options;
-  options.chunk_bytes = engine.local_ranks() > usable_cpus() ? size_t{1} << 20 : size_t{128} << 10;
+  options.chunk_bytes = engine.oversubscribed() ? size_t{1} << 20 : size_t{128} << 10;
   return options;
 }
 

@@ -102,6 +102,9 @@ class Engine {
   std::thread::id progress_thread_id() const { return thread_.get_id(); }
   // Ranks of this engine running on this host (same boot and pid namespace), this one included.
   int local_ranks() const;
+  // Whether this host runs more of the job's ranks than this process may use CPUs (fixed at
+  // creation): the progress thread then does not spin, and communicators pipeline in larger chunks.
+  bool oversubscribed() const { return oversubscribed_; }
   // How long the progress thread busy-polls after an event (EngineOptions::spin, resolved).
   std::chrono::microseconds spin() const { return spin_; }
 
@@ -174,6 +177,7 @@ class Engine {
   int rank_;
   int size_;
   EngineOptions options_;
+  bool oversubscribed_ = false;
   std::chrono::microseconds spin_{50};  // options_.spin resolved for this host at creation
   std::string tls_;
   ucp_context_h context_ = nullptr;

@@ -140,9 +140,9 @@ std::shared_ptr<Engine> Engine::create(std::shared_ptr<Store> store, int rank, i
                "ucx::Engine::create: rank ", rank, " outside [0, ", size, ")");
   std::shared_ptr<Engine> engine(new Engine(rank, size, std::move(options)));
   engine->setup(*store);
+  engine->oversubscribed_ = engine->local_ranks() > usable_cpus();
   using std::chrono::microseconds;
-  engine->spin_ = engine->options_.spin.value_or(engine->local_ranks() > usable_cpus() ? microseconds(0)
-                                                                                       : microseconds(50));
+  engine->spin_ = engine->options_.spin.value_or(microseconds(engine->oversubscribed_ ? 0 : 50));
   engine->thread_ = std::thread([e = engine.get()] { e->run(); });
   engine->started_ = true;
   return engine;
