@@ -174,10 +174,10 @@ void apply_defaults(Options& o) {
           "--outer-momentum must be in [0, 1)");
   require(o.nesterov >= -1 && o.nesterov <= 1, "--nesterov must be 0 or 1");
   require(o.noise_scaling == 0 || o.noise_scaling == 1, "--noise-scaling must be 0 or 1");
-  require(o.noise_scaling == 0 || (!o.parallel.empty() && o.parallel != "sync"),
+  const bool local_steps = !o.parallel.empty() && o.parallel != "sync";
+  require(o.noise_scaling == 0 || local_steps,
           "--noise-scaling needs --parallel localsgd, slowmo, diloco or co2 (local steps)");
-  require((o.outer_lr == -1 && o.outer_momentum == -1 && o.nesterov == -1) ||
-              (!o.parallel.empty() && o.parallel != "sync"),
+  require((o.outer_lr == -1 && o.outer_momentum == -1 && o.nesterov == -1) || local_steps,
           "--outer-lr, --outer-momentum and --nesterov need --parallel localsgd, slowmo, diloco or co2");
   require((o.staleness_penalty == -1 && o.outer_clip == -1) || o.parallel == "co2",
           "--staleness-penalty and --outer-clip need --parallel co2");

@@ -164,7 +164,6 @@ TEST(NormShapeRules, GroupnormNeedsRank4) {
   }
 }
 
-// dgamma/dbeta are reductions over rows: their order must not depend on the thread count.
 // A pre-norm residual block, y = x + norm(x): the norm is x's earliest reader, so autodiff offers
 // it the gradient already summed from the residual and its *_grad node adds it to dx. The same
 // gradient through the plain path (the residual read first, so nothing is summed yet when the norm
@@ -222,6 +221,7 @@ TEST(NormBackward, AddsTheResidualGradientItself) {
   }
 }
 
+// dgamma/dbeta are reductions over rows: their order must not depend on the thread count.
 TEST(NormKernels, LayernormBackwardIsBitIdenticalForAnyThreadCount) {
   const int64_t rows = 333, C = 257;
   std::mt19937 rng(5);
