@@ -281,11 +281,14 @@ TEST(MatmulBf16, LinearBackwardMatchesF32) {
           << "gradient " << i << " element " << j;
 }
 
-// Sizes past oneDNN's register blocks and tails (the harness shapes are tiny), fp32 and bf16.
+// Sizes past oneDNN's register blocks and tails (the harness shapes are tiny), fp32 and bf16. The
+// last two are single products large enough that b is first repacked into oneDNN's layout (from
+// row-major, then from transposed, the scratch growing between them).
 TEST(MatmulKernel, ModerateShapesMatchLoops) {
   struct Case { Shape a, b; int ta, tb; };
   const Case cases[] = {{{3, 67, 129}, {129, 75}, 0, 0}, {{2, 129, 33}, {2, 45, 129}, 1, 1},
-                        {{4, 1, 31, 70}, {1, 3, 70, 50}, 0, 0}, {{130, 257}, {257, 17}, 0, 0}};
+                        {{4, 1, 31, 70}, {1, 3, 70, 50}, 0, 0}, {{130, 257}, {257, 17}, 0, 0},
+                        {{520, 200}, {190, 200}, 0, 1}, {{2, 300, 261}, {261, 230}, 0, 0}};
   std::mt19937 rng(9);
   std::uniform_real_distribution<float> u(-1, 1);
   for (const Case& cs : cases)
@@ -325,11 +328,12 @@ TEST(MatmulKernel, ModerateShapesMatchLoops) {
     }
 }
 
-// dW-like products c = sum_i a_i^T b_i at sizes past the register blocks: the direct product, and
-// the one formed as (b^T a)^T when a is at least 4x wider than b.
+// dW-like products c = sum_i a_i^T b_i at sizes past the register blocks, the last one large enough
+// that b is repacked.
 TEST(MatmulKernel, SumBatchTransposedMatchesLoops) {
   struct Case { Shape a, b; };
-  const Case cases[] = {{{2, 70, 130}, {2, 70, 31}}, {{3, 40, 50}, {3, 40, 45}}, {{1, 9, 64}, {1, 9, 16}}};
+  const Case cases[] = {{{2, 70, 130}, {2, 70, 31}}, {{3, 40, 50}, {3, 40, 45}}, {{1, 9, 64}, {1, 9, 16}},
+                        {{2, 300, 250}, {2, 300, 120}}};
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-1, 1);
   for (const Case& cs : cases)
