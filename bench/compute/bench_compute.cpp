@@ -4,7 +4,15 @@
 // achieved GFLOP/s against this machine's single-thread sgemm peak (oneDNN 1024^3, measured
 // here) and the peak memory of a training step. cohort is driven through the public C API only.
 //
-//   bench_compute [--rounds R] [--steps N] [--warmup W] [--python PATH] [--no-torch]
+//   bench_compute [--rounds R] [--steps N] [--warmup W] [--python PATH] [--no-torch] [--ab]
+//
+// --ab, for trying a change to the library: between invocations the box's load moves the figure
+// by 5-8%, more than most single changes gain. This mode builds two trainers, the first with
+// COHORT_AB=0 in the environment and the second with COHORT_AB=1 (set again around each one's
+// rounds), alternates their rounds in one process (A B, B A, ...) and prints each pair's ratio
+// and the median. With no switch (A/A) the median came out 0.994-1.010, so gains under ~1% stay
+// unproven here too. The library reads no such variable: an experiment adds the read,
+// temporarily, where it switches between the two versions.
 //
 // Every figure is the median of R rounds of N steps, for cohort and for each PyTorch run alike
 // (with fewer torch rounds, the faster of two noisy torch medians sat above both runs' typical
@@ -31,6 +39,7 @@ struct Args {
   int rounds = 4, steps = 8, warmup = 3;
   std::string python = "/usr/bin/python3";
   bool torch = true;
+  bool ab = false;
 };
 
 void check(cohort_status s, const char* what) {
@@ -148,8 +157,9 @@ Args parse(int argc, char** argv) {
     else if (f == "--warmup" && has) a.warmup = std::max(0, std::atoi(argv[++i]));
     else if (f == "--python" && has) a.python = argv[++i];
     else if (f == "--no-torch") a.torch = false;
+    else if (f == "--ab") a.ab = true;
     else {
-      std::fprintf(stderr, "usage: bench_compute [--rounds R] [--steps N] [--warmup W] [--python P] [--no-torch]\n");
+      std::fprintf(stderr, "usage: bench_compute [--rounds R] [--steps N] [--warmup W] [--python P] [--no-torch] [--ab]\n");
       std::exit(2);
     }
   }
@@ -158,12 +168,37 @@ Args parse(int argc, char** argv) {
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
+// --ab: trainers A (COHORT_AB=0) and B (COHORT_AB=1), alternating rounds.
+int run_ab(const Args& a) {
+  auto side = [](bool b) { setenv("COHORT_AB", b ? "1" : "0", 1); };
+  side(false);
+  Gpt ga;
+  for (int i = 0; i < a.warmup; ++i) ga.step();
+  side(true);
+  Gpt gb;
+  for (int i = 0; i < a.warmup; ++i) gb.step();
+  std::vector<double> ta, tb, ratio;
+  for (int r = 0; r < a.rounds; ++r) {
+    for (int k = 0; k < 2; ++k) {  // A B, then B A: neither always runs in the other's wake
+      const bool b = (k == 1) != (r % 2 == 1);
+      side(b);
+      (b ? tb : ta).push_back((b ? gb : ga).tokens_per_s(a.steps));
+    }
+    ratio.push_back(tb.back() / ta.back());
+    std::printf("round %2d: A %8.0f  B %8.0f tokens/s  B/A %.3f\n", r + 1, ta.back(), tb.back(), ratio.back());
+  }
+  std::printf("median: A %.0f  B %.0f tokens/s; median B/A %.3f over %d rounds of %d steps\n", median(ta), median(tb),
+              median(ratio), a.rounds, a.steps);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   check(cohort_set_num_threads(1), "threads");
   omp_set_num_threads(1);
+  if (a.ab) return run_ab(a);
   const bool rss = reset_peak_rss();
   const int64_t base_kib = status_kib("VmRSS");
   Gpt gpt;
