@@ -59,14 +59,11 @@ Dims cache_key(memory::data_type ab, memory::data_type c, const Operand& a, cons
   return k;
 }
 
-// A single product at least this large (multiply-adds) has its b repacked before the call, see
-// Prepared.
+// b is repacked into the layout oneDNN picks for it (see Prepared) when the product is one large
+// matrix product (at least kPackMacs multiply-adds, no batch) and b is not larger than a (N <= M):
+// the reorder reads and writes all of b on every call, and for a b of 4 MiB with a of 1 MiB (the
+// GPT's MLP weight gradients) that cost more than the product gained (3.33 -> 3.57 ms).
 constexpr int64_t kPackMacs = int64_t{1} << 24;
-
-// b is repacked into the layout oneDNN picks for it when the product is one large matrix product
-// (at least kPackMacs multiply-adds, no batch) and b is not larger than a (N <= M): the reorder
-// reads and writes all of b on every call, and for a b of 4 MiB with a of 1 MiB (the GPT's MLP
-// weight gradients) that cost more than the product gained (3.33 -> 3.57 ms).
 bool wants_packed_b(const Operand& a, const Operand& b) {
   if (a.dims.size() != 2 || b.dims.size() != 2) return false;
   const int64_t M = a.dims[0], K = a.dims[1], N = b.dims[1];
@@ -105,15 +102,14 @@ dnnl::matmul::primitive_desc build(memory::data_type ab, memory::data_type c, co
 // copy piece by piece during the product: 4-15% on the GPT's products alone (e.g. 1024 x 768 x
 // 256, 2.29 -> 2.11 ms, 1 thread), while the one reorder into that layout costs 20-70 us with b in
 // cache and 100-160 us in the training step. So such a product first reorders b into a per-thread
-// scratch buffer (`pack`), then multiplies that. The whole GPT step gained ~1% (two trainers
-// alternating rounds in one process, 12 pairs).
+// scratch buffer (`pack`), then multiplies that. In the whole GPT step this measured +0.8%
+// (`bench_compute --ab`, 12 rounds), inside that harness's A/A spread of 0.994-1.019.
 struct Prepared {
   dnnl::matmul primitive;
   memory a, b, d, bias;
   std::unordered_map<int, memory> args;
   std::optional<dnnl::reorder> pack;  // b (plain) -> packed, when packing
   memory packed;                      // the packed b; its handle is the thread's scratch
-  size_t packed_bytes = 0;
 };
 
 Prepared prepare(memory::data_type ab, memory::data_type c, const Operand& a, const Operand& b, const Operand& d,
@@ -122,11 +118,10 @@ Prepared prepare(memory::data_type ab, memory::data_type c, const Operand& a, co
   const memory::desc b_md(b.dims, ab, b.strides);
   dnnl::matmul::primitive_desc pd = build(ab, c, a, b, d, bias, alpha, beta, wants_packed_b(a, b));
   Prepared p{dnnl::matmul(pd), memory(memory::desc(a.dims, ab, a.strides), eng, nullptr), memory(b_md, eng, nullptr),
-             memory(memory::desc(d.dims, c, d.strides), eng, nullptr), memory(), {}, std::nullopt, memory(), 0};
+             memory(memory::desc(d.dims, c, d.strides), eng, nullptr), memory(), {}, std::nullopt, memory()};
   p.args = {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.d}};
   if (pd.weights_desc() != b_md) {
     p.packed = memory(pd.weights_desc(), eng, nullptr);
-    p.packed_bytes = pd.weights_desc().get_size();
     p.pack.emplace(dnnl::reorder::primitive_desc(eng, b_md, eng, pd.weights_desc()));
     p.args[DNNL_ARG_WEIGHTS] = p.packed;
   }
@@ -168,9 +163,10 @@ void run(memory::data_type ab, memory::data_type c, const Operand& a, const void
     if (bias) p.bias.set_data_handle(const_cast<void*>(bias));
     if (p.pack) {
       thread_local std::vector<char> scratch;
-      if (scratch.size() < p.packed_bytes + 64) {
+      const size_t bytes = p.packed.get_desc().get_size() + 64;  // + 64: room to align the start
+      if (scratch.size() < bytes) {
         scratch = std::vector<char>();  // free the old buffer before taking a larger one
-        scratch.resize(p.packed_bytes + 64);
+        scratch.resize(bytes);
       }
       const uintptr_t at = reinterpret_cast<uintptr_t>(scratch.data());
       p.packed.set_data_handle(scratch.data() + ((64 - at % 64) % 64));
@@ -286,8 +282,8 @@ void matmul_sum_batch(MatmulType type, const void* a, const Dims& a_shape, bool 
   if (trans_a && !trans_b) {
     // Contracting the rows of both: the batch folds into K, e.g. dW = dy^T x over all tokens.
     // One product; b, the narrower operand of a weight gradient, is packed (see Prepared). The
-    // alternative for a much wider a, c^T = b^T a and a transpose of the small result, measured
-    // 1% slower in the training step once b is packed.
+    // former detour for a much wider a, c^T = b^T a and a transpose of the small result, is no
+    // faster once b is packed (the step without it: +0.8%, inside `bench_compute --ab`'s noise).
     const int64_t rows = batch * K;
     run(dt, dt, matrix(M, rows, true, M), a, matrix(rows, N, false, N), b, matrix(M, N, false, N), c, nullptr);
     return;
