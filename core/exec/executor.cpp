@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "core/base/error.h"
+#include "core/device/device.h"
 #include "core/exec/profile.h"
 
 namespace cohort {
@@ -48,6 +49,20 @@ Executor::Executor(const Graph& graph, std::vector<ValueId> targets, Device devi
   for (ValueId t : targets_)
     if (!produced[static_cast<size_t>(t)] && std::find(required_.begin(), required_.end(), t) == required_.end())
       required_.push_back(t);
+  if (device_ != Device::kCpu) {
+    // Refused here, before any run, with every operator that would be missing.
+    const std::string why = device_unavailable_reason(device_);
+    COHORT_CHECK(why.empty(), Status::kUnsupported, "cannot run on ", device_name(device_), ": ", why);
+    std::string missing;
+    for (NodeId id : order_) {
+      const OpSchema& op = *graph_.node(id).op;
+      if (op.alias_input0 || op.kernels[static_cast<int>(device_)]) continue;
+      if (missing.find(str_cat(" ", op.name, ",")) == std::string::npos) missing += str_cat(" ", op.name, ",");
+    }
+    if (!missing.empty()) missing.pop_back();
+    COHORT_CHECK(missing.empty(), Status::kUnsupported, "cannot run on ", device_name(device_),
+                 ": no ", device_name(device_), " kernel for operator(s)", missing);
+  }
   frees_after_.resize(order_.size());
   for (size_t s = 0; s < order_.size(); ++s) {
     const Node& n = graph_.node(order_[s]);
@@ -73,8 +88,7 @@ Tensor Executor::allocate(const TensorType& type) {
     storage = std::move(it->second);
     pool_.erase(it);
   } else {
-    COHORT_CHECK(device_ == Device::kCpu, Status::kUnsupported, "device buffers arrive with the CUDA backend");
-    storage = std::make_shared<Storage>(cpu_allocator(), bytes);
+    storage = std::make_shared<Storage>(device_allocator(device_), bytes);
   }
   live_bytes_ += storage->bytes();
   last_peak_bytes_ = std::max(last_peak_bytes_, live_bytes_);
@@ -101,6 +115,8 @@ void Executor::run(std::unordered_map<ValueId, Tensor>& env, const RunOptions& o
     COHORT_CHECK(it->second.shape() == want.shape && it->second.dtype() == want.dtype,
                  Status::kShapeMismatch, "tensor bound for ", graph_.describe(v), " has shape ",
                  shape_str(it->second.shape()), " ", dtype_name(it->second.dtype()));
+    COHORT_CHECK(it->second.device() == device_, Status::kInvalidArgument, "tensor bound for ", graph_.describe(v),
+                 " is on ", device_name(it->second.device()), " but the graph runs on ", device_name(device_));
   }
   live_bytes_ = 0;  // targets of the previous run now belong to the caller
   for (auto& storage : handed_out_)
@@ -150,7 +166,8 @@ void Executor::run_node(const Node& node, std::unordered_map<ValueId, Tensor>& e
     const TensorType& t = graph_.value(out).type;
     convert = convert || t.dtype == DType::kBF16;
   }
-  convert = convert && !op.bf16_kernel;
+  // Device kernels take bf16 themselves (or refuse it); the host widens for fp32-only kernels.
+  convert = convert && !op.bf16_kernel && device_ == Device::kCpu;
   const KernelFn& kernel = op.kernels[static_cast<int>(device_)];
   COHORT_CHECK(static_cast<bool>(kernel), Status::kUnsupported, op.name, " '", node.name,
                "' has no kernel for this device");
@@ -173,6 +190,7 @@ void Executor::run_node(const Node& node, std::unordered_map<ValueId, Tensor>& e
   const bool profile = OpProfile::enabled();
   const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   kernel(ctx);
+  if (profile) device_synchronize(device_);  // a device kernel's time, not its launch's
   if (profile) OpProfile::add(op.name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   for (size_t k = 0; k < node.outputs.size(); ++k) {
     const TensorType& t = graph_.value(node.outputs[k]).type;

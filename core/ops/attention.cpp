@@ -10,6 +10,7 @@
 
 #include "core/base/error.h"
 #include "core/graph/graph.h"
+#include "core/ops/op_checks.h"
 #include "core/ops/schema.h"
 
 namespace cohort {
@@ -48,7 +49,10 @@ int64_t check_qkv(const ShapeContext& c) {
   return C;
 }
 
-kc::AttentionDims dims_of(const Attrs& a, const Shape& qkv) {
+}  // namespace
+
+// Declared in core/ops/op_checks.h (shared with the CUDA kernels).
+kc::AttentionDims attention_dims(const Attrs& a, const Shape& qkv) {
   kc::AttentionDims d;
   d.B = qkv[0];
   d.T = qkv[1];
@@ -59,6 +63,8 @@ kc::AttentionDims dims_of(const Attrs& a, const Shape& qkv) {
   d.scale = static_cast<float>(scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(d.D)));
   return d;
 }
+
+namespace {
 
 OpSchema attention_op() {
   OpSchema s;
@@ -73,7 +79,7 @@ OpSchema attention_op() {
                                    {DType::kF32, {q[0], heads, q[1]}}};
   };
   s.kernels[0] = [](KernelContext& k) {
-    kc::attention_forward(dims_of(k.attrs, k.inputs[0].shape()), k.inputs[0].data<float>(),
+    kc::attention_forward(attention_dims(k.attrs, k.inputs[0].shape()), k.inputs[0].data<float>(),
                           k.outputs[0].data<float>(), k.outputs[1].data<float>());
   };
   s.backward = [](BackwardContext& b) {
@@ -108,7 +114,7 @@ OpSchema attention_grad_op() {
   };
   s.kernels[0] = [](KernelContext& k) {
     // out (input 1) is for kernels that sum dO * O; this one sums P * dP from its tiles
-    kc::attention_backward(dims_of(k.attrs, k.inputs[0].shape()), k.inputs[0].data<float>(),
+    kc::attention_backward(attention_dims(k.attrs, k.inputs[0].shape()), k.inputs[0].data<float>(),
                            k.inputs[2].data<float>(), k.inputs[3].data<float>(), k.outputs[0].data<float>());
   };
   return s;

@@ -4,6 +4,7 @@
 // Loops live in kernels/cpu/embedding.cpp.
 #include "core/base/error.h"
 #include "core/graph/graph.h"
+#include "core/ops/op_checks.h"
 #include "core/ops/schema.h"
 #include "kernels/cpu/embedding.h"
 
@@ -11,8 +12,7 @@ namespace cohort {
 
 namespace kc = kernels::cpu;
 
-namespace {
-
+// Declared in core/ops/op_checks.h (shared with the CUDA kernels).
 void check_ids(const Tensor& ids, int64_t V) {
   const int64_t bad = kc::find_bad_id(ids.data<int32_t>(), ids.numel(), V);
   if (bad < 0) return;
@@ -24,6 +24,8 @@ void check_ids(const Tensor& ids, int64_t V) {
   throw Error(Status::kInvalidArgument, str_cat("embedding: id ", ids.data<int32_t>()[bad], " at position ",
                                                 shape_str(pos), " is outside [0, ", V, ")"));
 }
+
+namespace {
 
 std::vector<TensorType> embedding_shape(const ShapeContext& c) {
   expect_float(c, 0);

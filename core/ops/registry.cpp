@@ -20,6 +20,9 @@ const OpRegistry& OpRegistry::global() {
     register_conv_ops(*r);
     register_shape_ops(*r);
     register_dropout_ops(*r);
+#ifdef COHORT_HAVE_CUDA
+    register_cuda_kernels(*r);
+#endif
     return r;
   }();
   return *registry;
@@ -29,6 +32,15 @@ void OpRegistry::add(OpSchema schema) {
   COHORT_ASSERT(find(schema.name) == nullptr, "operator registered twice: ", schema.name);
   COHORT_ASSERT(static_cast<bool>(schema.infer), "operator without a shape rule: ", schema.name);
   ops_.push_back(std::make_unique<OpSchema>(std::move(schema)));
+}
+
+void OpRegistry::set_kernel(const std::string& op, Device device, KernelFn kernel) {
+  for (const auto& o : ops_)
+    if (o->name == op) {
+      o->kernels[static_cast<int>(device)] = std::move(kernel);
+      return;
+    }
+  COHORT_ASSERT(false, "kernel for an operator that is not registered: ", op);
 }
 
 const OpSchema* OpRegistry::find(const std::string& name) const {

@@ -115,6 +115,8 @@ class OpRegistry {
   // The process-wide registry, filled with every built-in operator on first use.
   static const OpRegistry& global();
   void add(OpSchema schema);  // throws on a duplicate name
+  // Gives operator `op` (already added) its kernel for `device`; a backend adds its kernels so.
+  void set_kernel(const std::string& op, Device device, KernelFn kernel);
   const OpSchema* find(const std::string& name) const;  // nullptr when unknown
   std::vector<std::string> names(bool include_internal) const;
 
@@ -128,6 +130,8 @@ void register_matmul_ops(OpRegistry& r);
 void register_norm_ops(OpRegistry& r);
 void register_softmax_ops(OpRegistry& r);
 void register_attention_ops(OpRegistry& r);
+// The CUDA kernels of the operators that have one (core/ops/cuda), in builds with CUDA.
+void register_cuda_kernels(OpRegistry& r);
 void register_embedding_ops(OpRegistry& r);
 void register_conv_ops(OpRegistry& r);
 void register_shape_ops(OpRegistry& r);

@@ -5,6 +5,7 @@
 // Loops live in kernels/cpu/softmax.cpp.
 #include "core/base/error.h"
 #include "core/graph/graph.h"
+#include "core/ops/op_checks.h"
 #include "core/ops/schema.h"
 #include "kernels/cpu/softmax.h"
 
@@ -75,6 +76,9 @@ void register_softmax_like(OpRegistry& r, const std::string& name, bool log) {
 bool mean_reduction(const Attrs& a) { return a.get_string("reduction") == "mean"; }
 
 // Throws kInvalidArgument naming the first label outside [0, V) that is not ignore_index.
+}  // namespace
+
+// Declared in core/ops/op_checks.h (shared with the CUDA kernels).
 void check_labels(const Tensor& labels, int64_t V, int64_t ignore_index) {
   const int64_t bad = kc::find_bad_label(labels.data<int32_t>(), labels.numel(), V, ignore_index);
   if (bad < 0) return;
@@ -87,6 +91,8 @@ void check_labels(const Tensor& labels, int64_t V, int64_t ignore_index) {
               str_cat("cross_entropy: label ", labels.data<int32_t>()[bad], " at position ", shape_str(pos),
                       " is outside [0, ", V, ") and is not ignore_index (", ignore_index, ")"));
 }
+
+namespace {
 
 std::vector<TensorType> cross_entropy_shape(const ShapeContext& c) {
   expect_float(c, 0);

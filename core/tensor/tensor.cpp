@@ -7,6 +7,7 @@
 #include <new>
 
 #include "core/base/error.h"
+#include "core/device/device.h"
 
 namespace cohort {
 
@@ -159,7 +160,10 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Allocator* allocator) {
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Allocator* allocator) {
   Tensor t = empty(shape, dtype, allocator);
-  std::memset(t.raw(), 0, t.nbytes());
+  if (t.device() == Device::kCpu)
+    std::memset(t.raw(), 0, t.nbytes());
+  else
+    device_memset_zero(t.raw(), t.device(), t.nbytes());
   return t;
 }
 
@@ -222,6 +226,8 @@ void gather_strided(const Tensor& src, char* dst) {
 
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
+  COHORT_CHECK(device() == Device::kCpu, Status::kUnsupported, "a strided view of a device tensor (shape ",
+               shape_str(shape_), ") cannot be made contiguous; device tensors must be contiguous");
   Tensor t = empty(shape_, dtype_, cpu_allocator());
   gather_strided(*this, static_cast<char*>(t.raw()));
   return t;
@@ -233,6 +239,26 @@ void Tensor::copy_from(const Tensor& src) {
   Tensor s = src.contiguous();
   COHORT_ASSERT(is_contiguous(), "copy into a strided view");
   const size_t n = static_cast<size_t>(numel());
+  if (s.device() != Device::kCpu || device() != Device::kCpu) {
+    // Between devices the bytes move as they are; a dtype change happens on the host.
+    if (s.dtype() == dtype_) {
+      device_copy(raw(), device(), s.raw(), s.device(), nbytes());
+      return;
+    }
+    Tensor host_src = s;
+    if (s.device() != Device::kCpu) {
+      host_src = empty(s.shape(), s.dtype());
+      host_src.copy_from(s);
+    }
+    if (device() == Device::kCpu) {
+      copy_from(host_src);
+    } else {
+      Tensor host_dst = empty(shape_, dtype_);
+      host_dst.copy_from(host_src);
+      copy_from(host_dst);
+    }
+    return;
+  }
   if (s.dtype() == dtype_) {
     std::memcpy(raw(), s.raw(), nbytes());
   } else if (s.dtype() == DType::kF32 && dtype_ == DType::kBF16) {
@@ -247,6 +273,12 @@ void Tensor::copy_from(const Tensor& src) {
 void Tensor::fill(float value) {
   const size_t n = static_cast<size_t>(numel());
   COHORT_ASSERT(is_contiguous(), "fill of a strided view");
+  if (device() != Device::kCpu) {  // filled on the host, then copied
+    Tensor host = empty(shape_, dtype_);
+    host.fill(value);
+    copy_from(host);
+    return;
+  }
   switch (dtype_) {
     case DType::kF32: for (size_t i = 0; i < n; ++i) data<float>()[i] = value; break;
     case DType::kBF16: {

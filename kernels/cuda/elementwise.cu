@@ -25,7 +25,7 @@ __device__ __forceinline__ float gelu_grad(float u) {
 }
 
 // Modes of the one element-wise kernel, so that one template serves all four operations.
-enum Mode { kAdd, kMul, kGeluFwd, kGeluBwd };
+enum Mode { kAdd, kMul, kGeluFwd, kGeluBwd, kGeluDeriv };
 
 template <int M>
 __device__ __forceinline__ float apply(float a, float b, float d) {
@@ -35,6 +35,8 @@ __device__ __forceinline__ float apply(float a, float b, float d) {
     return a * b;
   else if constexpr (M == kGeluFwd)
     return gelu(a + b);
+  else if constexpr (M == kGeluDeriv)
+    return gelu_grad(a + b);
   else
     return d * gelu_grad(a + b);
 }
@@ -102,6 +104,12 @@ void launch(DType type, const void* a, const void* b, int64_t b_n, const void* d
   else
     launch_typed<bf16, M>(a, b, b_n, d, out, n, stream);
 }
+template <typename T>
+__global__ void fill_kernel(T* out, float value, int64_t n) {
+  const T v = detail::from_float<T>(value);
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = v;
+}
 }  // namespace
 
 void binary(BinaryOp op, DType type, const void* a, int64_t n, const void* b, int64_t b_n,
@@ -122,6 +130,25 @@ void gelu_backward(DType type, const void* x, const void* bias, const void* dy, 
                    int64_t C, cudaStream_t stream) {
   COHORT_CHECK(dy != nullptr, Status::kInvalidArgument, "cuda gelu_backward: dy is null");
   launch<kGeluBwd>(type, x, bias, bias ? C : 1, dy, dx, n, stream);
+}
+
+void gelu_derivative(DType type, const void* x, const void* bias, void* g, int64_t n, int64_t C,
+                     cudaStream_t stream) {
+  launch<kGeluDeriv>(type, x, bias, bias ? C : 1, nullptr, g, n, stream);
+}
+
+void fill(DType type, void* out, float value, int64_t n, cudaStream_t stream) {
+  COHORT_CHECK(n >= 0, Status::kInvalidArgument, "cuda fill: n = ", n);
+  if (n == 0) return;
+  if (value == 0.0f) {  // all-zero bits are +0.0 in both storage types (-0.0 fills as +0.0)
+    COHORT_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(n) * dtype_size(type), stream));
+    return;
+  }
+  if (type == DType::kF32)
+    fill_kernel<float><<<detail::grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<float*>(out), value, n);
+  else
+    fill_kernel<bf16><<<detail::grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<bf16*>(out), value, n);
+  COHORT_CUDA_CHECK_LAUNCH("fill_kernel");
 }
 
 }  // namespace cohort::kernels::cuda

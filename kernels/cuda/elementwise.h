@@ -24,4 +24,11 @@ void gelu_forward(DType type, const void* x, const void* bias, void* y, int64_t 
 void gelu_backward(DType type, const void* x, const void* bias, const void* dy, void* dx, int64_t n,
                    int64_t C, cudaStream_t stream);
 
+// g = gelu'(x + bias[i % C]) alone, for a backward that multiplies by it later (the CPU's
+// gelu_with_grad is gelu_forward plus this). g may alias x.
+void gelu_derivative(DType type, const void* x, const void* bias, void* g, int64_t n, int64_t C,
+                     cudaStream_t stream);
+// out[i] = value for i < n (rounded to bf16 for kBF16).
+void fill(DType type, void* out, float value, int64_t n, cudaStream_t stream);
+
 }  // namespace cohort::kernels::cuda

@@ -3,7 +3,7 @@
 // pick split-K and Hopper kernels.
 #include "kernels/cuda/gemm.h"
 
-#include <cublas_v2.h>
+#include "kernels/cuda/cublas_api.h"
 
 #include <climits>
 
@@ -46,26 +46,26 @@ Types types_for(DType type, bool allow_tf32) {
 
 Blas::Blas(cudaStream_t stream, bool allow_tf32) : stream_(stream), allow_tf32_(allow_tf32) {
   cublasHandle_t handle = nullptr;
-  COHORT_CUBLAS_CHECK(cublasCreate(&handle));
+  COHORT_CUBLAS_CHECK(cublas().create(&handle));
   handle_ = handle;
   try {
     COHORT_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
-    COHORT_CUBLAS_CHECK(cublasSetWorkspace(handle, workspace_, kWorkspaceBytes));
-    COHORT_CUBLAS_CHECK(cublasSetStream(handle, stream_));
+    COHORT_CUBLAS_CHECK(cublas().set_workspace(handle, workspace_, kWorkspaceBytes));
+    COHORT_CUBLAS_CHECK(cublas().set_stream(handle, stream_));
   } catch (...) {
     if (workspace_) (void)cudaFree(workspace_);
-    (void)cublasDestroy(handle);
+    (void)cublas().destroy(handle);
     throw;
   }
 }
 
 Blas::~Blas() {
-  if (handle_) (void)cublasDestroy(h(handle_));
+  if (handle_) (void)cublas().destroy(h(handle_));
   if (workspace_) (void)cudaFree(workspace_);
 }
 
 void Blas::set_stream(cudaStream_t stream) {
-  COHORT_CUBLAS_CHECK(cublasSetStream(h(handle_), stream));
+  COHORT_CUBLAS_CHECK(cublas().set_stream(h(handle_), stream));
   stream_ = stream;
 }
 
@@ -76,7 +76,7 @@ void Blas::gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, in
   if (M == 0 || N == 0) return;
   const Types t = types_for(type, allow_tf32_);
   // Column-major view: C^T [N, M] = op(B)^T [N, K] * op(A)^T [K, M].
-  COHORT_CUBLAS_CHECK(cublasGemmEx(h(handle_), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+  COHORT_CUBLAS_CHECK(cublas().gemm_ex(h(handle_), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                    trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, to_int(N, "N"),
                                    to_int(M, "M"), to_int(K, "K"), &alpha, B, t.data,
                                    to_int(ldb, "ldb"), A, t.data, to_int(lda, "lda"), &beta, C,
@@ -92,7 +92,7 @@ void Blas::gemm_batched(DType type, bool trans_a, bool trans_b, int64_t batch, i
                "cuda gemm_batched: negative stride");
   if (batch == 0 || M == 0 || N == 0) return;
   const Types t = types_for(type, allow_tf32_);
-  COHORT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+  COHORT_CUBLAS_CHECK(cublas().gemm_strided_batched_ex(
       h(handle_), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
       to_int(N, "N"), to_int(M, "M"), to_int(K, "K"), &alpha, B, t.data, to_int(ldb, "ldb"),
       stride_b, A, t.data, to_int(lda, "lda"), stride_a, &beta, C, t.data, to_int(ldc, "ldc"),

@@ -2,7 +2,7 @@
 // Host code only; compiled by the C++ compiler against the CUDA runtime and cuBLAS headers.
 #include "kernels/cuda/runtime.h"
 
-#include <cublas_v2.h>
+#include "kernels/cuda/cublas_api.h"
 
 #include "core/base/error.h"
 
@@ -24,8 +24,8 @@ void check_cublas(int status, const char* call, const char* file, int line) {
   const Status s = st == CUBLAS_STATUS_ALLOC_FAILED    ? Status::kOutOfMemory
                    : st == CUBLAS_STATUS_NOT_SUPPORTED ? Status::kUnsupported
                                                        : Status::kInternal;
-  throw_error(s, str_cat(call, " failed: ", cublasGetStatusName(st), " (",
-                         cublasGetStatusString(st), ") at ", file, ":", line));
+  throw_error(s, str_cat(call, " failed: ", cublas().status_name(st), " (",
+                         cublas().status_string(st), ") at ", file, ":", line));
 }
 
 void check_launch(const char* kernel, const char* file, int line) {

@@ -19,9 +19,9 @@ for s in "${srcs[@]}"; do
   nvcc "${flags[@]}" -c "$s" -o "$out/obj/$(basename "$s").o" & pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
-lib=("$out"/obj/base.cpp.o "$out"/obj/runtime.cpp.o "$out"/obj/gemm.cpp.o "$out"/obj/*.cu.o)
-nvcc -arch="$arch" -o "$out/gpu_kernels_test" "${lib[@]}" "$out"/obj/{main,runtime_test,gemm_test,fused_test,attention_test,embedding_test}.cpp.o -lcublas
-nvcc -arch="$arch" -o "$out/bench_cuda_kernels" "${lib[@]}" "$out"/obj/kernels_bench.cpp.o -lcublas
+lib=("$out"/obj/base.cpp.o "$out"/obj/runtime.cpp.o "$out"/obj/gemm.cpp.o "$out"/obj/cublas_api.cpp.o "$out"/obj/*.cu.o)
+nvcc -arch="$arch" -o "$out/gpu_kernels_test" "${lib[@]}" "$out"/obj/{main,runtime_test,gemm_test,fused_test,attention_test,embedding_test}.cpp.o -lcublas -ldl
+nvcc -arch="$arch" -o "$out/bench_cuda_kernels" "${lib[@]}" "$out"/obj/kernels_bench.cpp.o -lcublas -ldl
 echo "built $out/gpu_kernels_test and $out/bench_cuda_kernels ($arch)"
 
 # The NCCL communicator and its GoogleTest suite: only transport/coll's interface, the

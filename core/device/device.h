@@ -1,0 +1,44 @@
+// Devices tensors live on: the host (always) and, in a build with the CUDA backend, the current
+// CUDA device. This is the one place core asks which devices exist, gets their allocator and
+// moves bytes between them; nothing here needs CUDA headers.
+//
+// The CUDA device has one compute stream for the whole process: kernels of every operator, the
+// optimizer's update and copies to and from the host are queued on it in order, so nothing
+// between them needs an event. Host code sees the results only through device_copy (which
+// returns when the bytes have arrived) or device_synchronize.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "core/tensor/allocator.h"
+
+namespace cohort {
+
+// "cpu" or "cuda", for messages.
+const char* device_name(Device device);
+
+// True when this build has the CUDA backend (nvcc was found at configure time).
+bool cuda_built();
+// Visible CUDA devices: 0 (never an error) without the backend, a driver or a device.
+int cuda_device_count();
+// Why device `device` cannot be used ("" when it can): "this build has no CUDA backend", the
+// driver's message, or "no CUDA device visible".
+std::string device_unavailable_reason(Device device);
+
+// The allocator of tensors on `device` (cpu_allocator() for the host). Throws kUnsupported with
+// device_unavailable_reason when the device cannot be used.
+Allocator* device_allocator(Device device);
+
+// Copies `bytes` bytes from src on src_device to dst on dst_device (any pair of devices), after
+// the work already queued on the compute stream; returns when dst holds them.
+void device_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+
+// Sets `bytes` bytes at ptr on `device` to zero (queued on the compute stream for the CUDA device).
+void device_memset_zero(void* ptr, Device device, size_t bytes);
+
+// Waits until everything queued on the device has finished (no-op for the host). A kernel's
+// asynchronous failure surfaces here (or at the next copy) as an Error naming the CUDA error.
+void device_synchronize(Device device);
+
+}  // namespace cohort

@@ -1,0 +1,31 @@
+// The operators' CUDA kernels (built only with the CUDA backend). Each family file gives the
+// operators it covers their kernels[Device::kCuda], with the CPU kernel's semantics, on contiguous
+// device tensors, queued on the compute stream of core/device/cuda_context.h. A case a kernel
+// does not cover (a broadcast pattern, a dtype) throws kUnsupported naming it; an operator with
+// no CUDA kernel at all is refused by the executor before a run.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "core/ops/schema.h"
+#include "core/tensor/tensor.h"
+#include "kernels/cuda/runtime.h"
+
+namespace cohort::cuda_ops {
+
+namespace kcu = kernels::cuda;
+
+// The kernels' storage type of a float tensor (f32 or bf16); kUnsupported for others.
+kcu::DType storage_type(const Tensor& t, const char* op);
+// Throws kUnsupported unless t is f32: for kernels whose outputs are fp32 only.
+void expect_f32(const Tensor& t, const char* op, const char* what);
+// The compute stream.
+cudaStream_t compute_stream();
+// A host copy of a (small) device tensor, e.g. labels to check, a scalar to read.
+Tensor to_host(const Tensor& t);
+
+void register_elementwise(OpRegistry& r);
+void register_matmul(OpRegistry& r);
+void register_nn(OpRegistry& r);  // layernorm, cross_entropy, attention, embedding
+
+}  // namespace cohort::cuda_ops

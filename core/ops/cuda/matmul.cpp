@@ -1,0 +1,132 @@
+// CUDA kernels of the matrix products, through cuBLAS (kernels/cuda/gemm.h): matmul (one
+// operand shared by the batch, or equal batches), matmul_sum_batch, linear, gelu_linear and
+// matmul_mul. fp32 products use TF32 tensor cores only when the Blas allows it.
+#include "core/base/error.h"
+#include "core/device/cuda_context.h"
+#include "core/ops/cuda/cuda_ops.h"
+#include "kernels/cuda/elementwise.h"
+
+namespace cohort::cuda_ops {
+
+namespace {
+
+struct Operands {
+  bool ta, tb;
+  int64_t M, N, K;
+  int64_t batch_a, batch_b;  // numel of the batch dims
+  int64_t lda, ldb;
+};
+
+Operands operands(const KernelContext& k) {
+  const Shape &a = k.inputs[0].shape(), &b = k.inputs[1].shape();
+  Operands o;
+  o.ta = k.attrs.get_int("transpose_a") != 0;
+  o.tb = k.attrs.get_int("transpose_b") != 0;
+  const size_t ra = a.size(), rb = b.size();
+  o.M = o.ta ? a[ra - 1] : a[ra - 2];
+  o.K = o.ta ? a[ra - 2] : a[ra - 1];
+  o.N = o.tb ? b[rb - 2] : b[rb - 1];
+  o.batch_a = shape_numel(Shape(a.begin(), a.end() - 2));
+  o.batch_b = shape_numel(Shape(b.begin(), b.end() - 2));
+  o.lda = o.ta ? o.M : o.K;
+  o.ldb = o.tb ? o.K : o.N;
+  return o;
+}
+
+void matmul_kernel(KernelContext& k) {
+  const Tensor &a = k.inputs[0], &b = k.inputs[1], &c = k.outputs[0];
+  const kcu::DType type = storage_type(a, "matmul");
+  const Operands o = operands(k);
+  const int64_t batch_c = shape_numel(Shape(c.shape().begin(), c.shape().end() - 2));
+  if (c.numel() == 0) return;
+  kcu::Blas& blas = cuda_context().blas;
+  if (o.K == 0) {  // an empty sum: zeros
+    kcu::fill(type, c.raw(), 0.0f, c.numel(), compute_stream());
+    return;
+  }
+  if (o.batch_b == 1 && !o.ta) {  // b shared: the batch of a is just more rows
+    blas.gemm(type, false, o.tb, o.batch_a * o.M, o.N, o.K, 1.0f, a.raw(), o.lda, b.raw(), o.ldb, 0.0f, c.raw(), o.N);
+    return;
+  }
+  const bool a_full = o.batch_a == batch_c, b_full = o.batch_b == batch_c;
+  COHORT_CHECK((a_full || o.batch_a == 1) && (b_full || o.batch_b == 1), Status::kUnsupported,
+               "matmul on cuda: batch dims of ", shape_str(a.shape()), " and ", shape_str(b.shape()),
+               " broadcast partially (only equal batches or one operand shared)");
+  blas.gemm_batched(type, o.ta, o.tb, batch_c, o.M, o.N, o.K, 1.0f, a.raw(), o.lda, a_full ? o.M * o.K : 0, b.raw(),
+                    o.ldb, b_full ? o.K * o.N : 0, 0.0f, c.raw(), o.N, o.M * o.N);
+}
+
+// c = sum over the batch of op(a_i) op(b_i).
+void matmul_sum_batch_kernel(KernelContext& k) {
+  const Tensor &a = k.inputs[0], &b = k.inputs[1], &c = k.outputs[0];
+  const kcu::DType type = storage_type(a, "matmul_sum_batch");
+  const Operands o = operands(k);
+  if (c.numel() == 0) return;
+  kcu::Blas& blas = cuda_context().blas;
+  if (o.K == 0 || o.batch_a == 0) {
+    kcu::fill(type, c.raw(), 0.0f, c.numel(), compute_stream());
+    return;
+  }
+  if (o.ta && !o.tb) {  // rows contracted: the batches stacked are one taller product
+    blas.gemm(type, true, false, o.M, o.N, o.batch_a * o.K, 1.0f, a.raw(), o.lda, b.raw(), o.ldb, 0.0f, c.raw(), o.N);
+    return;
+  }
+  const size_t esize = dtype_size(a.dtype());
+  for (int64_t i = 0; i < o.batch_a; ++i)
+    blas.gemm(type, o.ta, o.tb, o.M, o.N, o.K, 1.0f, static_cast<const char*>(a.raw()) + i * o.M * o.K * esize, o.lda,
+              static_cast<const char*>(b.raw()) + i * o.K * o.N * esize, o.ldb, i == 0 ? 0.0f : 1.0f, c.raw(), o.N);
+}
+
+// y[M, N] = x[M, K] W[N, K]^T (+ bias[N]).
+void linear_into(kcu::DType type, const void* x, const Tensor& w, const Tensor* bias, void* y, int64_t M) {
+  const int64_t N = w.dim(0), K = w.dim(1);
+  if (M * N == 0) return;
+  if (K == 0) {
+    kcu::fill(type, y, 0.0f, M * N, compute_stream());
+  } else {
+    cuda_context().blas.gemm(type, false, true, M, N, K, 1.0f, x, K, w.raw(), K, 0.0f, y, N);
+  }
+  if (bias) kcu::binary(kcu::BinaryOp::kAdd, type, y, M * N, bias->raw(), N, y, compute_stream());
+}
+
+// Rows of a [..., K] operand: the product of all dims but the last.
+int64_t rows_of(const Tensor& t) { return shape_numel(Shape(t.shape().begin(), t.shape().end() - 1)); }
+
+}  // namespace
+
+void register_matmul(OpRegistry& r) {
+  r.set_kernel("matmul", Device::kCuda, matmul_kernel);
+  r.set_kernel("matmul_sum_batch", Device::kCuda, matmul_sum_batch_kernel);
+
+  r.set_kernel("linear", Device::kCuda, [](KernelContext& k) {
+    const Tensor& x = k.inputs[0];
+    linear_into(storage_type(x, "linear"), x.raw(), k.inputs[1], k.inputs.size() > 2 ? &k.inputs[2] : nullptr,
+                k.outputs[0].raw(), rows_of(x));
+  });
+
+  // (x, W[, b]) -> y = gelu(x) W^T + b, a = gelu(x), g = gelu'(x).
+  r.set_kernel("gelu_linear", Device::kCuda, [](KernelContext& k) {
+    const Tensor& x = k.inputs[0];
+    const kcu::DType type = storage_type(x, "gelu_linear");
+    void *a = k.outputs[1].raw(), *g = k.outputs[2].raw();
+    kcu::gelu_forward(type, x.raw(), nullptr, a, x.numel(), 1, compute_stream());
+    kcu::gelu_derivative(type, x.raw(), nullptr, g, x.numel(), 1, compute_stream());
+    linear_into(type, a, k.inputs[1], k.inputs.size() > 2 ? &k.inputs[2] : nullptr, k.outputs[0].raw(), rows_of(x));
+  });
+
+  // (a [..., K], b [K, N], m [..., N]) -> (a b) * m.
+  r.set_kernel("matmul_mul", Device::kCuda, [](KernelContext& k) {
+    const Tensor &a = k.inputs[0], &b = k.inputs[1], &c = k.outputs[0];
+    const kcu::DType type = storage_type(a, "matmul_mul");
+    const int64_t K = a.shape().back(), N = b.dim(1), M = rows_of(a);
+    if (c.numel() == 0) return;
+    if (K == 0) {
+      kcu::fill(type, c.raw(), 0.0f, c.numel(), compute_stream());
+      return;
+    }
+    cuda_context().blas.gemm(type, false, false, M, N, K, 1.0f, a.raw(), K, b.raw(), N, 0.0f, c.raw(), N);
+    kcu::binary(kcu::BinaryOp::kMul, type, c.raw(), c.numel(), k.inputs[2].raw(), c.numel(), c.raw(), compute_stream());
+  });
+}
+
+}  // namespace cohort::cuda_ops

@@ -1,0 +1,143 @@
+// CUDA kernels of layernorm, cross_entropy, attention and embedding (and their gradients), over
+// the fused kernels of kernels/cuda. Labels and ids are copied to the host and checked as on the
+// CPU, so a bad one gets the same error instead of a NaN (a synchronisation per call: TODO(#7)
+// a device-side check flag read with the loss).
+#include <cmath>
+
+#include "core/base/error.h"
+#include "core/device/cuda_context.h"
+#include "core/device/device.h"
+#include "core/ops/cuda/cuda_ops.h"
+#include "core/ops/op_checks.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/norm.h"
+#include "kernels/cuda/softmax.h"
+#include "kernels/cuda/elementwise.h"
+
+namespace cohort::cuda_ops {
+
+namespace {
+
+int64_t rows_of(const Tensor& t) { return shape_numel(Shape(t.shape().begin(), t.shape().end() - 1)); }
+
+bool mean_reduction(const Attrs& a) { return a.get_string("reduction") == "mean"; }
+
+// Labels not equal to ignore_index, counted on the host copy.
+int64_t counted_labels(const Tensor& host_labels, int64_t ignore) {
+  int64_t count = 0;
+  const int32_t* l = host_labels.data<int32_t>();
+  for (int64_t r = 0; r < host_labels.numel(); ++r) count += l[r] != ignore;
+  return count;
+}
+
+// A host float read from a one-element device tensor of any float dtype.
+float scalar_of(const Tensor& t) {
+  Tensor h = Tensor::empty(t.shape(), DType::kF32);
+  h.copy_from(t);
+  return h.data<float>()[0];
+}
+
+void register_layernorm(OpRegistry& r) {
+  r.set_kernel("layernorm", Device::kCuda, [](KernelContext& k) {  // (x, gamma, beta) -> y, mean, rstd
+    const Tensor& x = k.inputs[0];
+    kcu::layernorm_forward(storage_type(x, "layernorm"), x.raw(), k.inputs[1].raw(), k.inputs[2].raw(),
+                           k.outputs[0].raw(), k.outputs[1].data<float>(), k.outputs[2].data<float>(), rows_of(x),
+                           x.shape().back(), static_cast<float>(k.attrs.get_float("eps")), compute_stream());
+  });
+  // (x, gamma, mean, rstd, dy[, dx_add]) -> dx (+ dx_add), dgamma, dbeta
+  r.set_kernel("layernorm_grad", Device::kCuda, [](KernelContext& k) {
+    const Tensor& x = k.inputs[0];
+    const kcu::DType type = storage_type(x, "layernorm_grad");
+    expect_f32(k.inputs[1], "layernorm_grad", "gamma");
+    const int64_t rows = rows_of(x), C = x.shape().back();
+    CudaScratch ws(static_cast<size_t>(kcu::layernorm_backward_workspace(rows, C)) * sizeof(float));
+    Tensor& dx = k.outputs[0];
+    kcu::layernorm_backward(type, x.raw(), k.inputs[1].raw(), k.inputs[2].data<float>(), k.inputs[3].data<float>(),
+                            k.inputs[4].raw(), dx.raw(), k.outputs[1].data<float>(), k.outputs[2].data<float>(),
+                            ws.as<float>(), rows, C, compute_stream());
+    if (k.inputs.size() > 5)
+      kcu::binary(kcu::BinaryOp::kAdd, type, dx.raw(), dx.numel(), k.inputs[5].raw(), dx.numel(), dx.raw(),
+                  compute_stream());
+  });
+}
+
+void register_cross_entropy(OpRegistry& r) {
+  // (logits, labels) -> loss [], lse [rows]
+  r.set_kernel("cross_entropy", Device::kCuda, [](KernelContext& k) {
+    const Tensor &x = k.inputs[0], &labels = k.inputs[1];
+    const int64_t V = x.shape().back(), N = x.numel() / std::max<int64_t>(V, 1);
+    const int64_t ignore = k.attrs.get_int("ignore_index");
+    check_labels(to_host(labels), V, ignore);
+    CudaScratch rows(static_cast<size_t>(N) * sizeof(float)), sums(2 * sizeof(float));
+    kcu::cross_entropy_forward(storage_type(x, "cross_entropy"), x.raw(), labels.data<int32_t>(), rows.as<float>(),
+                               k.outputs[1].data<float>(), nullptr, 0.0f, N, V, ignore, compute_stream());
+    kcu::cross_entropy_reduce(rows.as<float>(), labels.data<int32_t>(), N, ignore, sums.as<float>(), compute_stream());
+    float host[2];
+    device_copy(host, Device::kCpu, sums.as<float>(), Device::kCuda, sizeof(host));
+    double total = host[0];
+    // Mean over zero labels (everything ignored) is 0, not NaN, as on the CPU.
+    if (mean_reduction(k.attrs)) total = host[1] > 0.0f ? total / static_cast<double>(host[1]) : 0.0;
+    Tensor loss = Tensor::empty({}, DType::kF32);
+    loss.data<float>()[0] = static_cast<float>(total);
+    k.outputs[0].copy_from(loss);
+  });
+  // (logits, labels, lse, dloss) -> dlogits
+  r.set_kernel("cross_entropy_grad", Device::kCuda, [](KernelContext& k) {
+    const Tensor &x = k.inputs[0], &labels = k.inputs[1];
+    const int64_t V = x.shape().back(), N = x.numel() / std::max<int64_t>(V, 1);
+    const int64_t ignore = k.attrs.get_int("ignore_index");
+    double scale = scalar_of(k.inputs[3]);
+    if (mean_reduction(k.attrs)) {
+      const int64_t count = counted_labels(to_host(labels), ignore);
+      scale = count > 0 ? scale / static_cast<double>(count) : 0.0;
+    }
+    kcu::cross_entropy_backward(storage_type(x, "cross_entropy_grad"), x.raw(), labels.data<int32_t>(),
+                                k.inputs[2].data<float>(), static_cast<float>(scale), k.outputs[0].raw(), N, V, ignore,
+                                compute_stream());
+  });
+}
+
+void register_attention(OpRegistry& r) {
+  r.set_kernel("attention", Device::kCuda, [](KernelContext& k) {  // qkv -> out, lse
+    const Tensor& qkv = k.inputs[0];
+    kcu::attention_forward(storage_type(qkv, "attention"), attention_dims(k.attrs, qkv.shape()), qkv.raw(),
+                           k.outputs[0].raw(), k.outputs[1].data<float>(), compute_stream());
+  });
+  r.set_kernel("attention_grad", Device::kCuda, [](KernelContext& k) {  // (qkv, out, lse, dout) -> dqkv
+    const Tensor& qkv = k.inputs[0];
+    const kcu::AttentionDims d = attention_dims(k.attrs, qkv.shape());
+    CudaScratch ws(static_cast<size_t>(kcu::attention_backward_workspace(d)) * sizeof(float));
+    kcu::attention_backward(storage_type(qkv, "attention_grad"), d, qkv.raw(), k.inputs[1].raw(),
+                            k.inputs[2].data<float>(), k.inputs[3].raw(), k.outputs[0].raw(), ws.as<float>(),
+                            compute_stream());
+  });
+}
+
+void register_embedding(OpRegistry& r) {
+  r.set_kernel("embedding", Device::kCuda, [](KernelContext& k) {  // (weight [V, C], ids) -> out
+    const Tensor &w = k.inputs[0], &ids = k.inputs[1];
+    check_ids(to_host(ids), w.dim(0));
+    kcu::embedding_forward(storage_type(w, "embedding"), w.raw(), ids.data<int32_t>(), k.outputs[0].raw(),
+                           ids.numel(), w.dim(0), w.dim(1), compute_stream());
+  });
+  r.set_kernel("embedding_grad", Device::kCuda, [](KernelContext& k) {  // (ids, dy) -> dweight [V, C]
+    const Tensor &ids = k.inputs[0], &dy = k.inputs[1];
+    Tensor& dw = k.outputs[0];
+    expect_f32(dw, "embedding_grad", "weight gradient");
+    kcu::fill(kcu::DType::kF32, dw.raw(), 0.0f, dw.numel(), compute_stream());
+    kcu::embedding_backward(storage_type(dy, "embedding_grad"), ids.data<int32_t>(), dy.raw(), dw.data<float>(),
+                            ids.numel(), dw.dim(0), dw.dim(1), compute_stream());
+  });
+}
+
+}  // namespace
+
+void register_nn(OpRegistry& r) {
+  register_layernorm(r);
+  register_cross_entropy(r);
+  register_attention(r);
+  register_embedding(r);
+}
+
+}  // namespace cohort::cuda_ops

@@ -1,0 +1,20 @@
+// Run-time checks and attribute decoding that an operator's CPU and CUDA kernels share, defined
+// in the operator's family file (core/ops/<family>.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "core/graph/attrs.h"
+#include "core/tensor/tensor.h"
+#include "kernels/cpu/attention.h"
+
+namespace cohort {
+
+// Throws kInvalidArgument naming the first id outside [0, V) and its position (host tensor).
+void check_ids(const Tensor& ids, int64_t V);
+// Throws kInvalidArgument naming the first label outside [0, V) that is not ignore_index.
+void check_labels(const Tensor& labels, int64_t V, int64_t ignore_index);
+// The attention operators' dims from their attributes and the qkv shape [B, T, 3C].
+kernels::cpu::AttentionDims attention_dims(const Attrs& a, const Shape& qkv);
+
+}  // namespace cohort

@@ -1,0 +1,86 @@
+// Devices on a machine without a GPU (and in builds without CUDA): the CUDA device is refused
+// with its reason before anything runs, host copies go through device_copy, and, in a CUDA
+// build, every operator of a GPT training step has a CUDA kernel (so the GPU executor accepts
+// it; tests/gpu runs it against the CPU where a GPU is visible).
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "core/device/device.h"
+#include "core/exec/executor.h"
+#include "core/graph/autodiff.h"
+#include "core/models/gpt.h"
+#include "core/ops/schema.h"
+#include "tests/support/expect_error.h"
+
+namespace cohort {
+namespace {
+
+using ::cohort::test::expect_error;
+
+Graph small_gpt(double dropout = 0.0) {
+  models::GptConfig c;
+  c.batch = 2;
+  c.context = 16;
+  c.vocab = 32;
+  c.layers = 2;
+  c.width = 64;
+  c.heads = 2;
+  c.dropout = dropout;
+  Graph g = models::build_gpt(c);
+  build_backward(g, g.loss(), g.parameters());
+  return g;
+}
+
+TEST(Device, CudaDeviceIsRefusedWithItsReasonWhenUnavailable) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is visible: tests/gpu covers it";
+  const std::string why = device_unavailable_reason(Device::kCuda);
+  EXPECT_NE(why.find(cuda_built() ? "no CUDA device visible" : "no CUDA backend"), std::string::npos) << why;
+  EXPECT_EQ(device_unavailable_reason(Device::kCpu), "");
+  expect_error([] { device_allocator(Device::kCuda); }, Status::kUnsupported, "the CUDA device cannot be used");
+  expect_error([] { Tensor::empty({4}, DType::kF32, device_allocator(Device::kCuda)); }, Status::kUnsupported,
+               why);
+  Graph g;
+  ValueId x = g.add_input("x", DType::kF32, {4});
+  ValueId y = g.add_op("relu", "r", {x}, Attrs()).at(0);
+  expect_error([&] { Executor ex(g, {y}, Device::kCuda); }, Status::kUnsupported, "cannot run on cuda: " + why);
+  float a[3] = {1, 2, 3}, b[3] = {};
+  expect_error([&] { device_copy(b, Device::kCuda, a, Device::kCpu, sizeof(a)); }, Status::kUnsupported,
+               "the CUDA device cannot be used");
+}
+
+TEST(Device, HostToHostCopyAndSynchronize) {
+  float a[3] = {1, 2, 3}, b[3] = {};
+  device_copy(b, Device::kCpu, a, Device::kCpu, sizeof(a));
+  EXPECT_EQ(b[0], 1.0f);
+  EXPECT_EQ(b[2], 3.0f);
+  device_synchronize(Device::kCpu);
+  EXPECT_STREQ(device_name(Device::kCuda), "cuda");
+  EXPECT_EQ(device_allocator(Device::kCpu), cpu_allocator());
+}
+
+TEST(Device, EveryOperatorOfAGptTrainingStepHasACudaKernel) {
+  if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA backend";
+  const Graph g = small_gpt();
+  std::set<std::string> missing, covered;
+  for (const Node& n : g.nodes()) {
+    if (n.op->alias_input0) continue;
+    (n.op->kernels[static_cast<int>(Device::kCuda)] ? covered : missing).insert(n.op->name);
+  }
+  std::string list;
+  for (const std::string& m : missing) list += m + " ";
+  EXPECT_TRUE(missing.empty()) << "no CUDA kernel for: " << list;
+  EXPECT_GE(covered.size(), 12u);  // embedding, layernorm, linear, attention, ..., and their gradients
+}
+
+TEST(Device, OperatorsWithoutACudaKernelAreNamedBeforeARun) {
+  if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA backend";
+  if (cuda_device_count() == 0) GTEST_SKIP() << "needs a CUDA device (the device check comes first)";
+  const Graph g = small_gpt(0.1);  // dropout has no CUDA kernel yet
+  expect_error([&] { Executor ex(g, {g.loss()}, Device::kCuda); }, Status::kUnsupported,
+               "no cuda kernel for operator(s) dropout");
+}
+
+}  // namespace
+}  // namespace cohort
