@@ -111,6 +111,10 @@ void device_synchronize(Device device) {
   if (device == Device::kCuda) cuda_context().stream.synchronize();
 }
 
+void set_cuda_allow_tf32(bool allow) {
+  if (cuda_device_count() > 0) cuda_context().blas.set_allow_tf32(allow);
+}
+
 #else  // no CUDA backend in this build
 
 bool cuda_built() { return false; }
@@ -139,6 +143,8 @@ void device_memset_zero(void* ptr, Device device, size_t bytes) {
 }
 
 void device_synchronize(Device) {}
+
+void set_cuda_allow_tf32(bool) {}
 
 #endif
 

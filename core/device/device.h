@@ -37,6 +37,10 @@ void device_copy(void* dst, Device dst_device, const void* src, Device src_devic
 // Sets `bytes` bytes at ptr on `device` to zero (queued on the compute stream for the CUDA device).
 void device_memset_zero(void* ptr, Device device, size_t bytes);
 
+// fp32 products on the CUDA device may round their inputs to TF32 on the tensor cores (about
+// 1e-3 relative; off by default). No-op without the backend.
+void set_cuda_allow_tf32(bool allow);
+
 // Waits until everything queued on the device has finished (no-op for the host). A kernel's
 // asynchronous failure surfaces here (or at the next copy) as an Error naming the CUDA error.
 void device_synchronize(Device device);

@@ -72,12 +72,12 @@ std::vector<ValueId> build_backward(Graph& g, ValueId loss, const std::vector<Va
                  node.name, "' has no backward rule but the loss needs its gradient");
     BackwardContext ctx(g, node, gout);
     // Gradients summed so far, offered to the rule for inputs the node reads once.
-    std::vector<ValueId> acc(node.inputs.size(), -1);
+    std::vector<ValueId> so_far(node.inputs.size(), -1);
     for (size_t i = 0; i < node.inputs.size(); ++i)
       if (relevant[static_cast<size_t>(node.inputs[i])] &&
           std::count(node.inputs.begin(), node.inputs.end(), node.inputs[i]) == 1)
-        acc[i] = grad[static_cast<size_t>(node.inputs[i])];
-    ctx.set_accumulated_grads(std::move(acc));
+        so_far[i] = grad[static_cast<size_t>(node.inputs[i])];
+    ctx.set_accumulated_grads(std::move(so_far));
     node.op->backward(ctx);
     grad.resize(g.values().size(), -1);
     for (size_t i = 0; i < node.inputs.size(); ++i) {
