@@ -89,9 +89,6 @@ void linear_into(kcu::DType type, const void* x, const Tensor& w, const Tensor* 
   if (bias) kcu::binary(kcu::BinaryOp::kAdd, type, y, M * N, bias->raw(), N, y, compute_stream());
 }
 
-// Rows of a [..., K] operand: the product of all dims but the last.
-int64_t rows_of(const Tensor& t) { return shape_numel(Shape(t.shape().begin(), t.shape().end() - 1)); }
-
 }  // namespace
 
 void register_matmul(OpRegistry& r) {

@@ -19,8 +19,6 @@ namespace cohort::cuda_ops {
 
 namespace {
 
-int64_t rows_of(const Tensor& t) { return shape_numel(Shape(t.shape().begin(), t.shape().end() - 1)); }
-
 bool mean_reduction(const Attrs& a) { return a.get_string("reduction") == "mean"; }
 
 // Labels not equal to ignore_index, counted on the host copy.
