@@ -39,8 +39,6 @@ Shape last_dim_norm_checks(const ShapeContext& c, size_t vectors) {
   return Shape(x.begin(), x.end() - 1);
 }
 
-int64_t rows_of(const Tensor& x) { return x.numel() / x.shape().back(); }
-
 // Backward rules: one *_grad node whose outputs are the gradients of inputs 0..n-1. With
 // `accumulates`, the gradient already summed for x (a residual stream's, in a pre-norm block)
 // is a last input that the kernel adds to dx.

@@ -1,5 +1,5 @@
 // Run-time checks and attribute decoding that an operator's CPU and CUDA kernels share, defined
-// in the operator's family file (core/ops/<family>.cpp).
+// in the operator's family file (core/ops/<family>.cpp). Tensors here are host tensors.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +14,10 @@ namespace cohort {
 void check_ids(const Tensor& ids, int64_t V);
 // Throws kInvalidArgument naming the first label outside [0, V) that is not ignore_index.
 void check_labels(const Tensor& labels, int64_t V, int64_t ignore_index);
+// cross_entropy: whether the loss is the mean (else the sum), and how many labels count (not
+// ignore_index) for the mean.
+bool mean_reduction(const Attrs& a);
+int64_t counted_labels(const Tensor& labels, int64_t ignore_index);
 // The attention operators' dims from their attributes and the qkv shape [B, T, 3C].
 kernels::cpu::AttentionDims attention_dims(const Attrs& a, const Shape& qkv);
 

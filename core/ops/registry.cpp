@@ -76,6 +76,8 @@ void expect_same_dtype(const ShapeContext& c, size_t a, size_t b) {
                                                 " like input ", a));
 }
 
+int64_t rows_of(const Tensor& t) { return shape_numel(Shape(t.shape().begin(), t.shape().end() - 1)); }
+
 BackwardContext::BackwardContext(Graph& graph, const Node& node, std::vector<ValueId> grad_outputs)
     : graph_(graph), node_(node), grad_outputs_(std::move(grad_outputs)),
       grad_inputs_(node.inputs.size(), -1) {}

@@ -142,5 +142,8 @@ void register_dropout_ops(OpRegistry& r);
 void expect_rank(const ShapeContext& c, size_t input, int64_t rank);
 void expect_float(const ShapeContext& c, size_t input);
 void expect_same_dtype(const ShapeContext& c, size_t a, size_t b);
+// Rows of a [..., C] tensor for a kernel that works row by row: the product of all dims but the
+// last (also when C is 0).
+int64_t rows_of(const Tensor& t);
 
 }  // namespace cohort

@@ -73,12 +73,18 @@ void register_softmax_like(OpRegistry& r, const std::string& name, bool log) {
   r.add(g);
 }
 
-bool mean_reduction(const Attrs& a) { return a.get_string("reduction") == "mean"; }
-
-// Throws kInvalidArgument naming the first label outside [0, V) that is not ignore_index.
 }  // namespace
 
 // Declared in core/ops/op_checks.h (shared with the CUDA kernels).
+bool mean_reduction(const Attrs& a) { return a.get_string("reduction") == "mean"; }
+
+int64_t counted_labels(const Tensor& labels, int64_t ignore_index) {
+  int64_t count = 0;
+  const int32_t* l = labels.data<int32_t>();
+  for (int64_t r = 0; r < labels.numel(); ++r) count += l[r] != ignore_index;
+  return count;
+}
+
 void check_labels(const Tensor& labels, int64_t V, int64_t ignore_index) {
   const int64_t bad = kc::find_bad_label(labels.data<int32_t>(), labels.numel(), V, ignore_index);
   if (bad < 0) return;
@@ -132,8 +138,7 @@ void cross_entropy_grad_kernel(KernelContext& k) {
   const int32_t* labels = k.inputs[1].data<int32_t>();
   double scale = k.inputs[3].data<float>()[0];
   if (mean_reduction(k.attrs)) {
-    int64_t count = 0;
-    for (int64_t r = 0; r < rows; ++r) count += labels[r] != ignore;
+    const int64_t count = counted_labels(k.inputs[1], ignore);
     scale = count > 0 ? scale / static_cast<double>(count) : 0.0;
   }
   kc::cross_entropy_backward(x.data<float>(), labels, k.inputs[2].data<float>(), static_cast<float>(scale),

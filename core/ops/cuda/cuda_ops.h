@@ -19,8 +19,6 @@ namespace kcu = kernels::cuda;
 kcu::DType storage_type(const Tensor& t, const char* op);
 // Throws kUnsupported unless t is f32: for kernels whose outputs are fp32 only.
 void expect_f32(const Tensor& t, const char* op, const char* what);
-// Rows of a [..., K] tensor: the product of all dims but the last (also when K is 0).
-int64_t rows_of(const Tensor& t);
 // The compute stream.
 cudaStream_t compute_stream();
 // A host copy of a (small) device tensor, e.g. labels to check, a scalar to read.

@@ -19,16 +19,6 @@ namespace cohort::cuda_ops {
 
 namespace {
 
-bool mean_reduction(const Attrs& a) { return a.get_string("reduction") == "mean"; }
-
-// Labels not equal to ignore_index, counted on the host copy.
-int64_t counted_labels(const Tensor& host_labels, int64_t ignore) {
-  int64_t count = 0;
-  const int32_t* l = host_labels.data<int32_t>();
-  for (int64_t r = 0; r < host_labels.numel(); ++r) count += l[r] != ignore;
-  return count;
-}
-
 // A host float read from a one-element device tensor of any float dtype.
 float scalar_of(const Tensor& t) {
   Tensor h = Tensor::empty(t.shape(), DType::kF32);
@@ -64,7 +54,7 @@ void register_cross_entropy(OpRegistry& r) {
   // (logits, labels) -> loss [], lse [rows]
   r.set_kernel("cross_entropy", Device::kCuda, [](KernelContext& k) {
     const Tensor &x = k.inputs[0], &labels = k.inputs[1];
-    const int64_t V = x.shape().back(), N = x.numel() / std::max<int64_t>(V, 1);
+    const int64_t V = x.shape().back(), N = rows_of(x);
     const int64_t ignore = k.attrs.get_int("ignore_index");
     check_labels(to_host(labels), V, ignore);
     CudaScratch rows(static_cast<size_t>(N) * sizeof(float)), sums(2 * sizeof(float));
@@ -83,7 +73,7 @@ void register_cross_entropy(OpRegistry& r) {
   // (logits, labels, lse, dloss) -> dlogits
   r.set_kernel("cross_entropy_grad", Device::kCuda, [](KernelContext& k) {
     const Tensor &x = k.inputs[0], &labels = k.inputs[1];
-    const int64_t V = x.shape().back(), N = x.numel() / std::max<int64_t>(V, 1);
+    const int64_t V = x.shape().back(), N = rows_of(x);
     const int64_t ignore = k.attrs.get_int("ignore_index");
     double scale = scalar_of(k.inputs[3]);
     if (mean_reduction(k.attrs)) {

@@ -18,8 +18,6 @@ void expect_f32(const Tensor& t, const char* op, const char* what) {
                dtype_name(t.dtype()), " (f32 only)");
 }
 
-int64_t rows_of(const Tensor& t) { return shape_numel(Shape(t.shape().begin(), t.shape().end() - 1)); }
-
 cudaStream_t compute_stream() { return cuda_context().compute(); }
 
 Tensor to_host(const Tensor& t) {
