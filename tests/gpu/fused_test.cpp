@@ -1,8 +1,11 @@
 // The fused CUDA kernels against the plain references: element-wise with bias broadcast, GELU
 // forward/backward, layer norm forward/backward, cross entropy (fused and separate gradient,
-// ignore_index, in place, a bad label) and AdamW (fp32 and bf16 grads, bf16 parameter copy).
+// ignore_index, in place, a bad label) and the multi-tensor optimizer updates (AdamW, SGD,
+// device-side clipping; fp32 and bf16 grads, bf16 parameter copy).
 // Sizes include ones that are not multiples of the vector width (the scalar path).
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/norm.h"
@@ -164,46 +167,122 @@ void test_cross_entropy(Env& env) {
               std::isnan(l[1]) && std::isfinite(l[0]));
 }
 
+// The multi-tensor optimizer kernels on two parameters of several chunks each (an fp32 gradient;
+// a bf16 gradient with a bf16 parameter copy), against the update in double: the gradient norm,
+// AdamW (plain and the N-rank mean variant) and SGD (plain; Nesterov momentum), with clipping
+// applied on the device from that norm.
 void test_adamw(Env& env) {
-  const int64_t n = 100003;
-  kc::AdamWArgs a;
-  a.lr = 1e-3f;
-  a.weight_decay = 0.1f;
-  a.grad_scale = 0.5f;
-  const int t_step = 3;
-  a.step_size = a.lr / (1.0f - std::pow(a.beta1, t_step));
-  a.bias_correction2_sqrt = std::sqrt(1.0f - std::pow(a.beta2, t_step));
-  for (DType gt : kTypes) {
-    const auto p = random_vector(env.rng, n), g = as_stored(random_vector(env.rng, n), gt);
-    const auto m = random_vector(env.rng, n, -0.1f, 0.1f),
-               v = random_vector(env.rng, n, 0.0f, 0.01f);
+  const int64_t sizes[2] = {100003, 70001};
+  const DType gtypes[2] = {DType::kF32, DType::kBF16};
+  struct Host {
+    std::vector<float> p, g, m, v;
+  } h[2];
+  for (int k = 0; k < 2; ++k) {
+    h[k].p = random_vector(env.rng, sizes[k]);
+    h[k].g = as_stored(random_vector(env.rng, sizes[k]), gtypes[k]);
+    h[k].m = random_vector(env.rng, sizes[k], -0.1f, 0.1f);
+    h[k].v = random_vector(env.rng, sizes[k], 0.0f, 0.01f);
+  }
+  double ref_sum_sq = 0.0;
+  for (const Host& x : h)
+    for (float g : x.g) ref_sum_sq += static_cast<double>(g) * g;
+  const double clip_norm = 0.5 * std::sqrt(ref_sum_sq);
+  const double coef = clip_norm / (std::sqrt(ref_sum_sq) + 1e-6);
+
+  enum Variant { kAdamW, kAdamWMean, kSgd, kSgdNesterov };
+  for (Variant var : {kAdamW, kAdamWMean, kSgd, kSgdNesterov}) {
+    const bool adam = var == kAdamW || var == kAdamWMean, clip = var == kAdamW || var == kSgdNesterov;
+    kc::AdamWArgs a;
+    a.lr = 1e-3f;
+    a.weight_decay = 0.1f;
+    a.grad_scale = clip ? 1.0f : 0.5f;
+    const int t_step = 3;
+    a.step_size = a.lr / (1.0f - std::pow(a.beta1, t_step));
+    a.bias_correction2_sqrt = std::sqrt(1.0f - std::pow(a.beta2, t_step));
+    a.bias_correction1 = 1.0f - std::pow(a.beta1, t_step);
+    a.noise_ranks = var == kAdamWMean ? 4.0f : 1.0f;
+    kc::SgdArgs s;
+    s.lr = 0.05f;
+    s.weight_decay = 0.01f;
+    s.grad_scale = a.grad_scale;
+    s.momentum = var == kSgdNesterov ? 0.9f : 0.0f;
+    s.nesterov = var == kSgdNesterov;
+    const double scale = clip ? coef : a.grad_scale;
+
     Buffers buf(*env.alloc);
-    float* dp = static_cast<float*>(buf.upload(p, DType::kF32));
-    float* dm = static_cast<float*>(buf.upload(m, DType::kF32));
-    float* dv = static_cast<float*>(buf.upload(v, DType::kF32));
-    void* pb = buf.poisoned(n, DType::kBF16);
-    kc::adamw_update(dp, buf.upload(g, gt), gt, dm, dv, static_cast<uint16_t*>(pb), n, a, nullptr);
-    std::vector<double> rdelta(n), rm(n), rv(n), rp(n);
-    for (int64_t i = 0; i < n; ++i) {  // the update in double
-      const double gi = static_cast<double>(g[i]) * a.grad_scale;
-      rm[i] = a.beta1 * static_cast<double>(m[i]) + (1.0 - a.beta1) * gi;
-      rv[i] = a.beta2 * static_cast<double>(v[i]) + (1.0 - a.beta2) * gi * gi;
-      rp[i] = p[i] * (1.0 - double(a.lr) * a.weight_decay) -
-              a.step_size * rm[i] / (std::sqrt(rv[i]) / a.bias_correction2_sqrt + a.eps);
-      rdelta[i] = rp[i] - p[i];
+    std::vector<kc::OptimParam> params(2);
+    for (int k = 0; k < 2; ++k) {
+      kc::OptimParam& q = params[k];
+      q.n = sizes[k];
+      q.param = static_cast<float*>(buf.upload(h[k].p, DType::kF32));
+      q.grad = buf.upload(h[k].g, gtypes[k]);
+      q.grad_type = gtypes[k];
+      if (adam || s.momentum != 0) q.state0 = static_cast<float*>(buf.upload(h[k].m, DType::kF32));
+      if (adam) q.state1 = static_cast<float*>(buf.upload(h[k].v, DType::kF32));
+      if (k == 1) q.param_bf16 = static_cast<uint16_t*>(buf.poisoned(sizes[k], DType::kBF16));
     }
-    const auto np = Buffers::download(dp, n, DType::kF32);
-    std::vector<float> delta(n);
-    for (int64_t i = 0; i < n; ++i) delta[i] = np[i] - p[i];
-    const std::string s = std::string(" grad ") + kc::dtype_name(gt);
-    // The update is a difference of two fp32 values near 1: its rounding alone is ~6e-8 / 1e-3.
-    expect_close(env.ctx, ("adamw update" + s).c_str(), delta, rdelta, 2e-4);
-    expect_close(env.ctx, ("adamw exp_avg" + s).c_str(), Buffers::download(dm, n, DType::kF32), rm,
-                 1e-5);
-    expect_close(env.ctx, ("adamw exp_avg_sq" + s).c_str(), Buffers::download(dv, n, DType::kF32),
-                 rv, 1e-5);
-    expect_close(env.ctx, ("adamw bf16 param copy" + s).c_str(),
-                 Buffers::download(pb, n, DType::kBF16), rp, 1e-2);
+    double* sum_sq = static_cast<double*>(buf.raw(sizeof(double)));
+    kc::OptimTable table(*env.alloc, nullptr);
+    table.set(params);
+    kc::grad_sum_of_squares(table, sum_sq);
+    kc::DeviceClip dc;
+    if (clip) {
+      dc.sum_sq = sum_sq;
+      dc.clip_norm = clip_norm;
+    }
+    if (adam) kc::adamw_update(table, a, dc);
+    else kc::sgd_update(table, s, dc);
+    double got_sum_sq = 0.0;
+    COHORT_CUDA_CHECK(cudaMemcpy(&got_sum_sq, sum_sq, sizeof(double), cudaMemcpyDeviceToHost));
+    const char* name = var == kAdamW ? "adamw (clipped)" : var == kAdamWMean ? "adamw mean of 4"
+                       : var == kSgd ? "sgd" : "sgd nesterov (clipped)";
+    expect_true(env.ctx, (std::string(name) + ": gradient sum of squares").c_str(),
+                std::fabs(got_sum_sq - ref_sum_sq) <= 1e-9 * ref_sum_sq);
+
+    for (int k = 0; k < 2; ++k) {
+      const int64_t n = sizes[k];
+      const Host& x = h[k];
+      std::vector<double> rdelta(n), rm(n), rv(n), rp(n);
+      for (int64_t i = 0; i < n; ++i) {  // the update in double
+        const double gi = static_cast<double>(x.g[i]) * scale, pi = x.p[i];
+        if (adam) {
+          rm[i] = a.beta1 * static_cast<double>(x.m[i]) + (1.0 - a.beta1) * gi;
+          rv[i] = a.beta2 * static_cast<double>(x.v[i]) + (1.0 - a.beta2) * gi * gi;
+          const double decayed = pi * (1.0 - double(a.lr) * a.weight_decay);
+          if (var == kAdamWMean) {
+            const double mh = rm[i] / a.bias_correction1,
+                         vh = rv[i] / (double(a.bias_correction2_sqrt) * a.bias_correction2_sqrt);
+            const double var_n = std::max(vh - mh * mh, 0.0) / a.noise_ranks;
+            rp[i] = decayed - a.lr * mh / (std::sqrt(mh * mh + var_n) + a.eps);
+          } else {
+            rp[i] = decayed - a.step_size * rm[i] / (std::sqrt(rv[i]) / a.bias_correction2_sqrt + a.eps);
+          }
+        } else {
+          double g = gi + s.weight_decay * pi;
+          if (s.momentum != 0) {
+            rm[i] = s.momentum * static_cast<double>(x.m[i]) + g;
+            g = g + s.momentum * rm[i];  // Nesterov
+          }
+          rp[i] = pi - s.lr * g;
+        }
+        rdelta[i] = rp[i] - pi;
+      }
+      const auto np = Buffers::download(params[k].param, n, DType::kF32);
+      std::vector<float> delta(n);
+      for (int64_t i = 0; i < n; ++i) delta[i] = np[i] - x.p[i];
+      const std::string w = std::string(name) + " param " + std::to_string(k) + " grad " + kc::dtype_name(gtypes[k]);
+      // The update is a difference of two fp32 values near 1: its rounding alone is ~6e-8 / 1e-3.
+      expect_close(env.ctx, (w + ": update").c_str(), delta, rdelta, 2e-4);
+      if (params[k].state0)
+        expect_close(env.ctx, (w + (adam ? ": exp_avg" : ": momentum")).c_str(),
+                     Buffers::download(params[k].state0, n, DType::kF32), rm, 1e-5);
+      if (adam)
+        expect_close(env.ctx, (w + ": exp_avg_sq").c_str(), Buffers::download(params[k].state1, n, DType::kF32),
+                     rv, 1e-5);
+      if (params[k].param_bf16)
+        expect_close(env.ctx, (w + ": bf16 param copy").c_str(),
+                     Buffers::download(params[k].param_bf16, n, DType::kBF16), rp, 1e-2);
+    }
   }
 }
 
