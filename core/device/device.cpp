@@ -14,6 +14,13 @@ namespace cohort {
 
 const char* device_name(Device device) { return device == Device::kCuda ? "cuda" : "cpu"; }
 
+Tensor to_device(const Tensor& t, Device device) {
+  if (t.device() == device && t.is_contiguous()) return t;
+  Tensor r = Tensor::empty(t.shape(), t.dtype(), device_allocator(device));
+  r.copy_from(t);
+  return r;
+}
+
 #ifdef COHORT_HAVE_CUDA
 
 namespace {

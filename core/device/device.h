@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <string>
 
-#include "core/tensor/allocator.h"
+#include "core/tensor/tensor.h"
 
 namespace cohort {
 
@@ -33,6 +33,10 @@ Allocator* device_allocator(Device device);
 // Copies `bytes` bytes from src on src_device to dst on dst_device (any pair of devices), after
 // the work already queued on the compute stream; returns when dst holds them.
 void device_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+
+// A contiguous tensor on `device` holding t's values: t itself when it is already a contiguous
+// tensor there, else a copy (returns when the copy is complete). Throws as device_allocator.
+Tensor to_device(const Tensor& t, Device device);
 
 // Sets `bytes` bytes at ptr on `device` to zero (queued on the compute stream for the CUDA device).
 void device_memset_zero(void* ptr, Device device, size_t bytes);

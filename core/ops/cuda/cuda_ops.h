@@ -21,8 +21,6 @@ kcu::DType storage_type(const Tensor& t, const char* op);
 void expect_f32(const Tensor& t, const char* op, const char* what);
 // The compute stream.
 cudaStream_t compute_stream();
-// A host copy of a (small) device tensor, e.g. labels to check, a scalar to read.
-Tensor to_host(const Tensor& t);
 
 void register_elementwise(OpRegistry& r);
 void register_matmul(OpRegistry& r);

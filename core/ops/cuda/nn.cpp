@@ -56,7 +56,7 @@ void register_cross_entropy(OpRegistry& r) {
     const Tensor &x = k.inputs[0], &labels = k.inputs[1];
     const int64_t V = x.shape().back(), N = rows_of(x);
     const int64_t ignore = k.attrs.get_int("ignore_index");
-    check_labels(to_host(labels), V, ignore);
+    check_labels(to_device(labels, Device::kCpu), V, ignore);
     CudaScratch rows(static_cast<size_t>(N) * sizeof(float)), sums(2 * sizeof(float));
     kcu::cross_entropy_forward(storage_type(x, "cross_entropy"), x.raw(), labels.data<int32_t>(), rows.as<float>(),
                                k.outputs[1].data<float>(), nullptr, 0.0f, N, V, ignore, compute_stream());
@@ -77,7 +77,7 @@ void register_cross_entropy(OpRegistry& r) {
     const int64_t ignore = k.attrs.get_int("ignore_index");
     double scale = scalar_of(k.inputs[3]);
     if (mean_reduction(k.attrs)) {
-      const int64_t count = counted_labels(to_host(labels), ignore);
+      const int64_t count = counted_labels(to_device(labels, Device::kCpu), ignore);
       scale = count > 0 ? scale / static_cast<double>(count) : 0.0;
     }
     kcu::cross_entropy_backward(storage_type(x, "cross_entropy_grad"), x.raw(), labels.data<int32_t>(),
@@ -105,7 +105,7 @@ void register_attention(OpRegistry& r) {
 void register_embedding(OpRegistry& r) {
   r.set_kernel("embedding", Device::kCuda, [](KernelContext& k) {  // (weight [V, C], ids) -> out
     const Tensor &w = k.inputs[0], &ids = k.inputs[1];
-    check_ids(to_host(ids), w.dim(0));
+    check_ids(to_device(ids, Device::kCpu), w.dim(0));
     kcu::embedding_forward(storage_type(w, "embedding"), w.raw(), ids.data<int32_t>(), k.outputs[0].raw(),
                            ids.numel(), w.dim(0), w.dim(1), compute_stream());
   });

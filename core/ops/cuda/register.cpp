@@ -20,12 +20,6 @@ void expect_f32(const Tensor& t, const char* op, const char* what) {
 
 cudaStream_t compute_stream() { return cuda_context().compute(); }
 
-Tensor to_host(const Tensor& t) {
-  Tensor h = Tensor::empty(t.shape(), t.dtype());
-  h.copy_from(t);
-  return h;
-}
-
 }  // namespace cuda_ops
 
 void register_cuda_kernels(OpRegistry& r) {
