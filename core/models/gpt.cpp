@@ -64,6 +64,8 @@ void validate(const GptConfig& c) {
   COHORT_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, Status::kInvalidArgument, "gpt: dropout (", c.dropout,
                ") must be in [0, 1)");
   COHORT_CHECK(c.eps > 0.0, Status::kInvalidArgument, "gpt: eps (", c.eps, ") must be > 0");
+  COHORT_CHECK(c.dtype == DType::kF32 || c.dtype == DType::kBF16, Status::kInvalidArgument, "gpt: dtype ",
+               dtype_name(c.dtype), " (f32 or bf16)");
 }
 
 Graph build_gpt(const GptConfig& c) {
@@ -72,8 +74,8 @@ Graph build_gpt(const GptConfig& c) {
   Graph g;
   ValueId tokens = g.add_input("tokens", DType::kI32, {B, T});
   ValueId targets = g.add_input("targets", DType::kI32, {B, T});
-  ValueId wte = g.add_parameter("wte.weight", DType::kF32, {V, C}, normal_init(kInitStd));
-  ValueId wpe = g.add_parameter("wpe.weight", DType::kF32, {T, C}, normal_init(kInitStd));
+  ValueId wte = g.add_parameter("wte.weight", c.dtype, {V, C}, normal_init(kInitStd));
+  ValueId wpe = g.add_parameter("wpe.weight", c.dtype, {T, C}, normal_init(kInitStd));
   ValueId x = g.add_op("embedding", "tok_emb", {wte, tokens}, Attrs()).at(0);  // (B, T, C)
   x = add_binary(g, "add", "emb", x, wpe);                                     // + (T, C)
   x = maybe_dropout(g, c, "emb.dropout", x, 0);

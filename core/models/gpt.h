@@ -29,6 +29,9 @@ struct GptConfig {
   double dropout = 0.0;     // on embeddings and both residual branches; 0 adds no node
   double eps = 1e-5;        // layernorm
   bool scale_residual_init = true;  // GPT-2's 1/sqrt(2 L) on the residual projections
+  // f32, or bf16: bf16 parameters and activations (math in fp32 inside the kernels); the optimizer
+  // keeps an fp32 master copy of each parameter (mixed precision).
+  DType dtype = DType::kF32;
 };
 
 // Throws kInvalidArgument naming the first bad field ("gpt: heads (3) must divide width (256)").

@@ -36,20 +36,28 @@ Initializer constant_init(double value) {
   return i;
 }
 
+namespace {
+// Parameters take the dtype of the activations they act on (bf16 models have bf16 weights).
+DType param_dtype(const Graph& g, ValueId x) {
+  const DType t = g.value(x).type.dtype;
+  return t == DType::kBF16 ? DType::kBF16 : DType::kF32;
+}
+}  // namespace
+
 ValueId add_linear(Graph& g, const std::string& prefix, ValueId x, int64_t in, int64_t out, bool bias,
                    const LinearInit& init, const std::string& op) {
-  ValueId w = g.add_parameter(prefix + ".weight", DType::kF32, {out, in}, init.weight);
+  ValueId w = g.add_parameter(prefix + ".weight", param_dtype(g, x), {out, in}, init.weight);
   std::vector<ValueId> inputs = {x, w};
   if (bias) {
     Initializer b = init.torch_bias ? torch_default_bias_init(in) : init.bias;
-    inputs.push_back(g.add_parameter(prefix + ".bias", DType::kF32, {out}, b));
+    inputs.push_back(g.add_parameter(prefix + ".bias", param_dtype(g, x), {out}, b));
   }
   return g.add_op(op, prefix, inputs, Attrs()).at(0);
 }
 
 ValueId add_conv(Graph& g, const std::string& prefix, ValueId x, int64_t in, int64_t out, int64_t kernel,
                  int64_t stride, int64_t padding) {
-  ValueId w = g.add_parameter(prefix + ".weight", DType::kF32, {out, in, kernel, kernel},
+  ValueId w = g.add_parameter(prefix + ".weight", param_dtype(g, x), {out, in, kernel, kernel},
                               torch_default_weight_init());
   Attrs a;
   a.set("stride", std::vector<int64_t>{stride, stride});
@@ -58,8 +66,8 @@ ValueId add_conv(Graph& g, const std::string& prefix, ValueId x, int64_t in, int
 }
 
 ValueId add_layernorm(Graph& g, const std::string& prefix, ValueId x, int64_t channels, double eps) {
-  ValueId gamma = g.add_parameter(prefix + ".weight", DType::kF32, {channels}, constant_init(1.0));
-  ValueId beta = g.add_parameter(prefix + ".bias", DType::kF32, {channels}, constant_init(0.0));
+  ValueId gamma = g.add_parameter(prefix + ".weight", param_dtype(g, x), {channels}, constant_init(1.0));
+  ValueId beta = g.add_parameter(prefix + ".bias", param_dtype(g, x), {channels}, constant_init(0.0));
   Attrs a;
   a.set("eps", eps);
   return g.add_op("layernorm", prefix, {x, gamma, beta}, a).at(0);
@@ -67,8 +75,8 @@ ValueId add_layernorm(Graph& g, const std::string& prefix, ValueId x, int64_t ch
 
 ValueId add_groupnorm(Graph& g, const std::string& prefix, ValueId x, int64_t channels, int64_t groups,
                       double eps) {
-  ValueId gamma = g.add_parameter(prefix + ".weight", DType::kF32, {channels}, constant_init(1.0));
-  ValueId beta = g.add_parameter(prefix + ".bias", DType::kF32, {channels}, constant_init(0.0));
+  ValueId gamma = g.add_parameter(prefix + ".weight", param_dtype(g, x), {channels}, constant_init(1.0));
+  ValueId beta = g.add_parameter(prefix + ".bias", param_dtype(g, x), {channels}, constant_init(0.0));
   Attrs a;
   a.set("groups", groups);
   a.set("eps", eps);

@@ -1,7 +1,8 @@
 // Building blocks shared by the model builders (mlp, cnn, gpt): each adds its parameters, named
 // like PyTorch's state_dict ("<prefix>.weight", "<prefix>.bias"), and its operator nodes to a
 // Graph, and returns the output value. Initialisers follow PyTorch's module defaults unless the
-// caller passes others (GPT-2 uses normal(0, 0.02)).
+// caller passes others (GPT-2 uses normal(0, 0.02)). Parameters take the dtype of the input they
+// act on: bf16 activations get bf16 parameters, anything else f32.
 #pragma once
 
 #include <cstdint>
