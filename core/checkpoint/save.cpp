@@ -8,6 +8,7 @@
 #include "core/checkpoint/checkpoint_generated.h"
 #include "core/base/file_io.h"
 #include "core/checkpoint/format.h"
+#include "core/device/device.h"
 #include "core/graph/serialize.h"
 
 namespace cohort::checkpoint {
@@ -19,7 +20,7 @@ namespace {
 // One run of bytes in the data section: a tensor (name, dtype, shape) or a blob.
 struct Item {
   std::string name;
-  Tensor tensor;                             // contiguous CPU tensor, or undefined for a blob
+  Tensor tensor;                             // contiguous host tensor, or undefined for a blob
   const std::vector<uint8_t>* blob = nullptr;
   fb::Extent extent;
 
@@ -30,7 +31,7 @@ struct Item {
 Item tensor_item(const std::string& name, const Tensor& t) {
   Item it;
   it.name = name;
-  it.tensor = t.contiguous();
+  it.tensor = to_device(t, Device::kCpu);  // a contiguous host copy, or t itself
   return it;
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/base/error.h"
+#include "core/device/device.h"
 #include "core/graph/autodiff.h"
 #include "core/graph/initializer.h"
 #include "kernels/cpu/threads.h"
@@ -20,14 +21,16 @@ Trainer::Trainer(const Graph& forward, const optim::OptimizerConfig& config, con
   grad_ids_ = build_backward(train_, train_.loss(), param_ids_);
   std::vector<ValueId> targets = {train_.loss()};
   for (ValueId g : grad_ids_) if (g >= 0) targets.push_back(g);
-  train_exec_ = std::make_unique<Executor>(train_, targets);
+  // Refuses a device that cannot be used, or operators without its kernels, before allocating.
+  train_exec_ = std::make_unique<Executor>(train_, targets, options_.device);
+  Allocator* alloc = device_allocator(options_.device);
   for (ValueId p : param_ids_) {
     const Value& v = train_.value(p);
-    Tensor t = Tensor::empty(v.type.shape, v.type.dtype);
+    Tensor t = Tensor::empty(v.type.shape, v.type.dtype);  // initialised on the host, then moved
     initialize_parameter(t, v.init, options_.seed, v.name);
     param_names_.push_back(v.name);
-    params_.push_back(t);
-    grads_.push_back(Tensor::zeros(v.type.shape, v.type.dtype));
+    params_.push_back(to_device(t, options_.device));
+    grads_.push_back(Tensor::zeros(v.type.shape, v.type.dtype, alloc));
   }
   for (size_t i = 0; i < grad_ids_.size(); ++i)
     if (grad_ids_[i] >= 0) grad_index_[grad_ids_[i]] = i;
@@ -35,7 +38,7 @@ Trainer::Trainer(const Graph& forward, const optim::OptimizerConfig& config, con
 }
 
 void Trainer::bind_inputs(const Graph& g, const std::map<std::string, Tensor>& inputs,
-                          std::unordered_map<ValueId, Tensor>& env, const char* what) const {
+                          std::unordered_map<ValueId, Tensor>& env, const char* what, bool keep) {
   for (const auto& [name, t] : inputs) {
     ValueId id = g.find(name);
     COHORT_CHECK(id >= 0, Status::kNotFound, what, ": the graph has no input named '", name, "'");
@@ -46,7 +49,17 @@ void Trainer::bind_inputs(const Graph& g, const std::map<std::string, Tensor>& i
                  shape_str(t.shape()), ", expected ", shape_str(v.type.shape));
     COHORT_CHECK(t.dtype() == v.type.dtype, Status::kShapeMismatch, what, ": input '", name, "' has dtype ",
                  dtype_name(t.dtype()), ", expected ", dtype_name(v.type.dtype));
-    env[id] = t;
+    if (t.device() == options_.device && t.is_contiguous()) {
+      env[id] = t;
+    } else if (keep) {
+      Tensor& staged = staged_inputs_[name];
+      if (!staged.defined() || staged.shape() != t.shape() || staged.dtype() != t.dtype())
+        staged = Tensor::empty(t.shape(), t.dtype(), device_allocator(options_.device));
+      staged.copy_from(t);  // queued after the previous step's work, which may still read it
+      env[id] = staged;
+    } else {
+      env[id] = to_device(t, options_.device);
+    }
   }
 }
 
@@ -54,7 +67,7 @@ float Trainer::step(const std::map<std::string, Tensor>& inputs) {
   auto start = std::chrono::steady_clock::now();
   kernels::cpu::use_threads(options_.num_threads);
   std::unordered_map<ValueId, Tensor> env;
-  bind_inputs(train_, inputs, env, "step");
+  bind_inputs(train_, inputs, env, "step", true);
   for (size_t i = 0; i < param_ids_.size(); ++i) env[param_ids_[i]] = params_[i];
   for (ValueId r : train_exec_->required_values())
     COHORT_CHECK(env.count(r), Status::kInvalidArgument, "step: input '", train_.value(r).name,
@@ -84,7 +97,7 @@ float Trainer::step(const std::map<std::string, Tensor>& inputs) {
     }
   }
   train_exec_->run(env, ro);
-  Tensor loss_t = env.at(train_.loss());
+  const Tensor loss_t = to_device(env.at(train_.loss()), Device::kCpu);
   float loss = loss_t.dtype() == DType::kBF16 ? bf16_to_f32(loss_t.data<uint16_t>()[0]) : loss_t.data<float>()[0];
   for (size_t i = 0; i < grad_ids_.size(); ++i) {
     if (grad_ids_[i] >= 0) grads_[i] = env.at(grad_ids_[i]);
@@ -114,7 +127,7 @@ Trainer::EvalPlan& Trainer::eval_plan(int64_t batch, const std::vector<std::stri
   if (eval_plans_.size() > 16) eval_plans_.clear();  // bounded cache of shapes
   auto& slot = eval_plans_[key];
   slot.graph = std::move(plan.graph);
-  slot.executor = std::make_unique<Executor>(slot.graph, targets);
+  slot.executor = std::make_unique<Executor>(slot.graph, targets, options_.device);
   return slot;
 }
 
@@ -137,7 +150,7 @@ void Trainer::evaluate(const std::map<std::string, Tensor>& inputs, std::map<std
   EvalPlan& plan = eval_plan(batch, names);
   gather_parameters();
   std::unordered_map<ValueId, Tensor> env;
-  bind_inputs(plan.graph, inputs, env, "evaluate");
+  bind_inputs(plan.graph, inputs, env, "evaluate", false);
   for (size_t i = 0; i < param_names_.size(); ++i) env[plan.graph.find(param_names_[i])] = params_[i];
   for (ValueId r : plan.executor->required_values())
     COHORT_CHECK(env.count(r), Status::kInvalidArgument, "evaluate: input '", plan.graph.value(r).name,
@@ -210,9 +223,12 @@ void Trainer::restore_state(const std::vector<Tensor>& params, std::unique_ptr<o
                      params[i].dtype() == params_[i].dtype(),
                  Status::kShapeMismatch, "restore: parameter '", param_names_[i], "' is ",
                  shape_str(params_[i].shape()), " ", dtype_name(params_[i].dtype()), ", the given tensor is not");
+  // The state onto this trainer's device first: the one step here that may fail (memory).
+  optimizer->move_state_to(options_.device);
   // Copy into the existing storage: tensors handed out by parameter() keep aliasing it.
   if (hook_) hook_->materialize_parameters(params_, false);
-  for (size_t i = 0; i < params.size(); ++i) std::memcpy(params_[i].raw(), params[i].raw(), params_[i].nbytes());
+  for (size_t i = 0; i < params.size(); ++i)
+    device_copy(params_[i].raw(), params_[i].device(), params[i].raw(), params[i].device(), params_[i].nbytes());
   optimizer_ = std::move(optimizer);
   step_ = step;
   options_.seed = seed;

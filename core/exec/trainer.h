@@ -19,6 +19,11 @@ namespace cohort {
 struct TrainerOptions {
   uint64_t seed = 0;
   int num_threads = 0;  // 0: leave the process setting
+  // Where parameters, gradients, optimizer state and every step's work live. kCuda: the trainer
+  // refuses at construction (naming the reason) when no device can be used or an operator of the
+  // model has no CUDA kernel; inputs may be host or device tensors (host ones are copied over),
+  // the loss and evaluate's outputs come back to the caller's tensors.
+  Device device = Device::kCpu;
 };
 
 struct TrainerStats {
@@ -79,8 +84,10 @@ class Trainer {
   // shape). Dimension 0 of the inputs may differ from the declared batch.
   void evaluate(const std::map<std::string, Tensor>& inputs, std::map<std::string, Tensor>& outputs);
 
-  // Gathers the parameters first (gather_parameters).
+  // Gathers the parameters first (gather_parameters). On the trainer's device (copy_from moves
+  // values in and out of it from either device).
   Tensor& parameter(const std::string& name);
+  Device device() const { return options_.device; }
   // Makes every parameter whole for the caller to read or write; a no-op unless the step hook
   // shards parameters between steps (ZeRO stage 3), where it is a collective: every rank calls
   // it at the same point. evaluate() and parameter() call it themselves.
@@ -108,7 +115,9 @@ class Trainer {
   uint64_t seed() const { return options_.seed; }
   // Copies params[i] into parameter i and takes `optimizer` (made for these parameters), then
   // sets the step and the seed. Throws kShapeMismatch / kInvalidArgument before anything
-  // changed when a dtype, shape or count differs or step < 0; nothing after those checks throws.
+  // changed when a dtype, shape or count differs or step < 0; params and the optimizer's state
+  // may be on either device (they are moved to the trainer's, which may fail for memory before
+  // anything changed); nothing after that throws (a device copy fails only with the device).
   void restore_state(const std::vector<Tensor>& params, std::unique_ptr<optim::Optimizer> optimizer,
                      int64_t step, uint64_t seed);
 
@@ -117,8 +126,10 @@ class Trainer {
     Graph graph;
     std::unique_ptr<Executor> executor;
   };
+  // Checks each input against g and binds it into env, on the trainer's device: host inputs of a
+  // device trainer are copied, into staged_inputs_ (reused step after step) when `keep`.
   void bind_inputs(const Graph& g, const std::map<std::string, Tensor>& inputs,
-                   std::unordered_map<ValueId, Tensor>& env, const char* what) const;
+                   std::unordered_map<ValueId, Tensor>& env, const char* what, bool keep);
   EvalPlan& eval_plan(int64_t batch, const std::vector<std::string>& outputs);
 
   Graph forward_;
@@ -136,6 +147,7 @@ class Trainer {
   double last_step_seconds_ = 0.0;
   std::shared_ptr<StepHook> hook_;
   std::unordered_map<ValueId, size_t> grad_index_;  // gradient value in train_ -> parameter index
+  std::map<std::string, Tensor> staged_inputs_;      // device copies of step()'s host inputs
 };
 
 }  // namespace cohort

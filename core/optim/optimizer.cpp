@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "core/base/error.h"
+#include "core/device/device.h"
+#include "core/optim/device_update.h"
 #include "kernels/cpu/optim.h"
 
 namespace cohort::optim {
@@ -49,6 +51,9 @@ void validate(const OptimizerConfig& c) {
 }
 
 Optimizer::Optimizer(OptimizerConfig config) : config_(std::move(config)) { validate(config_); }
+Optimizer::~Optimizer() = default;
+Optimizer::Optimizer(Optimizer&&) noexcept = default;
+Optimizer& Optimizer::operator=(Optimizer&&) noexcept = default;
 
 double Optimizer::lr_at(int64_t step) const {
   const OptimizerConfig& c = config_;
@@ -68,26 +73,44 @@ void Optimizer::set_step_count(int64_t count) {
 
 void Optimizer::init_state(const std::vector<Tensor>& params) {
   std::vector<Slot> slots(params.size());
+  const Device device = params.empty() || !params[0].defined() ? Device::kCpu : params[0].device();
+  Allocator* alloc = device_allocator(device);
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& p = params[i];
-    COHORT_CHECK(p.defined() && p.device() == Device::kCpu, Status::kInvalidArgument, "optimizer: parameter ",
-                 i, " is not a defined CPU tensor");
+    COHORT_CHECK(p.defined() && p.device() == device, Status::kInvalidArgument, "optimizer: parameter ", i,
+                 " is not a defined tensor on ", device_name(device), " (the device of parameter 0)");
     COHORT_CHECK(p.dtype() == DType::kF32 || p.dtype() == DType::kBF16, Status::kInvalidArgument,
                  "optimizer: parameter ", i, " has dtype ", dtype_name(p.dtype()), ", expected f32 or bf16");
     Slot& s = slots[i];
     if (p.dtype() == DType::kBF16) {
-      s.master = Tensor::empty(p.shape(), DType::kF32);
+      s.master = Tensor::empty(p.shape(), DType::kF32, alloc);
       s.master.copy_from(p);
     }
     if (config_.kind == OptimizerKind::kSgd && config_.momentum > 0)
-      s.momentum = Tensor::zeros(p.shape(), DType::kF32);
+      s.momentum = Tensor::zeros(p.shape(), DType::kF32, alloc);
     if (config_.kind == OptimizerKind::kAdamW) {
-      s.exp_avg = Tensor::zeros(p.shape(), DType::kF32);
-      s.exp_avg_sq = Tensor::zeros(p.shape(), DType::kF32);
+      s.exp_avg = Tensor::zeros(p.shape(), DType::kF32, alloc);
+      s.exp_avg_sq = Tensor::zeros(p.shape(), DType::kF32, alloc);
     }
   }
   slots_ = std::move(slots);
+  device_ = device;
   initialized_ = true;
+}
+
+void Optimizer::move_state_to(Device device) {
+  if (device == device_) return;
+  std::vector<Slot> slots(slots_.size());
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& from = slots_[i];
+    Slot& to = slots[i];
+    for (auto [src, dst] : {std::pair{&from.master, &to.master}, std::pair{&from.momentum, &to.momentum},
+                            std::pair{&from.exp_avg, &to.exp_avg}, std::pair{&from.exp_avg_sq, &to.exp_avg_sq}})
+      if (src->defined()) *dst = to_device(*src, device);
+  }
+  slots_ = std::move(slots);
+  device_ = device;
+  device_update_.reset();
 }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state(size_t i) {
@@ -119,8 +142,9 @@ void Optimizer::check_args(const std::vector<Tensor>& params, const std::vector<
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& p = params[i];
     const Tensor& g = grads[i];
-    COHORT_CHECK(g.defined() && g.device() == Device::kCpu, Status::kInvalidArgument, "optimizer step: gradient ",
-                 i, " is not a defined CPU tensor");
+    COHORT_CHECK(p.defined() && p.device() == device_ && g.defined() && g.device() == device_,
+                 Status::kInvalidArgument, "optimizer step: parameter ", i, " or its gradient is not a defined ",
+                 device_name(device_), " tensor (the device the state was made on)");
     COHORT_CHECK(p.is_contiguous() && g.is_contiguous(), Status::kInvalidArgument, "optimizer step: parameter ",
                  i, " or its gradient is not contiguous");
     COHORT_CHECK(g.shape() == p.shape() && g.dtype() == p.dtype(), Status::kShapeMismatch,
@@ -140,29 +164,18 @@ double Optimizer::grad_norm(const std::vector<Tensor>& grads) const {
   return std::sqrt(total);
 }
 
-void Optimizer::update_one(Tensor& param, const Tensor& grad, Slot& slot, double lr, float grad_scale,
-                           double* grad_sum_sq) {
-  const int64_t n = param.numel();
-  const bool bf16 = param.dtype() == DType::kBF16;
-  float* p = bf16 ? slot.master.data<float>() : param.data<float>();
-  uint16_t* p16 = bf16 ? param.data<uint16_t>() : nullptr;
-  const float* g = grad.data<float>();
-  if (bf16) {
-    scratch_.resize(static_cast<size_t>(n));
-    bf16_to_f32_n(grad.data<uint16_t>(), scratch_.data(), static_cast<size_t>(n));
-    g = scratch_.data();
-  }
+kc::SgdArgs Optimizer::sgd_args(double lr, float grad_scale) const {
+  kc::SgdArgs a;
+  a.lr = static_cast<float>(lr);
+  a.momentum = static_cast<float>(config_.momentum);
+  a.weight_decay = static_cast<float>(config_.weight_decay);
+  a.grad_scale = grad_scale;
+  a.nesterov = config_.nesterov;
+  return a;
+}
+
+kc::AdamWArgs Optimizer::adamw_args(double lr, float grad_scale) const {
   const OptimizerConfig& c = config_;
-  if (c.kind == OptimizerKind::kSgd) {
-    kc::SgdArgs a;
-    a.lr = static_cast<float>(lr);
-    a.momentum = static_cast<float>(c.momentum);
-    a.weight_decay = static_cast<float>(c.weight_decay);
-    a.grad_scale = grad_scale;
-    a.nesterov = c.nesterov;
-    kc::sgd_update(p, g, slot.momentum.defined() ? slot.momentum.data<float>() : nullptr, p16, n, a, grad_sum_sq);
-    return;
-  }
   const double t = static_cast<double>(step_count_ + 1);
   kc::AdamWArgs a;
   a.lr = static_cast<float>(lr);
@@ -175,7 +188,43 @@ void Optimizer::update_one(Tensor& param, const Tensor& grad, Slot& slot, double
   a.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(c.beta2, t)));
   a.bias_correction1 = static_cast<float>(1.0 - std::pow(c.beta1, t));
   a.noise_ranks = static_cast<float>(noise_ranks_);
-  kc::adamw_update(p, g, slot.exp_avg.data<float>(), slot.exp_avg_sq.data<float>(), p16, n, a, grad_sum_sq);
+  return a;
+}
+
+void Optimizer::update_one(Tensor& param, const Tensor& grad, Slot& slot, double lr, float grad_scale,
+                           double* grad_sum_sq) {
+  const int64_t n = param.numel();
+  const bool bf16 = param.dtype() == DType::kBF16;
+  float* p = bf16 ? slot.master.data<float>() : param.data<float>();
+  uint16_t* p16 = bf16 ? param.data<uint16_t>() : nullptr;
+  const float* g = grad.data<float>();
+  if (bf16) {
+    scratch_.resize(static_cast<size_t>(n));
+    bf16_to_f32_n(grad.data<uint16_t>(), scratch_.data(), static_cast<size_t>(n));
+    g = scratch_.data();
+  }
+  if (config_.kind == OptimizerKind::kSgd) {
+    kc::sgd_update(p, g, slot.momentum.defined() ? slot.momentum.data<float>() : nullptr, p16, n,
+                   sgd_args(lr, grad_scale), grad_sum_sq);
+    return;
+  }
+  kc::adamw_update(p, g, slot.exp_avg.data<float>(), slot.exp_avg_sq.data<float>(), p16, n,
+                   adamw_args(lr, grad_scale), grad_sum_sq);
+}
+
+void Optimizer::apply_on_device(std::vector<Tensor>& params, std::vector<Tensor>& grads, double lr,
+                                float grad_scale, std::optional<double> norm) {
+  if (!device_update_) device_update_ = std::make_unique<DeviceUpdate>();
+  std::vector<DeviceParamRefs> refs(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Slot& s = slots_[i];
+    const bool adam = config_.kind == OptimizerKind::kAdamW;
+    refs[i] = {&params[i], &grads[i], &s.master, adam ? &s.exp_avg : &s.momentum, &s.exp_avg_sq};
+  }
+  const bool sgd = config_.kind == OptimizerKind::kSgd;
+  const kc::SgdArgs sa = sgd_args(lr, grad_scale);
+  const kc::AdamWArgs aa = adamw_args(lr, grad_scale);
+  last_grad_norm_ = device_update_->apply(refs, sgd ? &sa : nullptr, sgd ? nullptr : &aa, config_.clip_norm, norm);
 }
 
 void Optimizer::prepare(std::vector<Tensor>& params, std::vector<Tensor>& grads) {
@@ -191,7 +240,8 @@ void Optimizer::step(std::vector<Tensor>& params, std::vector<Tensor>& grads) {
   prepare(params, grads);
   // Clipping needs the norm before any update; without it the norm is only reported, and the
   // update kernels measure it as they read the gradients instead of a separate pass over them.
-  if (config_.clip_norm > 0) apply(params, grads, grad_norm(grads));
+  // On the device the norm is measured (and clipping applied) there, in the same queue.
+  if (config_.clip_norm > 0 && device_ == Device::kCpu) apply(params, grads, grad_norm(grads));
   else apply(params, grads, std::nullopt);
 }
 
@@ -208,6 +258,11 @@ void Optimizer::apply(std::vector<Tensor>& params, std::vector<Tensor>& grads, s
     if (coef < 1.0) grad_scale = static_cast<float>(coef);
   }
   const double lr = lr_at(step_count_);
+  if (device_ != Device::kCpu) {
+    apply_on_device(params, grads, lr, grad_scale, norm);
+    ++step_count_;
+    return;
+  }
   double measured = 0.0;
   for (size_t i = 0; i < params.size(); ++i)
     update_one(params[i], grads[i], slots_[i], lr, grad_scale, norm ? nullptr : &measured);

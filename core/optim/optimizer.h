@@ -2,15 +2,19 @@
 // AdamW (decoupled weight decay), with a learning-rate schedule and global-norm gradient
 // clipping, matching torch.optim.SGD / torch.optim.AdamW / clip_grad_norm_. bf16 parameters are
 // updated through an fp32 master copy kept in the optimizer state and written back rounded.
+// Parameters on the CUDA device are updated there (core/optim/device_update.h: one launch for all
+// of them, the norm and clipping on the device); the state lives on the parameters' device.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/tensor/tensor.h"
+#include "kernels/cpu/optim.h"
 
 namespace cohort::optim {
 
@@ -42,12 +46,17 @@ struct OptimizerConfig {
 // Throws kInvalidArgument naming the first bad field ("optimizer: beta1 = 1 is not in [0, 1)").
 void validate(const OptimizerConfig& config);
 
+class DeviceUpdate;
+
 class Optimizer {
  public:
   explicit Optimizer(OptimizerConfig config);  // validates
+  ~Optimizer();
+  Optimizer(Optimizer&&) noexcept;
+  Optimizer& operator=(Optimizer&&) noexcept;
 
   // One update of params from grads (same count, shapes; contiguous; fp32 or bf16 params with
-  // grads of the same dtype). Allocates the state on the first call (or after init_state).
+  // grads of the same dtype; all on one device, the one the state was made on). Allocates the state on the first call (or after init_state).
   // grads are read, not modified: clipping is applied as a factor inside the update.
   // Throws kInvalidArgument / kShapeMismatch naming the parameter index; nothing is updated then.
   void step(std::vector<Tensor>& params, std::vector<Tensor>& grads);
@@ -56,9 +65,14 @@ class Optimizer {
   // sqrt(sum over ranks of the shard sums of squares), which only the caller can reduce.
   void step(std::vector<Tensor>& params, std::vector<Tensor>& grads, double global_grad_norm);
 
-  // Allocates zeroed state (and the fp32 master copy of bf16 params) without stepping, so that a
-  // checkpoint can be restored into state() before the first step.
+  // Allocates zeroed state (and the fp32 master copy of bf16 params) on the parameters' device
+  // without stepping, so that a checkpoint can be restored into state() before the first step.
   void init_state(const std::vector<Tensor>& params);
+  // Moves the state (if any) to `device`, e.g. after a checkpoint was read into host tensors;
+  // throws before anything changed when the device cannot hold it.
+  void move_state_to(Device device);
+  // The device of the parameters the state was made for (the host before it exists).
+  Device device() const { return device_; }
 
   // The learning rate used by the update with 0-based index `step`.
   double lr_at(int64_t step) const;
@@ -71,7 +85,8 @@ class Optimizer {
   int noise_ranks() const { return noise_ranks_; }
 
   // Named state tensors of parameter i ("momentum"; "exp_avg", "exp_avg_sq"; "master" for bf16
-  // params). They share storage with the optimizer: writing into them restores a checkpoint.
+  // params), on device(). They share storage with the optimizer: writing into them restores a
+  // checkpoint.
   // Throws kInvalidState before the state exists, kInvalidArgument for a bad index.
   std::vector<std::pair<std::string, Tensor>> state(size_t param_index);
   size_t num_params() const { return slots_.size(); }
@@ -98,6 +113,12 @@ class Optimizer {
   double grad_norm(const std::vector<Tensor>& grads) const;
   // One parameter's update; adds the sum of squares of its gradient to *grad_sum_sq when not null.
   void update_one(Tensor& param, const Tensor& grad, Slot& slot, double lr, float grad_scale, double* grad_sum_sq);
+  // The update of parameters on the CUDA device (norm: as apply's).
+  void apply_on_device(std::vector<Tensor>& params, std::vector<Tensor>& grads, double lr, float grad_scale,
+                       std::optional<double> norm);
+  // The kernels' arguments of this step's update.
+  kernels::cpu::SgdArgs sgd_args(double lr, float grad_scale) const;
+  kernels::cpu::AdamWArgs adamw_args(double lr, float grad_scale) const;
 
   OptimizerConfig config_;
   std::vector<Slot> slots_;
@@ -106,6 +127,8 @@ class Optimizer {
   double last_grad_norm_ = 0.0;
   int noise_ranks_ = 1;
   std::vector<float> scratch_;  // bf16 gradients widened to fp32
+  Device device_ = Device::kCpu;
+  std::unique_ptr<DeviceUpdate> device_update_;  // made at the first update on the CUDA device
 };
 
 }  // namespace cohort::optim

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/base/error.h"
+#include "core/device/device.h"
 #include "core/parallel/flat.h"
 
 namespace cohort::parallel {
@@ -15,6 +16,9 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
                                                    std::shared_ptr<coll::Communicator> comm) {
   COHORT_CHECK(comm != nullptr, Status::kInvalidArgument, "data parallel: no communicator");
   validate_for_world(plan, comm->size());
+  COHORT_CHECK(trainer.device() == Device::kCpu, Status::kUnsupported, "data parallel: the trainer runs on ",
+               device_name(trainer.device()), "; data parallelism runs on host tensors only yet (device "
+               "gradients need the NCCL communicator)");
   std::vector<Tensor>& params = trainer.mutable_parameters();
   for (size_t i = 0; i < params.size(); ++i)
     COHORT_CHECK(params[i].dtype() == DType::kF32 && params[i].is_contiguous(), Status::kUnsupported,

@@ -9,6 +9,7 @@
 
 #include "core/device/device.h"
 #include "core/exec/executor.h"
+#include "core/exec/trainer.h"
 #include "core/graph/autodiff.h"
 #include "core/models/gpt.h"
 #include "core/ops/schema.h"
@@ -48,6 +49,35 @@ TEST(Device, CudaDeviceIsRefusedWithItsReasonWhenUnavailable) {
   float a[3] = {1, 2, 3}, b[3] = {};
   expect_error([&] { device_copy(b, Device::kCuda, a, Device::kCpu, sizeof(a)); }, Status::kUnsupported,
                "the CUDA device cannot be used");
+}
+
+TEST(Device, TrainerOnCudaIsRefusedWithItsReasonWhenUnavailable) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is visible: tests/gpu covers it";
+  models::GptConfig c;
+  c.batch = 2;
+  c.context = 8;
+  c.vocab = 16;
+  c.layers = 1;
+  c.width = 32;
+  c.heads = 2;
+  TrainerOptions o;
+  o.device = Device::kCuda;
+  expect_error([&] { Trainer t(models::build_gpt(c), optim::OptimizerConfig{}, o); }, Status::kUnsupported,
+               "cannot run on cuda: " + device_unavailable_reason(Device::kCuda));
+}
+
+TEST(Device, ToDeviceOnTheHostKeepsContiguousTensorsAndCopiesViews) {
+  Tensor t = Tensor::empty({2, 3}, DType::kF32);
+  for (int i = 0; i < 6; ++i) t.data<float>()[i] = static_cast<float>(i);
+  EXPECT_EQ(to_device(t, Device::kCpu).raw(), t.raw());  // already there: no copy
+  const Tensor v = t.permuted({1, 0});
+  const Tensor c = to_device(v, Device::kCpu);
+  ASSERT_TRUE(c.is_contiguous());
+  EXPECT_NE(c.raw(), t.raw());
+  EXPECT_EQ(c.shape(), (Shape{3, 2}));
+  EXPECT_EQ(c.data<float>()[1], 3.0f);  // element (0, 1) of the transpose = t(1, 0)
+  if (cuda_device_count() == 0)
+    expect_error([&] { to_device(t, Device::kCuda); }, Status::kUnsupported, "the CUDA device cannot be used");
 }
 
 TEST(Device, HostToHostCopyAndSynchronize) {
