@@ -72,6 +72,7 @@ const std::map<std::string, Setter>& setters() {
       {"--save-every", int_field(&Options::save_every)},
       {"--resume", string_field(&Options::resume)},
       {"--threads", int_field(&Options::threads)},
+      {"--device", string_field(&Options::device)},
       {"--parallel", string_field(&Options::parallel)},
       {"--tau", int_field(&Options::tau)},
       {"--zero", int_field(&Options::zero)},
@@ -108,6 +109,7 @@ const char* usage_text() {
          "         [--layers L] [--width C] [--heads H] [--context T] (gpt)\n"
          "         [--eval-every N] [--eval-examples N] [--log-every N] [--metrics FILE.jsonl]\n"
          "         [--save PATH] [--save-every N] [--resume PATH] [--threads N] [--seed S] [--quiet]\n"
+         "         [--device cpu|cuda]"
          "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N]]  (under cohort-run -n N)\n"
          "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco, co2 0-1)\n"
          "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1] [--noise-scaling 0|1]  (not sync)\n"
@@ -161,6 +163,9 @@ void apply_defaults(Options& o) {
   require(o.eval_every >= 0 && o.save_every >= 0 && o.log_every >= 0 && o.eval_examples >= 0 && o.stop_after >= 0,
           "--eval-every, --save-every, --log-every and --eval-examples must be >= 0");
   require(o.threads >= 0 && o.threads <= 1024, "--threads must be in 0..1024");
+  require(o.device == "cpu" || o.device == "cuda", "unknown --device '" + o.device + "' (expected cpu or cuda)");
+  require(o.device == "cpu" || o.parallel.empty(),
+          "--device cuda trains on one process only yet (data parallelism on the GPU needs NCCL)");
   require(o.parallel.empty() || o.parallel == "sync" || o.parallel == "localsgd" || o.parallel == "slowmo" ||
               o.parallel == "diloco" || o.parallel == "co2",
           "unknown --parallel '" + o.parallel + "' (expected sync, localsgd, slowmo, diloco or co2)");

@@ -43,6 +43,7 @@ struct Options {
   int64_t save_every = 0;  // 0: only at the end (when --save is given)
   std::string resume;      // checkpoint path
   int64_t threads = 0;     // 0: leave cohort's default
+  std::string device = "cpu";  // cpu | cuda: where the trainer runs
   // Data parallelism over the ranks this process was launched with (cohort-run, torchrun, mpirun,
   // srun): "" = one process; sync | localsgd | slowmo | diloco | co2 (a cohort_plan_preset).
   std::string parallel;

@@ -148,6 +148,7 @@ void Task::create_trainer() {
   cohort_trainer_options to = cohort_trainer_options_default();
   to.seed = o_.seed;
   to.num_threads = static_cast<int32_t>(o_.threads);
+  to.device = o_.device == "cuda" ? COHORT_DEVICE_CUDA : COHORT_DEVICE_CPU;
   cohort_status st = COHORT_OK;
   std::string why;
   if (comm_) {

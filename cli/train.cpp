@@ -267,10 +267,11 @@ int run_train(Options o) {
   Loop loop(o, task);
   const int64_t total = o.steps > 0 ? o.steps : o.epochs * task.steps_per_epoch();
   if (!o.quiet)
-    std::printf("cohort %s: %s on %s, %lld parameters, batch %lld x %d rank(s)%s%s, %lld steps (%lld per epoch), "
+    std::printf("cohort %s: %s on %s, %lld parameters, batch %lld x %d rank(s)%s%s%s, %lld steps (%lld per epoch), "
                 "%s lr %g, warmup %lld\n",
                 cohort_version_string(), o.model.c_str(), o.data.c_str(), static_cast<long long>(task.parameter_count()),
-                static_cast<long long>(o.batch), task.world(), o.parallel.empty() ? "" : ", ",
+                static_cast<long long>(o.batch), task.world(), o.device == "cuda" ? " on the GPU" : "",
+                o.parallel.empty() ? "" : ", ",
                 o.parallel.empty() ? "" : (o.parallel + (o.parallel == "sync" ? "" : " tau " + std::to_string(o.tau)) +
                                            (o.zero > 0 ? " zero " + std::to_string(o.zero) : "")).c_str(),
                 static_cast<long long>(total), static_cast<long long>(task.steps_per_epoch()), o.optimizer.c_str(), o.lr,

@@ -38,6 +38,8 @@ namespace cohort::capi {
 // A caller's dtype, checked (read as its integer: an unknown value is the caller's mistake).
 DType checked_dtype(const cohort_dtype& dtype, const char* arg);
 Shape checked_shape(const int64_t* shape, int32_t rank, const char* arg);
+// A caller's cohort_device value, checked (kInvalidArgument naming arg for an unknown one).
+Device checked_device(int32_t value, const char* arg);
 // Validates a caller tensor description (name, dtype, shape, data, bytes) and wraps its memory.
 Tensor wrap_ref(const cohort_tensor_ref& ref, const char* arg);
 // The checks and wrapping of wrap_ref after the name: dtype, shape, data and byte count, with

@@ -23,6 +23,8 @@ TrainerOptions trainer_options_from(const cohort_trainer_options* options) {
                options->num_threads);
   o.seed = options->seed;
   o.num_threads = options->num_threads;
+  if (options->size >= offsetof(cohort_trainer_options, device) + sizeof(int32_t))
+    o.device = checked_device(options->device, "options->device");
   return o;
 }
 

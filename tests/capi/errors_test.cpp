@@ -222,8 +222,48 @@ TEST(CapiTrainer, CreateErrors) {
   cohort_trainer_options to = cohort_trainer_options_default();
   to.num_threads = -2;
   EXPECT_STATUS(cohort_trainer_create(m.g, opt, &to, &t), COHORT_ERR_INVALID_ARGUMENT, "num_threads must be >= 0");
+  to = cohort_trainer_options_default();
+  to.device = 7;
+  EXPECT_STATUS(cohort_trainer_create(m.g, opt, &to, &t), COHORT_ERR_INVALID_ARGUMENT,
+                "options->device = 7 is not a cohort_device");
   EXPECT_EQ(t, nullptr);
   cohort_graph_destroy(empty);
+  cohort_optimizer_destroy(opt);
+}
+
+// The device option: the host always works; the CUDA device either works or is refused with the
+// reason cohort_device_usable gives (every machine without a GPU, and builds without CUDA).
+TEST(CapiTrainer, DeviceIsUsableOrRefusedWithItsReason) {
+  int32_t usable = -1;
+  char why[256] = "unset";
+  ASSERT_EQ(cohort_device_usable(COHORT_DEVICE_CPU, &usable, why, sizeof(why)), COHORT_OK);
+  EXPECT_EQ(usable, 1);
+  EXPECT_STREQ(why, "");
+  EXPECT_STATUS(cohort_device_usable(static_cast<cohort_device>(3), &usable, nullptr, 0),
+                COHORT_ERR_INVALID_ARGUMENT, "device = 3 is not a cohort_device");
+  EXPECT_STATUS(cohort_device_usable(COHORT_DEVICE_CPU, nullptr, nullptr, 0), COHORT_ERR_INVALID_ARGUMENT,
+                "usable_out is NULL");
+  char tiny[4];
+  ASSERT_EQ(cohort_device_usable(COHORT_DEVICE_CUDA, &usable, tiny, sizeof(tiny)), COHORT_OK);
+  EXPECT_LE(std::string(tiny).size(), 3u);  // cut, NUL-terminated
+  ASSERT_EQ(cohort_device_usable(COHORT_DEVICE_CUDA, &usable, why, sizeof(why)), COHORT_OK);
+  EXPECT_EQ(usable == 1, std::string(why).empty()) << why;
+
+  Model m;
+  cohort_optimizer_options oo = cohort_optimizer_options_default();
+  cohort_optimizer* opt = nullptr;
+  ASSERT_EQ(cohort_optimizer_create(&oo, &opt), COHORT_OK);
+  cohort_trainer_options to = cohort_trainer_options_default();
+  EXPECT_EQ(to.device, COHORT_DEVICE_CPU);
+  to.device = COHORT_DEVICE_CUDA;
+  cohort_trainer* t = nullptr;
+  if (usable) {
+    EXPECT_EQ(cohort_trainer_create(m.g, opt, &to, &t), COHORT_OK) << cohort_last_error();
+    cohort_trainer_destroy(t);
+  } else {
+    EXPECT_STATUS(cohort_trainer_create(m.g, opt, &to, &t), COHORT_ERR_UNSUPPORTED, why);
+    EXPECT_EQ(t, nullptr);
+  }
   cohort_optimizer_destroy(opt);
 }
 

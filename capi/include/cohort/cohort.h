@@ -93,6 +93,20 @@ typedef enum cohort_dtype {
   COHORT_F16 = 4
 } cohort_dtype;
 
+/* ---- devices ------------------------------------------------------------------------------ */
+
+typedef enum cohort_device {
+  COHORT_DEVICE_CPU = 0,
+  COHORT_DEVICE_CUDA = 1 /* the current CUDA device, in builds with the CUDA backend */
+} cohort_device;
+
+/* Whether this process can use `device`: writes 1 or 0 to usable_out and, when it cannot, the
+ * reason ("this build has no CUDA backend", the driver's message, ...) to reason_out as a
+ * NUL-terminated string cut to reason_capacity bytes (reason_out may be NULL). INVALID_ARGUMENT
+ * for an unknown device. */
+COHORT_API cohort_status cohort_device_usable(cohort_device device, int32_t* usable_out, char* reason_out,
+                                              size_t reason_capacity);
+
 /* Size in bytes of one element; 0 for an unknown dtype. Never fails. */
 COHORT_API size_t cohort_dtype_size(cohort_dtype dtype);
 
@@ -240,6 +254,12 @@ typedef struct cohort_trainer_options {
   size_t size;         /* sizeof(cohort_trainer_options) */
   uint64_t seed;       /* parameter initialisation and dropout */
   int32_t num_threads; /* 0: leave the process setting as it is */
+  /* Where parameters, gradients, optimizer state and the steps' work live (default CPU). With
+   * COHORT_DEVICE_CUDA, creating the trainer returns UNSUPPORTED naming the reason when the
+   * device cannot be used or an operator of the graph has no CUDA kernel. Caller buffers stay in
+   * host memory: inputs are copied to the device, the loss and outputs copied back. Data
+   * parallelism runs on the CPU only yet (UNSUPPORTED). */
+  int32_t device;      /* a cohort_device */
 } cohort_trainer_options;
 COHORT_API cohort_trainer_options cohort_trainer_options_default(void);
 
