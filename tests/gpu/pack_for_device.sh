@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Copies test programs built here (with the whole project: oneDNN, UCX, FlatBuffers...) and the
+# Copies test and benchmark programs built here (with the whole project: oneDNN, UCX, FlatBuffers...) and the
 # shared libraries they need that a GPU machine's CUDA image lacks into .gpu-deps/{bin,lib}, so
 # run_on_device.sh can run them there without building the project (about 45 MB: carry
 # .gpu-deps). The C library, the CUDA runtime and the driver come from that machine; cuBLAS is
@@ -10,7 +10,7 @@ build=${1:-$root/build}
 dest=$root/.gpu-deps
 grep -qx '/.gpu-deps/' "$root/.git/info/exclude" 2>/dev/null || echo '/.gpu-deps/' >> "$root/.git/info/exclude"
 mkdir -p "$dest/bin" "$dest/lib"
-for t in tests/gpu/gpu_executor_test; do
+for t in tests/gpu/gpu_executor_test tests/gpu/gpu_trainer_test bench/gpu/bench_gpu_gpt; do
   [[ -x $build/$t ]] || { echo "pack_for_device: $build/$t is not built" >&2; exit 1; }
   cp "$build/$t" "$dest/bin/"
   # Libraries outside glibc and CUDA (resolved here by ldd).

@@ -7,7 +7,8 @@
 #   echo /.gpu-deps/ >> .git/info/exclude; mkdir -p .gpu-deps && (cd .gpu-deps &&
 #   apt-get download libgtest-dev && dpkg -x libgtest-dev_*.deb root)
 # then carry .gpu-deps; GTEST_ROOT below finds it (without it those tests are not built).
-# tests/gpu/pack_for_device.sh adds the executor test built here (with its libraries) to it.
+# tests/gpu/pack_for_device.sh adds the executor and trainer tests and the GPT benchmark built
+# here (with their libraries) to it.
 set -uo pipefail
 out=${OUT:-$PWD/gpu-out}
 arch=${1:-sm_90}
@@ -30,18 +31,26 @@ if [[ -x $b/nccl_communicator_test ]]; then
 else
   echo "nccl_communicator_test not built (see build.log)" > "$out/nccl.log"
 fi
-# The executor against the CPU, from programs built here (tests/gpu/pack_for_device.sh).
-if [[ -x $root/.gpu-deps/bin/gpu_executor_test ]]; then
-  LD_LIBRARY_PATH=$root/.gpu-deps/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} timeout 300 \
-    "$root/.gpu-deps/bin/gpu_executor_test" > "$out/executor.log" 2>&1; echo "rc=$?" >> "$out/executor.log"
-else
-  echo "gpu_executor_test not packed (tests/gpu/pack_for_device.sh)" > "$out/executor.log"
-fi
+# The executor and the trainer against the CPU, and the GPT benchmark, from programs built here
+# (tests/gpu/pack_for_device.sh).
+packed() {  # name timeout log args...
+  local name=$1 limit=$2 log=$3; shift 3
+  if [[ -x $root/.gpu-deps/bin/$name ]]; then
+    LD_LIBRARY_PATH=$root/.gpu-deps/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} timeout "$limit" \
+      "$root/.gpu-deps/bin/$name" "$@" > "$out/$log" 2>&1; echo "rc=$?" >> "$out/$log"
+  else
+    echo "$name not packed (tests/gpu/pack_for_device.sh)" > "$out/$log"
+  fi
+}
+packed gpu_executor_test 300 executor.log
+packed gpu_trainer_test 300 trainer.log
+packed bench_gpu_gpt 400 gpt_bench.log ${COHORT_GPU_BENCH_ARGS:-}
 timeout 200 $b/bench_cuda_kernels 989 > "$out/bench.log" 2>&1
 timeout 120 python3 "$root/bench/cuda/torch_anchor.py" > "$out/torch.log" 2>&1
 cat "$out/device.txt"
 grep -hE "FAIL|checks|rc=" "$out/test.log" "$out/test2.log"
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|Error" "$out/sanitizer.log"
 grep -hE "PASSED|FAILED|SKIPPED|not built|rc=" "$out/nccl.log"
-grep -hE "PASSED|FAILED|SKIPPED|not packed|rc=|error" "$out/executor.log"
+grep -hE "PASSED|FAILED|SKIPPED|not packed|rc=|error" "$out/executor.log" "$out/trainer.log"
+tail -12 "$out/gpt_bench.log"
 cat "$out/bench.log" "$out/torch.log"

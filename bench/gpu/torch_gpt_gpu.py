@@ -1,0 +1,75 @@
+#!/usr/bin/python3
+"""PyTorch anchor for bench_gpu_gpt: trains the mirror of cohort's GPT (tests/parity/models.py)
+on the GPU with AdamW (fused), clipping at 1.0, fp32 parameters with TF32 matmuls allowed (or
+not), on random tokens, reading the loss back every step as cohort's Trainer does. Attention runs
+through scaled_dot_product_attention (flash) where torch has it, so the anchor is the fast path
+PyTorch users get.
+Prints one line of key=value results (median tokens/s over ROUNDS rounds).
+
+With DTYPE bf16 the step runs under torch.autocast(bfloat16) with fp32 parameters, PyTorch's usual
+mixed precision (cohort's bf16 keeps bf16 parameters with an fp32 master copy in the optimizer).
+
+usage: torch_gpt_gpu.py BATCH CONTEXT LAYERS WIDTH HEADS VOCAB WARMUP STEPS ROUNDS TF32 [DTYPE]
+"""
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "parity"))
+import models  # noqa: E402
+
+
+def flash_attention_forward(self, x):
+    B, T, C = x.shape
+    H, D = self.heads, C // self.heads
+    q, k, v = self.c_attn(x).split(C, dim=2)
+    q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / math.sqrt(D))
+    return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+def main():
+    B, T, L, C, H, V, warm, steps, rounds, tf32 = (int(a) for a in sys.argv[1:11])
+    bf16 = len(sys.argv) > 11 and sys.argv[11] == "bf16"
+    if not torch.cuda.is_available():
+        print("skipped: torch sees no CUDA device")
+        return
+    torch.backends.cuda.matmul.allow_tf32 = bool(tf32)
+    torch.backends.cudnn.allow_tf32 = bool(tf32)
+    torch.manual_seed(0)
+    if hasattr(F, "scaled_dot_product_attention"):  # torch >= 2.0; older ones keep the mirror's
+        models.Attention.forward = flash_attention_forward
+    model = models.Gpt(V, T, L, C, H).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1, fused=True)
+    tokens = torch.randint(0, V, (B, T), device="cuda")
+    targets = torch.randint(0, V, (B, T), device="cuda")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(tokens, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss.item()
+
+    for _ in range(warm):
+        step()
+    rates = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        rates.append(B * T * steps / (time.perf_counter() - t0))
+    print(f"tokens_per_s={statistics.median(rates):.1f} torch={torch.__version__} "
+          f"device={torch.cuda.get_device_name(0).replace(' ', '_')} tf32={tf32} bf16_autocast={int(bf16)}")
+
+
+if __name__ == "__main__":
+    main()
