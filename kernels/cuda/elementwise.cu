@@ -1,4 +1,4 @@
-// Element-wise kernels: broadcasting add/mul and bias+GELU forward/backward. Memory-bound: each
+// Element-wise kernels: broadcasting add/mul, bias+GELU forward/backward, ReLU and tanh. Memory-bound: each
 // thread moves 16 bytes per operand per step (grid-stride loop) when every pointer is 16-byte
 // aligned and the sizes are multiples of the vector width, else a scalar loop runs.
 #include "core/base/error.h"
@@ -24,8 +24,8 @@ __device__ __forceinline__ float gelu_grad(float u) {
   return 0.5f * (1.0f + t) + 0.5f * u * (1.0f - t * t) * du;
 }
 
-// Modes of the one element-wise kernel, so that one template serves all four operations.
-enum Mode { kAdd, kMul, kGeluFwd, kGeluBwd, kGeluDeriv };
+// Modes of the one element-wise kernel, so that one template serves every operation.
+enum Mode { kAdd, kMul, kGeluFwd, kGeluBwd, kGeluDeriv, kReluFwd, kReluBwd, kTanhFwd, kTanhBwd };
 
 template <int M>
 __device__ __forceinline__ float apply(float a, float b, float d) {
@@ -37,8 +37,16 @@ __device__ __forceinline__ float apply(float a, float b, float d) {
     return gelu(a + b);
   else if constexpr (M == kGeluDeriv)
     return gelu_grad(a + b);
-  else
+  else if constexpr (M == kGeluBwd)
     return d * gelu_grad(a + b);
+  else if constexpr (M == kReluFwd)
+    return a > 0.0f ? a : 0.0f;
+  else if constexpr (M == kReluBwd)  // a: the forward's input
+    return a > 0.0f ? d : 0.0f;
+  else if constexpr (M == kTanhFwd)
+    return tanhf(a);
+  else  // kTanhBwd, a: the forward's output
+    return d * (1.0f - a * a);
 }
 
 // out[i] = f(a[i], b ? b[i % b_n] : 0, d ? d[i] : 0). Vectorised: units of kN elements, and
@@ -135,6 +143,22 @@ void gelu_backward(DType type, const void* x, const void* bias, const void* dy, 
 void gelu_derivative(DType type, const void* x, const void* bias, void* g, int64_t n, int64_t C,
                      cudaStream_t stream) {
   launch<kGeluDeriv>(type, x, bias, bias ? C : 1, nullptr, g, n, stream);
+}
+
+void activation_forward(Activation act, DType type, const void* x, void* y, int64_t n, cudaStream_t stream) {
+  if (act == Activation::kRelu)
+    launch<kReluFwd>(type, x, nullptr, 1, nullptr, y, n, stream);
+  else
+    launch<kTanhFwd>(type, x, nullptr, 1, nullptr, y, n, stream);
+}
+
+void activation_backward(Activation act, DType type, const void* saved, const void* dy, void* dx, int64_t n,
+                         cudaStream_t stream) {
+  COHORT_CHECK(dy != nullptr, Status::kInvalidArgument, "cuda activation_backward: dy is null");
+  if (act == Activation::kRelu)
+    launch<kReluBwd>(type, saved, nullptr, 1, dy, dx, n, stream);
+  else
+    launch<kTanhBwd>(type, saved, nullptr, 1, dy, dx, n, stream);
 }
 
 void fill(DType type, void* out, float value, int64_t n, cudaStream_t stream) {

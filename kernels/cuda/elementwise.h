@@ -28,6 +28,14 @@ void gelu_backward(DType type, const void* x, const void* bias, const void* dy, 
 // gelu_with_grad is gelu_forward plus this). g may alias x.
 void gelu_derivative(DType type, const void* x, const void* bias, void* g, int64_t n, int64_t C,
                      cudaStream_t stream);
+// y = relu(x) or tanh(x) (y may alias x), and the gradient dx = dy * act'(.) (dx may alias dy)
+// from what the forward saved, as kernels/cpu's unary_grad: ReLU its input (dy where x > 0, else
+// 0), tanh its output y (dy (1 - y^2)).
+enum class Activation { kRelu, kTanh };
+void activation_forward(Activation act, DType type, const void* x, void* y, int64_t n, cudaStream_t stream);
+void activation_backward(Activation act, DType type, const void* saved, const void* dy, void* dx, int64_t n,
+                         cudaStream_t stream);
+
 // out[i] = value for i < n (rounded to bf16 for kBF16).
 void fill(DType type, void* out, float value, int64_t n, cudaStream_t stream);
 

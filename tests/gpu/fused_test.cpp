@@ -1,5 +1,5 @@
-// The fused CUDA kernels against the plain references: element-wise with bias broadcast, GELU
-// forward/backward, layer norm forward/backward, cross entropy (fused and separate gradient,
+// The fused CUDA kernels against the plain references: element-wise with bias broadcast, GELU,
+// ReLU and tanh forward/backward, layer norm forward/backward, cross entropy (fused and separate gradient,
 // ignore_index, in place, a bad label) and the multi-tensor optimizer updates (AdamW, SGD,
 // device-side clipping; fp32 and bf16 grads, bf16 parameter copy).
 // Sizes include ones that are not multiples of the vector width (the scalar path).
@@ -59,6 +59,25 @@ void elementwise_case(Env& env, DType t, int64_t rows, int64_t C) {
                tol_for(t));
   expect_close(c, label("bias+gelu bwd", t, rows, C).c_str(), Buffers::download(o4, n, t), r4,
                tol_for(t));
+  // ReLU and tanh: forward, and backward from what the forward saves (ReLU its input a; tanh its
+  // output, here `full` in [-1, 1]).
+  void *o5 = buf.poisoned(n, t), *o6 = buf.poisoned(n, t), *o7 = buf.poisoned(n, t),
+       *o8 = buf.poisoned(n, t);
+  kc::activation_forward(kc::Activation::kRelu, t, da, o5, n, nullptr);
+  kc::activation_backward(kc::Activation::kRelu, t, da, ddy, o6, n, nullptr);
+  kc::activation_forward(kc::Activation::kTanh, t, da, o7, n, nullptr);
+  kc::activation_backward(kc::Activation::kTanh, t, dfull, ddy, o8, n, nullptr);
+  std::vector<double> r5(n), r6(n), r7(n), r8(n);
+  for (int64_t i = 0; i < n; ++i) {
+    r5[i] = a[i] > 0 ? a[i] : 0.0;
+    r6[i] = a[i] > 0 ? dy[i] : 0.0;
+    r7[i] = std::tanh(static_cast<double>(a[i]));
+    r8[i] = dy[i] * (1.0 - static_cast<double>(full[i]) * full[i]);
+  }
+  expect_close(c, label("relu fwd", t, rows, C).c_str(), Buffers::download(o5, n, t), r5, tol_for(t));
+  expect_close(c, label("relu bwd", t, rows, C).c_str(), Buffers::download(o6, n, t), r6, tol_for(t));
+  expect_close(c, label("tanh fwd", t, rows, C).c_str(), Buffers::download(o7, n, t), r7, tol_for(t));
+  expect_close(c, label("tanh bwd", t, rows, C).c_str(), Buffers::download(o8, n, t), r8, tol_for(t));
 }
 
 void layernorm_case(Env& env, DType t, int64_t rows, int64_t C) {

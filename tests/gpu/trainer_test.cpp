@@ -18,6 +18,7 @@
 #include "core/device/device.h"
 #include "core/exec/trainer.h"
 #include "core/models/gpt.h"
+#include "core/models/mlp.h"
 #include "core/parallel/data_parallel.h"
 #include "tests/support/expect_error.h"
 #include "transport/bootstrap/env.h"
@@ -129,6 +130,38 @@ TEST(GpuTrainer, GptWithSgdNesterovMatchesTheCpu) {
   oc.nesterov = true;
   oc.weight_decay = 0.01;
   train_both(oc, 5);
+}
+
+// An MLP (ReLU and tanh hidden layers) with SGD momentum: the model `cohort train --model mlp
+// --device cuda` trains.
+TEST(GpuTrainer, MlpMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const char* act : {"relu", "tanh"}) {
+    models::MlpConfig c;
+    c.batch = 16;
+    c.in_features = 40;
+    c.hidden = {64, 32};
+    c.activation = act;
+    optim::OptimizerConfig oc;
+    oc.kind = optim::OptimizerKind::kSgd;
+    oc.lr = 0.05;
+    oc.momentum = 0.9;
+    TrainerOptions o;
+    o.seed = 3;
+    Trainer cpu(models::build_mlp(c), oc, o);
+    o.device = Device::kCuda;
+    Trainer gpu(models::build_mlp(c), oc, o);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal;
+    for (int s = 0; s < 5; ++s) {
+      Tensor x = Tensor::empty({c.batch, c.in_features}, DType::kF32), y = Tensor::empty({c.batch}, DType::kI32);
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = normal(rng);
+      for (int64_t i = 0; i < c.batch; ++i) y.data<int32_t>()[i] = static_cast<int32_t>(rng() % c.classes);
+      const float lc = cpu.step({{"x", x}, {"y", y}}), lg = gpu.step({{"x", x}, {"y", y}});
+      EXPECT_NEAR(lg, lc, 5e-4 * std::fabs(lc)) << act << " step " << s;
+    }
+    expect_same_parameters(gpu, cpu, 1e-3);
+  }
 }
 
 // A bf16 GPT (bf16 parameters and activations, fp32 master copies on the device): the GPU and the

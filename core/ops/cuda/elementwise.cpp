@@ -1,6 +1,6 @@
 // CUDA kernels of the element-wise operators: add and mul (same shape, or one operand
 // broadcast along the leading dims, as a bias), sum_to (the reverse: sums over leading dims),
-// fill_like, gelu and gelu_grad.
+// fill_like, gelu, relu and tanh with their gradients.
 #include "core/base/error.h"
 #include "core/device/cuda_context.h"
 #include "core/ops/cuda/cuda_ops.h"
@@ -75,6 +75,18 @@ void register_elementwise(OpRegistry& r) {
     kcu::gelu_backward(storage_type(x, "gelu_grad"), x.raw(), nullptr, k.inputs[1].raw(), k.outputs[0].raw(),
                        x.numel(), 1, compute_stream());
   });
+  for (auto [name, act] : {std::pair{"relu", kcu::Activation::kRelu}, std::pair{"tanh", kcu::Activation::kTanh}}) {
+    r.set_kernel(name, Device::kCuda, [name = name, act = act](KernelContext& k) {
+      const Tensor& x = k.inputs[0];
+      kcu::activation_forward(act, storage_type(x, name), x.raw(), k.outputs[0].raw(), x.numel(), compute_stream());
+    });
+    const std::string grad = std::string(name) + "_grad";
+    r.set_kernel(grad, Device::kCuda, [grad, act = act](KernelContext& k) {  // (saved, dy) -> dx
+      const Tensor& saved = k.inputs[0];
+      kcu::activation_backward(act, storage_type(saved, grad.c_str()), saved.raw(), k.inputs[1].raw(),
+                               k.outputs[0].raw(), saved.numel(), compute_stream());
+    });
+  }
 }
 
 }  // namespace cohort::cuda_ops

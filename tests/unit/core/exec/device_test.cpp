@@ -12,6 +12,7 @@
 #include "core/exec/trainer.h"
 #include "core/graph/autodiff.h"
 #include "core/models/gpt.h"
+#include "core/models/mlp.h"
 #include "core/ops/schema.h"
 #include "tests/support/expect_error.h"
 
@@ -94,18 +95,39 @@ TEST(Device, HostToHostCopyAndSynchronize) {
   }
 }
 
-TEST(Device, EveryOperatorOfAGptTrainingStepHasACudaKernel) {
-  if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA backend";
-  const Graph g = small_gpt();
+// The operators of g (a training graph) without a CUDA kernel, and how many have one.
+std::pair<std::set<std::string>, size_t> cuda_coverage(const Graph& g) {
   std::set<std::string> missing, covered;
   for (const Node& n : g.nodes()) {
     if (n.op->alias_input0) continue;
     (n.op->kernels[static_cast<int>(Device::kCuda)] ? covered : missing).insert(n.op->name);
   }
+  return {missing, covered.size()};
+}
+
+TEST(Device, EveryOperatorOfAnMlpTrainingStepHasACudaKernel) {
+  if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA backend";
+  for (const char* act : {"relu", "tanh", "gelu"}) {
+    models::MlpConfig c;
+    c.hidden = {32, 16};
+    c.activation = act;
+    Graph g = models::build_mlp(c);
+    build_backward(g, g.loss(), g.parameters());
+    const auto [missing, covered] = cuda_coverage(g);
+    std::string list;
+    for (const std::string& m : missing) list += m + " ";
+    EXPECT_TRUE(missing.empty()) << act << ": no CUDA kernel for: " << list;
+    EXPECT_GE(covered, 5u);  // linear, the activation and its gradient, cross_entropy and its gradient, ...
+  }
+}
+
+TEST(Device, EveryOperatorOfAGptTrainingStepHasACudaKernel) {
+  if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA backend";
+  const auto [missing, covered] = cuda_coverage(small_gpt());
   std::string list;
   for (const std::string& m : missing) list += m + " ";
   EXPECT_TRUE(missing.empty()) << "no CUDA kernel for: " << list;
-  EXPECT_GE(covered.size(), 12u);  // embedding, layernorm, linear, attention, ..., and their gradients
+  EXPECT_GE(covered, 12u);  // embedding, layernorm, linear, attention, ..., and their gradients
 }
 
 TEST(Device, OperatorsWithoutACudaKernelAreNamedBeforeARun) {
