@@ -86,7 +86,7 @@ COHORT_HANDLE(cohort_plan)
 %apply int* OUTPUT { int32_t* id_out, int32_t* num_outputs_out, int32_t* rank_out,
                      int32_t* size_out, int32_t* num_values_out, int32_t* num_nodes_out,
                      int32_t* num_parameters_out, int32_t* failed_rank_out, int32_t* done_out,
-                     cohort_dtype* dtype_out };
+                     int32_t* usable_out, cohort_dtype* dtype_out };
 %apply long long* OUTPUT { int64_t* num_parameter_elements_out, int64_t* value_out,
                            int64_t* examples_out, int64_t* epoch_out, int64_t* index_out,
                            size_t* needed_out };
@@ -136,7 +136,8 @@ COHORT_ARRAY(char, size_t, jbyteArray, byte[], jbyte, Byte)
 %apply (const double* ARRAY_IN, int32_t COUNT) { (const double* values, int32_t count) };
 %apply (int32_t* ARRAY_OUT, int32_t COUNT) { (int32_t* outputs_out, int32_t max_outputs) };
 %apply (int64_t* ARRAY_OUT, int32_t COUNT) { (int64_t* shape_out, int32_t max_rank) };
-%apply (char* ARRAY_OUT, size_t COUNT) { (char* buf, size_t buf_size) };
+%apply (char* ARRAY_OUT, size_t COUNT) { (char* buf, size_t buf_size),
+                                         (char* reason_out, size_t reason_capacity) };
 
 /* ---- collective buffers: direct java.nio.Buffers --------------------------------------------- */
 

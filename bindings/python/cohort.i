@@ -103,6 +103,19 @@ PYC_HANDLE_OUT(cohort_plan)
 %apply int64_t* OUTPUT { int64_t* num_parameter_elements_out, int64_t* examples_out, int64_t* epoch_out,
                          int64_t* index_out, int64_t* value_out };
 
+/* cohort_device_usable: returns [usable (0 or 1), reason str ("" when usable)]. */
+%apply int32_t* OUTPUT { int32_t* usable_out };
+%typemap(in, numinputs=0) (char* reason_out, size_t reason_capacity) (char reason[1024]) {
+  reason[0] = '\0';
+  $1 = reason;
+  $2 = sizeof reason;
+}
+%typemap(argout) (char* reason_out, size_t reason_capacity) {
+  PyObject* reason_str = PyUnicode_DecodeUTF8($1, (Py_ssize_t)strlen($1), "replace");
+  if (reason_str == NULL) SWIG_fail;
+  $result = SWIG_Python_AppendOutput($result, reason_str);
+}
+
 /* cohort_graph_value_shape: returns [shape tuple, dtype]. */
 %typemap(in, numinputs=0) (int64_t* shape_out, int32_t max_rank, int32_t* rank_out) (int64_t dims[8], int32_t rank = 0) {
   $1 = dims;

@@ -22,8 +22,8 @@ from . import capi
 from ._errors import (CorruptError, Error, InternalError, InvalidArgumentError, InvalidHandleError,
                       InvalidPlanError, InvalidStateError, IOError, NotFoundError, OutOfMemoryError,
                       PeerFailedError, ShapeMismatchError, Status, TimeoutError, UnsupportedError)
-from ._types import (BF16, F16, F32, I32, I64, Activation, DType, InitKind, OptimizerKind, Preset,
-                     ReduceOp, Schedule, Split, SyncMode, Tensor, as_dtype)
+from ._types import (BF16, F16, F32, I32, I64, Activation, Device, DType, InitKind, OptimizerKind, Preset,
+                     ReduceOp, Schedule, Split, SyncMode, Tensor, as_dtype, as_enum)
 from .graph import Attrs, Graph, GraphStats, Initializer, op_list
 from . import models
 from .train import Optimizer, ParallelStats, Trainer, TrainerStats
@@ -60,6 +60,14 @@ def set_num_threads(n):
     capi.cohort_set_num_threads(int(n))
 
 
+def device_usable(device):
+    """Whether this process can use `device` ("cpu", "cuda" or a cohort.Device), as
+    (usable, reason): reason is "" when usable, else why not ("this build has no CUDA backend",
+    the driver's message, ...)."""
+    usable, reason = capi.cohort_device_usable(int(as_enum(Device, device)))
+    return bool(usable), reason
+
+
 def set_log_callback(fn):
     """fn(level, message) receives every log line, from any cohort thread; it must not call
     cohort. None restores the default (stderr)."""
@@ -72,11 +80,11 @@ _atexit.register(capi.pyc_set_log_callback, None)
 __version__ = version()
 
 __all__ = [
-    "ABI_VERSION", "Activation", "Attrs", "BF16", "Comm", "CorruptError", "DType", "Dataset", "Error", "F16", "F32",
-    "Graph", "GraphStats", "I32", "I64", "InitKind", "Initializer", "InternalError", "InvalidArgumentError",
-    "InvalidHandleError", "InvalidPlanError", "InvalidStateError", "NotFoundError", "Optimizer", "OptimizerKind",
-    "OutOfMemoryError", "ParallelStats", "PeerFailedError", "Plan", "Preset", "ReduceOp", "Sampler", "Schedule",
-    "ShapeMismatchError", "Split", "Status", "SyncMode", "Tensor", "Trainer", "TrainerStats", "UnsupportedError",
-    "Work", "abi_version", "dtype_size", "models", "op_list", "set_log_callback", "set_log_level",
-    "set_num_threads", "version",
+    "ABI_VERSION", "Activation", "Attrs", "BF16", "Comm", "CorruptError", "DType", "Dataset", "Device", "Error",
+    "F16", "F32", "Graph", "GraphStats", "I32", "I64", "InitKind", "Initializer", "InternalError",
+    "InvalidArgumentError", "InvalidHandleError", "InvalidPlanError", "InvalidStateError", "NotFoundError",
+    "Optimizer", "OptimizerKind", "OutOfMemoryError", "ParallelStats", "PeerFailedError", "Plan", "Preset",
+    "ReduceOp", "Sampler", "Schedule", "ShapeMismatchError", "Split", "Status", "SyncMode", "Tensor", "Trainer",
+    "TrainerStats", "UnsupportedError", "Work", "abi_version", "device_usable", "dtype_size", "models", "op_list",
+    "set_log_callback", "set_log_level", "set_num_threads", "version",
 ]  # IOError and TimeoutError stay out: `import *` must not shadow the built-ins

@@ -47,6 +47,12 @@ def as_dtype(value):
     raise ValueError(f"not a cohort dtype: {value!r} (use cohort.F32, BF16, I32, I64 or F16)")
 
 
+class Device(enum.IntEnum):
+    """cohort_device: where a trainer keeps its parameters and runs its steps."""
+    CPU = _capi.COHORT_DEVICE_CPU
+    CUDA = _capi.COHORT_DEVICE_CUDA  # the current CUDA device, in builds with the CUDA backend
+
+
 class InitKind(enum.IntEnum):
     """cohort_init_kind: how a parameter gets its first values."""
     ZEROS = _capi.COHORT_INIT_ZEROS

@@ -12,7 +12,7 @@ import dataclasses
 
 from . import capi as _capi
 from ._handle import Handle
-from ._types import OptimizerKind, Schedule, as_enum, set_options
+from ._types import Device, OptimizerKind, Schedule, as_enum, set_options
 
 _step = _capi.pyc_trainer_step  # the hot path, looked up once
 
@@ -69,14 +69,21 @@ class Trainer(Handle):
     """Trains one model (cohort_trainer). With plan and comm it is data-parallel over the
     communicator (cohort_trainer_create_parallel: collective, every rank makes it in the same
     order); step() then takes this rank's shard of the batch. The graph, optimizer, plan and
-    communicator may be closed afterwards."""
+    communicator may be closed afterwards.
+
+    device ("cpu" or "cuda", or a cohort.Device) is where parameters, gradients, optimizer state
+    and the steps' work live; batches and results stay in host memory either way. "cuda" raises
+    UnsupportedError naming the reason when the GPU cannot be used (cohort.device_usable says so
+    beforehand) or an operator of the graph has no CUDA kernel; data-parallel trainers run on
+    the CPU only yet."""
 
     __slots__ = ("_declared", "_graph", "_outputs")
     _destroy = staticmethod(_capi.cohort_trainer_destroy)
 
-    def __init__(self, graph, optimizer, *, seed=0, num_threads=0, plan=None, comm=None):
+    def __init__(self, graph, optimizer, *, seed=0, num_threads=0, device="cpu", plan=None, comm=None):
         options = _capi.cohort_trainer_options_default()
         options.seed, options.num_threads = int(seed), int(num_threads)
+        options.device = int(as_enum(Device, device))
         if plan is None and comm is None:
             handle = _capi.cohort_trainer_create(graph._handle, optimizer._handle, options)
         elif plan is None or comm is None:

@@ -124,6 +124,37 @@ class ErrorTest(unittest.TestCase):
         self.assertFails(cohort.InvalidStateError, "", self.trainer.save_parallel_checkpoint, "/tmp/unused.ckpt")
         self.assertFails(cohort.IOError, "dataset-fashion-mnist", cohort.Dataset.fashion_mnist, "/nonexistent")
 
+    def test_devices(self):
+        self.assertEqual(cohort.device_usable("cpu"), (True, ""))
+        self.assertEqual(cohort.device_usable(cohort.Device.CPU), (True, ""))
+        with cohort.Trainer(self.graph, self.optimizer, seed=1, device="cpu") as trainer:
+            self.assertGreater(trainer.step(x=self.x, y=self.y), 0)
+        usable, reason = cohort.device_usable("cuda")
+        self.assertIs(type(usable), bool)
+        self.assertEqual(cohort.device_usable(cohort.Device.CUDA), (usable, reason))
+        if usable:
+            self.assertEqual(reason, "")
+            with cohort.Trainer(self.graph, self.optimizer, seed=1, device="cuda") as trainer:
+                self.assertGreater(trainer.step(x=self.x, y=self.y), 0)
+        else:
+            self.assertTrue(reason)
+            error = self.assertFails(cohort.UnsupportedError, reason, cohort.Trainer, self.graph, self.optimizer,
+                                     device="cuda")
+            self.assertIn("cuda", str(error).lower())
+        # Data parallelism runs on the CPU only yet, whether or not there is a GPU.
+        with cohort.Comm.from_env() as comm, cohort.Plan("ddp") as plan:
+            error = self.assertFails(cohort.UnsupportedError, "", cohort.Trainer, self.graph, self.optimizer,
+                                     device="cuda", plan=plan, comm=comm)
+            self.assertIn("cuda", str(error).lower())
+        # Unknown devices: by name or value in Python, by value in C.
+        for bad in ("tpu", "gpu", 7):
+            with self.assertRaisesRegex(ValueError, repr(bad)):
+                cohort.Trainer(self.graph, self.optimizer, device=bad)
+            with self.assertRaisesRegex(ValueError, repr(bad)):
+                cohort.device_usable(bad)
+        self.assertFails(cohort.InvalidArgumentError, "cohort_device_usable: device = 7 is not a cohort_device",
+                         cohort.capi.cohort_device_usable, 7)
+
     def test_hierarchy(self):
         for status in cohort.Status:
             if status == cohort.Status.OK:

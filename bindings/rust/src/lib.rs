@@ -85,6 +85,7 @@ pub mod sys;
 
 mod comm;
 mod data;
+mod device;
 mod error;
 mod graph;
 mod models;
@@ -96,6 +97,7 @@ mod trainer;
 
 pub use comm::{Comm, CommOptions, ReduceOp, Scope, Work};
 pub use data::{Dataset, Sampler, SamplerOptions, Split};
+pub use device::{device_usable, Device};
 pub use error::{check, Error, Result, Status};
 pub use graph::{op_list, Attrs, Graph, GraphStats, InitKind, Initializer, Value};
 pub use models::{Activation, CnnOptions, GptOptions, MlpOptions};

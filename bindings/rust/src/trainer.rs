@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use crate::device::Device;
 use crate::error::{c_path, c_string, check, Result};
 use crate::graph::Graph;
 use crate::optim::Optimizer;
@@ -17,13 +18,23 @@ pub struct TrainerOptions {
     pub seed: u64,
     /// CPU threads; 0 leaves the process setting as it is.
     pub num_threads: i32,
+    /// Where parameters, gradients, optimizer state and the steps' work live (default CPU).
+    /// [`Device::Cuda`] makes creating the trainer fail with [`crate::Status::Unsupported`],
+    /// naming the reason, when the device cannot be used ([`crate::device_usable`] tells
+    /// beforehand) or an operator of the graph has no CUDA kernel. Data-parallel trainers run on
+    /// the CPU only yet.
+    pub device: Device,
 }
 
 impl Default for TrainerOptions {
     fn default() -> TrainerOptions {
         // SAFETY: never fails.
         let raw = unsafe { sys::cohort_trainer_options_default() };
-        TrainerOptions { seed: raw.seed, num_threads: raw.num_threads }
+        TrainerOptions {
+            seed: raw.seed,
+            num_threads: raw.num_threads,
+            device: Device::from_raw(raw.device),
+        }
     }
 }
 
@@ -33,6 +44,7 @@ impl TrainerOptions {
         let mut raw = unsafe { sys::cohort_trainer_options_default() };
         raw.seed = self.seed;
         raw.num_threads = self.num_threads;
+        raw.device = self.device.to_raw().0 as i32;
         raw
     }
 }

@@ -8,11 +8,12 @@ mod common;
 use std::ptr;
 
 use cohort::{
-    check, sys, Attrs, DType, Dataset, Error, GptOptions, Graph, Initializer, Optimizer,
-    OptimizerOptions, Plan, PlanOptions, Preset, Sampler, SamplerOptions, Split, Status, SyncMode,
-    Tensor, TensorMut, Trainer, TrainerOptions,
+    check, device_usable, sys, Activation, Attrs, Comm, CommOptions, DType, Dataset, Device, Error,
+    GptOptions, Graph, Initializer, MlpOptions, Optimizer, OptimizerOptions, Plan, PlanOptions,
+    Preset, Sampler, SamplerOptions, Split, Status, SyncMode, Tensor, TensorMut, Trainer,
+    TrainerOptions,
 };
-use common::{batch, trainer, Lcg, FEATURES};
+use common::{batch, trainer, Lcg, CLASSES, FEATURES};
 
 /// Asserts the status and that the message contains every fragment.
 fn expect_error<T: std::fmt::Debug>(
@@ -229,6 +230,62 @@ fn bad_options_name_the_field() {
     let mut g = Graph::new().unwrap();
     g.add_input("x", DType::F32, &[1]).unwrap();
     assert!(Trainer::new(&g, &common::adamw(0.1), &TrainerOptions::default()).is_err());
+}
+
+#[test]
+fn devices_and_why_they_cannot_be_used() {
+    assert_eq!(device_usable(Device::Cpu).unwrap(), (true, String::new()));
+    assert_eq!(TrainerOptions::default().device, Device::Cpu);
+    let graph = Graph::mlp(&MlpOptions {
+        batch: 8,
+        in_features: FEATURES as i64,
+        hidden: vec![4],
+        classes: CLASSES as i64,
+        activation: Activation::Relu,
+    })
+    .unwrap();
+    let optimizer = common::adamw(1e-2);
+    let (x, y) = batch(&mut Lcg(1), 8);
+    let inputs = [Tensor::new("x", &x, &[8, FEATURES as i64]), Tensor::new("y", &y, &[8])];
+    let on_cpu = TrainerOptions { seed: 1, device: Device::Cpu, ..TrainerOptions::default() };
+    Trainer::new(&graph, &optimizer, &on_cpu).unwrap().step(&inputs).unwrap();
+
+    let on_cuda = TrainerOptions { device: Device::Cuda, ..on_cpu };
+    let (usable, reason) = device_usable(Device::Cuda).unwrap();
+    if usable {
+        assert_eq!(reason, "");
+        let mut t = Trainer::new(&graph, &optimizer, &on_cuda).expect("a trainer on the GPU");
+        assert!(t.step(&inputs).unwrap().is_finite());
+    } else {
+        assert!(!reason.is_empty());
+        let e = expect_error(
+            Trainer::new(&graph, &optimizer, &on_cuda),
+            Status::Unsupported,
+            &["cohort_trainer_create", &reason],
+        );
+        assert!(e.message().to_lowercase().contains("cuda"), "{}", e);
+    }
+    // Data parallelism runs on the CPU only yet, with or without a GPU.
+    let comm = Comm::from_env(&CommOptions::default()).unwrap();
+    let plan = Plan::new(&PlanOptions::default()).unwrap();
+    let e = expect_error(
+        Trainer::new_parallel(&graph, &optimizer, &plan, &comm, &on_cuda),
+        Status::Unsupported,
+        &["cohort_trainer_create_parallel"],
+    );
+    assert!(e.message().to_lowercase().contains("cuda"), "{}", e);
+
+    // A value that is no device: only through the raw layer, which the library checks.
+    let mut usable = 0i32;
+    // SAFETY: usable is valid for a write; a NULL reason is allowed.
+    let status = unsafe {
+        sys::cohort_device_usable(sys::cohort_device(7), &mut usable, ptr::null_mut(), 0)
+    };
+    expect_error(
+        check(status),
+        Status::InvalidArgument,
+        &["cohort_device_usable", "device = 7 is not a cohort_device"],
+    );
 }
 
 #[test]

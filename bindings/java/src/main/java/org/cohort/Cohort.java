@@ -4,6 +4,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
+import java.util.Objects;
 
 /** Process-wide settings and facts of the loaded libcohort. */
 public final class Cohort {
@@ -43,6 +44,23 @@ public final class Cohort {
    */
   public static void setLogHandler(LogHandler handler) {
     LogBridge.set(handler);
+  }
+
+  /**
+   * Whether this process can use a device ({@link #deviceUsable}): {@code reason} is "" when it
+   * can, otherwise why not ("this build has no CUDA backend", the driver's message, ...).
+   */
+  public record Usability(boolean usable, String reason) {}
+
+  /** Whether this process can use {@code device}, and why not. */
+  public static Usability deviceUsable(Device device) {
+    Objects.requireNonNull(device, "device");
+    int[] usable = new int[1];
+    byte[] reason = new byte[1024];
+    CohortException.check(CohortC.cohort_device_usable(device.code, usable, reason));
+    int end = 0;
+    while (end < reason.length && reason[end] != 0) ++end;
+    return new Usability(usable[0] != 0, new String(reason, 0, end, StandardCharsets.UTF_8));
   }
 
   /** Names of the public operators accepted by {@link Graph#addOp}. */

@@ -1,18 +1,22 @@
 package org.cohort;
 
+import java.util.Objects;
+
 /**
- * Options of a trainer ({@code cohort_trainer_options}): seed 0 and the process's threads by
- * default.
+ * Options of a trainer ({@code cohort_trainer_options}): seed 0, the process's threads and the CPU
+ * by default.
  */
 public final class TrainerOptions {
   private long seed;
   private int numThreads;
+  private Device device;
 
   public TrainerOptions() {
     cohort_trainer_options d = CohortC.cohort_trainer_options_default();
     try {
       seed = d.getSeed();
       numThreads = d.getNum_threads();
+      device = Device.of(d.getDevice());
     } finally {
       d.delete();
     }
@@ -30,6 +34,17 @@ public final class TrainerOptions {
     return this;
   }
 
+  /**
+   * Where parameters, gradients, optimizer state and the steps' work live; tensors stay in Java
+   * memory either way. Creating a trainer on {@link Device#CUDA} throws UNSUPPORTED naming the
+   * reason when the device cannot be used ({@link Cohort#deviceUsable} tells beforehand) or an
+   * operator of the graph has no CUDA kernel; data-parallel trainers run on the CPU only yet.
+   */
+  public TrainerOptions device(Device value) {
+    device = Objects.requireNonNull(value, "device");
+    return this;
+  }
+
   public long seed() {
     return seed;
   }
@@ -38,11 +53,16 @@ public final class TrainerOptions {
     return numThreads;
   }
 
+  public Device device() {
+    return device;
+  }
+
   /** A C copy; the caller deletes it. */
   cohort_trainer_options toNative() {
     cohort_trainer_options o = CohortC.cohort_trainer_options_default();
     o.setSeed(seed);
     o.setNum_threads(numThreads);
+    o.setDevice(device.code);
     return o;
   }
 }

@@ -1,6 +1,8 @@
 package org.cohort;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
@@ -9,6 +11,7 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.Locale;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -207,6 +210,46 @@ class ErrorsTest {
               -> t.saveCheckpoint(dir.resolve("no/such/dir/x.ckpt").toString()),
           "cohort_trainer_save_checkpoint");
     }
+  }
+
+  @Test
+  void devices() {
+    assertEquals(new Cohort.Usability(true, ""), Cohort.deviceUsable(Device.CPU));
+    assertEquals(Device.CPU, new TrainerOptions().device());
+    Cohort.Usability cuda = Cohort.deviceUsable(Device.CUDA);
+    try (Graph g = TestSupport.tinyClassifier(BATCH);
+         Optimizer sgd = new Optimizer(new OptimizerOptions())) {
+      try (Trainer t = new Trainer(g, sgd, new TrainerOptions().device(Device.CPU))) {
+        t.step(batch());
+      }
+      TrainerOptions onCuda = new TrainerOptions().seed(1).device(Device.CUDA);
+      assertEquals(Device.CUDA, onCuda.device());
+      if (cuda.usable()) {
+        assertEquals("", cuda.reason());
+        try (Trainer t = new Trainer(g, sgd, onCuda)) {
+          assertTrue(t.step(batch()) > 0);
+        }
+      } else {
+        assertFalse(cuda.reason().isEmpty());
+        CohortException e = TestSupport.expectError(Status.UNSUPPORTED,
+            () -> new Trainer(g, sgd, onCuda).close(), "cohort_trainer_create", cuda.reason());
+        assertTrue(e.getMessage().toLowerCase(Locale.ROOT).contains("cuda"), e.getMessage());
+      }
+      // Data parallelism runs on the CPU only yet, with or without a GPU.
+      try (Comm comm = Comm.fromEnv(); Plan plan = Plan.ddp()) {
+        CohortException e = TestSupport.expectError(Status.UNSUPPORTED,
+            ()
+                -> Trainer.createParallel(g, sgd, plan, comm, onCuda).close(),
+            "cohort_trainer_create_parallel");
+        assertTrue(e.getMessage().toLowerCase(Locale.ROOT).contains("cuda"), e.getMessage());
+      }
+    }
+    // A value that is no device: only through the raw layer (or null) from Java.
+    assertThrows(NullPointerException.class, () -> Cohort.deviceUsable(null));
+    assertThrows(NullPointerException.class, () -> new TrainerOptions().device(null));
+    TestSupport.expectError(Status.INVALID_ARGUMENT,
+        () -> CohortException.check(CohortC.cohort_device_usable(7, new int[1], new byte[64])),
+        "cohort_device_usable", "device = 7 is not a cohort_device");
   }
 
   @Test
