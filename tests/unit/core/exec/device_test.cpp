@@ -21,7 +21,7 @@ namespace {
 
 using ::cohort::test::expect_error;
 
-Graph small_gpt(double dropout = 0.0) {
+models::GptConfig small_gpt_config(double dropout = 0.0) {
   models::GptConfig c;
   c.batch = 2;
   c.context = 16;
@@ -30,7 +30,12 @@ Graph small_gpt(double dropout = 0.0) {
   c.width = 64;
   c.heads = 2;
   c.dropout = dropout;
-  Graph g = models::build_gpt(c);
+  return c;
+}
+
+// The forward and backward graph of a small GPT.
+Graph small_gpt(double dropout = 0.0) {
+  Graph g = models::build_gpt(small_gpt_config(dropout));
   build_backward(g, g.loss(), g.parameters());
   return g;
 }
@@ -54,16 +59,9 @@ TEST(Device, CudaDeviceIsRefusedWithItsReasonWhenUnavailable) {
 
 TEST(Device, TrainerOnCudaIsRefusedWithItsReasonWhenUnavailable) {
   if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is visible: tests/gpu covers it";
-  models::GptConfig c;
-  c.batch = 2;
-  c.context = 8;
-  c.vocab = 16;
-  c.layers = 1;
-  c.width = 32;
-  c.heads = 2;
   TrainerOptions o;
   o.device = Device::kCuda;
-  expect_error([&] { Trainer t(models::build_gpt(c), optim::OptimizerConfig{}, o); }, Status::kUnsupported,
+  expect_error([&] { Trainer t(models::build_gpt(small_gpt_config()), optim::OptimizerConfig{}, o); }, Status::kUnsupported,
                "cannot run on cuda: " + device_unavailable_reason(Device::kCuda));
 }
 
