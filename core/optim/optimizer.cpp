@@ -221,10 +221,13 @@ void Optimizer::apply_on_device(std::vector<Tensor>& params, std::vector<Tensor>
     const bool adam = config_.kind == OptimizerKind::kAdamW;
     refs[i] = {&params[i], &grads[i], &s.master, adam ? &s.exp_avg : &s.momentum, &s.exp_avg_sq};
   }
-  const bool sgd = config_.kind == OptimizerKind::kSgd;
-  const kc::SgdArgs sa = sgd_args(lr, grad_scale);
-  const kc::AdamWArgs aa = adamw_args(lr, grad_scale);
-  last_grad_norm_ = device_update_->apply(refs, sgd ? &sa : nullptr, sgd ? nullptr : &aa, config_.clip_norm, norm);
+  if (config_.kind == OptimizerKind::kSgd) {
+    const kc::SgdArgs a = sgd_args(lr, grad_scale);
+    last_grad_norm_ = device_update_->apply(refs, &a, nullptr, config_.clip_norm, norm);
+  } else {
+    const kc::AdamWArgs a = adamw_args(lr, grad_scale);
+    last_grad_norm_ = device_update_->apply(refs, nullptr, &a, config_.clip_norm, norm);
+  }
 }
 
 void Optimizer::prepare(std::vector<Tensor>& params, std::vector<Tensor>& grads) {

@@ -3,6 +3,7 @@
 
 #include <sys/mman.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <new>
 
@@ -160,10 +161,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Allocator* allocator) {
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Allocator* allocator) {
   Tensor t = empty(shape, dtype, allocator);
-  if (t.device() == Device::kCpu)
-    std::memset(t.raw(), 0, t.nbytes());
-  else
-    device_memset_zero(t.raw(), t.device(), t.nbytes());
+  device_memset_zero(t.raw(), t.device(), t.nbytes());  // a plain memset on the host
   return t;
 }
 
@@ -245,11 +243,7 @@ void Tensor::copy_from(const Tensor& src) {
       device_copy(raw(), device(), s.raw(), s.device(), nbytes());
       return;
     }
-    Tensor host_src = s;
-    if (s.device() != Device::kCpu) {
-      host_src = empty(s.shape(), s.dtype());
-      host_src.copy_from(s);
-    }
+    const Tensor host_src = to_device(s, Device::kCpu);
     if (device() == Device::kCpu) {
       copy_from(host_src);
     } else {
@@ -273,7 +267,15 @@ void Tensor::copy_from(const Tensor& src) {
 void Tensor::fill(float value) {
   const size_t n = static_cast<size_t>(numel());
   COHORT_ASSERT(is_contiguous(), "fill of a strided view");
-  if (device() != Device::kCpu) {  // filled on the host, then copied
+  if (device() != Device::kCpu) {
+    // +0 is all-zero bits in every dtype fill takes: set on the device (a gradient of zeros
+    // every step must not cost a host buffer and a copy). Other values: on the host, then copied.
+    const bool fillable = dtype_ == DType::kF32 || dtype_ == DType::kBF16 || dtype_ == DType::kI32 ||
+                          dtype_ == DType::kI64;
+    if (fillable && value == 0.0f && !std::signbit(value)) {
+      device_memset_zero(raw(), device(), nbytes());
+      return;
+    }
     Tensor host = empty(shape_, dtype_);
     host.fill(value);
     copy_from(host);
