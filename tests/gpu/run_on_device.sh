@@ -7,7 +7,7 @@
 #   echo /.gpu-deps/ >> .git/info/exclude; mkdir -p .gpu-deps && (cd .gpu-deps &&
 #   apt-get download libgtest-dev && dpkg -x libgtest-dev_*.deb root)
 # then carry .gpu-deps; GTEST_ROOT below finds it (without it those tests are not built).
-# tests/gpu/pack_for_device.sh adds the executor and trainer tests and the GPT benchmark built
+# tests/gpu/pack_for_device.sh adds the executor, operator and trainer tests and the GPT benchmark built
 # here (with their libraries) to it.
 set -uo pipefail
 out=${OUT:-$PWD/gpu-out}
@@ -43,6 +43,7 @@ packed() {  # name timeout log args...
   fi
 }
 packed gpu_executor_test 300 executor.log
+packed gpu_ops_test 300 ops.log
 packed gpu_trainer_test 300 trainer.log
 packed bench_gpu_gpt 400 gpt_bench.log ${COHORT_GPU_BENCH_ARGS:-}
 timeout 200 $b/bench_cuda_kernels 989 > "$out/bench.log" 2>&1
@@ -51,6 +52,6 @@ cat "$out/device.txt"
 grep -hE "FAIL|checks|rc=" "$out/test.log" "$out/test2.log"
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|Error" "$out/sanitizer.log"
 grep -hE "PASSED|FAILED|SKIPPED|not built|rc=" "$out/nccl.log"
-grep -hE "PASSED|FAILED|SKIPPED|not packed|rc=|error" "$out/executor.log" "$out/trainer.log"
+grep -hE "PASSED|FAILED|SKIPPED|not packed|rc=|error" "$out/executor.log" "$out/ops.log" "$out/trainer.log"
 tail -12 "$out/gpt_bench.log"
 cat "$out/bench.log" "$out/torch.log"
