@@ -41,10 +41,9 @@ ncclso=$(ls "$nccl"/lib*/libnccl.so* | head -1)
 ncclib=$(dirname "$ncclso")
 gtestlib=$(dirname "$(find "$gtest" -name libgtest.a | head -1)")
 comm=("$root"/core/base/base.cpp "$root"/transport/bootstrap/{memory_store,store_util}.cpp
-      "$root"/transport/coll/{communicator,work,reduce}.cpp "$root"/transport/nccl/nccl_communicator.cpp
+      "$root"/transport/coll/{communicator,work,reduce}.cpp "$root"/transport/nccl/{nccl_communicator,nccl_api}.cpp
       "$root"/tests/gpu/nccl_communicator_test.cpp)
 g++ -std=c++17 -O2 -pthread -I"$root" -I/usr/local/cuda/include -I"$nccl/include" -I"$gtest/include" \
   "${comm[@]}" -o "$out/nccl_communicator_test" -L"$gtestlib" -lgtest -lgtest_main \
-  -L/usr/local/cuda/lib64 -lcudart -L"$ncclib" -l:"$(basename "$ncclso")" \
-  -Wl,-rpath,"$ncclib":/usr/local/cuda/lib64
+  -L/usr/local/cuda/lib64 -lcudart -ldl -Wl,-rpath,"$ncclib":/usr/local/cuda/lib64
 echo "built $out/nccl_communicator_test (NCCL from $nccl)"

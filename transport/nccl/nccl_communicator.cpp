@@ -4,7 +4,6 @@
 #include "transport/nccl/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
-#include <nccl.h>
 
 #include <condition_variable>
 #include <cstring>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "core/base/error.h"
+#include "transport/nccl/nccl_api.h"
 
 namespace cohort::transport::nccl {
 
@@ -45,8 +45,8 @@ Status status_of(ncclResult_t r) {
 }
 
 std::string nccl_text(ncclResult_t r, ncclComm_t comm) {
-  const char* last = ncclGetLastError(comm);
-  return str_cat(ncclGetErrorString(r), last && *last ? str_cat(" (", last, ")") : std::string());
+  const char* last = nccl_api().ncclGetLastError(comm);
+  return str_cat(nccl_api().ncclGetErrorString(r), last && *last ? str_cat(" (", last, ")") : std::string());
 }
 
 ncclDataType_t nccl_type(DataType t) {
@@ -113,7 +113,7 @@ bool available(std::string* why) {
     if (why) *why = e != cudaSuccess ? str_cat("no CUDA device visible (", cuda_text(e), ")") : "no CUDA device visible";
     return false;
   }
-  return true;
+  return nccl_loadable(why);
 }
 
 struct NcclCommunicator::State {
@@ -155,7 +155,7 @@ struct NcclCommunicator::State {
     const Clock::time_point deadline = Clock::now() + timeout;
     for (;;) {
       ncclResult_t state = ncclSuccess;
-      ncclResult_t r = ncclCommGetAsyncError(c, &state);
+      ncclResult_t r = nccl_api().ncclCommGetAsyncError(c, &state);
       if (r != ncclSuccess) state = r;
       if (state == ncclSuccess) return;
       if (state != ncclInProgress) {
@@ -185,7 +185,7 @@ struct NcclCommunicator::State {
       message = why;
     }
     if (comm) {
-      (void)ncclCommAbort(comm);
+      (void)nccl_api().ncclCommAbort(comm);
       comm = nullptr;
     }
     for (Pending& p : pending) p.work->fail(error, message);
@@ -222,16 +222,16 @@ struct NcclCommunicator::State {
   // Enqueues `ops` as one NCCL group on the stream (a send and its matching receive must share
   // one to run concurrently); their `work` fields are not used here.
   void group_locked(const std::vector<Held>& ops) {
-    check_call_locked(ncclGroupStart(), comm, "ncclGroupStart");
+    check_call_locked(nccl_api().ncclGroupStart(), comm, "ncclGroupStart");
     for (const Held& h : ops) {
-      ncclResult_t r = h.send ? ncclSend(h.buf, h.count, h.type, h.peer, comm, stream)
-                              : ncclRecv(h.buf, h.count, h.type, h.peer, comm, stream);
+      ncclResult_t r = h.send ? nccl_api().ncclSend(h.buf, h.count, h.type, h.peer, comm, stream)
+                              : nccl_api().ncclRecv(h.buf, h.count, h.type, h.peer, comm, stream);
       if (r != ncclSuccess && r != ncclInProgress) {
-        (void)ncclGroupEnd();
+        (void)nccl_api().ncclGroupEnd();
         check_call_locked(r, comm, h.send ? "ncclSend" : "ncclRecv");
       }
     }
-    check_call_locked(ncclGroupEnd(), comm, "ncclGroupEnd");
+    check_call_locked(nccl_api().ncclGroupEnd(), comm, "ncclGroupEnd");
   }
 
   // Launches the held sends and receives as one NCCL group.
@@ -294,7 +294,7 @@ struct NcclCommunicator::State {
       }
       if (comm) {
         ncclResult_t state = ncclSuccess;
-        if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) state = ncclInternalError;
+        if (nccl_api().ncclCommGetAsyncError(comm, &state) != ncclSuccess) state = ncclInternalError;
         if (state != ncclSuccess && state != ncclInProgress) {
           fail_locked(status_of(state), str_cat(label, ": NCCL reported an asynchronous error: ", nccl_text(state, comm),
                                                 "; a peer may have failed (NCCL does not say which)"));
@@ -337,7 +337,7 @@ struct NcclCommunicator::State {
       }
       watchdog.join();
     }
-    if (comm) (void)ncclCommAbort(comm);
+    if (comm) (void)nccl_api().ncclCommAbort(comm);
   }
 
   // Stops the watchdog; waits (up to the timeout) for pending operations, then releases NCCL.
@@ -364,10 +364,10 @@ struct NcclCommunicator::State {
     if (comm) {
       // Finalize flushes NCCL's own pending work; in non-blocking mode it is polled like a call.
       try {
-        check_call_locked(ncclCommFinalize(comm), comm, "ncclCommFinalize");
+        check_call_locked(nccl_api().ncclCommFinalize(comm), comm, "ncclCommFinalize");
       } catch (const Error&) {
       }
-      if (comm) (void)ncclCommDestroy(comm);
+      if (comm) (void)nccl_api().ncclCommDestroy(comm);
       comm = nullptr;
     }
     for (Held& h : held) h.work->fail(Status::kInvalidState, str_cat(label, ": communicator destroyed"));
@@ -417,7 +417,7 @@ std::shared_ptr<NcclCommunicator> NcclCommunicator::create(std::shared_ptr<Store
   const std::string key = str_cat("nccl/", options.name, "/", generation, "/id");
   ncclUniqueId id;
   if (rank == 0) {
-    ncclResult_t r = ncclGetUniqueId(&id);
+    ncclResult_t r = nccl_api().ncclGetUniqueId(&id);
     COHORT_CHECK(r == ncclSuccess, status_of(r), label, ": ncclGetUniqueId failed: ", nccl_text(r, nullptr));
     store->set(key, Bytes(reinterpret_cast<const uint8_t*>(&id), reinterpret_cast<const uint8_t*>(&id) + sizeof(id)));
   } else {
@@ -430,9 +430,9 @@ std::shared_ptr<NcclCommunicator> NcclCommunicator::create(std::shared_ptr<Store
   {
     DeviceScope scope(device, label);
     ncclConfig_t config = nonblocking_config();
-    ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+    ncclResult_t r = nccl_api().ncclCommInitRankConfig(&comm, size, id, rank, &config);
     if (r != ncclSuccess && r != ncclInProgress) {
-      if (comm) (void)ncclCommAbort(comm);
+      if (comm) (void)nccl_api().ncclCommAbort(comm);
       throw Error(status_of(r), str_cat(label, ": ncclCommInitRankConfig failed: ", nccl_text(r, nullptr)));
     }
   }
@@ -468,7 +468,7 @@ void NcclCommunicator::order_after(const WorkPtr& work, cudaStream_t stream) {
 WorkPtr NcclCommunicator::start_all_reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op) {
   State& s = *state_;
   return s.run("all_reduce", [&] {
-    s.check_call_locked(ncclAllReduce(in, out, count, nccl_type(type), nccl_op(op), s.comm, s.stream), s.comm,
+    s.check_call_locked(nccl_api().ncclAllReduce(in, out, count, nccl_type(type), nccl_op(op), s.comm, s.stream), s.comm,
                         "ncclAllReduce");
   });
 }
@@ -476,7 +476,7 @@ WorkPtr NcclCommunicator::start_all_reduce(const void* in, void* out, size_t cou
 WorkPtr NcclCommunicator::start_reduce_scatter(const void* in, void* out, size_t count, DataType type, ReduceOp op) {
   State& s = *state_;
   return s.run("reduce_scatter", [&] {
-    s.check_call_locked(ncclReduceScatter(in, out, count, nccl_type(type), nccl_op(op), s.comm, s.stream), s.comm,
+    s.check_call_locked(nccl_api().ncclReduceScatter(in, out, count, nccl_type(type), nccl_op(op), s.comm, s.stream), s.comm,
                         "ncclReduceScatter");
   });
 }
@@ -484,14 +484,14 @@ WorkPtr NcclCommunicator::start_reduce_scatter(const void* in, void* out, size_t
 WorkPtr NcclCommunicator::start_all_gather(const void* in, void* out, size_t count, DataType type) {
   State& s = *state_;
   return s.run("all_gather", [&] {
-    s.check_call_locked(ncclAllGather(in, out, count, nccl_type(type), s.comm, s.stream), s.comm, "ncclAllGather");
+    s.check_call_locked(nccl_api().ncclAllGather(in, out, count, nccl_type(type), s.comm, s.stream), s.comm, "ncclAllGather");
   });
 }
 
 WorkPtr NcclCommunicator::start_broadcast(void* buf, size_t count, DataType type, int root) {
   State& s = *state_;
   return s.run("broadcast", [&] {
-    s.check_call_locked(ncclBroadcast(buf, buf, count, nccl_type(type), root, s.comm, s.stream), s.comm,
+    s.check_call_locked(nccl_api().ncclBroadcast(buf, buf, count, nccl_type(type), root, s.comm, s.stream), s.comm,
                         "ncclBroadcast");
   });
 }
@@ -519,7 +519,7 @@ WorkPtr NcclCommunicator::start_all_to_all(const void* in, void* out, size_t cou
 WorkPtr NcclCommunicator::start_barrier() {
   State& s = *state_;
   return s.run("barrier", [&] {
-    s.check_call_locked(ncclAllReduce(s.scratch, s.scratch, 1, ncclInt32, ncclSum, s.comm, s.stream), s.comm,
+    s.check_call_locked(nccl_api().ncclAllReduce(s.scratch, s.scratch, 1, ncclInt32, ncclSum, s.comm, s.stream), s.comm,
                         "ncclAllReduce (barrier)");
   });
 }
@@ -542,7 +542,7 @@ std::shared_ptr<coll::Communicator> NcclCommunicator::split(int color, int key, 
     s.flush_locked();
     DeviceScope scope(s.device, s.label);
     ncclConfig_t config = nonblocking_config();
-    s.check_call_locked(ncclCommSplit(s.comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config), s.comm,
+    s.check_call_locked(nccl_api().ncclCommSplit(s.comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config), s.comm,
                         "ncclCommSplit");
     timeout = s.timeout;
   }
@@ -552,7 +552,7 @@ std::shared_ptr<coll::Communicator> NcclCommunicator::split(int color, int key, 
     std::lock_guard<std::mutex> lock(s.mu);
     s.settle_locked(child, "ncclCommSplit");
   }
-  COHORT_CHECK(ncclCommUserRank(child, &child_rank) == ncclSuccess && ncclCommCount(child, &child_size) == ncclSuccess,
+  COHORT_CHECK(nccl_api().ncclCommUserRank(child, &child_rank) == ncclSuccess && nccl_api().ncclCommCount(child, &child_size) == ncclSuccess,
                Status::kInternal, s.label, ": querying the split communicator failed");
   const std::string child_name = name.empty() ? str_cat(this->name(), "/", color) : name;
   auto state = State::make(s.device, str_cat("communicator '", child_name, "' [", child_rank, "/", child_size, "] (nccl)"),
