@@ -164,8 +164,6 @@ void apply_defaults(Options& o) {
           "--eval-every, --save-every, --log-every and --eval-examples must be >= 0");
   require(o.threads >= 0 && o.threads <= 1024, "--threads must be in 0..1024");
   require(o.device == "cpu" || o.device == "cuda", "unknown --device '" + o.device + "' (expected cpu or cuda)");
-  require(o.device == "cpu" || o.parallel.empty(),
-          "--device cuda trains on one process only yet (data parallelism on the GPU needs NCCL)");
   require(o.parallel.empty() || o.parallel == "sync" || o.parallel == "localsgd" || o.parallel == "slowmo" ||
               o.parallel == "diloco" || o.parallel == "co2",
           "unknown --parallel '" + o.parallel + "' (expected sync, localsgd, slowmo, diloco or co2)");

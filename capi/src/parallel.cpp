@@ -5,6 +5,7 @@
 
 #include "capi/src/handles.h"
 #include "core/parallel/data_parallel.h"
+#include "core/parallel/device_comm.h"
 #include "transport/bootstrap/store.h"
 #include "transport/coll/communicator.h"
 
@@ -132,7 +133,12 @@ COHORT_API cohort_status cohort_trainer_create_parallel(const cohort_graph* grap
     TrainerOptions o = trainer_options_from(options);
     parallel::validate_for_world(pc, c->size());  // before any collective: nothing to undo
     auto trainer = std::make_unique<Trainer>(g, oc, o);
-    parallel::DataParallel::attach(*trainer, pc, c);
+    // On the GPU, DDP reduces its buckets over NCCL where every rank can (device_comm.h), else
+    // through host copies over `comm`; local SGD and co2 always go through the host.
+    std::shared_ptr<transport::coll::Communicator> device_comm;
+    if (trainer->device() != Device::kCpu && pc.mode == parallel::SyncMode::kSync && comm->store)
+      device_comm = parallel::make_device_communicator(*c, comm->store);
+    parallel::DataParallel::attach(*trainer, pc, c, device_comm);
     *trainer_out = make_trainer_handle(std::move(trainer));
   });
 }

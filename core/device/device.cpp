@@ -105,6 +105,15 @@ void device_copy(void* dst, Device dst_device, const void* src, Device src_devic
   c.stream.synchronize();
 }
 
+void device_copy_queued(void* dst, const void* src, Device device, size_t bytes) {
+  if (bytes == 0) return;
+  if (device == Device::kCpu) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_context().compute()));
+}
+
 void device_memset_zero(void* ptr, Device device, size_t bytes) {
   if (bytes == 0) return;
   if (device == Device::kCpu) {
@@ -141,6 +150,10 @@ void device_copy(void* dst, Device dst_device, const void* src, Device src_devic
   COHORT_CHECK(dst_device == Device::kCpu && src_device == Device::kCpu, Status::kUnsupported,
                "the CUDA device cannot be used: ", device_unavailable_reason(Device::kCuda));
   if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
+void device_copy_queued(void* dst, const void* src, Device device, size_t bytes) {
+  device_copy(dst, device, src, device, bytes);
 }
 
 void device_memset_zero(void* ptr, Device device, size_t bytes) {

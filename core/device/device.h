@@ -34,6 +34,11 @@ Allocator* device_allocator(Device device);
 // the work already queued on the compute stream; returns when dst holds them.
 void device_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 
+// Copies `bytes` bytes between two buffers that are both on `device`, queued after the work
+// already on the compute stream; returns at once (the host copies before returning). For
+// staging that later device work reads in order, with no wait on the host.
+void device_copy_queued(void* dst, const void* src, Device device, size_t bytes);
+
 // A contiguous tensor on `device` holding t's values: t itself when it is already a contiguous
 // tensor there, else a copy (returns when the copy is complete). Throws as device_allocator.
 Tensor to_device(const Tensor& t, Device device);

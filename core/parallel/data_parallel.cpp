@@ -13,18 +13,33 @@ namespace cohort::parallel {
 namespace coll = transport::coll;
 
 std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanConfig& plan,
-                                                   std::shared_ptr<coll::Communicator> comm) {
+                                                   std::shared_ptr<coll::Communicator> comm,
+                                                   std::shared_ptr<coll::Communicator> device_comm) {
   COHORT_CHECK(comm != nullptr, Status::kInvalidArgument, "data parallel: no communicator");
   validate_for_world(plan, comm->size());
-  COHORT_CHECK(trainer.device() == Device::kCpu, Status::kUnsupported, "data parallel: the trainer runs on ",
-               device_name(trainer.device()), "; data parallelism runs on host tensors only yet (device "
-               "gradients need the NCCL communicator)");
+  COHORT_CHECK(comm->memory() == coll::BufferMemory::kHost, Status::kInvalidArgument, "data parallel: the ",
+               coll::backend_name(comm->backend()), " communicator '", comm->name(),
+               "' takes device buffers; pass a host communicator (and this one as the device communicator)");
+  const bool on_device = trainer.device() != Device::kCpu;
+  if (device_comm) {
+    COHORT_CHECK(device_comm->memory() == coll::BufferMemory::kCuda && device_comm->size() == comm->size() &&
+                     device_comm->rank() == comm->rank(),
+                 Status::kInvalidArgument, "data parallel: the device communicator '", device_comm->name(),
+                 "' must take CUDA buffers and have the ranks of '", comm->name(), "' (rank ", device_comm->rank(),
+                 " of ", device_comm->size(), " against ", comm->rank(), " of ", comm->size(), ")");
+    COHORT_CHECK(on_device, Status::kInvalidArgument,
+                 "data parallel: a device communicator was given but the trainer runs on cpu");
+  }
+  COHORT_CHECK(!on_device || plan.mode != SyncMode::kSync || plan.zero_stage == 0, Status::kUnsupported,
+               "data parallel: ZeRO stage ", plan.zero_stage, " of DDP runs on host parameters only yet; the "
+               "trainer runs on ", device_name(trainer.device()), " (stage 0, or local SGD / co2, run there)");
   std::vector<Tensor>& params = trainer.mutable_parameters();
   for (size_t i = 0; i < params.size(); ++i)
     COHORT_CHECK(params[i].dtype() == DType::kF32 && params[i].is_contiguous(), Status::kUnsupported,
                  "data parallel: parameter '", trainer.parameter_names()[i], "' is ", dtype_name(params[i].dtype()),
                  "; only contiguous f32 parameters are supported yet");
   auto dp = std::make_shared<DataParallel>(plan, comm);
+  if (plan.mode == SyncMode::kSync) dp->device_comm_ = std::move(device_comm);
   // Identical initial weights on every rank: rank 0's parameters, whatever the others' seeds.
   dp->numel_ = total_numel(params);
   std::vector<float> flat(dp->numel_);
@@ -112,6 +127,10 @@ void DataParallel::build_buckets(const std::vector<Tensor>& params) {
   for (Bucket& b : buckets_) {
     b.remaining = b.params.size();
     b.numel = b.padded = b.buf.size();
+    if (device_comm_) {  // reduced where the gradients are: no host copy of the bucket
+      b.dev = Tensor::empty({static_cast<int64_t>(b.numel)}, DType::kF32, device_allocator(params[0].device()));
+      std::vector<float>().swap(b.buf);
+    }
   }
   stats_.buckets = static_cast<int64_t>(buckets_.size());
 }
@@ -164,8 +183,12 @@ void DataParallel::on_gradient(size_t index, const Tensor& grad) {
   poll();
   Bucket& b = buckets_[bucket_of_[index]];
   COHORT_ASSERT(b.remaining > 0 && !b.work, "gradient ", index, " produced twice in one step");
-  if (b.buf.size() != b.padded) b.buf.assign(b.padded, 0.0f);  // ZeRO 2 frees it between steps
-  std::memcpy(b.buf.data() + offset_of_[index], grad.raw(), grad.nbytes());
+  if (b.dev.defined()) {
+    device_copy_queued(b.dev.data<float>() + offset_of_[index], grad.raw(), grad.device(), grad.nbytes());
+  } else {
+    if (b.buf.size() != b.padded) b.buf.assign(b.padded, 0.0f);  // ZeRO 2 frees it between steps
+    device_copy(b.buf.data() + offset_of_[index], Device::kCpu, grad.raw(), grad.device(), grad.nbytes());
+  }
   // Every gradient of the bucket is final: reduce the copy while backward goes on.
   if (--b.remaining == 0) launch_reduction(b);
 }
@@ -184,8 +207,11 @@ void DataParallel::before_update(std::vector<Tensor>& grads) {
     last = std::max(last, b.done);
     if (plan_.zero_stage > 0) take_gradient_shard(b);  // grads stay local: the shard is stepped
     else
-      for (size_t j = 0; j < b.params.size(); ++j)
-        std::memcpy(grads[b.params[j]].raw(), b.buf.data() + b.offsets[j], grads[b.params[j]].nbytes());
+      for (size_t j = 0; j < b.params.size(); ++j) {
+        Tensor& g = grads[b.params[j]];
+        if (b.dev.defined()) device_copy_queued(g.raw(), b.dev.data<float>() + b.offsets[j], g.device(), g.nbytes());
+        else device_copy(g.raw(), g.device(), b.buf.data() + b.offsets[j], Device::kCpu, g.nbytes());
+      }
     b.work.reset();
     b.finished = false;
     b.remaining = b.params.size();

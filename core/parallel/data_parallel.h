@@ -70,8 +70,17 @@ class DataParallel : public StepHook {
   // fp32 parameters (kUnsupported), broadcasts rank 0's parameters (collective: every rank
   // calls attach in the same order) and installs the hook into trainer, which shares ownership.
   // trainer must outlive its use of the hook; comm is shared.
+  //
+  // A trainer on the CUDA device: comm (host memory) carries everything through host copies
+  // of the device values; DDP's gradient buckets instead stay in device memory and are reduced
+  // over device_comm when one is given (a communicator on device buffers — NCCL — of the same
+  // ranks, in the same order, whose operations wait for the compute stream's work:
+  // core/parallel/device_comm.h makes one). ZeRO stages of DDP need host parameters
+  // (kUnsupported on the device); local SGD and CO2, ZeRO 1 of their outer state included, run
+  // on the host copies.
   static std::shared_ptr<DataParallel> attach(Trainer& trainer, const PlanConfig& plan,
-                                              std::shared_ptr<transport::coll::Communicator> comm);
+                                              std::shared_ptr<transport::coll::Communicator> comm,
+                                              std::shared_ptr<transport::coll::Communicator> device_comm = nullptr);
   DataParallel(const PlanConfig& plan, std::shared_ptr<transport::coll::Communicator> comm);
   ~DataParallel() override;
 
@@ -91,6 +100,8 @@ class DataParallel : public StepHook {
   void materialize_parameters(std::vector<Tensor>& params, bool keep_values) override;
 
   ParallelStats stats() const;
+  // DDP's buckets are reduced in device memory over the device communicator.
+  bool reduces_on_device() const { return device_comm_ != nullptr; }
   const PlanConfig& plan() const { return plan_; }
   const std::vector<float>& anchor() const { return anchor_; }
   const std::vector<float>& outer_momentum() { return outer_.momentum(); }
@@ -110,6 +121,7 @@ class DataParallel : public StepHook {
     std::vector<size_t> params;   // parameter indices, in production (reverse) order
     std::vector<size_t> offsets;  // element offset of each in buf
     std::vector<float> buf;  // padded to a multiple of the world under ZeRO (zeros at the end)
+    Tensor dev;              // instead of buf: the bucket in device memory (DDP over device_comm_)
     size_t numel = 0;        // elements of its parameters (buf may be longer: padding)
     size_t padded = 0;       // ZeRO: numel rounded up to a multiple of the world, else numel
     size_t block = 0;        // ZeRO: padded / world, the elements each rank owns
@@ -178,6 +190,7 @@ class DataParallel : public StepHook {
 
   PlanConfig plan_;
   std::shared_ptr<transport::coll::Communicator> comm_;
+  std::shared_ptr<transport::coll::Communicator> device_comm_;  // DDP buckets in device memory
   OuterOptimizer outer_;
   size_t numel_ = 0;
   Trainer* trainer_ = nullptr;  // for the optimizer state size of stage 0 (outlives the hook)

@@ -1,10 +1,11 @@
 // The parameters as one flat fp32 vector, in parameter order: what the outer optimizers,
-// the broadcast at attach and the outer-state shards work on.
+// the broadcast at attach and the outer-state shards work on. The vector is host memory; the
+// parameters may live on the CUDA device (copied over, waiting for the work queued before).
 #pragma once
 
-#include <cstring>
 #include <vector>
 
+#include "core/device/device.h"
 #include "core/tensor/tensor.h"
 
 namespace cohort::parallel {
@@ -19,7 +20,7 @@ inline size_t total_numel(const std::vector<Tensor>& ts) {
 inline void flatten(const std::vector<Tensor>& ts, std::vector<float>& out) {
   size_t off = 0;
   for (const Tensor& t : ts) {
-    std::memcpy(out.data() + off, t.raw(), t.nbytes());
+    device_copy(out.data() + off, Device::kCpu, t.raw(), t.device(), t.nbytes());
     off += static_cast<size_t>(t.numel());
   }
 }
@@ -28,7 +29,7 @@ inline void flatten(const std::vector<Tensor>& ts, std::vector<float>& out) {
 inline void unflatten(const std::vector<float>& flat, std::vector<Tensor>& ts) {
   size_t off = 0;
   for (Tensor& t : ts) {
-    std::memcpy(t.raw(), flat.data() + off, t.nbytes());
+    device_copy(t.raw(), t.device(), flat.data() + off, Device::kCpu, t.nbytes());
     off += static_cast<size_t>(t.numel());
   }
 }

@@ -54,9 +54,13 @@ void DataParallel::build_shards(const optim::Optimizer& inner) {
 }
 
 void DataParallel::launch_reduction(Bucket& b) {
+  b.launched = Clock::now();
+  if (b.dev.defined()) {  // on the device communicator, after the copies queued into it
+    b.work = device_comm_->all_reduce(b.dev.raw(), b.numel, coll::DataType::kF32, coll::ReduceOp::kAvg);
+    return;
+  }
   // The padding must reduce to zero: a step that failed half-way may have left results there.
   std::fill(b.buf.begin() + static_cast<std::ptrdiff_t>(b.numel), b.buf.end(), 0.0f);
-  b.launched = Clock::now();
   if (plan_.zero_stage >= 2) {
     // Rank r receives the average of block r in place: buf[r * block, (r + 1) * block).
     float* mine = b.buf.data() + static_cast<size_t>(comm_->rank()) * b.block;
@@ -282,7 +286,8 @@ void DataParallel::fill_memory_stats(ParallelStats& s) const {
     s.peak_parameter_bytes = s.parameter_bytes;
   }
   s.gradient_bytes = 0;
-  for (const Bucket& b : buckets_) s.gradient_bytes += static_cast<int64_t>(b.buf.size()) * f32;
+  for (const Bucket& b : buckets_)
+    s.gradient_bytes += static_cast<int64_t>(b.buf.size()) * f32 + (b.dev.defined() ? static_cast<int64_t>(b.dev.nbytes()) : 0);
   if (shard_optimizer_) {
     s.parameter_bytes += static_cast<int64_t>(shard_params_.nbytes());
     s.gradient_bytes += static_cast<int64_t>(shard_grads_.nbytes());

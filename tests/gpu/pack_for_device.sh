@@ -10,7 +10,8 @@ build=${1:-$root/build}
 dest=$root/.gpu-deps
 grep -qx '/.gpu-deps/' "$root/.git/info/exclude" 2>/dev/null || echo '/.gpu-deps/' >> "$root/.git/info/exclude"
 mkdir -p "$dest/bin" "$dest/lib"
-for t in tests/gpu/gpu_executor_test tests/gpu/gpu_ops_test tests/gpu/gpu_trainer_test bench/gpu/bench_gpu_gpt; do
+for t in tests/gpu/gpu_executor_test tests/gpu/gpu_ops_test tests/gpu/gpu_trainer_test bench/gpu/bench_gpu_gpt \
+         transport/launcher/cohort-run tests/multirank/dp_rank; do
   [[ -x $build/$t ]] || { echo "pack_for_device: $build/$t is not built" >&2; exit 1; }
   cp "$build/$t" "$dest/bin/"
   # Libraries outside glibc and CUDA (resolved here by ldd).

@@ -7,8 +7,8 @@
 #   echo /.gpu-deps/ >> .git/info/exclude; mkdir -p .gpu-deps && (cd .gpu-deps &&
 #   apt-get download libgtest-dev && dpkg -x libgtest-dev_*.deb root)
 # then carry .gpu-deps; GTEST_ROOT below finds it (without it those tests are not built).
-# tests/gpu/pack_for_device.sh adds the executor, operator and trainer tests and the GPT benchmark built
-# here (with their libraries) to it.
+# tests/gpu/pack_for_device.sh adds the executor, operator and trainer tests, cohort-run with
+# dp_rank, and the GPT benchmark built here (with their libraries) to it.
 set -uo pipefail
 out=${OUT:-$PWD/gpu-out}
 arch=${1:-sm_90}
@@ -33,11 +33,13 @@ else
 fi
 # The executor and the trainer against the CPU, and the GPT benchmark, from programs built here
 # (tests/gpu/pack_for_device.sh).
+# libnccl is loaded at run time: from the CUDA toolkit, or the nvidia-nccl Python package.
+nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) + "/lib")' 2>/dev/null)
+export LD_LIBRARY_PATH=$root/.gpu-deps/lib:/usr/local/cuda/lib64${nccl_lib:+:$nccl_lib}:${LD_LIBRARY_PATH:-}
 packed() {  # name timeout log args...
   local name=$1 limit=$2 log=$3; shift 3
   if [[ -x $root/.gpu-deps/bin/$name ]]; then
-    LD_LIBRARY_PATH=$root/.gpu-deps/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} timeout "$limit" \
-      "$root/.gpu-deps/bin/$name" "$@" > "$out/$log" 2>&1; echo "rc=$?" >> "$out/$log"
+    timeout "$limit" "$root/.gpu-deps/bin/$name" "$@" > "$out/$log" 2>&1; echo "rc=$?" >> "$out/$log"
   else
     echo "$name not packed (tests/gpu/pack_for_device.sh)" > "$out/$log"
   fi
@@ -45,6 +47,10 @@ packed() {  # name timeout log args...
 packed gpu_executor_test 300 executor.log
 packed gpu_ops_test 300 ops.log
 packed gpu_trainer_test 300 trainer.log
+# Two ranks on the GPU (sharing it when there is one: DDP then goes through host copies).
+for mode in ddp co2; do
+  UCX_TLS=self,sm OMP_NUM_THREADS=1 packed cohort-run 120 "dp-$mode.log" -n 2 -- "$root/.gpu-deps/bin/dp_rank" "$mode-cuda"
+done
 packed bench_gpu_gpt 400 gpt_bench.log ${COHORT_GPU_BENCH_ARGS:-}
 timeout 200 $b/bench_cuda_kernels 989 > "$out/bench.log" 2>&1
 timeout 120 python3 "$root/bench/cuda/torch_anchor.py" > "$out/torch.log" 2>&1
@@ -53,5 +59,6 @@ grep -hE "FAIL|checks|rc=" "$out/test.log" "$out/test2.log"
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|Error" "$out/sanitizer.log"
 grep -hE "PASSED|FAILED|SKIPPED|not built|rc=" "$out/nccl.log"
 grep -hE "PASSED|FAILED|SKIPPED|not packed|rc=|error" "$out/executor.log" "$out/ops.log" "$out/trainer.log"
+grep -hE "max \||reduced|skipped|rc=" "$out"/dp-*.log
 tail -12 "$out/gpt_bench.log"
 cat "$out/bench.log" "$out/torch.log"

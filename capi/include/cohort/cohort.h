@@ -641,7 +641,12 @@ COHORT_API cohort_status cohort_plan_destroy(cohort_plan* plan);
  * UNSUPPORTED (non-f32 parameters; a degree smaller than the communicator); PEER_FAILED or
  * TIMEOUT from the broadcast (abort the communicator). trainer_out is written only on OK.
  * Later step calls may return PEER_FAILED / TIMEOUT naming a lost rank: the trainer must be
- * destroyed then, with the communicator. */
+ * destroyed then, with the communicator.
+ * With options->device COHORT_DEVICE_CUDA the DDP mode reduces its gradient buckets in device
+ * memory over an NCCL communicator of comm's ranks (made here through comm's rendezvous store)
+ * when every rank can make one, and through host copies over comm otherwise; local SGD, SlowMo,
+ * DiLoCo and co2 step their outer state on host copies over comm. ZeRO stages of DDP are
+ * UNSUPPORTED on the device. */
 COHORT_API cohort_status cohort_trainer_create_parallel(const cohort_graph* graph, const cohort_optimizer* optimizer,
                                                         const cohort_plan* plan, cohort_comm* comm,
                                                         const cohort_trainer_options* options,

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device/device.h"
 #include "core/exec/trainer.h"
 #include "core/models/mlp.h"
 #include "core/parallel/plan.h"
@@ -55,11 +56,12 @@ inline std::map<std::string, Tensor> dp_batch(int64_t step, int64_t first, int64
   return {{"x", x}, {"y", y}};
 }
 
-inline std::vector<float> dp_flat(const Trainer& t) {
+inline std::vector<float> dp_flat(const Trainer& t) {  // host copies, whichever the trainer's device
   std::vector<float> v;
   for (const Tensor& p : t.parameters()) {
-    const float* d = p.data<float>();
-    v.insert(v.end(), d, d + p.numel());
+    const Tensor h = to_device(p, Device::kCpu);
+    const float* d = h.data<float>();
+    v.insert(v.end(), d, d + h.numel());
   }
   return v;
 }
