@@ -74,8 +74,9 @@ class Trainer(Handle):
     device ("cpu" or "cuda", or a cohort.Device) is where parameters, gradients, optimizer state
     and the steps' work live; batches and results stay in host memory either way. "cuda" raises
     UnsupportedError naming the reason when the GPU cannot be used (cohort.device_usable says so
-    beforehand) or an operator of the graph has no CUDA kernel; data-parallel trainers run on
-    the CPU only yet."""
+    beforehand) or an operator of the graph has no CUDA kernel. Data-parallel trainers on the GPU
+    reduce DDP's gradients over NCCL where every rank has a device of its own, else through host
+    copies."""
 
     __slots__ = ("_declared", "_graph", "_outputs")
     _destroy = staticmethod(_capi.cohort_trainer_destroy)

@@ -141,11 +141,15 @@ class ErrorTest(unittest.TestCase):
             error = self.assertFails(cohort.UnsupportedError, reason, cohort.Trainer, self.graph, self.optimizer,
                                      device="cuda")
             self.assertIn("cuda", str(error).lower())
-        # Data parallelism runs on the CPU only yet, whether or not there is a GPU.
+        # Data parallelism on the GPU: runs where the device can be used, refused with the reason elsewhere.
         with cohort.Comm.from_env() as comm, cohort.Plan("ddp") as plan:
-            error = self.assertFails(cohort.UnsupportedError, "", cohort.Trainer, self.graph, self.optimizer,
-                                     device="cuda", plan=plan, comm=comm)
-            self.assertIn("cuda", str(error).lower())
+            if usable:
+                with cohort.Trainer(self.graph, self.optimizer, seed=1, device="cuda", plan=plan, comm=comm) as trainer:
+                    self.assertGreater(trainer.step(x=self.x, y=self.y), 0)
+            else:
+                error = self.assertFails(cohort.UnsupportedError, reason, cohort.Trainer, self.graph, self.optimizer,
+                                         device="cuda", plan=plan, comm=comm)
+                self.assertIn("cuda", str(error).lower())
         # Unknown devices: by name or value in Python, by value in C.
         for bad in ("tpu", "gpu", 7):
             with self.assertRaisesRegex(ValueError, repr(bad)):

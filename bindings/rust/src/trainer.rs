@@ -21,8 +21,9 @@ pub struct TrainerOptions {
     /// Where parameters, gradients, optimizer state and the steps' work live (default CPU).
     /// [`Device::Cuda`] makes creating the trainer fail with [`crate::Status::Unsupported`],
     /// naming the reason, when the device cannot be used ([`crate::device_usable`] tells
-    /// beforehand) or an operator of the graph has no CUDA kernel. Data-parallel trainers run on
-    /// the CPU only yet.
+    /// beforehand) or an operator of the graph has no CUDA kernel. Data-parallel trainers on the
+    /// GPU reduce DDP's gradients over NCCL where every rank has a device of its own, else
+    /// through host copies.
     pub device: Device,
 }
 

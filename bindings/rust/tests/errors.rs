@@ -265,15 +265,22 @@ fn devices_and_why_they_cannot_be_used() {
         );
         assert!(e.message().to_lowercase().contains("cuda"), "{}", e);
     }
-    // Data parallelism runs on the CPU only yet, with or without a GPU.
+    // Data parallelism on the GPU: runs where the device can be used, refused with the reason
+    // elsewhere.
     let comm = Comm::from_env(&CommOptions::default()).unwrap();
     let plan = Plan::new(&PlanOptions::default()).unwrap();
-    let e = expect_error(
-        Trainer::new_parallel(&graph, &optimizer, &plan, &comm, &on_cuda),
-        Status::Unsupported,
-        &["cohort_trainer_create_parallel"],
-    );
-    assert!(e.message().to_lowercase().contains("cuda"), "{}", e);
+    if usable {
+        let mut t = Trainer::new_parallel(&graph, &optimizer, &plan, &comm, &on_cuda)
+            .expect("a data-parallel trainer on the GPU");
+        assert!(t.step(&inputs).unwrap().is_finite());
+    } else {
+        let e = expect_error(
+            Trainer::new_parallel(&graph, &optimizer, &plan, &comm, &on_cuda),
+            Status::Unsupported,
+            &["cohort_trainer_create_parallel", &reason],
+        );
+        assert!(e.message().to_lowercase().contains("cuda"), "{}", e);
+    }
 
     // A value that is no device: only through the raw layer, which the library checks.
     let mut usable = 0i32;

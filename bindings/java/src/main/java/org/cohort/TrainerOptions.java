@@ -38,7 +38,8 @@ public final class TrainerOptions {
    * Where parameters, gradients, optimizer state and the steps' work live; tensors stay in Java
    * memory either way. Creating a trainer on {@link Device#CUDA} throws UNSUPPORTED naming the
    * reason when the device cannot be used ({@link Cohort#deviceUsable} tells beforehand) or an
-   * operator of the graph has no CUDA kernel; data-parallel trainers run on the CPU only yet.
+   * operator of the graph has no CUDA kernel. Data-parallel trainers on the GPU reduce DDP's
+   * gradients over NCCL where every rank has a device of its own, else through host copies.
    */
   public TrainerOptions device(Device value) {
     device = Objects.requireNonNull(value, "device");
