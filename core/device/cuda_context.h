@@ -10,11 +10,35 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
 
+#include "core/base/error.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/runtime.h"
 
 namespace cohort {
+
+// Index checks of the operators' CUDA kernels (ids, labels), read once at the end of an executor
+// run instead of a host round trip each: add() hands a kernel a device slot (reset on the compute
+// stream) that kernels/cuda/index_check.h fills with the first bad element; flush() copies every
+// pending slot back at once and throws the error of the first check that found one.
+class DeferredChecks {
+ public:
+  // Builds the error for a bad `value` at flat `position`.
+  using Failure = std::function<Error(int64_t position, int32_t value)>;
+  explicit DeferredChecks(cudaStream_t stream) : stream_(stream) {}
+  uint64_t* add(Failure failure);  // flushes first when every slot is in use
+  void flush();                    // waits for the compute stream; clears the list, then throws
+  void clear() { pending_.clear(); }
+
+ private:
+  static constexpr size_t kSlots = 256;
+  cudaStream_t stream_;
+  uint64_t* slots_ = nullptr;  // device memory, made on first use and kept
+  std::vector<Failure> pending_;
+};
 
 struct CudaContext {
   explicit CudaContext(int device);
@@ -22,6 +46,7 @@ struct CudaContext {
   kernels::cuda::Stream stream;
   kernels::cuda::DeviceAllocator allocator;
   kernels::cuda::Blas blas;
+  DeferredChecks checks;
   cudaStream_t compute() const { return stream.get(); }
 };
 

@@ -8,6 +8,7 @@
 
 #ifdef COHORT_HAVE_CUDA
 #include "core/device/cuda_context.h"
+#include "kernels/cuda/index_check.h"
 #endif
 
 namespace cohort {
@@ -49,7 +50,30 @@ cudaMemcpyKind copy_kind(Device dst, Device src) {
 
 }  // namespace
 
-CudaContext::CudaContext(int dev) : device(dev), stream(), allocator(dev), blas(stream.get()) {}
+CudaContext::CudaContext(int dev)
+    : device(dev), stream(), allocator(dev), blas(stream.get()), checks(stream.get()) {}
+
+uint64_t* DeferredChecks::add(Failure failure) {
+  if (pending_.size() == kSlots) flush();
+  if (!slots_) COHORT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&slots_), kSlots * sizeof(uint64_t)));
+  uint64_t* slot = slots_ + pending_.size();
+  COHORT_CUDA_CHECK(cudaMemsetAsync(slot, 0xFF, sizeof(uint64_t), stream_));  // kNoBadIndex
+  pending_.push_back(std::move(failure));
+  return slot;
+}
+
+void DeferredChecks::flush() {
+  if (pending_.empty()) return;
+  std::vector<Failure> pending;
+  pending.swap(pending_);  // cleared whatever happens below
+  std::vector<uint64_t> found(pending.size());
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(found.data(), slots_, found.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost,
+                                    stream_));
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (size_t i = 0; i < found.size(); ++i)
+    if (found[i] != kernels::cuda::kNoBadIndex)
+      throw pending[i](kernels::cuda::bad_index_position(found[i]), kernels::cuda::bad_index_value(found[i]));
+}
 
 CudaContext& cuda_context() {
   static CudaContext* context = [] {
@@ -127,6 +151,14 @@ void device_synchronize(Device device) {
   if (device == Device::kCuda) cuda_context().stream.synchronize();
 }
 
+void device_flush_checks(Device device) {
+  if (device == Device::kCuda) cuda_context().checks.flush();
+}
+
+void device_discard_checks(Device device) {
+  if (device == Device::kCuda) cuda_context().checks.clear();
+}
+
 void set_cuda_allow_tf32(bool allow) {
   if (cuda_device_count() > 0) cuda_context().blas.set_allow_tf32(allow);
 }
@@ -163,6 +195,8 @@ void device_memset_zero(void* ptr, Device device, size_t bytes) {
 }
 
 void device_synchronize(Device) {}
+void device_flush_checks(Device) {}
+void device_discard_checks(Device) {}
 
 void set_cuda_allow_tf32(bool) {}
 

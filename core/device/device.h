@@ -54,4 +54,11 @@ void set_cuda_allow_tf32(bool allow);
 // asynchronous failure surfaces here (or at the next copy) as an Error naming the CUDA error.
 void device_synchronize(Device device);
 
+// The checks device kernels queued for later (bad ids or labels, found on the device): flush
+// reads them all after the queued work (one copy; nothing when none is pending) and throws the
+// first one's error, as the CPU kernel would have; discard forgets those of a run that failed.
+// No-ops for the host, whose kernels check at once.
+void device_flush_checks(Device device);
+void device_discard_checks(Device device);
+
 }  // namespace cohort

@@ -118,6 +118,7 @@ void Executor::run(std::unordered_map<ValueId, Tensor>& env, const RunOptions& o
     COHORT_CHECK(it->second.device() == device_, Status::kInvalidArgument, "tensor bound for ", graph_.describe(v),
                  " is on ", device_name(it->second.device()), " but the graph runs on ", device_name(device_));
   }
+  device_discard_checks(device_);  // left by a run that failed half-way
   live_bytes_ = 0;  // targets of the previous run now belong to the caller
   for (auto& storage : handed_out_)
     if (storage.use_count() == 1) pool_.emplace(storage->bytes(), std::move(storage));
@@ -144,6 +145,9 @@ void Executor::run(std::unordered_map<ValueId, Tensor>& env, const RunOptions& o
     if (it != env.end() && it->second.defined() && owned_.count(it->second.storage().get()))
       handed_out_.push_back(it->second.storage());
   }
+  // Bad ids or labels the device kernels found: the run fails as on the CPU, before its results
+  // are used (a trainer's update has not run).
+  device_flush_checks(device_);
 }
 
 void Executor::run_node(const Node& node, std::unordered_map<ValueId, Tensor>& env,

@@ -13,16 +13,14 @@ namespace cohort {
 namespace kc = kernels::cpu;
 
 // Declared in core/ops/op_checks.h (shared with the CUDA kernels).
+Error bad_id_error(const Shape& shape, int64_t position, int64_t value, int64_t V) {
+  return Error(Status::kInvalidArgument, str_cat("embedding: id ", value, " at position ",
+                                                 shape_str(unravel_index(shape, position)), " is outside [0, ", V, ")"));
+}
+
 void check_ids(const Tensor& ids, int64_t V) {
   const int64_t bad = kc::find_bad_id(ids.data<int32_t>(), ids.numel(), V);
-  if (bad < 0) return;
-  Shape pos(ids.shape().size());
-  for (size_t d = pos.size(), rest = static_cast<size_t>(bad); d-- > 0;) {
-    pos[d] = static_cast<int64_t>(rest % static_cast<size_t>(ids.shape()[d]));
-    rest /= static_cast<size_t>(ids.shape()[d]);
-  }
-  throw Error(Status::kInvalidArgument, str_cat("embedding: id ", ids.data<int32_t>()[bad], " at position ",
-                                                shape_str(pos), " is outside [0, ", V, ")"));
+  if (bad >= 0) throw bad_id_error(ids.shape(), bad, ids.data<int32_t>()[bad], V);
 }
 
 namespace {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "core/base/error.h"
 #include "core/graph/attrs.h"
 #include "core/tensor/tensor.h"
 #include "kernels/cpu/attention.h"
@@ -14,6 +15,10 @@ namespace cohort {
 void check_ids(const Tensor& ids, int64_t V);
 // Throws kInvalidArgument naming the first label outside [0, V) that is not ignore_index.
 void check_labels(const Tensor& labels, int64_t V, int64_t ignore_index);
+// The errors those checks throw, for `value` at flat `position` of a tensor of `shape` (the
+// CUDA kernels find the element on the device and report it later with the same words).
+Error bad_id_error(const Shape& shape, int64_t position, int64_t value, int64_t V);
+Error bad_label_error(const Shape& shape, int64_t position, int64_t value, int64_t V, int64_t ignore_index);
 // cross_entropy: whether the loss is the mean (else the sum), and how many labels count (not
 // ignore_index) for the mean.
 bool mean_reduction(const Attrs& a);

@@ -85,17 +85,15 @@ int64_t counted_labels(const Tensor& labels, int64_t ignore_index) {
   return count;
 }
 
+Error bad_label_error(const Shape& shape, int64_t position, int64_t value, int64_t V, int64_t ignore_index) {
+  return Error(Status::kInvalidArgument,
+               str_cat("cross_entropy: label ", value, " at position ", shape_str(unravel_index(shape, position)),
+                       " is outside [0, ", V, ") and is not ignore_index (", ignore_index, ")"));
+}
+
 void check_labels(const Tensor& labels, int64_t V, int64_t ignore_index) {
   const int64_t bad = kc::find_bad_label(labels.data<int32_t>(), labels.numel(), V, ignore_index);
-  if (bad < 0) return;
-  Shape pos(labels.shape().size());
-  for (size_t d = pos.size(), rest = static_cast<size_t>(bad); d-- > 0;) {
-    pos[d] = static_cast<int64_t>(rest % static_cast<size_t>(labels.shape()[d]));
-    rest /= static_cast<size_t>(labels.shape()[d]);
-  }
-  throw Error(Status::kInvalidArgument,
-              str_cat("cross_entropy: label ", labels.data<int32_t>()[bad], " at position ", shape_str(pos),
-                      " is outside [0, ", V, ") and is not ignore_index (", ignore_index, ")"));
+  if (bad >= 0) throw bad_label_error(labels.shape(), bad, labels.data<int32_t>()[bad], V, ignore_index);
 }
 
 namespace {

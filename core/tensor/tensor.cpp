@@ -67,6 +67,15 @@ Shape contiguous_strides(const Shape& s) {
 
 std::string shape_str(const Shape& s) { return str_cat(s); }
 
+Shape unravel_index(const Shape& s, int64_t flat) {
+  Shape pos(s.size());
+  for (size_t d = pos.size(); d-- > 0;) {
+    pos[d] = s[d] > 0 ? flat % s[d] : 0;
+    flat = s[d] > 0 ? flat / s[d] : 0;
+  }
+  return pos;
+}
+
 int64_t normalize_axis(int64_t axis, int64_t rank, const char* what) {
   int64_t a = axis < 0 ? axis + rank : axis;
   COHORT_CHECK(a >= 0 && a < rank, Status::kInvalidArgument, what, " ", axis,

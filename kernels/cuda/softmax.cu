@@ -98,11 +98,34 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const int32_t* lab
 
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T* logits, const int32_t* labels,
-                                              const float* lse, T* dlogits, float scale, int64_t V,
-                                              int64_t ignore_index) {
+                                              const float* lse, T* dlogits, const float* scale,
+                                              int64_t V, int64_t ignore_index) {
   const int64_t r = blockIdx.x;
   const int64_t label = labels[r];
-  row_grad(logits + r * V, dlogits + r * V, V, lse[r], label, scale, label == ignore_index);
+  row_grad(logits + r * V, dlogits + r * V, V, lse[r], label, *scale, label == ignore_index);
+}
+
+template <typename T>
+__global__ void cross_entropy_grad_scale_kernel(const int32_t* labels, int64_t N, int64_t ignore_index,
+                                                const T* dloss, bool mean, float* scale) {
+  __shared__ unsigned long long count;
+  if (threadIdx.x == 0) count = 0;
+  __syncthreads();
+  unsigned long long mine = 0;
+  for (int64_t r = threadIdx.x; r < N; r += blockDim.x) mine += labels[r] != ignore_index ? 1 : 0;
+  atomicAdd(&count, mine);  // integers: the same total in any order
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const double d = to_float(dloss[0]);
+    *scale = static_cast<float>(!mean ? d : count > 0 ? d / static_cast<double>(count) : 0.0);
+  }
+}
+
+template <typename T>
+__global__ void cross_entropy_loss_kernel(const float* sums, bool mean, T* loss) {
+  const double total = sums[0];
+  loss[0] = detail::from_float<T>(
+      static_cast<float>(!mean ? total : sums[1] > 0.0f ? total / static_cast<double>(sums[1]) : 0.0));
 }
 
 __global__ void cross_entropy_reduce_kernel(const float* loss, const int32_t* labels, int64_t N,
@@ -147,7 +170,7 @@ void cross_entropy_forward(DType type, const void* logits, const int32_t* labels
 }
 
 void cross_entropy_backward(DType type, const void* logits, const int32_t* labels, const float* lse,
-                            float grad_scale, void* dlogits, int64_t N, int64_t V,
+                            const float* grad_scale, void* dlogits, int64_t N, int64_t V,
                             int64_t ignore_index, cudaStream_t stream) {
   check_shape("cuda cross_entropy_backward", N, V);
   if (N == 0) return;
@@ -169,6 +192,27 @@ void cross_entropy_reduce(const float* loss, const int32_t* labels, int64_t N, i
   COHORT_CHECK(N >= 0, Status::kInvalidArgument, "cuda cross_entropy_reduce: N = ", N);
   cross_entropy_reduce_kernel<<<1, 1024, 0, stream>>>(loss, labels, N, ignore_index, out);
   COHORT_CUDA_CHECK_LAUNCH("cross_entropy_reduce_kernel");
+}
+
+void cross_entropy_grad_scale(const int32_t* labels, int64_t N, int64_t ignore_index,
+                              const void* dloss, DType dloss_type, bool mean, float* scale,
+                              cudaStream_t stream) {
+  COHORT_CHECK(N >= 0, Status::kInvalidArgument, "cuda cross_entropy_grad_scale: N = ", N);
+  if (dloss_type == DType::kF32)
+    cross_entropy_grad_scale_kernel<float><<<1, 1024, 0, stream>>>(
+        labels, N, ignore_index, static_cast<const float*>(dloss), mean, scale);
+  else
+    cross_entropy_grad_scale_kernel<bf16><<<1, 1024, 0, stream>>>(
+        labels, N, ignore_index, static_cast<const bf16*>(dloss), mean, scale);
+  COHORT_CUDA_CHECK_LAUNCH("cross_entropy_grad_scale_kernel");
+}
+
+void cross_entropy_loss(const float* sums, bool mean, DType loss_type, void* loss, cudaStream_t stream) {
+  if (loss_type == DType::kF32)
+    cross_entropy_loss_kernel<float><<<1, 1, 0, stream>>>(sums, mean, static_cast<float*>(loss));
+  else
+    cross_entropy_loss_kernel<bf16><<<1, 1, 0, stream>>>(sums, mean, static_cast<bf16*>(loss));
+  COHORT_CUDA_CHECK_LAUNCH("cross_entropy_loss_kernel");
 }
 
 }  // namespace cohort::kernels::cuda

@@ -18,14 +18,25 @@ void cross_entropy_forward(DType type, const void* logits, const int32_t* labels
                            float* lse, void* dlogits, float grad_scale, int64_t N, int64_t V,
                            int64_t ignore_index, cudaStream_t stream);
 
-// The gradient alone from a saved lse (same formula as above). dlogits may alias logits.
+// The gradient alone from a saved lse (same formula as above), grad_scale read from device
+// memory (cross_entropy_grad_scale), so nothing waits on the host. dlogits may alias logits.
 void cross_entropy_backward(DType type, const void* logits, const int32_t* labels, const float* lse,
-                            float grad_scale, void* dlogits, int64_t N, int64_t V,
+                            const float* grad_scale, void* dlogits, int64_t N, int64_t V,
                             int64_t ignore_index, cudaStream_t stream);
+
+// *scale = dloss[0] / (labels not ignore_index) when `mean` (0 when there are none), else
+// dloss[0]; dloss of `dloss_type`. One block; the count is an integer sum (deterministic).
+void cross_entropy_grad_scale(const int32_t* labels, int64_t N, int64_t ignore_index,
+                              const void* dloss, DType dloss_type, bool mean, float* scale,
+                              cudaStream_t stream);
 
 // out[0] = sum of loss[r] over rows whose label is not ignore_index, out[1] = their count
 // (as a float). One block, fixed order: deterministic. out is device memory.
 void cross_entropy_reduce(const float* loss, const int32_t* labels, int64_t N, int64_t ignore_index,
                           float* out, cudaStream_t stream);
+
+// The loss from cross_entropy_reduce's sums, written to device memory as `loss_type`: the sum,
+// or with `mean` the sum over the count (0 when nothing counts, as on the CPU).
+void cross_entropy_loss(const float* sums, bool mean, DType loss_type, void* loss, cudaStream_t stream);
 
 }  // namespace cohort::kernels::cuda

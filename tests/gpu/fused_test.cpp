@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/index_check.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/optim.h"
 #include "kernels/cuda/softmax.h"
@@ -131,10 +132,17 @@ void cross_entropy_case(Env& env, DType t, int64_t N, int64_t V) {
   float *loss = buf.poisoned_f32(N), *lse = buf.poisoned_f32(N), *sum = buf.poisoned_f32(2);
   void* grad = buf.poisoned(N * V, t);
   kc::cross_entropy_forward(t, dl, dlab, loss, lse, nullptr, 0.0f, N, V, ignore, nullptr);
-  kc::cross_entropy_backward(t, dl, dlab, lse, static_cast<float>(scale), grad, N, V, ignore,
-                             nullptr);
+  // The mean's scale from dloss = 1 and the label count, on the device.
+  float* dloss = static_cast<float*>(buf.upload(std::vector<float>{1.0f}, DType::kF32));
+  float* dscale = buf.poisoned_f32(1);
+  kc::cross_entropy_grad_scale(dlab, N, ignore, dloss, DType::kF32, true, dscale, nullptr);
+  kc::cross_entropy_backward(t, dl, dlab, lse, dscale, grad, N, V, ignore, nullptr);
   kc::cross_entropy_reduce(loss, dlab, N, ignore, sum, nullptr);
+  float* mean = buf.poisoned_f32(1);
+  kc::cross_entropy_loss(sum, true, DType::kF32, mean, nullptr);
   Context& c = env.ctx;
+  expect_close(c, label("xent grad scale", t, N, V).c_str(), Buffers::download(dscale, 1, DType::kF32),
+               {scale}, 1e-7);
   expect_close(c, label("xent loss", t, N, V).c_str(), Buffers::download(loss, N, DType::kF32),
                rloss, 1e-5);
   expect_close(c, label("xent lse", t, N, V).c_str(), Buffers::download(lse, N, DType::kF32), rlse,
@@ -145,6 +153,23 @@ void cross_entropy_case(Env& env, DType t, int64_t N, int64_t V) {
   for (double l : rloss) rsum += l;
   expect_close(c, label("xent sum,count", t, N, V).c_str(), Buffers::download(sum, 2, DType::kF32),
                {rsum, static_cast<double>(count)}, 1e-5);
+  expect_close(c, label("xent mean loss", t, N, V).c_str(), Buffers::download(mean, 1, DType::kF32),
+               {rsum / static_cast<double>(count)}, 1e-5);
+  // Bad labels: the first one outside [0, V) that is not ignore_index, by position.
+  std::vector<int32_t> bad = labels;
+  bad[static_cast<size_t>(N - 1)] = static_cast<int32_t>(V);
+  if (N > 2) bad[static_cast<size_t>(N / 2)] = -7;
+  const int64_t first = N > 2 ? N / 2 : N - 1;
+  uint64_t* slot = static_cast<uint64_t*>(buf.raw(sizeof(uint64_t)));
+  for (const auto& [values, want] : {std::pair{labels, kc::kNoBadIndex},
+                                     std::pair{bad, (static_cast<uint64_t>(first) << 32) |
+                                                        static_cast<uint32_t>(bad[static_cast<size_t>(first)])}}) {
+    COHORT_CUDA_CHECK(cudaMemset(slot, 0xFF, sizeof(uint64_t)));
+    kc::find_bad_index(buf.upload_raw(values), N, V, ignore, slot, nullptr);
+    uint64_t got = 0;
+    COHORT_CUDA_CHECK(cudaMemcpy(&got, slot, sizeof got, cudaMemcpyDeviceToHost));
+    expect_true(c, label("bad label slot", t, N, V).c_str(), got == want);
+  }
   // Fused and in place: the gradient overwrites the logits.
   kc::cross_entropy_forward(t, dl, dlab, loss, lse, dl, static_cast<float>(scale), N, V, ignore,
                             nullptr);

@@ -287,6 +287,39 @@ TEST(GpuTrainer, HostOrDeviceInputs) {
   expect_error([&] { gpu.step(in); }, Status::kShapeMismatch, "input 'tokens' has shape");
 }
 
+// Ids and labels are checked on the device and reported at the end of the run: the same error
+// as on the CPU, and the failed step changes nothing (the update never ran).
+TEST(GpuTrainer, BadIdsAndLabelsFailTheStepAsOnTheCpuAndChangeNothing) {
+  SKIP_WITHOUT_GPU();
+  const models::GptConfig c = small_gpt();
+  Trainer gpu = make(c, optim::OptimizerConfig{}, Device::kCuda);
+  Trainer cpu = make(c, optim::OptimizerConfig{}, Device::kCpu);
+  const std::vector<float> before = host_values(gpu.parameters()[0]);
+  auto bad_targets = batch(c, 12);
+  bad_targets["targets"].data<int32_t>()[1 * c.context + 2] = static_cast<int32_t>(c.vocab) + 5;
+  auto bad_tokens = batch(c, 13);
+  bad_tokens["tokens"].data<int32_t>()[3] = -1;
+  for (const auto* in : {&bad_targets, &bad_tokens}) {
+    std::string cpu_error;
+    try {
+      cpu.step(*in);
+    } catch (const Error& e) {
+      cpu_error = e.what();
+    }
+    ASSERT_FALSE(cpu_error.empty());
+    try {
+      gpu.step(*in);
+      ADD_FAILURE() << "a bad batch trained on the GPU";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::kInvalidArgument);
+      EXPECT_EQ(std::string(e.what()), cpu_error);
+    }
+  }
+  EXPECT_EQ(host_values(gpu.parameters()[0]), before);
+  EXPECT_EQ(gpu.step_count(), 0);
+  EXPECT_TRUE(std::isfinite(gpu.step(batch(c, 14))));  // nothing left over from the failed runs
+}
+
 // One rank: DDP's average is the rank's own gradient, so a DDP trainer on the GPU — buckets
 // reduced over NCCL in device memory, or through host copies over UCX — must step exactly as a
 // plain one. (Several ranks: multirank.dp.*-cuda.)

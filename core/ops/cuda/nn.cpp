@@ -1,8 +1,9 @@
 // CUDA kernels of layernorm, cross_entropy, attention and embedding (and their gradients), over
-// the fused kernels of kernels/cuda. Labels and ids are copied to the host and checked as on the
-// CPU, so a bad one gets the same error instead of a NaN (a synchronisation per call: TODO(#7)
-// a device-side check flag read with the loss).
+// the fused kernels of kernels/cuda. Nothing here waits for the device: labels and ids are
+// checked on it and reported at the end of the run with the CPU's error; the loss and the
+// gradient's scale are computed there too.
 #include <cmath>
+#include <limits>
 
 #include "core/base/error.h"
 #include "core/device/cuda_context.h"
@@ -11,6 +12,7 @@
 #include "core/ops/op_checks.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/embedding.h"
+#include "kernels/cuda/index_check.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/softmax.h"
 #include "kernels/cuda/elementwise.h"
@@ -19,11 +21,20 @@ namespace cohort::cuda_ops {
 
 namespace {
 
-// A host float read from a one-element device tensor of any float dtype.
-float scalar_of(const Tensor& t) {
-  Tensor h = Tensor::empty(t.shape(), DType::kF32);
-  h.copy_from(t);
-  return h.data<float>()[0];
+// Ids and labels are checked on the device; the executor reads the result at the end of the run
+// (DeferredChecks) and throws the CPU's error. Meanwhile the kernels never read out of bounds.
+void check_ids_later(const Tensor& ids, int64_t V) {
+  uint64_t* slot = cuda_context().checks.add(
+      [shape = ids.shape(), V](int64_t position, int32_t value) { return bad_id_error(shape, position, value, V); });
+  kcu::find_bad_index(ids.data<int32_t>(), ids.numel(), V, std::numeric_limits<int64_t>::min(), slot,
+                      compute_stream());
+}
+
+void check_labels_later(const Tensor& labels, int64_t V, int64_t ignore) {
+  uint64_t* slot = cuda_context().checks.add([shape = labels.shape(), V, ignore](int64_t position, int32_t value) {
+    return bad_label_error(shape, position, value, V, ignore);
+  });
+  kcu::find_bad_index(labels.data<int32_t>(), labels.numel(), V, ignore, slot, compute_stream());
 }
 
 void register_layernorm(OpRegistry& r) {
@@ -56,32 +67,27 @@ void register_cross_entropy(OpRegistry& r) {
     const Tensor &x = k.inputs[0], &labels = k.inputs[1];
     const int64_t V = x.shape().back(), N = rows_of(x);
     const int64_t ignore = k.attrs.get_int("ignore_index");
-    check_labels(to_device(labels, Device::kCpu), V, ignore);
+    check_labels_later(labels, V, ignore);
     CudaScratch rows(static_cast<size_t>(N) * sizeof(float)), sums(2 * sizeof(float));
     kcu::cross_entropy_forward(storage_type(x, "cross_entropy"), x.raw(), labels.data<int32_t>(), rows.as<float>(),
                                k.outputs[1].data<float>(), nullptr, 0.0f, N, V, ignore, compute_stream());
     kcu::cross_entropy_reduce(rows.as<float>(), labels.data<int32_t>(), N, ignore, sums.as<float>(), compute_stream());
-    float host[2];
-    device_copy(host, Device::kCpu, sums.as<float>(), Device::kCuda, sizeof(host));
-    double total = host[0];
-    // Mean over zero labels (everything ignored) is 0, not NaN, as on the CPU.
-    if (mean_reduction(k.attrs)) total = host[1] > 0.0f ? total / static_cast<double>(host[1]) : 0.0;
-    Tensor loss = Tensor::empty({}, DType::kF32);
-    loss.data<float>()[0] = static_cast<float>(total);
-    k.outputs[0].copy_from(loss);
+    // The sum, or the mean over the counted labels (0 when none counts, not NaN, as on the CPU).
+    kcu::cross_entropy_loss(sums.as<float>(), mean_reduction(k.attrs), storage_type(k.outputs[0], "cross_entropy"),
+                            k.outputs[0].raw(), compute_stream());
   });
   // (logits, labels, lse, dloss) -> dlogits
   r.set_kernel("cross_entropy_grad", Device::kCuda, [](KernelContext& k) {
     const Tensor &x = k.inputs[0], &labels = k.inputs[1];
     const int64_t V = x.shape().back(), N = rows_of(x);
     const int64_t ignore = k.attrs.get_int("ignore_index");
-    double scale = scalar_of(k.inputs[3]);
-    if (mean_reduction(k.attrs)) {
-      const int64_t count = counted_labels(to_device(labels, Device::kCpu), ignore);
-      scale = count > 0 ? scale / static_cast<double>(count) : 0.0;
-    }
+    // dloss, over the counted labels for the mean: computed where it is used.
+    CudaScratch scale(sizeof(float));
+    kcu::cross_entropy_grad_scale(labels.data<int32_t>(), N, ignore, k.inputs[3].raw(),
+                                  storage_type(k.inputs[3], "cross_entropy_grad"), mean_reduction(k.attrs),
+                                  scale.as<float>(), compute_stream());
     kcu::cross_entropy_backward(storage_type(x, "cross_entropy_grad"), x.raw(), labels.data<int32_t>(),
-                                k.inputs[2].data<float>(), static_cast<float>(scale), k.outputs[0].raw(), N, V, ignore,
+                                k.inputs[2].data<float>(), scale.as<float>(), k.outputs[0].raw(), N, V, ignore,
                                 compute_stream());
   });
 }
@@ -105,7 +111,7 @@ void register_attention(OpRegistry& r) {
 void register_embedding(OpRegistry& r) {
   r.set_kernel("embedding", Device::kCuda, [](KernelContext& k) {  // (weight [V, C], ids) -> out
     const Tensor &w = k.inputs[0], &ids = k.inputs[1];
-    check_ids(to_device(ids, Device::kCpu), w.dim(0));
+    check_ids_later(ids, w.dim(0));
     kcu::embedding_forward(storage_type(w, "embedding"), w.raw(), ids.data<int32_t>(), k.outputs[0].raw(),
                            ids.numel(), w.dim(0), w.dim(1), compute_stream());
   });
