@@ -320,14 +320,21 @@ TEST(GpuTrainer, BadIdsAndLabelsFailTheStepAsOnTheCpuAndChangeNothing) {
   EXPECT_TRUE(std::isfinite(gpu.step(batch(c, 14))));  // nothing left over from the failed runs
 }
 
+// Rank 0 of a job of one: the rendezvous store and a UCX communicator over it.
+std::pair<std::shared_ptr<transport::Store>, std::shared_ptr<transport::coll::Communicator>> world_of_one() {
+  transport::JobEnv env;
+  auto store = transport::connect_job_store(env, std::chrono::milliseconds(5000));
+  return {store, transport::coll::UcxCommunicator::create(store, 0, 1)};
+}
+
 // One rank: DDP's average is the rank's own gradient, so a DDP trainer on the GPU — buckets
 // reduced over NCCL in device memory, or through host copies over UCX — must step exactly as a
 // plain one. (Several ranks: multirank.dp.*-cuda.)
 TEST(GpuDataParallel, DdpOverNcclOrThroughTheHostStepsLikePlainTrainingOnOneRank) {
   SKIP_WITHOUT_GPU();
-  transport::JobEnv env;  // rank 0 of 1
-  auto store = transport::connect_job_store(env, std::chrono::milliseconds(5000));
-  auto comm = transport::coll::UcxCommunicator::create(store, 0, 1);
+  const auto world = world_of_one();
+  const auto& store = world.first;
+  const auto& comm = world.second;
   const models::GptConfig c = small_gpt();
   optim::OptimizerConfig oc;
   oc.kind = optim::OptimizerKind::kAdamW;
@@ -362,9 +369,8 @@ TEST(GpuDataParallel, DdpOverNcclOrThroughTheHostStepsLikePlainTrainingOnOneRank
 // co2 on the GPU keeps its outer state on host copies: one rank on each device, same steps.
 TEST(GpuDataParallel, Co2OnTheGpuMatchesCo2OnTheCpu) {
   SKIP_WITHOUT_GPU();
-  transport::JobEnv env;
-  auto store = transport::connect_job_store(env, std::chrono::milliseconds(5000));
-  auto comm = transport::coll::UcxCommunicator::create(store, 0, 1);
+  const auto world = world_of_one();
+  const auto& comm = world.second;
   const models::GptConfig c = small_gpt();
   optim::OptimizerConfig oc;
   oc.kind = optim::OptimizerKind::kAdamW;

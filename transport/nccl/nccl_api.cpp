@@ -1,28 +1,18 @@
 // Loads NCCL on first use (see nccl_api.h for why it is not linked).
 #include "transport/nccl/nccl_api.h"
 
-#include <dlfcn.h>
-
+#include "core/base/dynamic_library.h"
 #include "core/base/error.h"
 
 namespace cohort::transport::nccl {
 
 namespace {
 
-template <typename Fn>
-void resolve(void* lib, const std::string& lib_name, const char* symbol, Fn* out) {
-  void* p = dlsym(lib, symbol);
-  COHORT_CHECK(p != nullptr, Status::kUnsupported, lib_name, " has no ", symbol, " (", dlerror(), ")");
-  *out = reinterpret_cast<Fn>(p);
-}
-
 NcclApi load() {
   const std::string name = "libnccl.so." + std::to_string(NCCL_MAJOR);
-  void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-  COHORT_CHECK(lib != nullptr, Status::kUnsupported, "cannot load ", name, " for NCCL communicators: ", dlerror());
-  // Kept loaded for the life of the process: communicators and their threads may outlive callers.
+  void* lib = open_library(name, "NCCL communicators");
   NcclApi api{};
-#define COHORT_NCCL_RESOLVE(fn) resolve(lib, name, #fn, &api.fn)
+#define COHORT_NCCL_RESOLVE(fn) resolve_symbol(lib, name, #fn, &api.fn)
   COHORT_NCCL_RESOLVE(ncclGetUniqueId);
   COHORT_NCCL_RESOLVE(ncclCommInitRankConfig);
   COHORT_NCCL_RESOLVE(ncclCommSplit);
