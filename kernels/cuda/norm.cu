@@ -1,7 +1,8 @@
 // Layer norm kernels (Ba, Kiros, Hinton 2016, eq. 4). Forward and dx: one warp per row, lanes
 // striding over C, warp-shuffle reductions; the row's re-reads hit L1/L2. Parameter gradients:
 // a column-parallel kernel sums fixed chunks of rows into a workspace, and a second kernel adds
-// the chunk partials in chunk order, so dgamma/dbeta do not depend on scheduling.
+// the chunk partials in chunk order, so dgamma/dbeta do not depend on scheduling. RMS norm
+// reuses that shape; group norm (further down) reduces with whole thread blocks.
 #include "core/base/error.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/norm.h"
@@ -66,6 +67,7 @@ __global__ void layernorm_dx_kernel(const T* x, const T* gamma, const float* mea
 // Block (32 x 8 threads) = 32 columns x one chunk of kRowChunk rows; rows split over threadIdx.y
 // then combined in y order through shared memory. part: [chunks, 2, C].
 // kStats false: only the dy column sums (the bias gradient of sum_rows); x, mean, rstd unused.
+// mean null: RMS norm's xhat = x * rstd.
 template <typename T, bool kStats>
 __global__ void layernorm_param_partials(const T* x, const float* mean, const float* rstd,
                                          const T* dy, float* part, int64_t rows, int C) {
@@ -77,7 +79,7 @@ __global__ void layernorm_param_partials(const T* x, const float* mean, const fl
   if (c < C) {
     for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) {
       const float d = to_float(dy[r * C + c]);
-      if constexpr (kStats) g += d * (to_float(x[r * C + c]) - mean[r]) * rstd[r];
+      if constexpr (kStats) g += d * (to_float(x[r * C + c]) - (mean ? mean[r] : 0.0f)) * rstd[r];
       b += d;
     }
   }
@@ -94,8 +96,9 @@ __global__ void layernorm_param_partials(const T* x, const float* mean, const fl
   }
 }
 
-__global__ void layernorm_param_finish(const float* part, float* dgamma, float* dbeta, int chunks,
-                                       int C) {
+// P: the parameter gradients' storage type (fp32 for layer norm; the parameters' for RMS norm).
+template <typename P>
+__global__ void layernorm_param_finish(const float* part, P* dgamma, P* dbeta, int chunks, int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float g = 0.0f, b = 0.0f;
@@ -103,8 +106,8 @@ __global__ void layernorm_param_finish(const float* part, float* dgamma, float* 
     g += part[(int64_t{k} * 2) * C + c];
     b += part[(int64_t{k} * 2 + 1) * C + c];
   }
-  if (dgamma) dgamma[c] = g;
-  if (dbeta) dbeta[c] = b;
+  if (dgamma) dgamma[c] = detail::from_float<P>(g);
+  if (dbeta) dbeta[c] = detail::from_float<P>(b);
 }
 
 void check_shape(const char* fn, int64_t rows, int64_t C) {
@@ -152,8 +155,8 @@ static void layernorm_backward_typed(const T* x, const T* gamma, const float* me
           x, mean, rstd, dy, workspace, rows, C);
       COHORT_CUDA_CHECK_LAUNCH("layernorm_param_partials");
     }
-    layernorm_param_finish<<<(C + 255) / 256, 256, 0, stream>>>(workspace, dgamma, dbeta, chunks,
-                                                                C);
+    layernorm_param_finish<float><<<(C + 255) / 256, 256, 0, stream>>>(workspace, dgamma, dbeta,
+                                                                       chunks, C);
     COHORT_CUDA_CHECK_LAUNCH("layernorm_param_finish");
   }
   if (dx && rows > 0) {
@@ -201,8 +204,246 @@ void sum_rows(DType type, const void* x, float* out, float* workspace, int64_t r
     }
     COHORT_CUDA_CHECK_LAUNCH("layernorm_param_partials");
   }
-  layernorm_param_finish<<<(c + 255) / 256, 256, 0, stream>>>(workspace, nullptr, out, chunks, c);
+  layernorm_param_finish<float><<<(c + 255) / 256, 256, 0, stream>>>(workspace, nullptr, out, chunks, c);
   COHORT_CUDA_CHECK_LAUNCH("layernorm_param_finish");
+}
+
+
+// RMS norm (Zhang, Sennrich 2019, eq. 4): the layer-norm kernels' shape without the mean. One
+// warp per row; rstd = 1 / sqrt(mean(x^2) + eps) with IEEE sqrt and division, as on the CPU.
+namespace {
+template <typename T>
+__global__ void rmsnorm_forward_kernel(const T* x, const T* gamma, T* y, float* rstd, int64_t rows, int C,
+                                       float eps) {
+  const int64_t row = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const T* xr = x + row * C;
+  float ss = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const float v = to_float(xr[c]);
+    ss += v * v;
+  }
+  const float r = 1.0f / sqrtf(detail::warp_sum(ss) / static_cast<float>(C) + eps);
+  T* yr = y + row * C;
+  for (int c = lane; c < C; c += 32) yr[c] = detail::from_float<T>(to_float(xr[c]) * r * to_float(gamma[c]));
+  if (lane == 0) rstd[row] = r;
+}
+
+// dx = rstd * (g - xhat * mean(g * xhat)) (+ dx_add), g = dy * gamma, xhat = x * rstd.
+template <typename T>
+__global__ void rmsnorm_dx_kernel(const T* x, const T* gamma, const float* rstd, const T* dy, const T* dx_add,
+                                  T* dx, int64_t rows, int C) {
+  const int64_t row = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const T* xr = x + row * C;
+  const T* dyr = dy + row * C;
+  const float r = rstd[row];
+  float sum_gx = 0.0f;
+  for (int c = lane; c < C; c += 32) sum_gx += to_float(dyr[c]) * to_float(gamma[c]) * to_float(xr[c]) * r;
+  const float b = detail::warp_sum(sum_gx) / static_cast<float>(C);
+  T* dxr = dx + row * C;
+  const T* addr = dx_add ? dx_add + row * C : nullptr;
+  for (int c = lane; c < C; c += 32) {
+    const float g = to_float(dyr[c]) * to_float(gamma[c]);
+    float d = r * (g - to_float(xr[c]) * r * b);
+    if (addr) d = to_float(addr[c]) + d;
+    dxr[c] = detail::from_float<T>(d);
+  }
+}
+
+template <typename T>
+void rmsnorm_backward_typed(const T* x, const T* gamma, const float* rstd, const T* dy, const T* dx_add, T* dx,
+                            T* dgamma, float* workspace, int64_t rows, int C, cudaStream_t stream) {
+  if (C == 0) return;  // nothing to write
+  // dgamma first, as in layer norm (dx is a separate buffer here, but keep the one order).
+  const int chunks = static_cast<int>((rows + kRowChunk - 1) / kRowChunk);
+  if (chunks > 0) {
+    layernorm_param_partials<T, true><<<dim3((C + 31) / 32, chunks), dim3(32, 8), 0, stream>>>(
+        x, nullptr, rstd, dy, workspace, rows, C);
+    COHORT_CUDA_CHECK_LAUNCH("layernorm_param_partials");
+  }
+  layernorm_param_finish<T><<<(C + 255) / 256, 256, 0, stream>>>(workspace, dgamma, nullptr, chunks, C);
+  COHORT_CUDA_CHECK_LAUNCH("layernorm_param_finish");
+  if (rows > 0) {
+    rmsnorm_dx_kernel<T><<<row_blocks(rows), kWarpsPerBlock * 32, 0, stream>>>(x, gamma, rstd, dy, dx_add, dx,
+                                                                               rows, C);
+    COHORT_CUDA_CHECK_LAUNCH("rmsnorm_dx_kernel");
+  }
+}
+
+void check_rms_shape(const char* fn, int64_t rows, int64_t C) {
+  COHORT_CHECK(rows >= 0 && C >= 0 && C <= (int64_t{1} << 30), Status::kInvalidArgument, fn, ": rows = ", rows,
+               ", C = ", C);
+}
+}  // namespace
+
+void rmsnorm_forward(DType type, const void* x, const void* gamma, void* y, float* rstd, int64_t rows, int64_t C,
+                     float eps, cudaStream_t stream) {
+  check_rms_shape("cuda rmsnorm_forward", rows, C);
+  if (rows == 0) return;
+  const int c = static_cast<int>(C);
+  if (type == DType::kF32) {
+    rmsnorm_forward_kernel<float><<<row_blocks(rows), kWarpsPerBlock * 32, 0, stream>>>(
+        static_cast<const float*>(x), static_cast<const float*>(gamma), static_cast<float*>(y), rstd, rows, c, eps);
+  } else {
+    rmsnorm_forward_kernel<bf16><<<row_blocks(rows), kWarpsPerBlock * 32, 0, stream>>>(
+        static_cast<const bf16*>(x), static_cast<const bf16*>(gamma), static_cast<bf16*>(y), rstd, rows, c, eps);
+  }
+  COHORT_CUDA_CHECK_LAUNCH("rmsnorm_forward_kernel");
+}
+
+void rmsnorm_backward(DType type, const void* x, const void* gamma, const float* rstd, const void* dy,
+                      const void* dx_add, void* dx, void* dgamma, float* workspace, int64_t rows, int64_t C,
+                      cudaStream_t stream) {
+  check_rms_shape("cuda rmsnorm_backward", rows, C);
+  COHORT_CHECK(workspace || rows == 0 || C == 0, Status::kInvalidArgument, "cuda rmsnorm_backward: no workspace");
+  COHORT_CHECK(rows / kRowChunk < 65535, Status::kInvalidArgument, "cuda rmsnorm_backward: rows = ", rows,
+               " exceeds the partial-sum grid");
+  const int c = static_cast<int>(C);
+  if (type == DType::kF32) {
+    rmsnorm_backward_typed<float>(static_cast<const float*>(x), static_cast<const float*>(gamma), rstd,
+                                  static_cast<const float*>(dy), static_cast<const float*>(dx_add),
+                                  static_cast<float*>(dx), static_cast<float*>(dgamma), workspace, rows, c, stream);
+  } else {
+    rmsnorm_backward_typed<bf16>(static_cast<const bf16*>(x), static_cast<const bf16*>(gamma), rstd,
+                                 static_cast<const bf16*>(dy), static_cast<const bf16*>(dx_add),
+                                 static_cast<bf16*>(dx), static_cast<bf16*>(dgamma), workspace, rows, c, stream);
+  }
+}
+
+// Group norm (Wu, He 2018, eq. 1-3). An (n, group) block, Cg = C / groups channels of HW
+// elements, is contiguous in NCHW; one thread block per (n, group) reduces it with block_sum
+// (two passes: mean, then centred variance, as the CPU). Parameter gradients: one thread block
+// per channel over its N x HW elements. Every reduction order is fixed by the shape.
+namespace {
+constexpr int kGroupThreads = 256;
+
+template <typename T>
+__global__ void groupnorm_forward_kernel(const T* x, const T* gamma, const T* beta, T* y, float* mean,
+                                         float* rstd, int64_t Cg, int64_t HW, int64_t groups, float eps) {
+  __shared__ float scratch[32];
+  const int64_t ng = blockIdx.x, block = Cg * HW, c0 = (ng % groups) * Cg;
+  const T* xb = x + ng * block;
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < block; j += blockDim.x) s += to_float(xb[j]);
+  const float m = detail::block_sum(s, scratch) / static_cast<float>(block);
+  float v = 0.0f;
+  for (int64_t j = threadIdx.x; j < block; j += blockDim.x) {
+    const float d = to_float(xb[j]) - m;
+    v += d * d;
+  }
+  const float r = 1.0f / sqrtf(detail::block_sum(v, scratch) / static_cast<float>(block) + eps);
+  T* yb = y + ng * block;
+  for (int64_t j = threadIdx.x; j < block; j += blockDim.x) {
+    const int64_t c = c0 + j / HW;
+    const float a = r * to_float(gamma[c]), b = to_float(beta[c]) - m * a;
+    yb[j] = detail::from_float<T>(to_float(xb[j]) * a + b);
+  }
+  if (threadIdx.x == 0) {
+    mean[ng] = m;
+    rstd[ng] = r;
+  }
+}
+
+template <typename T>
+__global__ void groupnorm_dx_kernel(const T* x, const T* gamma, const float* mean, const float* rstd, const T* dy,
+                                    T* dx, int64_t Cg, int64_t HW, int64_t groups) {
+  __shared__ float scratch[32];
+  const int64_t ng = blockIdx.x, block = Cg * HW, c0 = (ng % groups) * Cg;
+  const T* xb = x + ng * block;
+  const T* dyb = dy + ng * block;
+  const float m = mean[ng], r = rstd[ng];
+  float sum_g = 0.0f, sum_gx = 0.0f;
+  for (int64_t j = threadIdx.x; j < block; j += blockDim.x) {
+    const float g = to_float(dyb[j]) * to_float(gamma[c0 + j / HW]);
+    sum_g += g;
+    sum_gx += g * (to_float(xb[j]) - m);
+  }
+  const float n = static_cast<float>(block);
+  const float a = detail::block_sum(sum_g, scratch) / n, b = detail::block_sum(sum_gx, scratch) * r / n;
+  T* dxb = dx + ng * block;
+  for (int64_t j = threadIdx.x; j < block; j += blockDim.x) {
+    const float g = to_float(dyb[j]) * to_float(gamma[c0 + j / HW]);
+    dxb[j] = detail::from_float<T>(r * (g - a - (to_float(xb[j]) - m) * r * b));
+  }
+}
+
+template <typename T>
+__global__ void groupnorm_param_kernel(const T* x, const float* mean, const float* rstd, const T* dy, T* dgamma,
+                                       T* dbeta, int64_t N, int64_t C, int64_t HW, int64_t groups) {
+  __shared__ float scratch[32];
+  const int64_t c = blockIdx.x, group = c / (C / groups);
+  float sg = 0.0f, sb = 0.0f;
+  for (int64_t j = threadIdx.x; j < N * HW; j += blockDim.x) {
+    const int64_t n = j / HW, at = (n * C + c) * HW + j % HW, ng = n * groups + group;
+    const float d = to_float(dy[at]);
+    sg += d * (to_float(x[at]) - mean[ng]) * rstd[ng];
+    sb += d;
+  }
+  sg = detail::block_sum(sg, scratch);
+  sb = detail::block_sum(sb, scratch);
+  if (threadIdx.x == 0) {
+    dgamma[c] = detail::from_float<T>(sg);
+    dbeta[c] = detail::from_float<T>(sb);
+  }
+}
+
+void check_group_shape(const char* fn, int64_t N, int64_t C, int64_t HW, int64_t groups) {
+  COHORT_CHECK(N >= 0 && C >= 0 && HW >= 0 && groups >= 1 && C % groups == 0 && N * groups <= 0x7fffffff &&
+                   C <= 0x7fffffff,
+               Status::kInvalidArgument, fn, ": N = ", N, ", C = ", C, ", HW = ", HW, ", groups = ", groups);
+}
+
+template <typename T>
+void groupnorm_backward_typed(const T* x, const T* gamma, const float* mean, const float* rstd, const T* dy, T* dx,
+                              T* dgamma, T* dbeta, int64_t N, int64_t C, int64_t HW, int64_t groups,
+                              cudaStream_t stream) {
+  if (C == 0) return;  // every output is empty
+  groupnorm_param_kernel<T><<<static_cast<unsigned>(C), kGroupThreads, 0, stream>>>(x, mean, rstd, dy, dgamma,
+                                                                                    dbeta, N, C, HW, groups);
+  COHORT_CUDA_CHECK_LAUNCH("groupnorm_param_kernel");
+  if (N > 0) {
+    groupnorm_dx_kernel<T><<<static_cast<unsigned>(N * groups), kGroupThreads, 0, stream>>>(
+        x, gamma, mean, rstd, dy, dx, C / groups, HW, groups);
+    COHORT_CUDA_CHECK_LAUNCH("groupnorm_dx_kernel");
+  }
+}
+}  // namespace
+
+void groupnorm_forward(DType type, const void* x, const void* gamma, const void* beta, void* y, float* mean,
+                       float* rstd, int64_t N, int64_t C, int64_t HW, int64_t groups, float eps,
+                       cudaStream_t stream) {
+  check_group_shape("cuda groupnorm_forward", N, C, HW, groups);
+  if (N == 0) return;
+  const unsigned blocks = static_cast<unsigned>(N * groups);
+  if (type == DType::kF32) {
+    groupnorm_forward_kernel<float><<<blocks, kGroupThreads, 0, stream>>>(
+        static_cast<const float*>(x), static_cast<const float*>(gamma), static_cast<const float*>(beta),
+        static_cast<float*>(y), mean, rstd, C / groups, HW, groups, eps);
+  } else {
+    groupnorm_forward_kernel<bf16><<<blocks, kGroupThreads, 0, stream>>>(
+        static_cast<const bf16*>(x), static_cast<const bf16*>(gamma), static_cast<const bf16*>(beta),
+        static_cast<bf16*>(y), mean, rstd, C / groups, HW, groups, eps);
+  }
+  COHORT_CUDA_CHECK_LAUNCH("groupnorm_forward_kernel");
+}
+
+void groupnorm_backward(DType type, const void* x, const void* gamma, const float* mean, const float* rstd,
+                        const void* dy, void* dx, void* dgamma, void* dbeta, int64_t N, int64_t C, int64_t HW,
+                        int64_t groups, cudaStream_t stream) {
+  check_group_shape("cuda groupnorm_backward", N, C, HW, groups);
+  if (type == DType::kF32) {
+    groupnorm_backward_typed<float>(static_cast<const float*>(x), static_cast<const float*>(gamma), mean, rstd,
+                                    static_cast<const float*>(dy), static_cast<float*>(dx),
+                                    static_cast<float*>(dgamma), static_cast<float*>(dbeta), N, C, HW, groups,
+                                    stream);
+  } else {
+    groupnorm_backward_typed<bf16>(static_cast<const bf16*>(x), static_cast<const bf16*>(gamma), mean, rstd,
+                                   static_cast<const bf16*>(dy), static_cast<bf16*>(dx), static_cast<bf16*>(dgamma),
+                                   static_cast<bf16*>(dbeta), N, C, HW, groups, stream);
+  }
 }
 
 }  // namespace cohort::kernels::cuda

@@ -25,5 +25,6 @@ cudaStream_t compute_stream();
 void register_elementwise(OpRegistry& r);
 void register_matmul(OpRegistry& r);
 void register_nn(OpRegistry& r);  // layernorm, cross_entropy, attention, embedding
+void register_norm(OpRegistry& r);  // rmsnorm, groupnorm
 
 }  // namespace cohort::cuda_ops
