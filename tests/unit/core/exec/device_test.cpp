@@ -11,6 +11,7 @@
 #include "core/exec/executor.h"
 #include "core/exec/trainer.h"
 #include "core/graph/autodiff.h"
+#include "core/models/cnn.h"
 #include "core/models/gpt.h"
 #include "core/models/mlp.h"
 #include "core/ops/schema.h"
@@ -126,6 +127,22 @@ TEST(Device, EveryOperatorOfAGptTrainingStepHasACudaKernel) {
   for (const std::string& m : missing) list += m + " ";
   EXPECT_TRUE(missing.empty()) << "no CUDA kernel for: " << list;
   EXPECT_GE(covered, 12u);  // embedding, layernorm, linear, attention, ..., and their gradients
+}
+
+TEST(Device, EveryOperatorOfACnnTrainingStepHasACudaKernel) {
+  if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA backend";
+  models::CnnConfig c;  // two stages: the second starts with a stride-2 block and its shortcut
+  c.batch = 2;
+  c.height = c.width = 8;
+  c.widths = {8, 16};
+  c.groups = 4;
+  Graph g = models::build_cnn(c);
+  build_backward(g, g.loss(), g.parameters());
+  const auto [missing, covered] = cuda_coverage(g);
+  std::string list;
+  for (const std::string& m : missing) list += m + " ";
+  EXPECT_TRUE(missing.empty()) << "no CUDA kernel for: " << list;
+  EXPECT_GE(covered, 10u);  // conv2d, groupnorm, relu, add, avg_pool2d, linear, ..., and their gradients
 }
 
 TEST(Device, OperatorsWithoutACudaKernelAreNamedBeforeARun) {
