@@ -1,63 +1,54 @@
-// CUDA kernels of the element-wise operators: add and mul (same shape, or one operand
-// broadcast along the leading dims, as a bias), sum_to (the reverse: sums over leading dims),
-// fill_like, gelu, relu and tanh with their gradients.
+// CUDA kernels of the element-wise operators: add, sub and mul with every NumPy broadcast the CPU
+// accepts, scale, the reductions sum, mean and sum_to (deterministic, fp32 sums), broadcast_to,
+// fill_like, gelu, relu and tanh with their gradients. f32 and bf16 (fp32 math, rounded as the
+// CPU rounds the results of its widened fp32 kernels).
 #include "core/base/error.h"
 #include "core/device/cuda_context.h"
 #include "core/ops/cuda/cuda_ops.h"
 #include "kernels/cuda/elementwise.h"
-#include "kernels/cuda/norm.h"
 
 namespace cohort::cuda_ops {
 
 namespace {
 
-// When `small` (leading 1s dropped) equals the trailing dims of `big`, the number of elements
-// it repeats with (its numel, 1 for a scalar); else 0.
-int64_t suffix_period(const Shape& big, const Shape& small) {
-  size_t s0 = 0;
-  while (s0 < small.size() && small[s0] == 1) ++s0;
-  const size_t n = small.size() - s0;
-  if (n > big.size()) return 0;
-  for (size_t k = 0; k < n; ++k)
-    if (small[s0 + k] != big[big.size() - n + k]) return 0;
-  return shape_numel(small);
-}
-
 KernelFn binary_kernel(kcu::BinaryOp op, const char* name) {
   return [op, name](KernelContext& k) {
     const Tensor &a = k.inputs[0], &b = k.inputs[1], &out = k.outputs[0];
-    const kcu::DType type = storage_type(out, name);
-    int64_t period = a.shape() == out.shape() ? suffix_period(out.shape(), b.shape()) : 0;
-    if (period > 0) {
-      kcu::binary(op, type, a.raw(), out.numel(), b.raw(), period, out.raw(), compute_stream());
-      return;
-    }
-    period = b.shape() == out.shape() ? suffix_period(out.shape(), a.shape()) : 0;  // both ops commute
-    COHORT_CHECK(period > 0, Status::kUnsupported, name, " on cuda: broadcasting ", shape_str(a.shape()), " with ",
-                 shape_str(b.shape()), " (only same shapes, or one operand repeating along the leading dims)");
-    kcu::binary(op, type, b.raw(), out.numel(), a.raw(), period, out.raw(), compute_stream());
+    kcu::binary_broadcast(op, storage_type(out, name), a.raw(), a.shape(), b.raw(), b.shape(), out.raw(),
+                          out.shape(), compute_stream());
   };
+}
+
+// out = sum of x down to out's shape, divided by `divisor` (sum, mean, sum_to).
+void reduce(const Tensor& x, Tensor& out, float divisor, const char* name) {
+  CudaScratch ws(static_cast<size_t>(kcu::reduce_sum_workspace(x.shape(), out.shape())) * sizeof(float));
+  kcu::reduce_sum(storage_type(x, name), x.raw(), x.shape(), out.raw(), out.shape(), divisor, ws.as<float>(),
+                  compute_stream());
 }
 
 }  // namespace
 
 void register_elementwise(OpRegistry& r) {
   r.set_kernel("add", Device::kCuda, binary_kernel(kcu::BinaryOp::kAdd, "add"));
+  r.set_kernel("sub", Device::kCuda, binary_kernel(kcu::BinaryOp::kSub, "sub"));
   r.set_kernel("mul", Device::kCuda, binary_kernel(kcu::BinaryOp::kMul, "mul"));
 
-  r.set_kernel("sum_to", Device::kCuda, [](KernelContext& k) {
+  r.set_kernel("scale", Device::kCuda, [](KernelContext& k) {
+    const Tensor& x = k.inputs[0];
+    kcu::scale(storage_type(x, "scale"), x.raw(), static_cast<float>(k.attrs.get_float("factor")), k.outputs[0].raw(),
+               x.numel(), compute_stream());
+  });
+
+  r.set_kernel("sum", Device::kCuda, [](KernelContext& k) { reduce(k.inputs[0], k.outputs[0], 1.0f, "sum"); });
+  r.set_kernel("mean", Device::kCuda, [](KernelContext& k) {  // the fp32 sum divided by the count, as on the CPU
+    reduce(k.inputs[0], k.outputs[0], static_cast<float>(k.inputs[0].numel()), "mean");
+  });
+  r.set_kernel("sum_to", Device::kCuda, [](KernelContext& k) { reduce(k.inputs[0], k.outputs[0], 1.0f, "sum_to"); });
+
+  r.set_kernel("broadcast_to", Device::kCuda, [](KernelContext& k) {  // 0 + x, as on the CPU
     const Tensor &x = k.inputs[0], &out = k.outputs[0];
-    if (out.numel() == x.numel()) {  // nothing to sum: the same elements in another shape
-      COHORT_CUDA_CHECK(cudaMemcpyAsync(out.raw(), x.raw(), x.nbytes(), cudaMemcpyDeviceToDevice, compute_stream()));
-      return;
-    }
-    const int64_t C = suffix_period(x.shape(), out.shape());
-    COHORT_CHECK(C > 0, Status::kUnsupported, "sum_to on cuda: ", shape_str(x.shape()), " to ",
-                 shape_str(out.shape()), " (only sums over leading dims)");
-    expect_f32(out, "sum_to", "output");
-    const int64_t rows = x.numel() / C;
-    CudaScratch ws(static_cast<size_t>(kcu::layernorm_backward_workspace(rows, C)) * sizeof(float));
-    kcu::sum_rows(storage_type(x, "sum_to"), x.raw(), out.data<float>(), ws.as<float>(), rows, C, compute_stream());
+    kcu::broadcast_to(storage_type(out, "broadcast_to"), x.raw(), x.shape(), out.raw(), out.shape(),
+                      compute_stream());
   });
 
   r.set_kernel("fill_like", Device::kCuda, [](KernelContext& k) {
