@@ -1,0 +1,70 @@
+// CUDA kernels of the shape operators transpose, concat, split and split_grad (reshape is a view
+// and needs none), over kernels/cuda/shape_ops.h. Like their CPU kernels they move raw elements
+// of any dtype (f32, bf16, i32, ...), nothing converted.
+#include "core/base/error.h"
+#include "core/ops/cuda/cuda_ops.h"
+#include "kernels/cuda/shape_ops.h"
+
+namespace cohort::cuda_ops {
+
+namespace {
+
+// Product of the extents before and after `axis` (the [outer, extent, inner] view).
+int64_t outer_of(const Shape& s, int64_t axis) {
+  int64_t n = 1;
+  for (int64_t d = 0; d < axis; ++d) n *= s[static_cast<size_t>(d)];
+  return n;
+}
+int64_t inner_of(const Shape& s, int64_t axis) {
+  int64_t n = 1;
+  for (size_t d = static_cast<size_t>(axis) + 1; d < s.size(); ++d) n *= s[d];
+  return n;
+}
+
+// Joins `parts` (null: zeros) of the given extents along attrs.axis into output 0.
+void run_concat(KernelContext& k, const std::vector<const void*>& parts, const std::vector<int64_t>& extents) {
+  Tensor& out = k.outputs[0];
+  const int64_t axis = normalize_axis(k.attrs.get_int("axis"), out.rank(), "axis");
+  kcu::concat(parts, extents, outer_of(out.shape(), axis), inner_of(out.shape(), axis), dtype_size(out.dtype()),
+              out.raw(), compute_stream());
+}
+
+}  // namespace
+
+void register_shape_ops(OpRegistry& r) {
+  r.set_kernel("transpose", Device::kCuda, [](KernelContext& k) {
+    const Tensor& x = k.inputs[0];
+    kcu::transpose(x.raw(), x.shape(), k.attrs.get_ints("perm"), dtype_size(x.dtype()), k.outputs[0].raw(),
+                   compute_stream());
+  });
+
+  r.set_kernel("concat", Device::kCuda, [](KernelContext& k) {
+    const int64_t axis = normalize_axis(k.attrs.get_int("axis"), k.inputs[0].rank(), "axis");
+    std::vector<const void*> parts;
+    std::vector<int64_t> extents;
+    for (const Tensor& t : k.inputs) {
+      parts.push_back(t.raw());
+      extents.push_back(t.dim(axis));
+    }
+    run_concat(k, parts, extents);
+  });
+
+  r.set_kernel("split", Device::kCuda, [](KernelContext& k) {
+    const Tensor& x = k.inputs[0];
+    const int64_t axis = normalize_axis(k.attrs.get_int("axis"), x.rank(), "axis");
+    std::vector<void*> parts;
+    for (Tensor& t : k.outputs) parts.push_back(t.raw());
+    kcu::split(x.raw(), k.attrs.get_ints("sizes"), outer_of(x.shape(), axis), inner_of(x.shape(), axis),
+               dtype_size(x.dtype()), parts, compute_stream());
+  });
+
+  // The gradients that exist, concatenated, with zeros where present[i] == 0.
+  r.set_kernel("split_grad", Device::kCuda, [](KernelContext& k) {
+    const auto& present = k.attrs.get_ints("present");
+    std::vector<const void*> parts;
+    for (size_t i = 0, j = 0; i < present.size(); ++i) parts.push_back(present[i] ? k.inputs[j++].raw() : nullptr);
+    run_concat(k, parts, k.attrs.get_ints("sizes"));
+  });
+}
+
+}  // namespace cohort::cuda_ops
