@@ -27,6 +27,7 @@ void register_cuda_kernels(OpRegistry& r) {
   cuda_ops::register_matmul(r);
   cuda_ops::register_nn(r);
   cuda_ops::register_shape_ops(r);
+  cuda_ops::register_dropout(r);
   cuda_ops::register_conv(r);
   cuda_ops::register_norm(r);
 }
