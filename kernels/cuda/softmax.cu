@@ -145,6 +145,89 @@ __global__ void cross_entropy_reduce_kernel(const float* loss, const int32_t* la
   }
 }
 
+// One block per row of n (inner == 1).
+template <typename T>
+__global__ void softmax_row_kernel(const T* x, T* y, int64_t n, bool log) {
+  __shared__ float scratch[32];
+  const T* xr = x + static_cast<int64_t>(blockIdx.x) * n;
+  T* yr = y + static_cast<int64_t>(blockIdx.x) * n;
+  const float l = row_lse(xr, n, scratch);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float v = to_float(xr[j]) - l;
+    yr[j] = detail::from_float<T>(log ? v : expf(v));
+  }
+}
+
+template <typename T>
+__global__ void softmax_row_backward_kernel(const T* y, const T* dy, T* dx, int64_t n, bool log) {
+  __shared__ float scratch[32];
+  const int64_t off = static_cast<int64_t>(blockIdx.x) * n;
+  float acc = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    acc += log ? to_float(dy[off + j]) : to_float(dy[off + j]) * to_float(y[off + j]);
+  acc = detail::block_sum(acc, scratch);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float yj = to_float(y[off + j]), dyj = to_float(dy[off + j]);
+    dx[off + j] = detail::from_float<T>(log ? dyj - expf(yj) * acc : yj * (dyj - acc));
+  }
+}
+
+// One thread per (outer, inner) column (inner > 1): the column's n elements are inner apart.
+template <typename T>
+__global__ void softmax_column_kernel(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= outer * inner) return;
+  const int64_t base = (c / inner) * n * inner + c % inner;
+  float m = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) m = fmaxf(m, to_float(x[base + j * inner]));
+  float s = 0.0f;
+  for (int64_t j = 0; j < n; ++j) s += expf(to_float(x[base + j * inner]) - m);
+  const float l = m + logf(s);
+  for (int64_t j = 0; j < n; ++j) {
+    const float v = to_float(x[base + j * inner]) - l;
+    y[base + j * inner] = detail::from_float<T>(log ? v : expf(v));
+  }
+}
+
+template <typename T>
+__global__ void softmax_column_backward_kernel(const T* y, const T* dy, T* dx, int64_t outer, int64_t n,
+                                               int64_t inner, bool log) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= outer * inner) return;
+  const int64_t base = (c / inner) * n * inner + c % inner;
+  float acc = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t k = base + j * inner;
+    acc += log ? to_float(dy[k]) : to_float(dy[k]) * to_float(y[k]);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t k = base + j * inner;
+    const float yk = to_float(y[k]), dyk = to_float(dy[k]);
+    dx[k] = detail::from_float<T>(log ? dyk - expf(yk) * acc : yk * (dyk - acc));
+  }
+}
+
+template <typename T>
+void softmax_launch(const void* x, const void* dy, void* out, int64_t outer, int64_t n, int64_t inner, bool log,
+                    cudaStream_t stream) {
+  const T* xt = static_cast<const T*>(x);
+  T* o = static_cast<T*>(out);
+  if (inner == 1) {
+    COHORT_CHECK(outer < (int64_t{1} << 31), Status::kInvalidArgument, "cuda softmax: ", outer, " rows");
+    const auto grid = static_cast<unsigned>(outer);
+    if (dy) softmax_row_backward_kernel<T><<<grid, 256, 0, stream>>>(xt, static_cast<const T*>(dy), o, n, log);
+    else softmax_row_kernel<T><<<grid, 256, 0, stream>>>(xt, o, n, log);
+  } else {
+    const int64_t columns = outer * inner;
+    const auto grid = static_cast<unsigned>((columns + 255) / 256);
+    if (dy)
+      softmax_column_backward_kernel<T><<<grid, 256, 0, stream>>>(xt, static_cast<const T*>(dy), o, outer, n,
+                                                                  inner, log);
+    else
+      softmax_column_kernel<T><<<grid, 256, 0, stream>>>(xt, o, outer, n, inner, log);
+  }
+}
+
 void check_shape(const char* fn, int64_t N, int64_t V) {
   COHORT_CHECK(N >= 0 && N < (int64_t{1} << 31) && V > 0, Status::kInvalidArgument, fn, ": N = ", N,
                ", V = ", V);
@@ -192,6 +275,26 @@ void cross_entropy_reduce(const float* loss, const int32_t* labels, int64_t N, i
   COHORT_CHECK(N >= 0, Status::kInvalidArgument, "cuda cross_entropy_reduce: N = ", N);
   cross_entropy_reduce_kernel<<<1, 1024, 0, stream>>>(loss, labels, N, ignore_index, out);
   COHORT_CUDA_CHECK_LAUNCH("cross_entropy_reduce_kernel");
+}
+
+void softmax_forward(DType type, const void* x, void* y, int64_t outer, int64_t n, int64_t inner, bool log,
+                     cudaStream_t stream) {
+  COHORT_CHECK(outer >= 0 && n >= 0 && inner >= 0, Status::kInvalidArgument, "cuda softmax_forward: outer = ", outer,
+               ", n = ", n, ", inner = ", inner);
+  if (outer * n * inner == 0) return;
+  if (type == DType::kF32) softmax_launch<float>(x, nullptr, y, outer, n, inner, log, stream);
+  else softmax_launch<bf16>(x, nullptr, y, outer, n, inner, log, stream);
+  COHORT_CUDA_CHECK_LAUNCH("softmax_forward");
+}
+
+void softmax_backward(DType type, const void* y, const void* dy, void* dx, int64_t outer, int64_t n, int64_t inner,
+                      bool log, cudaStream_t stream) {
+  COHORT_CHECK(outer >= 0 && n >= 0 && inner >= 0, Status::kInvalidArgument, "cuda softmax_backward: outer = ",
+               outer, ", n = ", n, ", inner = ", inner);
+  if (outer * n * inner == 0) return;
+  if (type == DType::kF32) softmax_launch<float>(y, dy, dx, outer, n, inner, log, stream);
+  else softmax_launch<bf16>(y, dy, dx, outer, n, inner, log, stream);
+  COHORT_CUDA_CHECK_LAUNCH("softmax_backward");
 }
 
 void cross_entropy_grad_scale(const int32_t* labels, int64_t N, int64_t ignore_index,

@@ -35,6 +35,15 @@ void cross_entropy_grad_scale(const int32_t* labels, int64_t N, int64_t ignore_i
 void cross_entropy_reduce(const float* loss, const int32_t* labels, int64_t N, int64_t ignore_index,
                           float* out, cudaStream_t stream);
 
+// y = softmax(x) (log_softmax when `log`) over the middle dim of [outer, n, inner], as
+// kernels/cpu/softmax.h: one block per row when inner == 1, else one thread per (outer, inner)
+// column walking n. fp32 math.
+void softmax_forward(DType type, const void* x, void* y, int64_t outer, int64_t n, int64_t inner, bool log,
+                     cudaStream_t stream);
+// From the forward output y: softmax dx = y * (dy - sum(dy * y)); log_softmax dx = dy - exp(y) * sum(dy).
+void softmax_backward(DType type, const void* y, const void* dy, void* dx, int64_t outer, int64_t n, int64_t inner,
+                      bool log, cudaStream_t stream);
+
 // The loss from cross_entropy_reduce's sums, written to device memory as `loss_type`: the sum,
 // or with `mean` the sum over the count (0 when nothing counts, as on the CPU).
 void cross_entropy_loss(const float* sums, bool mean, DType loss_type, void* loss, cudaStream_t stream);

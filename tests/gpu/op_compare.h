@@ -21,6 +21,11 @@
 #include "core/graph/autodiff.h"
 #include "core/graph/graph.h"
 
+// At the top of a test: skips it, with the reason, without a usable device.
+#define COHORT_NEEDS_GPU() \
+  if (::cohort::cuda_device_count() == 0)    \
+  GTEST_SKIP() << ::cohort::device_unavailable_reason(::cohort::Device::kCuda)
+
 namespace cohort::gpu_test {
 
 // A host tensor of `dtype` (f32 or bf16) with values uniform in [lo, hi).

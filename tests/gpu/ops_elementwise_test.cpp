@@ -16,8 +16,19 @@ using gpu_test::expect_op_matches_cpu;
 using gpu_test::OpCompare;
 using gpu_test::random_tensor;
 
-#define COHORT_NEEDS_GPU() \
-  if (cuda_device_count() == 0) GTEST_SKIP() << device_unavailable_reason(Device::kCuda)
+
+TEST(GpuOps, SoftmaxAndLogSoftmaxMatchTheCpuAlongEveryAxis) {
+  COHORT_NEEDS_GPU();
+  for (const char* op : {"softmax", "log_softmax"})
+    for (const int64_t axis : {-1, 1, 0}) {  // rows (one block each), then columns inner apart
+      SCOPED_TRACE(std::string(op) + " axis " + std::to_string(axis));
+      Attrs a;
+      a.set("axis", axis);
+      OpCompare c;
+      c.tol = 2e-5;
+      expect_op_matches_cpu(op, {random_tensor({3, 7, 37}, 21, -4.0f, 4.0f)}, a, c);
+    }
+}
 
 TEST(GpuOps, ActivationsMatchTheCpu) {
   COHORT_NEEDS_GPU();

@@ -16,8 +16,6 @@ using gpu_test::expect_op_matches_cpu;
 using gpu_test::OpCompare;
 using gpu_test::random_tensor;
 
-#define COHORT_NEEDS_GPU() \
-  if (cuda_device_count() == 0) GTEST_SKIP() << device_unavailable_reason(Device::kCuda)
 
 // bf16 storage, fp32 math on both devices: each rounds its fp32 result once, and results a hair
 // apart in fp32 may round to neighbouring bf16 values, one ulp = 2^-8 of the value. 1e-2 of the

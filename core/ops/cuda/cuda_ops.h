@@ -24,7 +24,7 @@ cudaStream_t compute_stream();
 
 void register_elementwise(OpRegistry& r);
 void register_matmul(OpRegistry& r);
-void register_nn(OpRegistry& r);  // layernorm, cross_entropy, attention, embedding
+void register_nn(OpRegistry& r);  // layernorm, cross_entropy, softmax, attention, embedding
 void register_shape_ops(OpRegistry& r);  // transpose, concat, split, split_grad
 void register_dropout(OpRegistry& r);  // dropout, dropout_grad
 void register_conv(OpRegistry& r);  // conv2d and its gradients, max_pool2d, avg_pool2d

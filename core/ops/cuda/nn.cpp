@@ -1,4 +1,5 @@
-// CUDA kernels of layernorm, cross_entropy, attention and embedding (and their gradients), over
+// CUDA kernels of layernorm, cross_entropy, softmax / log_softmax, attention and embedding (and
+// their gradients), over
 // the fused kernels of kernels/cuda. Nothing here waits for the device: labels and ids are
 // checked on it and reported at the end of the run with the CPU's error; the loss and the
 // gradient's scale are computed there too.
@@ -92,6 +93,36 @@ void register_cross_entropy(OpRegistry& r) {
   });
 }
 
+// softmax / log_softmax along "axis": the tensor seen as [outer, n, inner], n the axis.
+void register_softmax(OpRegistry& r) {
+  struct Split {
+    int64_t outer = 1, n = 1, inner = 1;
+  };
+  auto split = [](const Tensor& t, const Attrs& a) {
+    const Shape& s = t.shape();
+    const int64_t axis = normalize_axis(a.get_int("axis"), static_cast<int64_t>(s.size()), "softmax axis");
+    Split p;
+    for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d)
+      (d < axis ? p.outer : d == axis ? p.n : p.inner) *= s[static_cast<size_t>(d)];
+    return p;
+  };
+  for (const bool log : {false, true}) {
+    const std::string name = log ? "log_softmax" : "softmax", grad = name + "_grad";
+    r.set_kernel(name, Device::kCuda, [name, log, split](KernelContext& k) {  // x -> y
+      const Tensor& x = k.inputs[0];
+      const Split p = split(x, k.attrs);
+      kcu::softmax_forward(storage_type(x, name.c_str()), x.raw(), k.outputs[0].raw(), p.outer, p.n, p.inner, log,
+                           compute_stream());
+    });
+    r.set_kernel(grad, Device::kCuda, [grad, log, split](KernelContext& k) {  // (y, dy) -> dx
+      const Tensor& y = k.inputs[0];
+      const Split p = split(y, k.attrs);
+      kcu::softmax_backward(storage_type(y, grad.c_str()), y.raw(), k.inputs[1].raw(), k.outputs[0].raw(), p.outer,
+                            p.n, p.inner, log, compute_stream());
+    });
+  }
+}
+
 void register_attention(OpRegistry& r) {
   r.set_kernel("attention", Device::kCuda, [](KernelContext& k) {  // qkv -> out, lse
     const Tensor& qkv = k.inputs[0];
@@ -130,6 +161,7 @@ void register_embedding(OpRegistry& r) {
 void register_nn(OpRegistry& r) {
   register_layernorm(r);
   register_cross_entropy(r);
+  register_softmax(r);
   register_attention(r);
   register_embedding(r);
 }

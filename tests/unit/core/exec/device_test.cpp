@@ -152,6 +152,23 @@ TEST(Device, EveryOperatorOfACnnTrainingStepHasACudaKernel) {
   EXPECT_GE(covered, 10u);  // conv2d, groupnorm, relu, add, avg_pool2d, linear, ..., and their gradients
 }
 
+// The whole engine core, not only the built-in models: every registered operator, public or
+// internal (gradients), runs on the GPU — except views, which need no kernel (and the test's own
+// host-only operator below, which this list never sees before it is registered).
+TEST(Device, EveryRegisteredOperatorHasACudaKernel) {
+  if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA backend";
+  std::string missing;
+  size_t covered = 0;
+  for (const std::string& name : OpRegistry::global().names(true)) {
+    const OpSchema* op = OpRegistry::global().find(name);
+    if (op->alias_input0 || name.rfind("test.", 0) == 0) continue;
+    if (op->kernels[static_cast<int>(Device::kCuda)]) ++covered;
+    else missing += name + " ";
+  }
+  EXPECT_TRUE(missing.empty()) << "no CUDA kernel for: " << missing;
+  EXPECT_GE(covered, 40u);
+}
+
 // An internal test-only operator with a CPU kernel (the identity) and no CUDA kernel, registered
 // once into the process registry: every built-in operator of the models has a CUDA kernel.
 const char* host_only_op() {
