@@ -25,18 +25,6 @@ std::vector<std::string> part_names(const char* prefix) {
   return names;
 }
 
-// Product of the extents before and after `axis`.
-int64_t outer_of(const Shape& s, int64_t axis) {
-  int64_t n = 1;
-  for (int64_t d = 0; d < axis; ++d) n *= s[static_cast<size_t>(d)];
-  return n;
-}
-int64_t inner_of(const Shape& s, int64_t axis) {
-  int64_t n = 1;
-  for (size_t d = static_cast<size_t>(axis) + 1; d < s.size(); ++d) n *= s[d];
-  return n;
-}
-
 // ---- reshape ----
 
 Shape resolve_reshape(const Shape& in, const std::vector<int64_t>& want) {
@@ -171,7 +159,7 @@ void run_concat(KernelContext& k, const std::vector<const void*>& parts,
   const Shape& out = k.outputs[0].shape();
   const int64_t axis =
       normalize_axis(k.attrs.get_int("axis"), static_cast<int64_t>(out.size()), "axis");
-  kc::concat(parts, extents, outer_of(out, axis), inner_of(out, axis),
+  kc::concat(parts, extents, outer_numel(out, axis), inner_numel(out, axis),
              dtype_size(k.outputs[0].dtype()), k.outputs[0].raw());
 }
 
@@ -252,7 +240,7 @@ OpSchema split_op() {
         normalize_axis(k.attrs.get_int("axis"), static_cast<int64_t>(in.size()), "axis");
     std::vector<void*> parts;
     for (Tensor& t : k.outputs) parts.push_back(t.raw());
-    kc::split(k.inputs[0].raw(), k.attrs.get_ints("sizes"), outer_of(in, axis), inner_of(in, axis),
+    kc::split(k.inputs[0].raw(), k.attrs.get_ints("sizes"), outer_numel(in, axis), inner_numel(in, axis),
               dtype_size(k.inputs[0].dtype()), parts);
   };
   s.backward = [](BackwardContext& b) {

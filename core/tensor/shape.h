@@ -12,6 +12,9 @@ using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& s);
 Shape contiguous_strides(const Shape& s);
 std::string shape_str(const Shape& s);  // "[64, 300]"
+// The extents before / after `axis`, multiplied: the tensor seen as [outer, s[axis], inner].
+int64_t outer_numel(const Shape& s, int64_t axis);
+int64_t inner_numel(const Shape& s, int64_t axis);
 // The coordinates of the element at row-major flat index `flat` of a tensor of shape s.
 Shape unravel_index(const Shape& s, int64_t flat);
 

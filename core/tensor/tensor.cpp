@@ -67,6 +67,18 @@ Shape contiguous_strides(const Shape& s) {
 
 std::string shape_str(const Shape& s) { return str_cat(s); }
 
+int64_t outer_numel(const Shape& s, int64_t axis) {
+  int64_t n = 1;
+  for (int64_t d = 0; d < axis; ++d) n *= s[static_cast<size_t>(d)];
+  return n;
+}
+
+int64_t inner_numel(const Shape& s, int64_t axis) {
+  int64_t n = 1;
+  for (size_t d = static_cast<size_t>(axis) + 1; d < s.size(); ++d) n *= s[d];
+  return n;
+}
+
 Shape unravel_index(const Shape& s, int64_t flat) {
   Shape pos(s.size());
   for (size_t d = pos.size(); d-- > 0;) {

@@ -60,6 +60,12 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// for (int64_t i = first index of this thread; i < total; i += every thread of the grid): a
+// grid-stride loop, for kernels launched with fewer threads than elements.
+#define COHORT_GRID_STRIDE(i, total)                                              \
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < (total); \
+       i += int64_t{gridDim.x} * blockDim.x)
+
 // Sum over a block of up to 1024 threads; every thread gets the result. `scratch` holds 32
 // floats of shared memory; the call ends with a barrier so scratch can be reused.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {

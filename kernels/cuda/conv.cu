@@ -13,10 +13,6 @@ using detail::from_float;
 using detail::to_float;
 constexpr int kThreads = 256;
 
-#define COHORT_GRID_STRIDE(i, total)                                                         \
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < (total); \
-       i += int64_t{gridDim.x} * blockDim.x)
-
 template <typename Tx, typename Tc>
 __global__ void im2col_kernel(Conv2dGeometry g, const Tx* x, Tc* col, int64_t n0, int64_t nb, int64_t ld_k,
                               int64_t ld_n) {
@@ -89,7 +85,6 @@ __global__ void convert_kernel(const Tin* in, Tout* out, int64_t n) {
   COHORT_GRID_STRIDE(i, n) out[i] = from_float<Tout>(to_float(in[i]));
 }
 
-#undef COHORT_GRID_STRIDE
 
 void check_geometry(const char* fn, const Conv2dGeometry& g, int64_t n0, int64_t nb) {
   const bool ok = g.N >= 0 && g.C >= 0 && g.H >= 0 && g.W >= 0 && g.O >= 0 && g.KH >= 1 && g.KW >= 1 &&

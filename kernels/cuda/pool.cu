@@ -15,10 +15,6 @@ using detail::from_float;
 using detail::to_float;
 constexpr int kThreads = 256;
 
-#define COHORT_GRID_STRIDE(i, total)                                                \
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < (total); \
-       i += int64_t{gridDim.x} * blockDim.x)
-
 struct Window {
   int64_t h0, h1, w0, w1;  // [h0, h1) x [w0, w1), clipped to the image
 };
@@ -112,7 +108,6 @@ __global__ void avg_pool_grad_kernel(Pool2dGeometry g, const T* dy, T* dx) {
   }
 }
 
-#undef COHORT_GRID_STRIDE
 
 void check_geometry(const char* fn, const Pool2dGeometry& g) {
   const bool ok = g.N >= 0 && g.C >= 0 && g.H >= 0 && g.W >= 0 && g.OH >= 0 && g.OW >= 0 && g.kernel[0] >= 1 &&

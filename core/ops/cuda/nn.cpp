@@ -101,10 +101,7 @@ void register_softmax(OpRegistry& r) {
   auto split = [](const Tensor& t, const Attrs& a) {
     const Shape& s = t.shape();
     const int64_t axis = normalize_axis(a.get_int("axis"), static_cast<int64_t>(s.size()), "softmax axis");
-    Split p;
-    for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d)
-      (d < axis ? p.outer : d == axis ? p.n : p.inner) *= s[static_cast<size_t>(d)];
-    return p;
+    return Split{outer_numel(s, axis), s[static_cast<size_t>(axis)], inner_numel(s, axis)};
   };
   for (const bool log : {false, true}) {
     const std::string name = log ? "log_softmax" : "softmax", grad = name + "_grad";

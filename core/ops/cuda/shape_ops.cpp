@@ -9,23 +9,11 @@ namespace cohort::cuda_ops {
 
 namespace {
 
-// Product of the extents before and after `axis` (the [outer, extent, inner] view).
-int64_t outer_of(const Shape& s, int64_t axis) {
-  int64_t n = 1;
-  for (int64_t d = 0; d < axis; ++d) n *= s[static_cast<size_t>(d)];
-  return n;
-}
-int64_t inner_of(const Shape& s, int64_t axis) {
-  int64_t n = 1;
-  for (size_t d = static_cast<size_t>(axis) + 1; d < s.size(); ++d) n *= s[d];
-  return n;
-}
-
 // Joins `parts` (null: zeros) of the given extents along attrs.axis into output 0.
 void run_concat(KernelContext& k, const std::vector<const void*>& parts, const std::vector<int64_t>& extents) {
   Tensor& out = k.outputs[0];
   const int64_t axis = normalize_axis(k.attrs.get_int("axis"), out.rank(), "axis");
-  kcu::concat(parts, extents, outer_of(out.shape(), axis), inner_of(out.shape(), axis), dtype_size(out.dtype()),
+  kcu::concat(parts, extents, outer_numel(out.shape(), axis), inner_numel(out.shape(), axis), dtype_size(out.dtype()),
               out.raw(), compute_stream());
 }
 
@@ -54,7 +42,7 @@ void register_shape_ops(OpRegistry& r) {
     const int64_t axis = normalize_axis(k.attrs.get_int("axis"), x.rank(), "axis");
     std::vector<void*> parts;
     for (Tensor& t : k.outputs) parts.push_back(t.raw());
-    kcu::split(x.raw(), k.attrs.get_ints("sizes"), outer_of(x.shape(), axis), inner_of(x.shape(), axis),
+    kcu::split(x.raw(), k.attrs.get_ints("sizes"), outer_numel(x.shape(), axis), inner_numel(x.shape(), axis),
                dtype_size(x.dtype()), parts, compute_stream());
   });
 
