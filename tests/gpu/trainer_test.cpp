@@ -22,8 +22,7 @@
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/device_comm.h"
 #include "tests/support/expect_error.h"
-#include "transport/bootstrap/env.h"
-#include "transport/coll/ucx_communicator.h"
+#include "tests/support/world_of_one.h"
 
 namespace cohort {
 namespace {
@@ -320,21 +319,14 @@ TEST(GpuTrainer, BadIdsAndLabelsFailTheStepAsOnTheCpuAndChangeNothing) {
   EXPECT_TRUE(std::isfinite(gpu.step(batch(c, 14))));  // nothing left over from the failed runs
 }
 
-// Rank 0 of a job of one: the rendezvous store and a UCX communicator over it.
-std::pair<std::shared_ptr<transport::Store>, std::shared_ptr<transport::coll::Communicator>> world_of_one() {
-  transport::JobEnv env;
-  auto store = transport::connect_job_store(env, std::chrono::milliseconds(5000));
-  return {store, transport::coll::UcxCommunicator::create(store, 0, 1)};
-}
-
 // One rank: DDP's average is the rank's own gradient, so a DDP trainer on the GPU — buckets
 // reduced over NCCL in device memory, or through host copies over UCX — must step exactly as a
 // plain one. (Several ranks: multirank.dp.*-cuda.)
 TEST(GpuDataParallel, DdpOverNcclOrThroughTheHostStepsLikePlainTrainingOnOneRank) {
   SKIP_WITHOUT_GPU();
-  const auto world = world_of_one();
-  const auto& store = world.first;
-  const auto& comm = world.second;
+  const test::WorldOfOne world = test::world_of_one();
+  const auto& store = world.store;
+  const auto& comm = world.comm;
   const models::GptConfig c = small_gpt();
   optim::OptimizerConfig oc;
   oc.kind = optim::OptimizerKind::kAdamW;
@@ -369,8 +361,8 @@ TEST(GpuDataParallel, DdpOverNcclOrThroughTheHostStepsLikePlainTrainingOnOneRank
 // co2 on the GPU keeps its outer state on host copies: one rank on each device, same steps.
 TEST(GpuDataParallel, Co2OnTheGpuMatchesCo2OnTheCpu) {
   SKIP_WITHOUT_GPU();
-  const auto world = world_of_one();
-  const auto& comm = world.second;
+  const test::WorldOfOne world = test::world_of_one();
+  const auto& comm = world.comm;
   const models::GptConfig c = small_gpt();
   optim::OptimizerConfig oc;
   oc.kind = optim::OptimizerKind::kAdamW;

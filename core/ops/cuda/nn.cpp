@@ -8,7 +8,6 @@
 
 #include "core/base/error.h"
 #include "core/device/cuda_context.h"
-#include "core/device/device.h"
 #include "core/ops/cuda/cuda_ops.h"
 #include "core/ops/op_checks.h"
 #include "kernels/cuda/attention.h"

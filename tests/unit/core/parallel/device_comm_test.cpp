@@ -8,9 +8,8 @@
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/device_comm.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/world_of_one.h"
 #include "tests/unit/core/parallel/dp_reference.h"
-#include "transport/bootstrap/env.h"
-#include "transport/coll/ucx_communicator.h"
 
 namespace cohort::parallel {
 namespace {
@@ -46,24 +45,11 @@ class DeviceBufferComm final : public coll::Communicator {
   static coll::WorkPtr none() { throw Error(Status::kInternal, "the fake device communicator ran an operation"); }
 };
 
-struct World {
-  std::shared_ptr<transport::Store> store;
-  std::shared_ptr<coll::Communicator> comm;
-};
-
-World world_of_one() {
-  transport::JobEnv env;  // rank 0 of 1
-  World w;
-  w.store = transport::connect_job_store(env, std::chrono::milliseconds(5000));
-  w.comm = coll::UcxCommunicator::create(w.store, 0, 1);
-  return w;
-}
-
 TEST(DeviceCommunicator, NoneWhereThisProcessCannotMakeOneAndTheReasonSaid) {
   std::string reason;
   if (device_communicator_available(&reason)) GTEST_SKIP() << "this machine can make NCCL communicators";
   EXPECT_FALSE(reason.empty());
-  World w = world_of_one();
+  const test::WorldOfOne w = test::world_of_one();
   std::string why;
   EXPECT_EQ(make_device_communicator(*w.comm, w.store, &why), nullptr);
   EXPECT_EQ(why, reason);
@@ -72,7 +58,7 @@ TEST(DeviceCommunicator, NoneWhereThisProcessCannotMakeOneAndTheReasonSaid) {
 }
 
 TEST(DataParallel, AttachChecksWhichCommunicatorTakesWhichBuffers) {
-  World w = world_of_one();
+  const test::WorldOfOne w = test::world_of_one();
   TrainerOptions o;
   o.num_threads = 1;
   Trainer t(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);

@@ -5,9 +5,8 @@
 #include "core/base/error.h"
 #include "core/parallel/data_parallel.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/world_of_one.h"
 #include "tests/unit/core/parallel/dp_reference.h"
-#include "transport/bootstrap/env.h"
-#include "transport/coll/ucx_communicator.h"
 
 namespace cohort::parallel {
 namespace {
@@ -130,14 +129,8 @@ TEST(Outer, StalenessPenalty) {
   EXPECT_EQ(OuterOptimizer(c).staleness_scale(now, stale, d), 1.0);
 }
 
-std::shared_ptr<transport::coll::Communicator> world_of_one() {
-  transport::JobEnv env;  // rank 0 of 1
-  auto store = transport::connect_job_store(env, std::chrono::milliseconds(5000));
-  return transport::coll::UcxCommunicator::create(store, 0, 1);
-}
-
 TEST(DataParallel, WorldOfOneMatchesTheReferenceForEveryPreset) {
-  auto comm = world_of_one();
+  auto comm = test::world_of_one().comm;
   for (Preset pr : {Preset::kLocalSgd, Preset::kSlowMo, Preset::kDiLoCo, Preset::kCo2}) {
     PlanConfig plan = preset(pr, 2);
     TrainerOptions o;
@@ -157,7 +150,7 @@ TEST(DataParallel, WorldOfOneMatchesTheReferenceForEveryPreset) {
 }
 
 TEST(DataParallel, DdpAtWorldOneIsPlainTrainingWithSeveralBuckets) {
-  auto comm = world_of_one();
+  auto comm = test::world_of_one().comm;
   TrainerOptions o;
   o.seed = 3;
   o.num_threads = 1;
@@ -179,7 +172,7 @@ TEST(DataParallel, DdpAtWorldOneIsPlainTrainingWithSeveralBuckets) {
 }
 
 TEST(DataParallel, NoiseScalingSetsTheInnerOptimizer) {
-  auto comm = world_of_one();
+  auto comm = test::world_of_one().comm;
   for (bool on : {false, true}) {
     TrainerOptions o;
     Trainer t(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);
@@ -192,7 +185,7 @@ TEST(DataParallel, NoiseScalingSetsTheInnerOptimizer) {
 }
 
 TEST(DataParallel, RejectsAPlanThatDoesNotFitAtAttach) {
-  auto comm = world_of_one();
+  auto comm = test::world_of_one().comm;
   TrainerOptions o;
   Trainer t(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);
   PlanConfig p;
