@@ -24,7 +24,11 @@ struct BenchOptions {
   long spin_us = -1;     // EngineOptions::spin; -1: unset (picked from the host)
   long nap_us = 50;      // EngineOptions::busy_nap  // run gloo and ucx_perftest
   size_t chunk_bytes = 0;  // CommOptions::chunk_bytes (0: picked from the host)
-  size_t window = 4;             // CommOptions::window  // let shared memory use cma (faster, but a dead peer is fatal in UCX 1.13)
+  size_t window = 4;             // CommOptions::window
+  bool shared_memory = true;     // CommOptions::shared_memory (--messages turns it off)
+  size_t slot_bytes = 0;         // CommOptions::shared_slot_bytes (0: default)
+  size_t slots = 0;              // CommOptions::shared_slots (0: default)
+  long memory_spin_us = -1;      // EngineOptions::memory_spin (-1: default)  // let shared memory use cma (faster, but a dead peer is fatal in UCX 1.13)
 };
 
 size_t iterations(size_t bytes, bool quick);  // same rule as gloo_bench.py

@@ -6,7 +6,9 @@
 // peer is fatal inside UCX 1.13), tcp (UCX reports dead peers).
 //   bench_collectives [--quick] [--ranks 2,4] [--transports shm,tcp] [--cma] [--sizes B,..]
 //                     [--chunk BYTES] [--window N] [--no-anchors] [--busy-poll] [--spin-us N]
-//                     [--nap-us N]
+//                     [--nap-us N] [--messages] [--slot-bytes B] [--slots N]
+//                     [--memory-spin-us N]
+// --messages keeps every collective on messages (no shared window between local ranks).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -66,6 +68,10 @@ void rank_main(int rank, int world, int port, const std::string& transport,
   CommOptions options;
   options.chunk_bytes = o.chunk_bytes;
   options.window = o.window;
+  options.shared_memory = o.shared_memory;
+  if (o.slot_bytes) options.shared_slot_bytes = o.slot_bytes;
+  if (o.slots) options.shared_slots = o.slots;
+  if (o.memory_spin_us >= 0) engine.memory_spin = std::chrono::microseconds(o.memory_spin_us);
   auto comm = UcxCommunicator::create(store, rank, world, options, engine);
   if (rank == 0) std::fprintf(out, "TLS %s\n", comm->engine()->tls().c_str());
   const size_t max_bytes = o.sizes.back();
@@ -193,6 +199,10 @@ BenchOptions parse(int argc, char** argv) {
     if (a == "--transports" && i + 1 < argc) o.transports = list(argv[++i]);
     if (a == "--chunk" && i + 1 < argc) o.chunk_bytes = std::stoul(argv[++i]);
     if (a == "--window" && i + 1 < argc) o.window = std::stoul(argv[++i]);
+    if (a == "--messages") o.shared_memory = false;
+    if (a == "--slot-bytes" && i + 1 < argc) o.slot_bytes = std::stoul(argv[++i]);
+    if (a == "--slots" && i + 1 < argc) o.slots = std::stoul(argv[++i]);
+    if (a == "--memory-spin-us" && i + 1 < argc) o.memory_spin_us = std::stol(argv[++i]);
     if (a == "--sizes" && i + 1 < argc) {
       for (auto& s : list(argv[++i])) o.sizes.push_back(std::stoul(s));
     }

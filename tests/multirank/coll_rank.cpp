@@ -35,6 +35,12 @@ int smoke(UcxCommunicator& c) {
   std::vector<float> v(1000003);
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i + c.rank()) % 11);
   c.all_reduce(v.data(), v.size(), DataType::kF32, ReduceOp::kSum)->wait(Ms(30000));
+  // Processes on one host map each other's memory whenever shared memory transports are on.
+  const bool shared_expected = c.engine()->tls().find("sysv") != std::string::npos ||
+                               c.engine()->tls().find("posix") != std::string::npos;
+  if (c.uses_shared_memory() != shared_expected)
+    return std::printf("RESULT shared window %d over UCX_TLS=%s\n", c.uses_shared_memory(),
+                       c.engine()->tls().c_str()), 1;
   for (size_t i = 0; i < v.size(); ++i) {
     float want = 0;
     for (int r = 0; r < n; ++r) want += static_cast<float>((i + r) % 11);
@@ -52,6 +58,8 @@ int smoke(UcxCommunicator& c) {
 
 int kill_test(Communicator& c, int victim, Ms timeout, bool stop) {
   c.barrier()->wait(Ms(30000));  // everyone connected before the failure
+  float one = 1;  // the first all-reduce sets up the shared window: fail inside the real one
+  c.all_reduce(&one, 1, DataType::kF32, ReduceOp::kSum)->wait(Ms(30000));
   auto buffer = std::make_shared<std::vector<float>>((16u << 20) / 4, 1.0f);
   std::vector<float>& v = *buffer;
   auto start = std::chrono::steady_clock::now();

@@ -12,6 +12,8 @@
 
 namespace cohort::transport::coll {
 
+class SharedWindow;
+
 struct Plan {
   int rank = 0;
   int size = 1;
@@ -51,6 +53,16 @@ std::unique_ptr<Op> build_broadcast(const Plan& plan, void* buf, size_t count, D
 std::unique_ptr<Op> build_all_to_all(const Plan& plan, const void* in, void* out, size_t count,
                                      DataType type);
 std::unique_ptr<Op> build_barrier(const Plan& plan);
+
+// Over a SharedWindow (algo_shared.cpp): every rank on one host. first_seq: the window's
+// sequence number of the operation's first chunk (SharedWindow::take of shared_chunk_count).
+constexpr int kMaxSharedRanks = 64;
+// Messages at least this large are written to the output with non-temporal stores.
+constexpr size_t kStreamBytes = size_t{4} << 20;
+size_t shared_chunk_count(const SharedWindow& window, size_t count, DataType type);
+std::unique_ptr<Op> build_shared_all_reduce(const Plan& plan, const SharedWindow& window,
+                                            uint64_t first_seq, const void* in, void* out,
+                                            size_t count, DataType type, ReduceOp op);
 std::unique_ptr<Op> build_send(const Plan& plan, const void* buf, size_t bytes, int peer);
 std::unique_ptr<Op> build_recv(const Plan& plan, void* buf, size_t bytes, int peer);
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "transport/coll/shared_window.h"
 #include "transport/ucx/tag.h"
 #include "transport/ucx/ucx_status.h"
 
@@ -101,7 +102,9 @@ void Executor::on_failure(uint32_t comm, int culprit, Status status, const std::
 
 bool Executor::finished() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return closed_.load() && active_.empty() && draining_.empty() && queue_.empty();
+  // (An abort not yet reported keeps the executor: its peers must still hear of it.)
+  return closed_.load() && active_.empty() && draining_.empty() && queue_.empty() && !window_ &&
+         !report_abort_.load();
 }
 
 void Executor::cancel_transfers(Op& op) {
@@ -142,7 +145,8 @@ void Executor::retire(size_t index) {
   active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(index));
 }
 
-bool Executor::poll(Clock::time_point now) {
+ucx::PollResult Executor::poll(Clock::time_point now) {
+  progressed_ = false;
   if (report_abort_.exchange(false)) {
     engine_->report_failure(comm_id_, members_[rank_], Status::kPeerFailed,
                             str_cat(name_, ": rank ", rank_, " aborted the communicator"));
@@ -199,7 +203,24 @@ bool Executor::poll(Clock::time_point now) {
     has_kept_.store(false, std::memory_order_release);
   }
   if (!active_.empty()) check_deadline(now);
-  return !active_.empty() || !draining_.empty();
+  if (window_ && closed_.load() && active_.empty() && draining_.empty()) {
+    // Nothing can use the shared regions any more (queued operations failed when the
+    // communicator closed); peers that still map them keep their own mappings.
+    release_ucx_resources();
+  }
+  ucx::PollResult result;
+  result.busy = !active_.empty() || !draining_.empty();
+  result.progressed = progressed_;
+  for (auto& op : active_) result.memory_waits |= op->memory;
+  return result;
+}
+
+void Executor::set_window(std::shared_ptr<SharedWindow> window) { window_ = std::move(window); }
+
+void Executor::release_ucx_resources() {
+  if (!window_) return;
+  window_->release();
+  window_.reset();
 }
 
 bool Executor::advance(Op& op, Clock::time_point now) {
@@ -236,8 +257,10 @@ bool Executor::advance_chain(Op& op, size_t index, Clock::time_point now) {
   while (!ch.done && ch.pending == 0) {
     Stage& stage = ch.stages[ch.next];
     if (!check_stage(op, stage)) return false;
+    if (stage.gate && stage.gate() >= 0) return moved;
     if (stage.after) stage.after();
     moved = true;
+    progressed_ = true;
     last_progress_ = now;
     if (++ch.next == ch.stages.size()) {
       ch.done = true;
@@ -300,9 +323,11 @@ int Executor::waiting_for() const {
     for (size_t i = running->first_live; i < running->started && waiting_for < 0; ++i) {
       const Chain& ch = running->chains[i];
       if (ch.done) continue;
-      for (const Xfer& x : ch.stages[ch.next].xfers) {
+      const Stage& stage = ch.stages[ch.next];
+      for (const Xfer& x : stage.xfers) {
         if (x.transfer.in_flight() && (waiting_for < 0 || !x.send)) waiting_for = x.peer;
       }
+      if (waiting_for < 0 && ch.pending == 0 && stage.gate) waiting_for = stage.gate();
     }
   }
   return waiting_for;

@@ -19,6 +19,8 @@
 
 namespace cohort::transport::coll {
 
+class SharedWindow;
+
 class Executor : public ucx::Client {
  public:
   Executor(ucx::Engine* engine, uint32_t comm_id, std::vector<int> members, int rank,
@@ -37,11 +39,16 @@ class Executor : public ucx::Client {
   }
   Status error(std::string* message, int* culprit) const;
 
+  // Progress thread (an op's step): the communicator's shared window, whose regions this
+  // executor releases once the communicator is closed and nothing runs.
+  void set_window(std::shared_ptr<SharedWindow> window);
+
   // Progress thread (ucx::Client).
-  bool poll(Clock::time_point now) override;
+  ucx::PollResult poll(Clock::time_point now) override;
   void on_failure(uint32_t comm, int culprit, Status status, const std::string& why) override;
   void on_suspect(uint32_t comm, int reporter, int culprit) override;
   bool finished() const override;
+  void release_ucx_resources() override;
 
  private:
   void start_ready_ops();
@@ -84,6 +91,8 @@ class Executor : public ucx::Client {
   std::vector<std::shared_ptr<void>> kept_;     // guarded by mutex_: freed once draining_ empties
   std::atomic<bool> has_kept_{false};          // kept_ is not empty (poll looks without the lock)
   Clock::time_point last_progress_{};
+  bool progressed_ = false;  // a stage finished during this poll
+  std::shared_ptr<SharedWindow> window_;  // set before use; released here (poll)
   // A stalled operation first tells the others whom it waits for and listens for a grace
   // period, so that every rank can follow the chain of waits to the rank that is really stuck.
   bool suspecting_ = false;

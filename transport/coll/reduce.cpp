@@ -2,6 +2,11 @@
 // through fp32 per element.
 #include "transport/coll/reduce.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#include <xmmintrin.h>
+#endif
+
 #include <algorithm>
 #include <cstring>
 
@@ -118,6 +123,78 @@ void scale(void* buf, size_t count, DataType type, double factor) {
     for (size_t i = 0; i < count; ++i)
       p[i] = bf ? float_to_bf16(bf16_to_float(p[i]) * f) : float_to_f16(f16_to_float(p[i]) * f);
   }
+}
+
+void reduce_many(void* dst, const void* const* srcs, int n, size_t count, DataType type,
+                 ReduceOp op) {
+  if (n <= 0 || count == 0) return;
+  if (type == DataType::kF32 && op != ReduceOp::kMax) {
+    // One pass over every source, in blocks that stay in L1 (up to 8 sources at a time).
+    auto* d = static_cast<float*>(dst);
+    const float factor = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(n) : 1.0f;
+    constexpr size_t kBlock = 1024;
+    for (size_t b = 0; b < count; b += kBlock) {
+      const size_t m = std::min(kBlock, count - b);
+      float acc[kBlock];
+      const auto* s0 = static_cast<const float*>(srcs[0]) + b;
+      for (size_t i = 0; i < m; ++i) acc[i] = s0[i];
+      for (int j = 1; j < n; ++j) {
+        const auto* sj = static_cast<const float*>(srcs[j]) + b;
+        for (size_t i = 0; i < m; ++i) acc[i] += sj[i];
+      }
+      if (op == ReduceOp::kAvg) {
+        for (size_t i = 0; i < m; ++i) d[b + i] = acc[i] * factor;
+      } else {
+        std::memcpy(d + b, acc, m * sizeof(float));
+      }
+    }
+    return;
+  }
+  // Pair by pair into dst: first the sources dst does not alias, in order, folded onto the one
+  // it does (or onto a copy of the first).
+  const size_t es = dtype_size(type);
+  int base = -1;
+  for (int j = 0; j < n && base < 0; ++j)
+    if (srcs[j] == dst) base = j;
+  if (base < 0) {
+    std::memmove(dst, srcs[0], count * es);
+    base = 0;
+  }
+  for (int j = 0; j < n; ++j)
+    if (j != base) reduce(dst, dst, srcs[j], count, type, op == ReduceOp::kAvg ? ReduceOp::kSum : op);
+  if (op == ReduceOp::kAvg) scale(dst, count, type, 1.0 / n);
+}
+
+void stream_copy(void* dst, const void* src, size_t bytes, bool stream) {
+#if !defined(__SSE2__)
+  stream = false;
+#endif
+  if (!stream || bytes < 256) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#if defined(__SSE2__)
+  auto* d = static_cast<uint8_t*>(dst);
+  auto* s = static_cast<const uint8_t*>(src);
+  size_t head = (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16;
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  size_t i = 0;
+  for (; i + 64 <= bytes; i += 64) {
+    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+    __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+  }
+  std::memcpy(d + i, s + i, bytes - i);
+  _mm_sfence();  // non-temporal stores are weakly ordered: visible before anything published later
+#endif
 }
 
 }  // namespace cohort::transport::coll

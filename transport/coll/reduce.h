@@ -11,6 +11,13 @@ namespace cohort::transport::coll {
 
 // out[i] = a[i] op b[i] for i < count; out may alias a or b. kAvg adds (scale() divides later).
 void reduce(void* out, const void* a, const void* b, size_t count, DataType type, ReduceOp op);
+// dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[n-1][i], in that order; dst may alias any
+// source. kAvg divides by n. (f32 sum and avg in one pass; other types pair by pair.)
+void reduce_many(void* dst, const void* const* srcs, int n, size_t count, DataType type,
+                 ReduceOp op);
+// memcpy, with non-temporal stores when `stream` (a destination that will not be read again
+// while it could still be in cache: the result of a large collective), fenced before return.
+void stream_copy(void* dst, const void* src, size_t bytes, bool stream);
 // buf[i] *= factor (floating types only).
 void scale(void* buf, size_t count, DataType type, double factor);
 

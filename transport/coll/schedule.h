@@ -27,7 +27,10 @@ struct Xfer {
 
 struct Stage {
   std::vector<Xfer> xfers;
-  std::function<void()> after;  // local step once every transfer has completed
+  std::function<void()> after;  // local step once every transfer has completed (and the gate opened)
+  // Optional, for steps that wait on shared memory instead of messages: polled once every
+  // transfer has completed; -1 lets the stage finish, else the communicator rank it waits for.
+  std::function<int()> gate = nullptr;
 };
 
 struct Chain {
@@ -42,6 +45,7 @@ struct Op {
   bool p2p = false;
   uint32_t seq = 0;
   size_t window = 1;  // chains in flight at once
+  bool memory = false;  // stages wait on shared memory (gates): poll without waiting for events
   std::function<void()> start;   // local step before any transfer (copies)
   std::function<void()> finish;  // local step after every chain
   std::vector<Chain> chains;

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 
+#include "core/base/log.h"
 #include "transport/coll/executor.h"
+#include "transport/coll/shared_window.h"
 #include "transport/ucx/tag.h"
 
 namespace cohort::transport::coll {
@@ -31,11 +33,13 @@ std::shared_ptr<UcxCommunicator> UcxCommunicator::create(std::shared_ptr<ucx::En
 
 namespace {
 
-// 128 KiB, or 1 MiB when this host runs more of the job's ranks than this process may use CPUs
-// (CommOptions::chunk_bytes).
+// Chunks of 128 KiB (shared slots of 256 KiB), or 1 MiB when this host runs more of the job's
+// ranks than this process may use CPUs (CommOptions::chunk_bytes, shared_slot_bytes).
 CommOptions with_host_defaults(CommOptions options, const ucx::Engine& engine) {
-  if (options.chunk_bytes != 0) return options;
-  options.chunk_bytes = engine.oversubscribed() ? size_t{1} << 20 : size_t{128} << 10;
+  if (options.chunk_bytes == 0)
+    options.chunk_bytes = engine.oversubscribed() ? size_t{1} << 20 : size_t{128} << 10;
+  if (options.shared_slot_bytes == 0)
+    options.shared_slot_bytes = engine.oversubscribed() ? size_t{1} << 20 : size_t{256} << 10;
   return options;
 }
 
@@ -73,8 +77,31 @@ Plan UcxCommunicator::plan() const {
 
 WorkPtr UcxCommunicator::start_all_reduce(const void* in, void* out, size_t count, DataType type,
                                  ReduceOp op) {
-  return executor_->submit(build_all_reduce(plan(), in, out, count, type, op),
-                           Executor::Order::kCollective);
+  const int n = size();
+  if (count == 0 || n < 2 || n > kMaxSharedRanks)
+    return executor_->submit(build_all_reduce(plan(), in, out, count, type, op),
+                             Executor::Order::kCollective);
+  // The first all-reduce sets the shared window up (steps issued before it). Which algorithm
+  // runs is decided when the operation starts, on the progress thread, once that is settled.
+  if (!window_) issue_shared_window_setup();
+  std::unique_ptr<Op> messages = build_all_reduce(plan(), in, out, count, type, op);
+  Op* self = messages.get();
+  std::function<void()> copy_in = std::move(messages->start);
+  SharedWindow* window = window_.get();
+  Plan p = plan();
+  messages->start = [=] {
+    if (!window->ready()) {
+      if (copy_in) copy_in();
+      return;
+    }
+    uint64_t first = window->take(shared_chunk_count(*window, count, type));
+    std::unique_ptr<Op> shared = build_shared_all_reduce(p, *window, first, in, out, count, type, op);
+    self->chains = std::move(shared->chains);
+    self->window = shared->window;
+    self->memory = true;
+    self->scratch.clear();
+  };
+  return executor_->submit(std::move(messages), Executor::Order::kCollective);
 }
 
 WorkPtr UcxCommunicator::start_reduce_scatter(const void* in, void* out, size_t count, DataType type,
@@ -139,6 +166,82 @@ std::shared_ptr<Communicator> UcxCommunicator::split(int color, int key, const s
   return std::shared_ptr<UcxCommunicator>(new UcxCommunicator(
       engine_, static_cast<uint32_t>(id), std::move(members), new_rank, std::move(options)));
 }
+
+namespace {
+
+// A step of this communicator that runs on the progress thread, in issue order.
+std::unique_ptr<Op> local_step(const std::string& name, std::function<void()> fn) {
+  auto op = std::make_unique<Op>();
+  op->name = name;
+  op->start = std::move(fn);
+  return op;
+}
+
+// What the setup steps share until the last one has run.
+struct WindowSetup {
+  bool ok = false;
+  std::string why;
+  std::vector<uint8_t> mine, keys;
+  int32_t verdict = 0;
+  std::vector<int32_t> verdicts;
+};
+
+}  // namespace
+
+void UcxCommunicator::issue_shared_window_setup() {
+  const int n = size();
+  // Every rank takes part, even one that cannot offer a region, so that all agree.
+  bool local = options_.shared_memory && options_.shared_slots > 0 &&
+               options_.shared_slot_bytes >= 4096 && options_.shared_slot_bytes % 64 == 0;
+  for (int world : members_) local = local && engine_->peer_local(world);
+  window_ = std::make_shared<SharedWindow>(rank(), n, options_.shared_slots, options_.shared_slot_bytes);
+  auto setup = std::make_shared<WindowSetup>();
+  setup->ok = local;
+  setup->why = local ? "" : "not every rank runs on this host, or shared_memory is off";
+  setup->mine.assign(SharedWindow::kKeyBytes, 0);
+  setup->keys.assign(SharedWindow::kKeyBytes * static_cast<size_t>(n), 0);
+  setup->verdicts.assign(static_cast<size_t>(n), 0);
+  ucx::Engine* engine = engine_.get();
+  SharedWindow* window = window_.get();
+  const std::vector<int>* members = &members_;
+  Executor* executor = executor_.get();
+  std::shared_ptr<SharedWindow> shared = window_;
+  auto submit = [&](std::unique_ptr<Op> op) {
+    // Every step holds the shared state: a failed exchange may still be receiving into it.
+    op->finish = [setup, finish = std::move(op->finish)] {
+      if (finish) finish();
+    };
+    executor_->submit(std::move(op), Executor::Order::kCollective);
+  };
+  submit(local_step("shared window: map", [=] {
+    executor->set_window(shared);  // from here on the executor releases the regions
+    if (setup->ok) setup->ok = window->map(*engine, setup->mine.data(), &setup->why);
+  }));
+  submit(build_all_gather(plan(), setup->mine.data(), setup->keys.data(), SharedWindow::kKeyBytes,
+                          DataType::kU8));
+  submit(local_step("shared window: attach", [=] {
+    if (setup->ok) setup->ok = window->attach(*engine, *members, setup->keys.data(), &setup->why);
+    setup->verdict = setup->ok ? 1 : 0;
+  }));
+  submit(build_all_gather(plan(), &setup->verdict, setup->verdicts.data(), 1, DataType::kI32));
+  std::string name = options_.name;
+  submit(local_step("shared window: settle", [=] {
+    for (int j = 0; j < n && setup->ok; ++j) {
+      if (setup->verdicts[static_cast<size_t>(j)] == 0) {
+        setup->ok = false;
+        setup->why = str_cat("rank ", j, " could not map the shared window");
+      }
+    }
+    if (setup->ok) {
+      window->set_ready();
+    } else {
+      window->release();
+      log(LogLevel::kDebug, str_cat("communicator '", name, "': collectives use messages: ", setup->why));
+    }
+  }));
+}
+
+bool UcxCommunicator::uses_shared_memory() const { return window_ && window_->ready(); }
 
 void UcxCommunicator::apply_timeout(std::chrono::milliseconds timeout) { executor_->set_timeout(timeout); }
 

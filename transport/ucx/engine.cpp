@@ -225,7 +225,7 @@ void Engine::dispatch(uint32_t comm, int culprit, Status status, const std::stri
   for (auto& client : clients_) client->on_failure(comm, culprit, status, why);
 }
 
-bool Engine::poll_clients(Clock::time_point now) noexcept {
+PollResult Engine::poll_clients(Clock::time_point now) noexcept {
   {
     std::lock_guard<std::mutex> lock(clients_mutex_);
     for (auto& c : new_clients_) {
@@ -234,12 +234,17 @@ bool Engine::poll_clients(Clock::time_point now) noexcept {
     }
     new_clients_.clear();
   }
-  bool busy = false;
-  for (auto& client : clients_) busy |= client->poll(now);
+  PollResult all;
+  for (auto& client : clients_) {
+    PollResult one = client->poll(now);
+    all.busy |= one.busy;
+    all.progressed |= one.progressed;
+    all.memory_waits |= one.memory_waits;
+  }
   clients_.erase(std::remove_if(clients_.begin(), clients_.end(),
                                 [](const std::shared_ptr<Client>& c) { return c->finished(); }),
                  clients_.end());
-  return busy;
+  return all;
 }
 
 // Sleeps until the worker's event fd (when `worker_events`), the wake-up fd, or the timeout.
@@ -266,12 +271,19 @@ void Engine::run() noexcept {
     handle_control();
     auto now = Clock::now();
     check_local_peers(now);
-    bool busy = poll_clients(now);
-    if (events) last_event = now;
+    PollResult polled = poll_clients(now);
+    const bool busy = polled.busy;
+    if (events || polled.progressed) last_event = now;
     if (busy && now - last_event < spin_) continue;
     using std::chrono::microseconds;
     if (!busy) {
       wait_for_events(microseconds(50000), true);
+    } else if (polled.memory_waits && now - last_event < options_.memory_spin) {
+      // A peer's write to shared memory raises no event: give the core to whoever is about to
+      // make it (ranks sharing cores), then look again.
+      std::this_thread::yield();
+    } else if (polled.memory_waits) {
+      wait_for_events(options_.busy_nap, false);
     } else if (options_.blocking_progress && peer_failure_detection_) {
       wait_for_events(microseconds(1000), true);  // tcp and friends wake the event fd reliably
     } else {

@@ -43,6 +43,9 @@ struct EngineOptions {
   std::optional<std::chrono::microseconds> spin;
   // Over shared memory (no reliable events for senders) a busy engine naps this long at a time.
   std::chrono::microseconds busy_nap{50};
+  // Waiting for a peer's write to shared memory (which raises no event), the progress thread
+  // yields its core between checks for this long after the last activity, then naps busy_nap.
+  std::chrono::microseconds memory_spin{200};
   // UCX reports dead peers only over transports with a peer failure handler (tcp, not UCX
   // 1.13's shared memory); without one the engine falls back to deadlines unless this is set.
   bool require_peer_failure_detection = false;
@@ -69,18 +72,28 @@ struct Transfer {
 
 constexpr uint32_t kAnyComm = 0xFFFFFFFFu;
 
+// What one poll of a client found.
+struct PollResult {
+  bool busy = false;          // transfers or operations pending
+  bool progressed = false;    // a step completed (counts as activity, like a UCX event)
+  bool memory_waits = false;  // waiting for peers' writes to shared memory, which raise no event
+};
+
 // Something the progress thread drives (a communicator's executor).
 class Client {
  public:
   virtual ~Client() = default;
-  // Advances operations; returns true while transfers or operations are pending.
-  virtual bool poll(Clock::time_point now) = 0;
+  // Advances operations and says what is pending.
+  virtual PollResult poll(Clock::time_point now) = 0;
   // A failure: comm == kAnyComm when world rank `culprit` died, else one communicator's.
   virtual void on_failure(uint32_t comm, int culprit, Status status, const std::string& why) = 0;
   // Another rank's operation on communicator `comm` stalled waiting for world rank `culprit`.
   virtual void on_suspect(uint32_t comm, int reporter, int culprit) {}
   // True once the owner has let go and nothing is in flight; the engine then drops the client.
   virtual bool finished() const = 0;
+  // The engine shuts down with this client still attached: let go of UCX resources (mapped
+  // memory, remote keys) now, before the endpoints, worker and context go. Progress thread.
+  virtual void release_ucx_resources() {}
 };
 
 class Engine {
@@ -120,6 +133,11 @@ class Engine {
   void recv(int peer, void* buf, size_t bytes, uint64_t tag, Transfer* t);
   void cancel(Transfer* t);
   bool peer_dead(int peer) const { return dead_[peer] != 0; }
+  // Whether `peer` runs on this host (same boot and pid namespace).
+  bool peer_local(int peer) const { return peer == rank_ || local_[peer] != 0; }
+  // The UCX handles, for shared regions (shared_memory.h); nullptr endpoint for this rank.
+  ucp_context_h context() const { return context_; }
+  ucp_ep_h endpoint(int peer) const { return eps_[peer]; }
   // Tells every other live rank about a failure (best effort, asynchronous). A culprit equal to
   // this rank means this rank aborted `comm` itself.
   void report_failure(uint32_t comm, int culprit, Status status, const std::string& why);
@@ -158,7 +176,7 @@ class Engine {
   void close_endpoints(Clock::time_point deadline);
   void run() noexcept;
   void wait_for_events(std::chrono::microseconds timeout, bool worker_events) noexcept;
-  bool poll_clients(Clock::time_point now) noexcept;
+  PollResult poll_clients(Clock::time_point now) noexcept;
   void handle_ep_errors() noexcept;
   // A peer is gone: fail its transfers' owners and tell the other ranks (unless it said goodbye).
   void mark_dead(int peer, const std::string& why) noexcept;

@@ -192,7 +192,7 @@ void Engine::create_context() {
   if (status == UCS_OK) status = ucp_config_modify(config, "KEEPALIVE_INTERVAL", keepalive.c_str());
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
-  params.features = UCP_FEATURE_TAG | (options_.blocking_progress ? UCP_FEATURE_WAKEUP : 0);
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | (options_.blocking_progress ? UCP_FEATURE_WAKEUP : 0);
   params.estimated_num_eps = static_cast<size_t>(size_);
   if (status == UCS_OK) status = ucp_init(&params, config, &context_);
   ucp_config_release(config);
@@ -324,6 +324,7 @@ void Engine::shutdown() noexcept {
     // A live peer may still be receiving what this rank sent last (a send completes locally
     // before it is delivered): wait for every live peer's goodbye, up to the leave timeout.
     if (started_) say_goodbye(Clock::now() + options_.leave_timeout);  // a failed setup has no peers
+    for (auto& client : clients_) client->release_ucx_resources();
     close_endpoints(Clock::now() + std::min(options_.connect_timeout, std::chrono::milliseconds(5000)));
     if (lost_peer_without_detection()) {
       // Over shared memory UCX 1.13 keeps sends and wireup messages to a dead peer pending,

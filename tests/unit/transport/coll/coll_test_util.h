@@ -25,6 +25,7 @@ struct RankSetup {
   std::string tls = "self,sm";
   std::chrono::milliseconds timeout{10000};
   CommOptions comm;  // algorithm thresholds, chunking
+  std::function<void(int rank, CommOptions&)> per_rank;  // optional: options that differ by rank
 };
 
 // Runs fn(comm) on `world` threads with a fresh world communicator each; fails the test with
@@ -40,6 +41,7 @@ inline void run_ranks(int world, const RankSetup& setup,
       try {
         CommOptions options = setup.comm;
         options.timeout = setup.timeout;
+        if (setup.per_rank) setup.per_rank(rank, options);
         ucx::EngineOptions engine;
         engine.tls = setup.tls;
         engine.connect_timeout = milliseconds(20000);

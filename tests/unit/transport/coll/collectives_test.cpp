@@ -10,12 +10,18 @@ namespace {
 struct Param {
   const char* tls;
   int world;
+  bool messages = false;  // CommOptions::shared_memory off: rings and trees over shared memory too
 };
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   std::string tls = info.param.tls;
-  return (tls == "tcp" ? std::string("tcp") : std::string("shm")) + "_world" +
-         std::to_string(info.param.world);
+  return (tls == "tcp" ? std::string("tcp") : std::string("shm")) +
+         (info.param.messages ? "_messages" : "") + "_world" + std::to_string(info.param.world);
+}
+
+// Whether the world's all-reduces go through a shared window (known after the first one).
+bool expect_shared_window(const Param& p) {
+  return std::string(p.tls) != "tcp" && !p.messages && p.world >= 2;
 }
 
 class CollTest : public ::testing::TestWithParam<Param> {
@@ -27,6 +33,10 @@ class CollTest : public ::testing::TestWithParam<Param> {
     setup.comm.small_bytes = 2048;
     setup.comm.chunk_bytes = 8192;
     setup.comm.window = 3;
+    // Two slots of 4 KiB: 1001 f32 elements fill one chunk, 40003 take 40 and reuse each slot.
+    setup.comm.shared_memory = !GetParam().messages;
+    setup.comm.shared_slot_bytes = 4096;
+    setup.comm.shared_slots = 2;
     run_ranks(GetParam().world, setup, fn);
   }
 };
@@ -57,6 +67,8 @@ TEST_P(CollTest, AllReduce) {
         if (reduce_supported(t, op))
           for (size_t count : kCounts) check_all_reduce(c, t, op, count, true);
     for (size_t count : kCounts) check_all_reduce(c, DataType::kF32, ReduceOp::kSum, count, false);
+    EXPECT_EQ(dynamic_cast<UcxCommunicator&>(c).uses_shared_memory(),
+              expect_shared_window(GetParam()));
   });
 }
 
@@ -199,14 +211,19 @@ TEST_P(CollTest, ManyInFlight) {
 INSTANTIATE_TEST_SUITE_P(Worlds, CollTest,
                          ::testing::Values(Param{"self,sm", 1}, Param{"self,sm", 2},
                                            Param{"self,sm", 3}, Param{"self,sm", 4},
-                                           Param{"tcp", 2}, Param{"tcp", 3}, Param{"tcp", 4}),
+                                           Param{"self,sm", 2, true}, Param{"self,sm", 3, true},
+                                           Param{"self,sm", 4, true}, Param{"tcp", 2},
+                                           Param{"tcp", 3}, Param{"tcp", 4}),
                          param_name);
 
-// One 64 MiB all-reduce per transport at four ranks.
+// One 64 MiB all-reduce per transport at four ranks (over shared memory both through the
+// shared window and with messages).
 TEST(CollLarge, AllReduce64MiB) {
-  for (const char* tls : {"self,sm", "tcp"}) {
+  for (int variant = 0; variant < 3; ++variant) {
+    const char* tls = variant == 2 ? "tcp" : "self,sm";
     RankSetup setup;
     setup.tls = tls;
+    setup.comm.shared_memory = variant == 0;
     run_ranks(4, setup, [&](Communicator& c) {
       const size_t count = (64u << 20) / 4;
       std::vector<float> buf(count);
@@ -215,6 +232,7 @@ TEST(CollLarge, AllReduce64MiB) {
       for (size_t i = 0; i < count; i += 997)
         ASSERT_EQ(buf[i], reference(4, i, ReduceOp::kSum)) << tls << " element " << i;
       ASSERT_EQ(buf[count - 1], reference(4, count - 1, ReduceOp::kSum));
+      EXPECT_EQ(dynamic_cast<UcxCommunicator&>(c).uses_shared_memory(), variant == 0);
     });
   }
 }

@@ -266,5 +266,75 @@ TEST(CommTest, KeepAliveReleasesWhenNothingDrains) {
   });
 }
 
+// The shared window is all or nothing: ranks whose options cannot agree (one rank without
+// shared memory, or with other slots) all keep to messages, and the results are the same.
+TEST(CommTest, SharedWindowNeedsEveryRank) {
+  for (int variant = 0; variant < 2; ++variant) {
+    RankSetup setup;
+    setup.per_rank = [variant](int rank, CommOptions& o) {
+      if (rank != 1) return;
+      if (variant == 0) o.shared_memory = false;
+      if (variant == 1) o.shared_slot_bytes = 8192;
+    };
+    run_ranks(3, setup, [](Communicator& c) {
+      std::vector<float> v(100003);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(input_value(c.rank(), i));
+      c.all_reduce(v.data(), v.size(), DataType::kF32, ReduceOp::kSum)->wait(kWait);
+      for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], reference(3, i, ReduceOp::kSum));
+      EXPECT_FALSE(dynamic_cast<UcxCommunicator&>(c).uses_shared_memory());
+    });
+  }
+}
+
+// Split communicators get windows of their own; the world's and theirs run side by side.
+TEST(CommTest, SharedWindowPerCommunicator) {
+  run_ranks(4, {}, [](Communicator& c) {
+    auto half = c.split(c.rank() % 2, c.rank());
+    std::vector<float> a(300000, 1.0f), b(300000, static_cast<float>(c.rank()));
+    auto w1 = half->all_reduce(a.data(), a.size(), DataType::kF32, ReduceOp::kSum);
+    auto w2 = c.all_reduce(b.data(), b.size(), DataType::kF32, ReduceOp::kAvg);
+    w1->wait(kWait);
+    w2->wait(kWait);
+    for (size_t i = 0; i < a.size(); i += 101) ASSERT_EQ(a[i], 2.0f);
+    for (size_t i = 0; i < b.size(); i += 101) ASSERT_EQ(b[i], 1.5f);
+    EXPECT_TRUE(dynamic_cast<UcxCommunicator&>(c).uses_shared_memory());
+    EXPECT_TRUE(dynamic_cast<UcxCommunicator&>(*half).uses_shared_memory());
+  });
+}
+
+TEST(ReduceKernels, ReduceManyMatchesPairwiseInOrder) {
+  const size_t count = 3000;  // more than one block of the f32 path
+  for (DataType t : kAllTypes) {
+    for (ReduceOp op : kAllOps) {
+      if (!reduce_supported(t, op)) continue;
+      std::vector<std::vector<uint8_t>> src;
+      for (int j = 0; j < 3; ++j) src.push_back(make_input(j, count, t));
+      const void* srcs[3] = {src[0].data(), src[1].data(), src[2].data()};
+      std::vector<uint8_t> out(src[0].size());
+      reduce_many(out.data(), srcs, 3, count, t, op);
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_NEAR(load_value(out.data(), i, t), reference(3, i, op), tolerance(t, reference(3, i, op)))
+            << dtype_name(t) << " " << reduce_op_name(op) << " element " << i;
+      // In place over the middle source, as the shared window reduces.
+      reduce_many(src[1].data(), srcs, 3, count, t, op);
+      ASSERT_EQ(std::memcmp(src[1].data(), out.data(), out.size()), 0) << dtype_name(t);
+    }
+  }
+}
+
+TEST(ReduceKernels, StreamCopyAnyAlignmentAndLength) {
+  std::vector<uint8_t> src(5000), dst(5100);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 3);
+  for (size_t offset : {0, 1, 7, 16, 33}) {
+    for (size_t len : {0, 1, 255, 256, 1000, 4999}) {
+      std::fill(dst.begin(), dst.end(), 0xAB);
+      stream_copy(dst.data() + offset, src.data(), len, true);
+      ASSERT_EQ(std::memcmp(dst.data() + offset, src.data(), len), 0) << offset << " " << len;
+      for (size_t i = 0; i < offset; ++i) ASSERT_EQ(dst[i], 0xAB);
+      for (size_t i = offset + len; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xAB);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cohort::transport::coll::testing

@@ -53,7 +53,7 @@ class RingClient : public Client {
   RingClient(Engine* engine, size_t bytes) : engine_(engine), out_(bytes), in_(bytes) {
     for (size_t i = 0; i < bytes; ++i) out_[i] = static_cast<char>(engine->rank() * 31 + i);
   }
-  bool poll(Clock::time_point) override {
+  PollResult poll(Clock::time_point) override {
     if (!posted_) {
       posted_ = true;
       int n = engine_->size(), me = engine_->rank();
@@ -70,7 +70,7 @@ class RingClient : public Client {
       }
       done_.set_value(ok_);
     }
-    return !reported_;
+    return PollResult{!reported_, false, false};
   }
   void on_failure(uint32_t, int, Status, const std::string& why) override { failure_ = why; }
   bool finished() const override { return reported_ && released_.load(); }
