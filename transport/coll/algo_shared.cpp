@@ -46,7 +46,7 @@ std::unique_ptr<Op> build_shared_all_reduce(const Plan& plan, const SharedWindow
   const int n = window.size(), r = window.rank();
   const size_t es = dtype_size(type);
   const size_t per_chunk = window.slot_bytes() / es;
-  const size_t chunks = shared_chunk_count(window, count, type);
+  const size_t chunks = shared_chunk_count(window, count, type, SharedPattern::kAllReduce);
   const bool stream = count * es >= kStreamBytes && in != out;
   const SharedWindow* w = &window;
   for (size_t c = 0; c < chunks; ++c) {
@@ -95,8 +95,113 @@ std::unique_ptr<Op> build_shared_all_reduce(const Plan& plan, const SharedWindow
   return op;
 }
 
-size_t shared_chunk_count(const SharedWindow& window, size_t count, DataType type) {
-  const size_t per_chunk = window.slot_bytes() / dtype_size(type);
+// Reduce-scatter of chunk s (elements [off, off + len) of every rank's block): fill copies the
+// chunk of all n blocks into this rank's slot; reduce, once every rank has filled, reduces
+// block r's chunk over all n slots into the output and marks the slot read. All-gather of
+// chunk s (elements [off, off + len) of this rank's input): fill copies it into the slot;
+// gather, once every rank has filled, copies each rank's chunk to its block of the output.
+std::unique_ptr<Op> build_shared_reduce_scatter(const Plan& plan, const SharedWindow& window,
+                                                uint64_t first_seq, const void* in, void* out,
+                                                size_t count, DataType type, ReduceOp rop) {
+  auto op = std::make_unique<Op>();
+  op->name = str_cat("reduce_scatter(", dtype_name(type), " x ", count, ", ", reduce_op_name(rop), ")");
+  op->memory = true;
+  op->window = window.slots();
+  const int n = window.size(), r = window.rank();
+  const size_t es = dtype_size(type);
+  const size_t per_chunk = window.slot_bytes() / (es * static_cast<size_t>(n));
+  const size_t chunks = shared_chunk_count(window, count, type, SharedPattern::kReduceScatter);
+  // In place (out is this rank's block of in) the output lines were just read: no streaming.
+  const bool in_place = static_cast<const uint8_t*>(out) ==
+                        static_cast<const uint8_t*>(in) + static_cast<size_t>(r) * count * es;
+  const bool stream = count * es >= kStreamBytes && !in_place;
+  const SharedWindow* w = &window;
+  for (size_t c = 0; c < chunks; ++c) {
+    const uint64_t seq = first_seq + c;
+    const size_t slot = seq % window.slots();
+    const size_t off = c * per_chunk, len = std::min(per_chunk, count - off);
+    const uint8_t* src = static_cast<const uint8_t*>(in);
+    uint8_t* dst = static_cast<uint8_t*>(out) + off * es;
+    Chain chain;
+    Stage fill;
+    if (seq >= window.slots()) {
+      fill.gate = [=] { return first_behind(*w, slot, SharedWindow::kRead, seq + 1 - w->slots(), -1); };
+    }
+    fill.after = [=] {
+      for (int j = 0; j < n; ++j)
+        std::memcpy(w->data(r, slot) + static_cast<size_t>(j) * len * es,
+                    src + (static_cast<size_t>(j) * count + off) * es, len * es);
+      w->counter(r, slot, SharedWindow::kFilled).store(seq + 1, std::memory_order_release);
+    };
+    Stage reduce_block;
+    reduce_block.gate = [=] { return first_behind(*w, slot, SharedWindow::kFilled, seq + 1, r); };
+    reduce_block.after = [=] {
+      const size_t at = static_cast<size_t>(r) * len * es;
+      const void* srcs[kMaxSharedRanks];
+      for (int j = 0; j < n; ++j) srcs[j] = w->data(j, slot) + at;
+      uint8_t* mine = w->data(r, slot) + at;
+      reduce_many(mine, srcs, n, len, type, rop);
+      stream_copy(dst, mine, len * es, stream);
+      // Read: peers no longer need this slot from this rank, and this rank needs no other.
+      w->counter(r, slot, SharedWindow::kRead).store(seq + 1, std::memory_order_release);
+    };
+    chain.stages.push_back(std::move(fill));
+    chain.stages.push_back(std::move(reduce_block));
+    op->chains.push_back(std::move(chain));
+  }
+  return op;
+}
+
+std::unique_ptr<Op> build_shared_all_gather(const Plan& plan, const SharedWindow& window,
+                                            uint64_t first_seq, const void* in, void* out,
+                                            size_t count, DataType type) {
+  auto op = std::make_unique<Op>();
+  op->name = str_cat("all_gather(", dtype_name(type), " x ", count, ")");
+  op->memory = true;
+  op->window = window.slots();
+  const int n = window.size(), r = window.rank();
+  const size_t es = dtype_size(type);
+  const size_t per_chunk = window.slot_bytes() / es;
+  const size_t chunks = shared_chunk_count(window, count, type, SharedPattern::kAllGather);
+  const bool stream = count * es * static_cast<size_t>(n) >= kStreamBytes;
+  const SharedWindow* w = &window;
+  for (size_t c = 0; c < chunks; ++c) {
+    const uint64_t seq = first_seq + c;
+    const size_t slot = seq % window.slots();
+    const size_t off = c * per_chunk, len = std::min(per_chunk, count - off);
+    const uint8_t* src = static_cast<const uint8_t*>(in) + off * es;
+    uint8_t* base = static_cast<uint8_t*>(out);
+    Chain chain;
+    Stage fill;
+    if (seq >= window.slots()) {
+      fill.gate = [=] { return first_behind(*w, slot, SharedWindow::kRead, seq + 1 - w->slots(), -1); };
+    }
+    fill.after = [=] {
+      std::memcpy(w->data(r, slot), src, len * es);
+      w->counter(r, slot, SharedWindow::kFilled).store(seq + 1, std::memory_order_release);
+    };
+    Stage gather;
+    gather.gate = [=] { return first_behind(*w, slot, SharedWindow::kFilled, seq + 1, r); };
+    gather.after = [=] {
+      for (int k = 0; k < n; ++k) {
+        const int j = (r + k) % n;
+        uint8_t* to = base + (static_cast<size_t>(j) * count + off) * es;
+        const uint8_t* from = j == r ? src : w->data(j, slot);
+        if (to != from) stream_copy(to, from, len * es, stream);
+      }
+      w->counter(r, slot, SharedWindow::kRead).store(seq + 1, std::memory_order_release);
+    };
+    chain.stages.push_back(std::move(fill));
+    chain.stages.push_back(std::move(gather));
+    op->chains.push_back(std::move(chain));
+  }
+  return op;
+}
+
+size_t shared_chunk_count(const SharedWindow& window, size_t count, DataType type,
+                          SharedPattern pattern) {
+  size_t per_chunk = window.slot_bytes() / dtype_size(type);
+  if (pattern == SharedPattern::kReduceScatter) per_chunk /= static_cast<size_t>(window.size());
   return (count + per_chunk - 1) / per_chunk;
 }
 

@@ -59,10 +59,21 @@ std::unique_ptr<Op> build_barrier(const Plan& plan);
 constexpr int kMaxSharedRanks = 64;
 // Messages at least this large are written to the output with non-temporal stores.
 constexpr size_t kStreamBytes = size_t{4} << 20;
-size_t shared_chunk_count(const SharedWindow& window, size_t count, DataType type);
+enum class SharedPattern { kAllReduce, kReduceScatter, kAllGather };
+// Chunks (window sequence numbers) an operation of `count` elements takes: count is the whole
+// buffer (all-reduce) or one rank's block (reduce-scatter, all-gather).
+size_t shared_chunk_count(const SharedWindow& window, size_t count, DataType type,
+                          SharedPattern pattern);
 std::unique_ptr<Op> build_shared_all_reduce(const Plan& plan, const SharedWindow& window,
                                             uint64_t first_seq, const void* in, void* out,
                                             size_t count, DataType type, ReduceOp op);
+// Arguments as build_reduce_scatter / build_all_gather.
+std::unique_ptr<Op> build_shared_reduce_scatter(const Plan& plan, const SharedWindow& window,
+                                                uint64_t first_seq, const void* in, void* out,
+                                                size_t count, DataType type, ReduceOp op);
+std::unique_ptr<Op> build_shared_all_gather(const Plan& plan, const SharedWindow& window,
+                                            uint64_t first_seq, const void* in, void* out,
+                                            size_t count, DataType type);
 std::unique_ptr<Op> build_send(const Plan& plan, const void* buf, size_t bytes, int peer);
 std::unique_ptr<Op> build_recv(const Plan& plan, void* buf, size_t bytes, int peer);
 

@@ -39,8 +39,9 @@ struct CommOptions {
   size_t window = 4;                         // chunks in flight per operation
   size_t small_bytes = 128 << 10;            // at or below: latency-optimal algorithms
   // When every rank runs on one host and UCX can map their memory into each other (shared
-  // memory transports enabled), all-reduce goes through a shared window (shared_window.h)
-  // instead of messages. false keeps messages (rings, recursive doubling) throughout.
+  // memory transports enabled), all-reduce, reduce-scatter and all-gather go through a shared
+  // window (shared_window.h) instead of messages. false keeps messages (rings, recursive
+  // doubling) throughout.
   bool shared_memory = true;
   // One chunk of a shared-window collective; 0 picks it from the host: 256 KiB, or 1 MiB when
   // the host runs more ranks than CPUs (64 MiB all-reduce, 4 ranks on 2 cores: 2.8 GB/s

@@ -7,9 +7,9 @@
 // in issue order, the same on every rank; chunk s uses slot s % slots, and a counter holds s + 1
 // of the last chunk that reached it, so a waiter compares with >=.
 //
-// Set up collectively before a communicator's first all-reduce (ucx_communicator.cpp): a rank
-// maps its region, the ranks exchange keys, each maps every peer's region, and the window is
-// used only if every rank succeeded. Everything but ready() runs on the progress thread, where
+// Set up collectively before a communicator's first all-reduce, reduce-scatter or all-gather
+// (ucx_communicator.cpp): a rank maps its region, the ranks exchange keys, each maps every
+// peer's region, and the window is used only if every rank succeeded. Everything but ready() runs on the progress thread, where
 // the regions are also released (release()).
 #pragma once
 

@@ -75,27 +75,26 @@ Plan UcxCommunicator::plan() const {
   return p;
 }
 
-WorkPtr UcxCommunicator::start_all_reduce(const void* in, void* out, size_t count, DataType type,
-                                 ReduceOp op) {
+WorkPtr UcxCommunicator::submit_collective(
+    std::unique_ptr<Op> messages, SharedPattern pattern, size_t count, DataType type,
+    std::function<std::unique_ptr<Op>(const SharedWindow&, uint64_t first)> through_window) {
   const int n = size();
   if (count == 0 || n < 2 || n > kMaxSharedRanks)
-    return executor_->submit(build_all_reduce(plan(), in, out, count, type, op),
-                             Executor::Order::kCollective);
-  // The first all-reduce sets the shared window up (steps issued before it). Which algorithm
-  // runs is decided when the operation starts, on the progress thread, once that is settled.
+    return executor_->submit(std::move(messages), Executor::Order::kCollective);
+  // The first such collective sets the shared window up (steps issued before it). Which
+  // algorithm runs is decided when the operation starts, on the progress thread, once that is
+  // settled the same way on every rank.
   if (!window_) issue_shared_window_setup();
-  std::unique_ptr<Op> messages = build_all_reduce(plan(), in, out, count, type, op);
   Op* self = messages.get();
-  std::function<void()> copy_in = std::move(messages->start);
+  std::function<void()> messages_start = std::move(messages->start);
   SharedWindow* window = window_.get();
-  Plan p = plan();
   messages->start = [=] {
     if (!window->ready()) {
-      if (copy_in) copy_in();
+      if (messages_start) messages_start();
       return;
     }
-    uint64_t first = window->take(shared_chunk_count(*window, count, type));
-    std::unique_ptr<Op> shared = build_shared_all_reduce(p, *window, first, in, out, count, type, op);
+    uint64_t first = window->take(shared_chunk_count(*window, count, type, pattern));
+    std::unique_ptr<Op> shared = through_window(*window, first);
     self->chains = std::move(shared->chains);
     self->window = shared->window;
     self->memory = true;
@@ -104,15 +103,31 @@ WorkPtr UcxCommunicator::start_all_reduce(const void* in, void* out, size_t coun
   return executor_->submit(std::move(messages), Executor::Order::kCollective);
 }
 
+WorkPtr UcxCommunicator::start_all_reduce(const void* in, void* out, size_t count, DataType type,
+                                 ReduceOp op) {
+  Plan p = plan();
+  return submit_collective(build_all_reduce(p, in, out, count, type, op), SharedPattern::kAllReduce,
+                           count, type, [=](const SharedWindow& w, uint64_t first) {
+                             return build_shared_all_reduce(p, w, first, in, out, count, type, op);
+                           });
+}
+
 WorkPtr UcxCommunicator::start_reduce_scatter(const void* in, void* out, size_t count, DataType type,
                                      ReduceOp op) {
-  return executor_->submit(build_reduce_scatter(plan(), in, out, count, type, op),
-                           Executor::Order::kCollective);
+  Plan p = plan();
+  return submit_collective(build_reduce_scatter(p, in, out, count, type, op),
+                           SharedPattern::kReduceScatter, count, type,
+                           [=](const SharedWindow& w, uint64_t first) {
+                             return build_shared_reduce_scatter(p, w, first, in, out, count, type, op);
+                           });
 }
 
 WorkPtr UcxCommunicator::start_all_gather(const void* in, void* out, size_t count, DataType type) {
-  return executor_->submit(build_all_gather(plan(), in, out, count, type),
-                           Executor::Order::kCollective);
+  Plan p = plan();
+  return submit_collective(build_all_gather(p, in, out, count, type), SharedPattern::kAllGather,
+                           count, type, [=](const SharedWindow& w, uint64_t first) {
+                             return build_shared_all_gather(p, w, first, in, out, count, type);
+                           });
 }
 
 WorkPtr UcxCommunicator::start_broadcast(void* buf, size_t count, DataType type, int root) {

@@ -37,8 +37,8 @@ class UcxCommunicator final : public Communicator {
   int world_rank(int rank) const { return members_.at(static_cast<size_t>(rank)); }
   uint32_t id() const { return id_; }
   const std::shared_ptr<ucx::Engine>& engine() const { return engine_; }
-  // Whether collectives go through shared memory (CommOptions::shared_memory, and it worked).
-  // (Known once the first all-reduce has started; false before.)
+  // Whether all-reduce, reduce-scatter and all-gather go through shared memory
+  // (CommOptions::shared_memory, and it worked); known once the first of them has started.
   bool uses_shared_memory() const;
 
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name = "") override;
@@ -62,18 +62,23 @@ class UcxCommunicator final : public Communicator {
   UcxCommunicator(std::shared_ptr<ucx::Engine> engine, uint32_t id, std::vector<int> members, int rank,
                   CommOptions options);
   Plan plan() const;
-  // Issues the steps that set the shared window up (before the first all-reduce, in issue
-  // order on every rank): map this rank's region where every rank is on this host, exchange
-  // keys, map the peers' regions, and agree; if any rank fails to, every rank keeps to messages
-  // (the reason is logged at debug level).
+  // Issues the steps that set the shared window up (before the first all-reduce, reduce-scatter
+  // or all-gather, in issue order on every rank): map this rank's region where every rank is on
+  // this host, exchange keys, map the peers' regions, and agree; if any rank fails to, every
+  // rank keeps to messages (the reason is logged at debug level).
   void issue_shared_window_setup();
+  // Submits a collective that runs as `messages` unless the shared window is ready when it
+  // starts, then as through_window(window, its first sequence number).
+  WorkPtr submit_collective(
+      std::unique_ptr<Op> messages, SharedPattern pattern, size_t count, DataType type,
+      std::function<std::unique_ptr<Op>(const SharedWindow&, uint64_t first)> through_window);
 
   std::shared_ptr<ucx::Engine> engine_;
   const uint32_t id_;
   const std::vector<int> members_;
   const CommOptions options_;
   std::shared_ptr<Executor> executor_;
-  std::shared_ptr<SharedWindow> window_;  // set up by the first all-reduce (may end unused)
+  std::shared_ptr<SharedWindow> window_;  // set up by the first collective using it (may end unused)
 };
 
 }  // namespace cohort::transport::coll

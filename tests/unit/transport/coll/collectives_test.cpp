@@ -73,7 +73,7 @@ TEST_P(CollTest, AllReduce) {
 }
 
 TEST_P(CollTest, ReduceScatter) {
-  run([](Communicator& c) {
+  run([&](Communicator& c) {
     const int n = c.size();
     for (DataType t : kAllTypes) {
       for (ReduceOp op : kAllOps) {
@@ -91,6 +91,8 @@ TEST_P(CollTest, ReduceScatter) {
         }
       }
     }
+    EXPECT_EQ(dynamic_cast<UcxCommunicator&>(c).uses_shared_memory(),
+              expect_shared_window(GetParam()));
   });
 }
 
@@ -110,7 +112,7 @@ TEST_P(CollTest, ReduceScatterInPlace) {
 }
 
 TEST_P(CollTest, AllGather) {
-  run([](Communicator& c) {
+  run([&](Communicator& c) {
     const int n = c.size();
     for (DataType t : {DataType::kF32, DataType::kBF16, DataType::kI64}) {
       // 300007 f32: a block of 147 chunks, past kLongRing (the doubled window).
@@ -124,6 +126,8 @@ TEST_P(CollTest, AllGather) {
                 << "all_gather " << dtype_name(t) << " count " << count << " block " << r;
       }
     }
+    EXPECT_EQ(dynamic_cast<UcxCommunicator&>(c).uses_shared_memory(),
+              expect_shared_window(GetParam()));
   });
 }
 
