@@ -13,6 +13,8 @@
 // stay in cache. A stage waits by gate: the executor polls it and names the rank it waits for.
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <string>
 
 #include "core/base/error.h"
 #include "transport/coll/algorithms.h"
@@ -34,15 +36,35 @@ int first_behind(const SharedWindow& w, size_t slot, SharedWindow::Counter c, ui
   return -1;
 }
 
+// An operation of `chunks` chains through the window, named and flagged for the executor.
+std::unique_ptr<Op> shared_op(std::string name, const SharedWindow& w) {
+  auto op = std::make_unique<Op>();
+  op->name = std::move(name);
+  op->memory = true;
+  op->window = w.slots();
+  return op;
+}
+
+// The first stage of every chunk: once every rank has read slot `slot` for the chunk that used
+// it last (seq - slots), copy this chunk's input in (`copy`) and mark the slot filled.
+Stage fill_stage(const SharedWindow* w, uint64_t seq, size_t slot, std::function<void()> copy) {
+  Stage fill;
+  if (seq >= w->slots()) {
+    fill.gate = [=] { return first_behind(*w, slot, SharedWindow::kRead, seq + 1 - w->slots(), -1); };
+  }
+  fill.after = [=, copy = std::move(copy)] {
+    copy();
+    w->counter(w->rank(), slot, SharedWindow::kFilled).store(seq + 1, std::memory_order_release);
+  };
+  return fill;
+}
+
 }  // namespace
 
 std::unique_ptr<Op> build_shared_all_reduce(const Plan& plan, const SharedWindow& window,
                                             uint64_t first_seq, const void* in, void* out,
                                             size_t count, DataType type, ReduceOp rop) {
-  auto op = std::make_unique<Op>();
-  op->name = str_cat("all_reduce(", dtype_name(type), " x ", count, ", ", reduce_op_name(rop), ")");
-  op->memory = true;
-  op->window = window.slots();
+  auto op = shared_op(str_cat("all_reduce(", dtype_name(type), " x ", count, ", ", reduce_op_name(rop), ")"), window);
   const int n = window.size(), r = window.rank();
   const size_t es = dtype_size(type);
   const size_t per_chunk = window.slot_bytes() / es;
@@ -56,14 +78,7 @@ std::unique_ptr<Op> build_shared_all_reduce(const Plan& plan, const SharedWindow
     const uint8_t* src = static_cast<const uint8_t*>(in) + off * es;
     uint8_t* dst = static_cast<uint8_t*>(out) + off * es;
     Chain chain;
-    Stage fill;
-    if (seq >= window.slots()) {
-      fill.gate = [=] { return first_behind(*w, slot, SharedWindow::kRead, seq + 1 - w->slots(), -1); };
-    }
-    fill.after = [=] {
-      std::memcpy(w->data(r, slot), src, len * es);
-      w->counter(r, slot, SharedWindow::kFilled).store(seq + 1, std::memory_order_release);
-    };
+    Stage fill = fill_stage(w, seq, slot, [=] { std::memcpy(w->data(r, slot), src, len * es); });
     Stage reduce_part;
     reduce_part.gate = [=] { return first_behind(*w, slot, SharedWindow::kFilled, seq + 1, r); };
     reduce_part.after = [=] {
@@ -103,10 +118,7 @@ std::unique_ptr<Op> build_shared_all_reduce(const Plan& plan, const SharedWindow
 std::unique_ptr<Op> build_shared_reduce_scatter(const Plan& plan, const SharedWindow& window,
                                                 uint64_t first_seq, const void* in, void* out,
                                                 size_t count, DataType type, ReduceOp rop) {
-  auto op = std::make_unique<Op>();
-  op->name = str_cat("reduce_scatter(", dtype_name(type), " x ", count, ", ", reduce_op_name(rop), ")");
-  op->memory = true;
-  op->window = window.slots();
+  auto op = shared_op(str_cat("reduce_scatter(", dtype_name(type), " x ", count, ", ", reduce_op_name(rop), ")"), window);
   const int n = window.size(), r = window.rank();
   const size_t es = dtype_size(type);
   const size_t per_chunk = window.slot_bytes() / (es * static_cast<size_t>(n));
@@ -123,16 +135,11 @@ std::unique_ptr<Op> build_shared_reduce_scatter(const Plan& plan, const SharedWi
     const uint8_t* src = static_cast<const uint8_t*>(in);
     uint8_t* dst = static_cast<uint8_t*>(out) + off * es;
     Chain chain;
-    Stage fill;
-    if (seq >= window.slots()) {
-      fill.gate = [=] { return first_behind(*w, slot, SharedWindow::kRead, seq + 1 - w->slots(), -1); };
-    }
-    fill.after = [=] {
+    Stage fill = fill_stage(w, seq, slot, [=] {
       for (int j = 0; j < n; ++j)
         std::memcpy(w->data(r, slot) + static_cast<size_t>(j) * len * es,
                     src + (static_cast<size_t>(j) * count + off) * es, len * es);
-      w->counter(r, slot, SharedWindow::kFilled).store(seq + 1, std::memory_order_release);
-    };
+    });
     Stage reduce_block;
     reduce_block.gate = [=] { return first_behind(*w, slot, SharedWindow::kFilled, seq + 1, r); };
     reduce_block.after = [=] {
@@ -155,10 +162,7 @@ std::unique_ptr<Op> build_shared_reduce_scatter(const Plan& plan, const SharedWi
 std::unique_ptr<Op> build_shared_all_gather(const Plan& plan, const SharedWindow& window,
                                             uint64_t first_seq, const void* in, void* out,
                                             size_t count, DataType type) {
-  auto op = std::make_unique<Op>();
-  op->name = str_cat("all_gather(", dtype_name(type), " x ", count, ")");
-  op->memory = true;
-  op->window = window.slots();
+  auto op = shared_op(str_cat("all_gather(", dtype_name(type), " x ", count, ")"), window);
   const int n = window.size(), r = window.rank();
   const size_t es = dtype_size(type);
   const size_t per_chunk = window.slot_bytes() / es;
@@ -172,14 +176,7 @@ std::unique_ptr<Op> build_shared_all_gather(const Plan& plan, const SharedWindow
     const uint8_t* src = static_cast<const uint8_t*>(in) + off * es;
     uint8_t* base = static_cast<uint8_t*>(out);
     Chain chain;
-    Stage fill;
-    if (seq >= window.slots()) {
-      fill.gate = [=] { return first_behind(*w, slot, SharedWindow::kRead, seq + 1 - w->slots(), -1); };
-    }
-    fill.after = [=] {
-      std::memcpy(w->data(r, slot), src, len * es);
-      w->counter(r, slot, SharedWindow::kFilled).store(seq + 1, std::memory_order_release);
-    };
+    Stage fill = fill_stage(w, seq, slot, [=] { std::memcpy(w->data(r, slot), src, len * es); });
     Stage gather;
     gather.gate = [=] { return first_behind(*w, slot, SharedWindow::kFilled, seq + 1, r); };
     gather.after = [=] {
