@@ -36,13 +36,35 @@ int first_behind(const SharedWindow& w, size_t slot, SharedWindow::Counter c, ui
   return -1;
 }
 
-// An operation of `chunks` chains through the window, named and flagged for the executor.
+// An operation whose chains run through the window, named and flagged for the executor.
 std::unique_ptr<Op> shared_op(std::string name, const SharedWindow& w) {
   auto op = std::make_unique<Op>();
   op->name = std::move(name);
   op->memory = true;
   op->window = w.slots();
   return op;
+}
+
+// Elements of one rank's buffer (all-reduce, all-gather) or block (reduce-scatter) per chunk:
+// a reduce-scatter chunk holds that many elements of every rank's block.
+size_t chunk_elements(const SharedWindow& w, DataType type, SharedPattern pattern) {
+  size_t elements = w.slot_bytes() / dtype_size(type);
+  if (pattern == SharedPattern::kReduceScatter) elements /= static_cast<size_t>(w.size());
+  return elements;
+}
+
+// Calls fn(seq, slot, off, len) for every chunk of `count` elements, sequence numbers from
+// first_seq, and collects the chains it returns into `op`.
+template <typename Fn>
+void add_chunks(Op& op, const SharedWindow& w, SharedPattern pattern, DataType type,
+                uint64_t first_seq, size_t count, Fn fn) {
+  const size_t per_chunk = chunk_elements(w, type, pattern);
+  const size_t chunks = shared_chunk_count(w, count, type, pattern);
+  for (size_t c = 0; c < chunks; ++c) {
+    const uint64_t seq = first_seq + c;
+    const size_t off = c * per_chunk;
+    op.chains.push_back(fn(seq, static_cast<size_t>(seq % w.slots()), off, std::min(per_chunk, count - off)));
+  }
 }
 
 // The first stage of every chunk: once every rank has read slot `slot` for the chunk that used
@@ -59,124 +81,109 @@ Stage fill_stage(const SharedWindow* w, uint64_t seq, size_t slot, std::function
   return fill;
 }
 
+// Once every rank has filled: `elements` at byte `at` of every rank's slot reduced in rank order
+// into this rank's slot and copied to `dst`; then `done` = seq + 1.
+Stage reduce_stage(const SharedWindow* w, uint64_t seq, size_t slot, size_t at, size_t elements,
+                   DataType type, ReduceOp rop, uint8_t* dst, bool stream,
+                   SharedWindow::Counter done) {
+  Stage reduce;
+  const int r = w->rank();
+  reduce.gate = [=] { return first_behind(*w, slot, SharedWindow::kFilled, seq + 1, r); };
+  reduce.after = [=] {
+    const void* srcs[kMaxSharedRanks];
+    for (int j = 0; j < w->size(); ++j) srcs[j] = w->data(j, slot) + at;
+    uint8_t* mine = w->data(r, slot) + at;
+    reduce_many(mine, srcs, w->size(), elements, type, rop);
+    stream_copy(dst, mine, elements * dtype_size(type), stream);
+    w->counter(r, slot, done).store(seq + 1, std::memory_order_release);
+  };
+  return reduce;
+}
+
 }  // namespace
 
-std::unique_ptr<Op> build_shared_all_reduce(const Plan& plan, const SharedWindow& window,
-                                            uint64_t first_seq, const void* in, void* out,
-                                            size_t count, DataType type, ReduceOp rop) {
+std::unique_ptr<Op> build_shared_all_reduce(const SharedWindow& window, uint64_t first_seq,
+                                            const void* in, void* out, size_t count,
+                                            DataType type, ReduceOp rop) {
   auto op = shared_op(str_cat("all_reduce(", dtype_name(type), " x ", count, ", ", reduce_op_name(rop), ")"), window);
-  const int n = window.size(), r = window.rank();
+  const size_t n = static_cast<size_t>(window.size()), r = static_cast<size_t>(window.rank());
   const size_t es = dtype_size(type);
-  const size_t per_chunk = window.slot_bytes() / es;
-  const size_t chunks = shared_chunk_count(window, count, type, SharedPattern::kAllReduce);
   const bool stream = count * es >= kStreamBytes && in != out;
   const SharedWindow* w = &window;
-  for (size_t c = 0; c < chunks; ++c) {
-    const uint64_t seq = first_seq + c;
-    const size_t slot = seq % window.slots();
-    const size_t off = c * per_chunk, len = std::min(per_chunk, count - off);
+  add_chunks(*op, window, SharedPattern::kAllReduce, type, first_seq, count,
+             [&](uint64_t seq, size_t slot, size_t off, size_t len) {
     const uint8_t* src = static_cast<const uint8_t*>(in) + off * es;
     uint8_t* dst = static_cast<uint8_t*>(out) + off * es;
+    const size_t at = part_offset(len, n, r) * es;
     Chain chain;
-    Stage fill = fill_stage(w, seq, slot, [=] { std::memcpy(w->data(r, slot), src, len * es); });
-    Stage reduce_part;
-    reduce_part.gate = [=] { return first_behind(*w, slot, SharedWindow::kFilled, seq + 1, r); };
-    reduce_part.after = [=] {
-      const size_t po = part_offset(len, static_cast<size_t>(n), static_cast<size_t>(r)) * es;
-      const size_t pc = part_count(len, static_cast<size_t>(n), static_cast<size_t>(r));
-      const void* srcs[kMaxSharedRanks];
-      for (int j = 0; j < n; ++j) srcs[j] = w->data(j, slot) + po;
-      uint8_t* mine = w->data(r, slot) + po;
-      reduce_many(mine, srcs, n, pc, type, rop);
-      stream_copy(dst + po, mine, pc * es, stream);
-      w->counter(r, slot, SharedWindow::kReduced).store(seq + 1, std::memory_order_release);
-    };
+    chain.stages.push_back(fill_stage(w, seq, slot, [=] { std::memcpy(w->data(w->rank(), slot), src, len * es); }));
+    chain.stages.push_back(reduce_stage(w, seq, slot, at, part_count(len, n, r), type, rop, dst + at,
+                                        stream, SharedWindow::kReduced));
     Stage gather;
-    gather.gate = [=] { return first_behind(*w, slot, SharedWindow::kReduced, seq + 1, r); };
+    gather.gate = [=] { return first_behind(*w, slot, SharedWindow::kReduced, seq + 1, static_cast<int>(r)); };
     gather.after = [=] {
-      for (int k = 1; k < n; ++k) {
-        const size_t j = static_cast<size_t>((r + k) % n);
-        const size_t po = part_offset(len, static_cast<size_t>(n), j) * es;
-        stream_copy(dst + po, w->data(static_cast<int>(j), slot) + po,
-                    part_count(len, static_cast<size_t>(n), j) * es, stream);
+      for (size_t k = 1; k < n; ++k) {
+        const size_t j = (r + k) % n;
+        const size_t po = part_offset(len, n, j) * es;
+        stream_copy(dst + po, w->data(static_cast<int>(j), slot) + po, part_count(len, n, j) * es, stream);
       }
-      w->counter(r, slot, SharedWindow::kRead).store(seq + 1, std::memory_order_release);
+      w->counter(static_cast<int>(r), slot, SharedWindow::kRead).store(seq + 1, std::memory_order_release);
     };
-    chain.stages.push_back(std::move(fill));
-    chain.stages.push_back(std::move(reduce_part));
     chain.stages.push_back(std::move(gather));
-    op->chains.push_back(std::move(chain));
-  }
+    return chain;
+  });
   return op;
 }
 
 // Reduce-scatter of chunk s (elements [off, off + len) of every rank's block): fill copies the
 // chunk of all n blocks into this rank's slot; reduce, once every rank has filled, reduces
-// block r's chunk over all n slots into the output and marks the slot read. All-gather of
-// chunk s (elements [off, off + len) of this rank's input): fill copies it into the slot;
-// gather, once every rank has filled, copies each rank's chunk to its block of the output.
-std::unique_ptr<Op> build_shared_reduce_scatter(const Plan& plan, const SharedWindow& window,
-                                                uint64_t first_seq, const void* in, void* out,
-                                                size_t count, DataType type, ReduceOp rop) {
+// block r's chunk over all n slots into the output and marks the slot read (this rank needs
+// nothing more from any slot, and its peers have what they need from it once they reduced).
+// All-gather of chunk s (elements [off, off + len) of this rank's input): fill copies it into
+// the slot; gather, once every rank has filled, copies each rank's chunk to its block of the
+// output.
+std::unique_ptr<Op> build_shared_reduce_scatter(const SharedWindow& window, uint64_t first_seq,
+                                                const void* in, void* out, size_t count,
+                                                DataType type, ReduceOp rop) {
   auto op = shared_op(str_cat("reduce_scatter(", dtype_name(type), " x ", count, ", ", reduce_op_name(rop), ")"), window);
   const int n = window.size(), r = window.rank();
   const size_t es = dtype_size(type);
-  const size_t per_chunk = window.slot_bytes() / (es * static_cast<size_t>(n));
-  const size_t chunks = shared_chunk_count(window, count, type, SharedPattern::kReduceScatter);
   // In place (out is this rank's block of in) the output lines were just read: no streaming.
   const bool in_place = static_cast<const uint8_t*>(out) ==
                         static_cast<const uint8_t*>(in) + static_cast<size_t>(r) * count * es;
   const bool stream = count * es >= kStreamBytes && !in_place;
   const SharedWindow* w = &window;
-  for (size_t c = 0; c < chunks; ++c) {
-    const uint64_t seq = first_seq + c;
-    const size_t slot = seq % window.slots();
-    const size_t off = c * per_chunk, len = std::min(per_chunk, count - off);
+  add_chunks(*op, window, SharedPattern::kReduceScatter, type, first_seq, count,
+             [&](uint64_t seq, size_t slot, size_t off, size_t len) {
     const uint8_t* src = static_cast<const uint8_t*>(in);
-    uint8_t* dst = static_cast<uint8_t*>(out) + off * es;
     Chain chain;
-    Stage fill = fill_stage(w, seq, slot, [=] {
+    chain.stages.push_back(fill_stage(w, seq, slot, [=] {
       for (int j = 0; j < n; ++j)
         std::memcpy(w->data(r, slot) + static_cast<size_t>(j) * len * es,
                     src + (static_cast<size_t>(j) * count + off) * es, len * es);
-    });
-    Stage reduce_block;
-    reduce_block.gate = [=] { return first_behind(*w, slot, SharedWindow::kFilled, seq + 1, r); };
-    reduce_block.after = [=] {
-      const size_t at = static_cast<size_t>(r) * len * es;
-      const void* srcs[kMaxSharedRanks];
-      for (int j = 0; j < n; ++j) srcs[j] = w->data(j, slot) + at;
-      uint8_t* mine = w->data(r, slot) + at;
-      reduce_many(mine, srcs, n, len, type, rop);
-      stream_copy(dst, mine, len * es, stream);
-      // Read: peers no longer need this slot from this rank, and this rank needs no other.
-      w->counter(r, slot, SharedWindow::kRead).store(seq + 1, std::memory_order_release);
-    };
-    chain.stages.push_back(std::move(fill));
-    chain.stages.push_back(std::move(reduce_block));
-    op->chains.push_back(std::move(chain));
-  }
+    }));
+    chain.stages.push_back(reduce_stage(w, seq, slot, static_cast<size_t>(r) * len * es, len, type, rop,
+                                        static_cast<uint8_t*>(out) + off * es, stream,
+                                        SharedWindow::kRead));
+    return chain;
+  });
   return op;
 }
 
-std::unique_ptr<Op> build_shared_all_gather(const Plan& plan, const SharedWindow& window,
-                                            uint64_t first_seq, const void* in, void* out,
-                                            size_t count, DataType type) {
+std::unique_ptr<Op> build_shared_all_gather(const SharedWindow& window, uint64_t first_seq,
+                                            const void* in, void* out, size_t count,
+                                            DataType type) {
   auto op = shared_op(str_cat("all_gather(", dtype_name(type), " x ", count, ")"), window);
   const int n = window.size(), r = window.rank();
   const size_t es = dtype_size(type);
-  const size_t per_chunk = window.slot_bytes() / es;
-  const size_t chunks = shared_chunk_count(window, count, type, SharedPattern::kAllGather);
   const bool stream = count * es * static_cast<size_t>(n) >= kStreamBytes;
   const SharedWindow* w = &window;
-  for (size_t c = 0; c < chunks; ++c) {
-    const uint64_t seq = first_seq + c;
-    const size_t slot = seq % window.slots();
-    const size_t off = c * per_chunk, len = std::min(per_chunk, count - off);
+  add_chunks(*op, window, SharedPattern::kAllGather, type, first_seq, count,
+             [&](uint64_t seq, size_t slot, size_t off, size_t len) {
     const uint8_t* src = static_cast<const uint8_t*>(in) + off * es;
     uint8_t* base = static_cast<uint8_t*>(out);
     Chain chain;
-    Stage fill = fill_stage(w, seq, slot, [=] { std::memcpy(w->data(r, slot), src, len * es); });
+    chain.stages.push_back(fill_stage(w, seq, slot, [=] { std::memcpy(w->data(r, slot), src, len * es); }));
     Stage gather;
     gather.gate = [=] { return first_behind(*w, slot, SharedWindow::kFilled, seq + 1, r); };
     gather.after = [=] {
@@ -188,17 +195,15 @@ std::unique_ptr<Op> build_shared_all_gather(const Plan& plan, const SharedWindow
       }
       w->counter(r, slot, SharedWindow::kRead).store(seq + 1, std::memory_order_release);
     };
-    chain.stages.push_back(std::move(fill));
     chain.stages.push_back(std::move(gather));
-    op->chains.push_back(std::move(chain));
-  }
+    return chain;
+  });
   return op;
 }
 
 size_t shared_chunk_count(const SharedWindow& window, size_t count, DataType type,
                           SharedPattern pattern) {
-  size_t per_chunk = window.slot_bytes() / dtype_size(type);
-  if (pattern == SharedPattern::kReduceScatter) per_chunk /= static_cast<size_t>(window.size());
+  const size_t per_chunk = chunk_elements(window, type, pattern);
   return (count + per_chunk - 1) / per_chunk;
 }
 

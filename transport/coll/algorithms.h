@@ -64,16 +64,16 @@ enum class SharedPattern { kAllReduce, kReduceScatter, kAllGather };
 // buffer (all-reduce) or one rank's block (reduce-scatter, all-gather).
 size_t shared_chunk_count(const SharedWindow& window, size_t count, DataType type,
                           SharedPattern pattern);
-std::unique_ptr<Op> build_shared_all_reduce(const Plan& plan, const SharedWindow& window,
-                                            uint64_t first_seq, const void* in, void* out,
-                                            size_t count, DataType type, ReduceOp op);
+std::unique_ptr<Op> build_shared_all_reduce(const SharedWindow& window, uint64_t first_seq,
+                                            const void* in, void* out, size_t count,
+                                            DataType type, ReduceOp op);
 // Arguments as build_reduce_scatter / build_all_gather.
-std::unique_ptr<Op> build_shared_reduce_scatter(const Plan& plan, const SharedWindow& window,
-                                                uint64_t first_seq, const void* in, void* out,
-                                                size_t count, DataType type, ReduceOp op);
-std::unique_ptr<Op> build_shared_all_gather(const Plan& plan, const SharedWindow& window,
-                                            uint64_t first_seq, const void* in, void* out,
-                                            size_t count, DataType type);
+std::unique_ptr<Op> build_shared_reduce_scatter(const SharedWindow& window, uint64_t first_seq,
+                                                const void* in, void* out, size_t count,
+                                                DataType type, ReduceOp op);
+std::unique_ptr<Op> build_shared_all_gather(const SharedWindow& window, uint64_t first_seq,
+                                            const void* in, void* out, size_t count,
+                                            DataType type);
 std::unique_ptr<Op> build_send(const Plan& plan, const void* buf, size_t bytes, int peer);
 std::unique_ptr<Op> build_recv(const Plan& plan, void* buf, size_t bytes, int peer);
 

@@ -105,28 +105,25 @@ WorkPtr UcxCommunicator::submit_collective(
 
 WorkPtr UcxCommunicator::start_all_reduce(const void* in, void* out, size_t count, DataType type,
                                  ReduceOp op) {
-  Plan p = plan();
-  return submit_collective(build_all_reduce(p, in, out, count, type, op), SharedPattern::kAllReduce,
+  return submit_collective(build_all_reduce(plan(), in, out, count, type, op), SharedPattern::kAllReduce,
                            count, type, [=](const SharedWindow& w, uint64_t first) {
-                             return build_shared_all_reduce(p, w, first, in, out, count, type, op);
+                             return build_shared_all_reduce(w, first, in, out, count, type, op);
                            });
 }
 
 WorkPtr UcxCommunicator::start_reduce_scatter(const void* in, void* out, size_t count, DataType type,
                                      ReduceOp op) {
-  Plan p = plan();
-  return submit_collective(build_reduce_scatter(p, in, out, count, type, op),
+  return submit_collective(build_reduce_scatter(plan(), in, out, count, type, op),
                            SharedPattern::kReduceScatter, count, type,
                            [=](const SharedWindow& w, uint64_t first) {
-                             return build_shared_reduce_scatter(p, w, first, in, out, count, type, op);
+                             return build_shared_reduce_scatter(w, first, in, out, count, type, op);
                            });
 }
 
 WorkPtr UcxCommunicator::start_all_gather(const void* in, void* out, size_t count, DataType type) {
-  Plan p = plan();
-  return submit_collective(build_all_gather(p, in, out, count, type), SharedPattern::kAllGather,
+  return submit_collective(build_all_gather(plan(), in, out, count, type), SharedPattern::kAllGather,
                            count, type, [=](const SharedWindow& w, uint64_t first) {
-                             return build_shared_all_gather(p, w, first, in, out, count, type);
+                             return build_shared_all_gather(w, first, in, out, count, type);
                            });
 }
 
