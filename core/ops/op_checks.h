@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/base/error.h"
 #include "core/graph/attrs.h"
+#include "core/ops/schema.h"
 #include "core/tensor/tensor.h"
 #include "kernels/cpu/attention.h"
 
@@ -25,5 +27,14 @@ bool mean_reduction(const Attrs& a);
 int64_t counted_labels(const Tensor& labels, int64_t ignore_index);
 // The attention operators' dims from their attributes and the qkv shape [B, T, 3C].
 kernels::cpu::AttentionDims attention_dims(const Attrs& a, const Shape& qkv);
+// What concat and split_grad join along attrs.axis into output 0: the parts (null: zeros) and
+// their extents. concat: its inputs. split_grad: the gradients present (attrs.present), zeros
+// in the gaps, extents attrs.sizes.
+struct ConcatParts {
+  std::vector<const void*> parts;
+  std::vector<int64_t> extents;
+};
+ConcatParts concat_parts(const KernelContext& k);
+ConcatParts split_grad_parts(const KernelContext& k);
 
 }  // namespace cohort

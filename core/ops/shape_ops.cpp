@@ -9,6 +9,7 @@
 
 #include "core/base/error.h"
 #include "core/graph/graph.h"
+#include "core/ops/op_checks.h"
 #include "core/ops/schema.h"
 
 namespace cohort {
@@ -153,6 +154,30 @@ TensorType joined_type(const std::vector<TensorType>& parts, int64_t axis_attr, 
   return out;
 }
 
+}  // namespace
+
+// Declared in core/ops/op_checks.h (shared with the CUDA kernels).
+ConcatParts concat_parts(const KernelContext& k) {
+  const int64_t axis = normalize_axis(k.attrs.get_int("axis"), k.inputs[0].rank(), "axis");
+  ConcatParts p;
+  for (const Tensor& t : k.inputs) {
+    p.parts.push_back(t.raw());
+    p.extents.push_back(t.dim(axis));
+  }
+  return p;
+}
+
+ConcatParts split_grad_parts(const KernelContext& k) {
+  const auto& present = k.attrs.get_ints("present");
+  ConcatParts p;
+  for (size_t i = 0, j = 0; i < present.size(); ++i)
+    p.parts.push_back(present[i] ? k.inputs[j++].raw() : nullptr);
+  p.extents = k.attrs.get_ints("sizes");
+  return p;
+}
+
+namespace {
+
 // Runs the concat kernel; parts[i] null means zeros of extent extents[i].
 void run_concat(KernelContext& k, const std::vector<const void*>& parts,
                 const std::vector<int64_t>& extents) {
@@ -174,14 +199,8 @@ OpSchema concat_op() {
     return std::vector<TensorType>{joined_type(c.inputs, c.attrs.get_int("axis"), "input")};
   };
   s.kernels[0] = [](KernelContext& k) {
-    const int64_t axis = normalize_axis(k.attrs.get_int("axis"), k.inputs[0].rank(), "axis");
-    std::vector<const void*> parts;
-    std::vector<int64_t> extents;
-    for (const Tensor& t : k.inputs) {
-      parts.push_back(t.raw());
-      extents.push_back(t.dim(axis));
-    }
-    run_concat(k, parts, extents);
+    ConcatParts p = concat_parts(k);
+    run_concat(k, p.parts, p.extents);
   };
   s.backward = [](BackwardContext& b) {
     const int64_t axis = normalize_axis(b.attrs().get_int("axis"),
@@ -300,11 +319,8 @@ OpSchema split_grad_op() {
     return std::vector<TensorType>{out};
   };
   s.kernels[0] = [](KernelContext& k) {
-    const auto& present = k.attrs.get_ints("present");
-    std::vector<const void*> parts;
-    for (size_t i = 0, j = 0; i < present.size(); ++i)
-      parts.push_back(present[i] ? k.inputs[j++].raw() : nullptr);
-    run_concat(k, parts, k.attrs.get_ints("sizes"));
+    ConcatParts p = split_grad_parts(k);
+    run_concat(k, p.parts, p.extents);
   };
   return s;
 }

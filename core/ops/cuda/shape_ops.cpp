@@ -3,6 +3,7 @@
 // of any dtype (f32, bf16, i32, ...), nothing converted.
 #include "core/base/error.h"
 #include "core/ops/cuda/cuda_ops.h"
+#include "core/ops/op_checks.h"
 #include "kernels/cuda/shape_ops.h"
 
 namespace cohort::cuda_ops {
@@ -27,14 +28,8 @@ void register_shape_ops(OpRegistry& r) {
   });
 
   r.set_kernel("concat", Device::kCuda, [](KernelContext& k) {
-    const int64_t axis = normalize_axis(k.attrs.get_int("axis"), k.inputs[0].rank(), "axis");
-    std::vector<const void*> parts;
-    std::vector<int64_t> extents;
-    for (const Tensor& t : k.inputs) {
-      parts.push_back(t.raw());
-      extents.push_back(t.dim(axis));
-    }
-    run_concat(k, parts, extents);
+    ConcatParts p = concat_parts(k);
+    run_concat(k, p.parts, p.extents);
   });
 
   r.set_kernel("split", Device::kCuda, [](KernelContext& k) {
@@ -48,10 +43,8 @@ void register_shape_ops(OpRegistry& r) {
 
   // The gradients that exist, concatenated, with zeros where present[i] == 0.
   r.set_kernel("split_grad", Device::kCuda, [](KernelContext& k) {
-    const auto& present = k.attrs.get_ints("present");
-    std::vector<const void*> parts;
-    for (size_t i = 0, j = 0; i < present.size(); ++i) parts.push_back(present[i] ? k.inputs[j++].raw() : nullptr);
-    run_concat(k, parts, k.attrs.get_ints("sizes"));
+    ConcatParts p = split_grad_parts(k);
+    run_concat(k, p.parts, p.extents);
   });
 }
 
