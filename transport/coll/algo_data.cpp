@@ -61,7 +61,7 @@ std::unique_ptr<Op> build_all_gather(const Plan& plan, const void* in, void* out
                                      DataType type) {
   COHORT_CHECK(plan.size <= static_cast<int>(ucx::kMaxSteps), Status::kUnsupported,
                "all_gather: at most ", ucx::kMaxSteps, " ranks");
-  auto op = new_op(plan, str_cat("all_gather(", dtype_name(type), " x ", count, ")"));
+  auto op = new_op(plan, op_name("all_gather", count, type));
   const size_t n = static_cast<size_t>(plan.size), r = static_cast<size_t>(plan.rank);
   const size_t block = count * dtype_size(type);
   if (block == 0) return op;
@@ -99,7 +99,7 @@ std::unique_ptr<Op> build_broadcast(const Plan& plan, void* buf, size_t count, D
 
 std::unique_ptr<Op> build_all_to_all(const Plan& plan, const void* in, void* out, size_t count,
                                      DataType type) {
-  auto op = new_op(plan, str_cat("all_to_all(", dtype_name(type), " x ", count, ")"));
+  auto op = new_op(plan, op_name("all_to_all", count, type));
   const int n = plan.size, r = plan.rank;
   const size_t block = count * dtype_size(type);
   if (block == 0) return op;

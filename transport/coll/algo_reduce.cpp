@@ -11,6 +11,14 @@
 
 namespace cohort::transport::coll {
 
+std::string op_name(const char* what, size_t count, DataType type) {
+  return str_cat(what, "(", dtype_name(type), " x ", count, ")");
+}
+
+std::string op_name(const char* what, size_t count, DataType type, ReduceOp op) {
+  return str_cat(what, "(", dtype_name(type), " x ", count, ", ", reduce_op_name(op), ")");
+}
+
 size_t chunk_count(const Plan& plan, size_t bytes) {
   size_t unit = std::max<size_t>(plan.chunk_bytes, 1);
   size_t chunks = (bytes + unit - 1) / unit;
@@ -118,7 +126,7 @@ std::unique_ptr<Op> build_all_reduce(const Plan& plan, const void* in, void* out
   COHORT_CHECK(plan.size <= static_cast<int>(ucx::kMaxSteps / 2), Status::kUnsupported,
                "all_reduce: at most ", ucx::kMaxSteps / 2, " ranks");
   auto op = std::make_unique<Op>();
-  op->name = str_cat("all_reduce(", dtype_name(type), " x ", count, ", ", reduce_op_name(rop), ")");
+  op->name = op_name("all_reduce", count, type, rop);
   op->window = plan.window;
   const size_t bytes = count * dtype_size(type);
   if (in != out && bytes) op->start = [=] { std::memcpy(out, in, bytes); };
@@ -136,7 +144,7 @@ std::unique_ptr<Op> build_reduce_scatter(const Plan& plan, const void* in, void*
   COHORT_CHECK(plan.size <= static_cast<int>(ucx::kMaxSteps), Status::kUnsupported,
                "reduce_scatter: at most ", ucx::kMaxSteps, " ranks");
   auto op = std::make_unique<Op>();
-  op->name = str_cat("reduce_scatter(", dtype_name(type), " x ", count, ", ", reduce_op_name(rop), ")");
+  op->name = op_name("reduce_scatter", count, type, rop);
   op->window = plan.window;
   const size_t n = static_cast<size_t>(plan.size), r = static_cast<size_t>(plan.rank);
   const size_t es = dtype_size(type);

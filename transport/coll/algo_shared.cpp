@@ -105,7 +105,7 @@ Stage reduce_stage(const SharedWindow* w, uint64_t seq, size_t slot, size_t at, 
 std::unique_ptr<Op> build_shared_all_reduce(const SharedWindow& window, uint64_t first_seq,
                                             const void* in, void* out, size_t count,
                                             DataType type, ReduceOp rop) {
-  auto op = shared_op(str_cat("all_reduce(", dtype_name(type), " x ", count, ", ", reduce_op_name(rop), ")"), window);
+  auto op = shared_op(op_name("all_reduce", count, type, rop), window);
   const size_t n = static_cast<size_t>(window.size()), r = static_cast<size_t>(window.rank());
   const size_t es = dtype_size(type);
   const bool stream = count * es >= kStreamBytes && in != out;
@@ -145,7 +145,7 @@ std::unique_ptr<Op> build_shared_all_reduce(const SharedWindow& window, uint64_t
 std::unique_ptr<Op> build_shared_reduce_scatter(const SharedWindow& window, uint64_t first_seq,
                                                 const void* in, void* out, size_t count,
                                                 DataType type, ReduceOp rop) {
-  auto op = shared_op(str_cat("reduce_scatter(", dtype_name(type), " x ", count, ", ", reduce_op_name(rop), ")"), window);
+  auto op = shared_op(op_name("reduce_scatter", count, type, rop), window);
   const int n = window.size(), r = window.rank();
   const size_t es = dtype_size(type);
   // In place (out is this rank's block of in) the output lines were just read: no streaming.
@@ -173,7 +173,7 @@ std::unique_ptr<Op> build_shared_reduce_scatter(const SharedWindow& window, uint
 std::unique_ptr<Op> build_shared_all_gather(const SharedWindow& window, uint64_t first_seq,
                                             const void* in, void* out, size_t count,
                                             DataType type) {
-  auto op = shared_op(str_cat("all_gather(", dtype_name(type), " x ", count, ")"), window);
+  auto op = shared_op(op_name("all_gather", count, type), window);
   const int n = window.size(), r = window.rank();
   const size_t es = dtype_size(type);
   const bool stream = count * es * static_cast<size_t>(n) >= kStreamBytes;

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "transport/coll/schedule.h"
 #include "transport/coll/types.h"
@@ -21,6 +22,11 @@ struct Plan {
   size_t window = 4;             // chunks in flight per operation
   size_t small_bytes = 128 << 10;  // at or below: latency-optimal algorithms
 };
+
+// The names operations carry into their Works and errors: "all_gather(f32 x 10)",
+// "all_reduce(f32 x 1000, sum)".
+std::string op_name(const char* what, size_t count, DataType type);
+std::string op_name(const char* what, size_t count, DataType type, ReduceOp op);
 
 // Near-equal partition of `total` items into `parts`: the first total % parts get one more.
 inline size_t part_count(size_t total, size_t parts, size_t i) {

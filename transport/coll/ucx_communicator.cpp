@@ -76,55 +76,65 @@ Plan UcxCommunicator::plan() const {
 }
 
 WorkPtr UcxCommunicator::submit_collective(
-    std::unique_ptr<Op> messages, SharedPattern pattern, size_t count, DataType type,
+    std::string name, SharedPattern pattern, size_t count, DataType type,
+    std::function<std::unique_ptr<Op>()> messages,
     std::function<std::unique_ptr<Op>(const SharedWindow&, uint64_t first)> through_window) {
   const int n = size();
   if (count == 0 || n < 2 || n > kMaxSharedRanks)
-    return executor_->submit(std::move(messages), Executor::Order::kCollective);
+    return executor_->submit(messages(), Executor::Order::kCollective);
   // The first such collective sets the shared window up (steps issued before it). Which
   // algorithm runs is decided when the operation starts, on the progress thread, once that is
-  // settled the same way on every rank.
+  // settled the same way on every rank; only that schedule is built (with its scratch buffers).
   if (!window_) issue_shared_window_setup();
-  Op* self = messages.get();
-  std::function<void()> messages_start = std::move(messages->start);
+  auto op = std::make_unique<Op>();
+  op->name = std::move(name);
+  Op* self = op.get();
   SharedWindow* window = window_.get();
-  messages->start = [=] {
-    if (!window->ready()) {
-      if (messages_start) messages_start();
-      return;
-    }
-    uint64_t first = window->take(shared_chunk_count(*window, count, type, pattern));
-    std::unique_ptr<Op> shared = through_window(*window, first);
-    self->chains = std::move(shared->chains);
-    self->window = shared->window;
-    self->memory = true;
-    self->scratch.clear();
+  op->start = [=] {
+    std::unique_ptr<Op> built =
+        window->ready()
+            ? through_window(*window, window->take(shared_chunk_count(*window, count, type, pattern)))
+            : messages();
+    self->chains = std::move(built->chains);
+    self->scratch = std::move(built->scratch);
+    self->window = built->window;
+    self->memory = built->memory;
+    self->finish = std::move(built->finish);
+    if (built->start) built->start();
   };
-  return executor_->submit(std::move(messages), Executor::Order::kCollective);
+  return executor_->submit(std::move(op), Executor::Order::kCollective);
 }
 
 WorkPtr UcxCommunicator::start_all_reduce(const void* in, void* out, size_t count, DataType type,
                                  ReduceOp op) {
-  return submit_collective(build_all_reduce(plan(), in, out, count, type, op), SharedPattern::kAllReduce,
-                           count, type, [=](const SharedWindow& w, uint64_t first) {
-                             return build_shared_all_reduce(w, first, in, out, count, type, op);
-                           });
+  Plan p = plan();
+  return submit_collective(
+      op_name("all_reduce", count, type, op), SharedPattern::kAllReduce, count, type,
+      [=] { return build_all_reduce(p, in, out, count, type, op); },
+      [=](const SharedWindow& w, uint64_t first) {
+        return build_shared_all_reduce(w, first, in, out, count, type, op);
+      });
 }
 
 WorkPtr UcxCommunicator::start_reduce_scatter(const void* in, void* out, size_t count, DataType type,
                                      ReduceOp op) {
-  return submit_collective(build_reduce_scatter(plan(), in, out, count, type, op),
-                           SharedPattern::kReduceScatter, count, type,
-                           [=](const SharedWindow& w, uint64_t first) {
-                             return build_shared_reduce_scatter(w, first, in, out, count, type, op);
-                           });
+  Plan p = plan();
+  return submit_collective(
+      op_name("reduce_scatter", count, type, op), SharedPattern::kReduceScatter, count, type,
+      [=] { return build_reduce_scatter(p, in, out, count, type, op); },
+      [=](const SharedWindow& w, uint64_t first) {
+        return build_shared_reduce_scatter(w, first, in, out, count, type, op);
+      });
 }
 
 WorkPtr UcxCommunicator::start_all_gather(const void* in, void* out, size_t count, DataType type) {
-  return submit_collective(build_all_gather(plan(), in, out, count, type), SharedPattern::kAllGather,
-                           count, type, [=](const SharedWindow& w, uint64_t first) {
-                             return build_shared_all_gather(w, first, in, out, count, type);
-                           });
+  Plan p = plan();
+  return submit_collective(
+      op_name("all_gather", count, type), SharedPattern::kAllGather, count, type,
+      [=] { return build_all_gather(p, in, out, count, type); },
+      [=](const SharedWindow& w, uint64_t first) {
+        return build_shared_all_gather(w, first, in, out, count, type);
+      });
 }
 
 WorkPtr UcxCommunicator::start_broadcast(void* buf, size_t count, DataType type, int root) {
@@ -214,10 +224,9 @@ void UcxCommunicator::issue_shared_window_setup() {
   setup->keys.assign(SharedWindow::kKeyBytes * static_cast<size_t>(n), 0);
   setup->verdicts.assign(static_cast<size_t>(n), 0);
   ucx::Engine* engine = engine_.get();
-  SharedWindow* window = window_.get();
+  std::shared_ptr<SharedWindow> window = window_;
   const std::vector<int>* members = &members_;
   Executor* executor = executor_.get();
-  std::shared_ptr<SharedWindow> shared = window_;
   auto submit = [&](std::unique_ptr<Op> op) {
     // Every step holds the shared state: a failed exchange may still be receiving into it.
     op->finish = [setup, finish = std::move(op->finish)] {
@@ -226,7 +235,7 @@ void UcxCommunicator::issue_shared_window_setup() {
     executor_->submit(std::move(op), Executor::Order::kCollective);
   };
   submit(local_step("shared window: map", [=] {
-    executor->set_window(shared);  // from here on the executor releases the regions
+    executor->set_window(window);  // from here on the executor releases the regions
     if (setup->ok) setup->ok = window->map(*engine, setup->mine.data(), &setup->why);
   }));
   submit(build_all_gather(plan(), setup->mine.data(), setup->keys.data(), SharedWindow::kKeyBytes,

@@ -67,10 +67,11 @@ class UcxCommunicator final : public Communicator {
   // this host, exchange keys, map the peers' regions, and agree; if any rank fails to, every
   // rank keeps to messages (the reason is logged at debug level).
   void issue_shared_window_setup();
-  // Submits a collective that runs as `messages` unless the shared window is ready when it
-  // starts, then as through_window(window, its first sequence number).
+  // Submits a collective named `name` that runs the schedule messages() builds, or, when the
+  // shared window is ready as it starts, through_window(window, its first sequence number).
   WorkPtr submit_collective(
-      std::unique_ptr<Op> messages, SharedPattern pattern, size_t count, DataType type,
+      std::string name, SharedPattern pattern, size_t count, DataType type,
+      std::function<std::unique_ptr<Op>()> messages,
       std::function<std::unique_ptr<Op>(const SharedWindow&, uint64_t first)> through_window);
 
   std::shared_ptr<ucx::Engine> engine_;
