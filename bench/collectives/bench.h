@@ -26,6 +26,7 @@ struct BenchOptions {
   size_t chunk_bytes = 0;  // CommOptions::chunk_bytes (0: picked from the host)
   size_t window = 4;             // CommOptions::window
   bool shared_memory = true;     // CommOptions::shared_memory (--messages turns it off)
+  bool registered = true;        // also time collectives on Communicator::allocate memory
   size_t slot_bytes = 0;         // CommOptions::shared_slot_bytes (0: default)
   size_t slots = 0;              // CommOptions::shared_slots (0: default)
   long memory_spin_us = -1;      // EngineOptions::memory_spin (-1: default)  // let shared memory use cma (faster, but a dead peer is fatal in UCX 1.13)

@@ -7,8 +7,10 @@
 //   bench_collectives [--quick] [--ranks 2,4] [--transports shm,tcp] [--cma] [--sizes B,..]
 //                     [--chunk BYTES] [--window N] [--no-anchors] [--busy-poll] [--spin-us N]
 //                     [--nap-us N] [--messages] [--slot-bytes B] [--slots N]
-//                     [--memory-spin-us N]
+//                     [--memory-spin-us N] [--no-registered]
 // --messages keeps every collective on messages (no shared window between local ranks).
+// Rows "op+reg" run the same collectives on memory from Communicator::allocate (the window
+// reads and writes it in place, like NCCL's registered buffers); --no-registered skips them.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -78,19 +80,33 @@ void rank_main(int rank, int world, int port, const std::string& transport,
   std::vector<float> in(max_bytes / 4 + world), res(max_bytes / 4 + world);
   std::fill(in.begin(), in.end(), 1.0f);
   const int repeats = o.quick ? 3 : 5;
-  for (const char* op : kOps) {
-    for (size_t bytes : o.sizes) {
-      size_t count = std::max<size_t>(bytes / 4 / world, 1) * world;  // whole buffer, elements
-      std::string name = op;
-      auto run = [&]() -> WorkPtr {
-        if (name == "all_reduce") return comm->all_reduce(in.data(), count, DataType::kF32, ReduceOp::kSum);
-        if (name == "reduce_scatter")
-          return comm->reduce_scatter(in.data(), res.data(), count / world, DataType::kF32, ReduceOp::kSum);
-        return comm->all_gather(in.data(), res.data(), count / world, DataType::kF32);
-      };
-      double t = time_op(*comm, run, iterations(bytes, o.quick), repeats);
-      if (rank == 0) std::fprintf(out, "COHORT %s %d %zu %.9f\n", op, world, bytes, t);
+  // Caller buffers, then (where the ranks share a window) the same buffers taken from
+  // Communicator::allocate, which the window reads and writes in place: rows "op+reg".
+  auto run_ops = [&](float* a, float* b, const char* suffix) {
+    for (const char* op : kOps) {
+      for (size_t bytes : o.sizes) {
+        size_t count = std::max<size_t>(bytes / 4 / world, 1) * world;  // whole buffer, elements
+        std::string name = op;
+        auto run = [&]() -> WorkPtr {
+          if (name == "all_reduce") return comm->all_reduce(a, count, DataType::kF32, ReduceOp::kSum);
+          if (name == "reduce_scatter")
+            return comm->reduce_scatter(a, b, count / world, DataType::kF32, ReduceOp::kSum);
+          return comm->all_gather(a, b, count / world, DataType::kF32);
+        };
+        double t = time_op(*comm, run, iterations(bytes, o.quick), repeats);
+        if (rank == 0) std::fprintf(out, "COHORT %s%s %d %zu %.9f\n", op, suffix, world, bytes, t);
+      }
     }
+  };
+  run_ops(in.data(), res.data(), "");
+  if (comm->uses_shared_memory() && o.registered) {
+    const size_t bytes = in.size() * sizeof(float);
+    auto* a = static_cast<float*>(comm->allocate(bytes));
+    auto* b = static_cast<float*>(comm->allocate(bytes));
+    std::fill(a, a + in.size(), 1.0f);
+    run_ops(a, b, "+reg");
+    comm->deallocate(b);
+    comm->deallocate(a);
   }
   auto lat = [&] { return comm->all_reduce(in.data(), 2, DataType::kF32, ReduceOp::kSum); };
   double t = time_op(*comm, lat, 300, repeats);
@@ -137,26 +153,30 @@ std::string human(size_t bytes) {
   return std::to_string(bytes) + " B";
 }
 
+// "all_reduce+reg" is all_reduce on registered memory: same formula, compared with gloo's
+// all_reduce.
+std::string base_op(const std::string& op) { return op.substr(0, op.find('+')); }
+
 double bus_factor(const std::string& op, int n) {
-  return op == "all_reduce" ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
+  return base_op(op) == "all_reduce" ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
 }
 
 void report(const std::string& transport, const std::string& tls, int world,
             const Timings& ours, const Timings& gloo, double perftest) {
   std::printf("\n== %s (UCX_TLS=%s), %d ranks; ucx_perftest tag_bw limit %.2f GB/s ==\n",
               transport.c_str(), tls.c_str(), world, perftest);
-  std::printf("%-15s %9s %13s %12s %9s %11s\n", "op", "size", "cohort GB/s", "gloo GB/s",
+  std::printf("%-17s %9s %13s %12s %9s %11s\n", "op", "size", "cohort GB/s", "gloo GB/s",
               "x gloo", "% perftest");
   for (auto& [key, seconds] : ours) {
     auto& [op, n, bytes] = key;
     if (n != world || op == "lat8") continue;
     double bus = static_cast<double>(bytes) / seconds * bus_factor(op, n) / 1e9;
-    auto g = gloo.find(key);
+    auto g = gloo.find({base_op(op), n, bytes});
     double gbus = g != gloo.end() && g->second > 0
                       ? static_cast<double>(bytes) / g->second * bus_factor(op, n) / 1e9 : 0;
     char ratio[32] = "n/a";
     if (gbus > 0) std::snprintf(ratio, sizeof(ratio), "%.2f", bus / gbus);
-    std::printf("%-15s %9s %13.3f %12.3f %9s %10.0f%%\n", op.c_str(), human(bytes).c_str(), bus,
+    std::printf("%-17s %9s %13.3f %12.3f %9s %10.0f%%\n", op.c_str(), human(bytes).c_str(), bus,
                 gbus, ratio, perftest > 0 ? 100 * bus / perftest : 0.0);
   }
   auto lat = ours.find({"lat8", world, 8});
@@ -200,6 +220,7 @@ BenchOptions parse(int argc, char** argv) {
     if (a == "--chunk" && i + 1 < argc) o.chunk_bytes = std::stoul(argv[++i]);
     if (a == "--window" && i + 1 < argc) o.window = std::stoul(argv[++i]);
     if (a == "--messages") o.shared_memory = false;
+    if (a == "--no-registered") o.registered = false;
     if (a == "--slot-bytes" && i + 1 < argc) o.slot_bytes = std::stoul(argv[++i]);
     if (a == "--slots" && i + 1 < argc) o.slots = std::stoul(argv[++i]);
     if (a == "--memory-spin-us" && i + 1 < argc) o.memory_spin_us = std::stol(argv[++i]);

@@ -472,6 +472,9 @@ COHORT_STATS(cohort_parallel_stats)
 %ignore COHORT_VERSION_MINOR;
 %ignore COHORT_VERSION_PATCH;
 %ignore cohort_tensor_ref;
+/* Registered memory would need a direct ByteBuffer with a cleaner: not bound yet. */
+%ignore cohort_comm_mem_alloc;
+%ignore cohort_comm_mem_free;
 %ignore cohort_set_log_callback;
 %ignore cohort_graph_create_mlp;
 %ignore cohort_graph_create_cnn;

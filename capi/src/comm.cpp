@@ -140,6 +140,23 @@ COHORT_API cohort_status cohort_comm_abort(cohort_comm* comm) {
   return guard("cohort_comm_abort", [&] { comm_of(comm).abort("cohort_comm_abort() called"); });
 }
 
+COHORT_API cohort_status cohort_comm_mem_alloc(cohort_comm* comm, size_t bytes, void** ptr_out) {
+  return guard("cohort_comm_mem_alloc", [&] {
+    coll::Communicator& c = comm_of(comm);
+    check_not_null(ptr_out, "ptr_out");
+    *ptr_out = nullptr;
+    *ptr_out = c.allocate(bytes);
+  });
+}
+
+COHORT_API cohort_status cohort_comm_mem_free(cohort_comm* comm, void* ptr) {
+  return guard("cohort_comm_mem_free", [&] {
+    coll::Communicator& c = comm_of(comm);
+    check_not_null(ptr, "ptr");
+    c.deallocate(ptr);
+  });
+}
+
 COHORT_API cohort_status cohort_comm_all_reduce(cohort_comm* comm, const void* in, void* out, size_t count,
                                                 cohort_dtype dtype, cohort_reduce_op op, cohort_work** work_out) {
   return collective("cohort_comm_all_reduce", comm, work_out,

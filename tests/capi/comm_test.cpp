@@ -4,6 +4,7 @@
 
 #include <cohort/cohort.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "tests/support/capi_expect.h"
@@ -46,6 +47,13 @@ TEST_F(CapiComm, WorldOfOneCollectives) {
   ASSERT_EQ(cohort_comm_split(comm_, 0, 0, &sub), COHORT_OK);
   ASSERT_NE(sub, nullptr);
   EXPECT_EQ(cohort_comm_destroy(sub), COHORT_OK);
+  float* m = nullptr;
+  ASSERT_EQ(cohort_comm_mem_alloc(comm_, 3 * sizeof(float), reinterpret_cast<void**>(&m)), COHORT_OK)
+      << cohort_last_error();
+  std::copy(in, in + 3, m);
+  ASSERT_EQ(cohort_comm_all_reduce(comm_, m, m, 3, COHORT_F32, COHORT_REDUCE_SUM, nullptr), COHORT_OK);
+  EXPECT_EQ(m[2], 3.0f);
+  EXPECT_EQ(cohort_comm_mem_free(comm_, m), COHORT_OK);
   int32_t failed = 7;
   EXPECT_EQ(cohort_comm_status(comm_, &failed), COHORT_OK);
   EXPECT_EQ(failed, -1);
@@ -64,6 +72,12 @@ TEST_F(CapiComm, ErrorPaths) {
   EXPECT_STATUS(cohort_comm_all_reduce(comm_, nullptr, buf, 4, COHORT_F32, COHORT_REDUCE_SUM, nullptr),
                 COHORT_ERR_INVALID_ARGUMENT, "all_reduce: null buffer for 4 elements");
   EXPECT_STATUS(cohort_comm_split(comm_, 0, 0, nullptr), COHORT_ERR_INVALID_ARGUMENT, "comm_out is NULL");
+  void* mem = nullptr;
+  EXPECT_STATUS(cohort_comm_mem_alloc(nullptr, 64, &mem), COHORT_ERR_INVALID_HANDLE, "comm is NULL");
+  EXPECT_STATUS(cohort_comm_mem_alloc(comm_, 64, nullptr), COHORT_ERR_INVALID_ARGUMENT, "ptr_out is NULL");
+  EXPECT_STATUS(cohort_comm_mem_alloc(comm_, 0, &mem), COHORT_ERR_INVALID_ARGUMENT, "allocate: 0 bytes");
+  EXPECT_STATUS(cohort_comm_mem_free(comm_, buf), COHORT_ERR_INVALID_ARGUMENT, "not returned by allocate()");
+  EXPECT_STATUS(cohort_comm_mem_free(comm_, nullptr), COHORT_ERR_INVALID_ARGUMENT, "ptr is NULL");
   EXPECT_STATUS(cohort_work_wait(nullptr, 0), COHORT_ERR_INVALID_HANDLE, "cohort_work_wait: work is NULL");
   EXPECT_STATUS(cohort_work_test(nullptr, nullptr), COHORT_ERR_INVALID_HANDLE, "work is NULL");
   cohort_work* w = nullptr;

@@ -49,6 +49,14 @@ static void check_collectives(cohort_comm* comm, int rank, int size) {
   CHECK(cohort_comm_reduce_scatter(comm, c, b, kCount, COHORT_F32, COHORT_REDUCE_MAX, NULL));
   EXPECT(b[3] == (float)(size - 1 + rank * kCount + 3));
 
+  /* In memory from cohort_comm_mem_alloc, which every rank maps where they share a host. */
+  float* m = NULL;
+  CHECK(cohort_comm_mem_alloc(comm, sizeof(float) * kCount, (void**)&m));
+  for (int i = 0; i < kCount; ++i) m[i] = a[i];
+  CHECK(cohort_comm_all_reduce(comm, m, m, kCount, COHORT_F32, COHORT_REDUCE_SUM, NULL));
+  for (int i = 0; i < kCount; ++i) EXPECT(m[i] == ranks_sum * (float)(i % 7));
+  CHECK(cohort_comm_mem_free(comm, m));
+
   int32_t token = rank == 0 ? 4242 : 0;
   CHECK(cohort_comm_broadcast(comm, &token, 1, COHORT_I32, 0, NULL));
   EXPECT(token == 4242);

@@ -46,6 +46,16 @@ int smoke(UcxCommunicator& c) {
     for (int r = 0; r < n; ++r) want += static_cast<float>((i + r) % 11);
     if (v[i] != want) return std::printf("RESULT bad all_reduce element %zu\n", i), 1;
   }
+  // The same in memory from allocate(), which the peers' processes map and read in place.
+  auto* reg = static_cast<float*>(c.allocate(v.size() * sizeof(float)));
+  for (size_t i = 0; i < v.size(); ++i) reg[i] = static_cast<float>((i + c.rank()) % 11);
+  c.all_reduce(reg, v.size(), DataType::kF32, ReduceOp::kSum)->wait(Ms(30000));
+  for (size_t i = 0; i < v.size(); ++i)
+    if (reg[i] != v[i]) return std::printf("RESULT bad all_reduce element %zu in allocated memory\n", i), 1;
+  if ((c.registered_chunks() > 0) != shared_expected)
+    return std::printf("RESULT %llu chunks in place over UCX_TLS=%s\n",
+                       static_cast<unsigned long long>(c.registered_chunks()), c.engine()->tls().c_str()), 1;
+  c.deallocate(reg);
   std::vector<int64_t> all(n);
   int64_t mine = c.rank() * 10;
   c.all_gather(&mine, all.data(), 1, DataType::kI64)->wait(Ms(30000));

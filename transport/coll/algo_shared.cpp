@@ -1,16 +1,20 @@
 // Collectives through a SharedWindow (ranks of one host): no messages, every chunk passes
 // through shared memory once. All-reduce of chunk s, on rank r of n, in three stages:
 //   fill    once every rank has read slot s % slots for chunk s - slots: copy the input chunk
-//           into this rank's slot; filled = s + 1.
+//           into this rank's slot and publish where input and result are; filled = s + 1.
 //   reduce  once every rank has filled: part r of the chunk (parts as part_count) is reduced
-//           over all n slots in rank order into this rank's slot and copied to the output;
-//           reduced = s + 1.
-//   gather  once every rank has reduced: copy part j from rank j's slot to the output for every
-//           j != r; read = s + 1.
+//           over all n inputs in rank order into this rank's result; reduced = s + 1.
+//   gather  once every rank has reduced: copy part j from rank j's result to the output for
+//           every j != r; read = s + 1.
 // Each part is reduced by one rank only, so every rank ends with the same bits. Chunks are
 // independent chains, up to `slots` in flight, so filling chunk s+1 overlaps reducing chunk s.
 // Memory traffic per rank: the input read once, the output written once, and the slots, which
 // stay in cache. A stage waits by gate: the executor polls it and names the rank it waits for.
+//
+// Registered memory (SharedWindow::locate): an input that lies in it is not copied (peers read
+// it where it is), and a result is reduced straight into an output that lies in it (peers
+// gather from there). A rank whose peers read its buffers finishes a chunk only once every
+// peer has marked it read, so that the caller may reuse them when the Work completes.
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -68,33 +72,52 @@ void add_chunks(Op& op, const SharedWindow& w, SharedPattern pattern, DataType t
 }
 
 // The first stage of every chunk: once every rank has read slot `slot` for the chunk that used
-// it last (seq - slots), copy this chunk's input in (`copy`) and mark the slot filled.
-Stage fill_stage(const SharedWindow* w, uint64_t seq, size_t slot, std::function<void()> copy) {
+// it last (seq - slots), copy this chunk's input in (`copy`, unless it is registered), publish
+// where the input and the result are, and mark the slot filled.
+Stage fill_stage(const SharedWindow* w, uint64_t seq, size_t slot, SharedWindow::Place input,
+                 SharedWindow::Place result, std::function<void()> copy) {
   Stage fill;
   if (seq >= w->slots()) {
     fill.gate = [=] { return first_behind(*w, slot, SharedWindow::kRead, seq + 1 - w->slots(), -1); };
   }
   fill.after = [=, copy = std::move(copy)] {
-    copy();
+    if (input.in_slot()) copy();
+    w->publish(slot, input, result);
     w->counter(w->rank(), slot, SharedWindow::kFilled).store(seq + 1, std::memory_order_release);
   };
   return fill;
 }
 
-// Once every rank has filled: `elements` at byte `at` of every rank's slot reduced in rank order
-// into this rank's slot and copied to `dst`; then `done` = seq + 1.
+// The last stage of a chunk whose registered buffers peers read: once every peer has marked
+// the chunk read.
+Stage release_stage(const SharedWindow* w, uint64_t seq, size_t slot) {
+  Stage release;
+  release.gate = [=] { return first_behind(*w, slot, SharedWindow::kRead, seq + 1, w->rank()); };
+  return release;
+}
+
+// Once every rank has filled: `elements` of every rank's input reduced in rank order into this
+// rank's slot (where its own elements are) and copied to `dst`, or straight into `dst`
+// (`into_dst`); then `done` = seq + 1. Rank j's elements are at byte
+// at + block * stride(j) of its input, stride(j) being `slot_stride` for an input in its slot
+// and `stride` for a registered one (reduce-scatter's blocks; 0 for all-reduce).
 Stage reduce_stage(const SharedWindow* w, uint64_t seq, size_t slot, size_t at, size_t elements,
                    DataType type, ReduceOp rop, uint8_t* dst, bool stream,
-                   SharedWindow::Counter done) {
+                   SharedWindow::Counter done, bool into_dst = false, size_t block = 0,
+                   size_t slot_stride = 0, size_t stride = 0) {
   Stage reduce;
   const int r = w->rank();
   reduce.gate = [=] { return first_behind(*w, slot, SharedWindow::kFilled, seq + 1, r); };
   reduce.after = [=] {
+    const size_t bytes = elements * dtype_size(type);
     const void* srcs[kMaxSharedRanks];
-    for (int j = 0; j < w->size(); ++j) srcs[j] = w->data(j, slot) + at;
-    uint8_t* mine = w->data(r, slot) + at;
-    reduce_many(mine, srcs, w->size(), elements, type, rop);
-    stream_copy(dst, mine, elements * dtype_size(type), stream);
+    for (int j = 0; j < w->size(); ++j) {
+      const size_t from = at + block * (w->input_in_slot(j, slot) ? slot_stride : stride);
+      srcs[j] = w->input(j, slot, from + bytes) + from;
+    }
+    uint8_t* into = into_dst ? dst : w->data(r, slot) + at + block * slot_stride;
+    reduce_many(into, srcs, w->size(), elements, type, rop);
+    if (!into_dst) stream_copy(dst, into, bytes, stream);
     w->counter(r, slot, done).store(seq + 1, std::memory_order_release);
   };
   return reduce;
@@ -115,21 +138,29 @@ std::unique_ptr<Op> build_shared_all_reduce(const SharedWindow& window, uint64_t
     const uint8_t* src = static_cast<const uint8_t*>(in) + off * es;
     uint8_t* dst = static_cast<uint8_t*>(out) + off * es;
     const size_t at = part_offset(len, n, r) * es;
+    const SharedWindow::Place input = w->locate(src, len * es), result = w->locate(dst, len * es);
+    // In place with a registered input, no fill copy brought the output's lines into cache.
+    const bool gather_stream = stream || (!input.in_slot() && outgrows_cache(n * count * es));
     Chain chain;
-    chain.stages.push_back(fill_stage(w, seq, slot, [=] { std::memcpy(w->data(w->rank(), slot), src, len * es); }));
+    chain.stages.push_back(fill_stage(w, seq, slot, input, result,
+                                      [=] { std::memcpy(w->data(w->rank(), slot), src, len * es); }));
     chain.stages.push_back(reduce_stage(w, seq, slot, at, part_count(len, n, r), type, rop, dst + at,
-                                        stream, SharedWindow::kReduced));
+                                        stream, SharedWindow::kReduced, !result.in_slot()));
     Stage gather;
     gather.gate = [=] { return first_behind(*w, slot, SharedWindow::kReduced, seq + 1, static_cast<int>(r)); };
     gather.after = [=] {
       for (size_t k = 1; k < n; ++k) {
-        const size_t j = (r + k) % n;
-        const size_t po = part_offset(len, n, j) * es;
-        stream_copy(dst + po, w->data(static_cast<int>(j), slot) + po, part_count(len, n, j) * es, stream);
+        const int j = static_cast<int>((r + k) % n);
+        const size_t po = part_offset(len, n, static_cast<size_t>(j)) * es;
+        const size_t bytes = part_count(len, n, static_cast<size_t>(j)) * es;
+        stream_copy(dst + po, w->result(j, slot, po + bytes) + po, bytes, gather_stream);
       }
       w->counter(static_cast<int>(r), slot, SharedWindow::kRead).store(seq + 1, std::memory_order_release);
     };
     chain.stages.push_back(std::move(gather));
+    // Peers read this rank's input before they mark it reduced (which gather waited for), its
+    // registered result while they gather.
+    if (!result.in_slot()) chain.stages.push_back(release_stage(w, seq, slot));
     return chain;
   });
   return op;
@@ -153,18 +184,24 @@ std::unique_ptr<Op> build_shared_reduce_scatter(const SharedWindow& window, uint
                         static_cast<const uint8_t*>(in) + static_cast<size_t>(r) * count * es;
   const bool stream = count * es >= kStreamBytes && !in_place;
   const SharedWindow* w = &window;
+  // A registered input is read where it is: chunk s of block j at (j * count + off) elements.
+  const SharedWindow::Place whole = w->locate(in, static_cast<size_t>(n) * count * es);
   add_chunks(*op, window, SharedPattern::kReduceScatter, type, first_seq, count,
              [&](uint64_t seq, size_t slot, size_t off, size_t len) {
     const uint8_t* src = static_cast<const uint8_t*>(in);
+    SharedWindow::Place input = whole;
+    if (!input.in_slot()) input.offset += off * es;
     Chain chain;
-    chain.stages.push_back(fill_stage(w, seq, slot, [=] {
+    chain.stages.push_back(fill_stage(w, seq, slot, input, SharedWindow::Place{}, [=] {
       for (int j = 0; j < n; ++j)
         std::memcpy(w->data(r, slot) + static_cast<size_t>(j) * len * es,
                     src + (static_cast<size_t>(j) * count + off) * es, len * es);
     }));
-    chain.stages.push_back(reduce_stage(w, seq, slot, static_cast<size_t>(r) * len * es, len, type, rop,
+    chain.stages.push_back(reduce_stage(w, seq, slot, 0, len, type, rop,
                                         static_cast<uint8_t*>(out) + off * es, stream,
-                                        SharedWindow::kRead));
+                                        SharedWindow::kRead, !stream, static_cast<size_t>(r),
+                                        len * es, count * es));
+    if (!input.in_slot()) chain.stages.push_back(release_stage(w, seq, slot));
     return chain;
   });
   return op;
@@ -182,20 +219,23 @@ std::unique_ptr<Op> build_shared_all_gather(const SharedWindow& window, uint64_t
              [&](uint64_t seq, size_t slot, size_t off, size_t len) {
     const uint8_t* src = static_cast<const uint8_t*>(in) + off * es;
     uint8_t* base = static_cast<uint8_t*>(out);
+    const SharedWindow::Place input = w->locate(src, len * es);
     Chain chain;
-    chain.stages.push_back(fill_stage(w, seq, slot, [=] { std::memcpy(w->data(r, slot), src, len * es); }));
+    chain.stages.push_back(fill_stage(w, seq, slot, input, SharedWindow::Place{},
+                                      [=] { std::memcpy(w->data(r, slot), src, len * es); }));
     Stage gather;
     gather.gate = [=] { return first_behind(*w, slot, SharedWindow::kFilled, seq + 1, r); };
     gather.after = [=] {
       for (int k = 0; k < n; ++k) {
         const int j = (r + k) % n;
         uint8_t* to = base + (static_cast<size_t>(j) * count + off) * es;
-        const uint8_t* from = j == r ? src : w->data(j, slot);
+        const uint8_t* from = j == r ? src : w->input(j, slot, len * es);
         if (to != from) stream_copy(to, from, len * es, stream);
       }
       w->counter(r, slot, SharedWindow::kRead).store(seq + 1, std::memory_order_release);
     };
     chain.stages.push_back(std::move(gather));
+    if (!input.in_slot()) chain.stages.push_back(release_stage(w, seq, slot));
     return chain;
   });
   return op;

@@ -85,6 +85,16 @@ WorkPtr Communicator::recv(void* buf, size_t count, DataType type, int peer) {
   return start_recv(buf, count, type, peer);
 }
 
+void* Communicator::allocate(size_t) {
+  throw Error(Status::kUnsupported, str_cat("allocate: ", backend_name(backend()),
+                                            " communicators do not allocate memory"));
+}
+
+void Communicator::deallocate(void*) {
+  throw Error(Status::kUnsupported, str_cat("deallocate: ", backend_name(backend()),
+                                            " communicators do not allocate memory"));
+}
+
 void Communicator::set_timeout(std::chrono::milliseconds timeout) {
   COHORT_CHECK(timeout.count() > 0, Status::kInvalidArgument, "set_timeout: must be positive");
   apply_timeout(timeout);

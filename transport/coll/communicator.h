@@ -86,6 +86,19 @@ class Communicator {
   WorkPtr send(const void* buf, size_t count, DataType type, int peer);
   WorkPtr recv(void* buf, size_t count, DataType type, int peer);
 
+  // Memory for this communicator's buffers, like NCCL's registered buffers. Collective: every
+  // rank calls it with the same size, in the same order among its other operations. Where a
+  // communicator's ranks share a host and map each other's memory (UCX over shared memory), a
+  // collective reads and writes buffers inside it in place instead of copying them through its
+  // shared window; elsewhere it is ordinary memory, so callers need not know. 64-byte aligned,
+  // valid until deallocate() or until the communicator is destroyed. Throws cohort::Error
+  // (kOutOfMemory; kUnsupported for backends without it).
+  virtual void* allocate(size_t bytes);
+  // Gives memory from allocate() back once the operations issued before have finished; in the
+  // same order on every rank (a peer's collective must not use memory this rank has freed).
+  // Throws kInvalidArgument for a pointer allocate() did not return.
+  virtual void deallocate(void* p);
+
   // Collective over this communicator: ranks with equal color form a new communicator (same
   // backend) ordered by (key, rank). color < 0 takes part but gets nullptr.
   virtual std::shared_ptr<Communicator> split(int color, int key, const std::string& name = "") = 0;

@@ -34,7 +34,7 @@ std::shared_ptr<Work> Executor::submit(std::unique_ptr<Op> op, Order order, int 
     if (order == Order::kCollective) op->seq = next_seq_++;
     if (order == Order::kSend) op->seq = send_seq_[peer]++;
     if (order == Order::kRecv) op->seq = recv_seq_[peer]++;
-    op->p2p = order != Order::kCollective;
+    op->p2p = order == Order::kSend || order == Order::kRecv;
     queue_.push_back(std::move(op));
   }
   engine_->wake();
@@ -148,8 +148,14 @@ void Executor::retire(size_t index) {
 ucx::PollResult Executor::poll(Clock::time_point now) {
   progressed_ = false;
   if (report_abort_.exchange(false)) {
-    engine_->report_failure(comm_id_, members_[rank_], Status::kPeerFailed,
-                            str_cat(name_, ": rank ", rank_, " aborted the communicator"));
+    // The peers prefix it with this communicator and rank: send the reason alone (the report
+    // holds a few hundred bytes).
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      why = message_.rfind(name_ + ": ", 0) == 0 ? message_.substr(name_.size() + 2) : message_;
+    }
+    engine_->report_failure(comm_id_, members_[rank_], Status::kPeerFailed, why);
   }
   if (!failed_.load()) start_ready_ops();
   for (size_t i = 0; i < active_.size() && !failed_.load();) {
@@ -158,9 +164,10 @@ ucx::PollResult Executor::poll(Clock::time_point now) {
     try {
       done = advance(op, now);
     } catch (const Error& e) {
-      set_error(e.status(), str_cat(name_, ": ", op.name, ": ", e.what()), -1);
+      // The peers would wait for this rank until their deadline: tell them now.
+      if (set_error(e.status(), str_cat(name_, ": ", op.name, ": ", e.what()), -1)) report_abort_.store(true);
     } catch (const std::exception& e) {
-      set_error(Status::kInternal, str_cat(name_, ": ", op.name, ": ", e.what()), -1);
+      if (set_error(Status::kInternal, str_cat(name_, ": ", op.name, ": ", e.what()), -1)) report_abort_.store(true);
     }
     if (!done) {
       ++i;

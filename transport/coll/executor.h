@@ -26,7 +26,10 @@ class Executor : public ucx::Client {
   Executor(ucx::Engine* engine, uint32_t comm_id, std::vector<int> members, int rank,
            std::string name, std::chrono::milliseconds timeout);
 
-  enum class Order { kCollective, kSend, kRecv };  // which sequence numbers an op consumes
+  // Which sequence numbers an op consumes. kLocal runs where a collective would (after
+  // everything before it, before everything after) but sends nothing, so that a step only
+  // some ranks take (freeing memory) leaves the collectives' numbering the same on every rank.
+  enum class Order { kCollective, kSend, kRecv, kLocal };
 
   // Caller threads.
   std::shared_ptr<Work> submit(std::unique_ptr<Op> op, Order order, int peer = -1);

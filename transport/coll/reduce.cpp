@@ -2,6 +2,8 @@
 // through fp32 per element.
 #include "transport/coll/reduce.h"
 
+#include <unistd.h>
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #include <xmmintrin.h>
@@ -195,6 +197,16 @@ void stream_copy(void* dst, const void* src, size_t bytes, bool stream) {
   std::memcpy(d + i, s + i, bytes - i);
   _mm_sfence();  // non-temporal stores are weakly ordered: visible before anything published later
 #endif
+}
+
+bool outgrows_cache(size_t bytes) {
+  static const size_t half_llc = [] {
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    long llc = l3 > 0 ? l3 : l2 > 0 ? l2 : (32L << 20);
+    return static_cast<size_t>(llc) / 2;
+  }();
+  return bytes >= half_llc;
 }
 
 }  // namespace cohort::transport::coll

@@ -199,14 +199,30 @@ std::unique_ptr<Op> local_step(const std::string& name, std::function<void()> fn
   return op;
 }
 
-// What the setup steps share until the last one has run.
-struct WindowSetup {
+// What the steps that exchange region keys (the window's, an allocation's) share until the
+// last one has run.
+struct RegionSetup {
+  explicit RegionSetup(int n)
+      : mine(SharedWindow::kKeyBytes, 0),
+        keys(SharedWindow::kKeyBytes * static_cast<size_t>(n), 0),
+        verdicts(static_cast<size_t>(n), 0) {}
   bool ok = false;
   std::string why;
   std::vector<uint8_t> mine, keys;
   int32_t verdict = 0;
   std::vector<int32_t> verdicts;
+  uint8_t* data = nullptr;  // an allocation's memory once settled
 };
+
+// Submits one of those steps; it holds the shared state, since a failed exchange may still be
+// receiving into it.
+WorkPtr submit_setup_step(Executor& executor, const std::shared_ptr<RegionSetup>& setup,
+                          std::unique_ptr<Op> op) {
+  op->finish = [setup, finish = std::move(op->finish)] {
+    if (finish) finish();
+  };
+  return executor.submit(std::move(op), Executor::Order::kCollective);
+}
 
 }  // namespace
 
@@ -217,23 +233,14 @@ void UcxCommunicator::issue_shared_window_setup() {
                options_.shared_slot_bytes >= 4096 && options_.shared_slot_bytes % 64 == 0;
   for (int world : members_) local = local && engine_->peer_local(world);
   window_ = std::make_shared<SharedWindow>(rank(), n, options_.shared_slots, options_.shared_slot_bytes);
-  auto setup = std::make_shared<WindowSetup>();
+  auto setup = std::make_shared<RegionSetup>(n);
   setup->ok = local;
   setup->why = local ? "" : "not every rank runs on this host, or shared_memory is off";
-  setup->mine.assign(SharedWindow::kKeyBytes, 0);
-  setup->keys.assign(SharedWindow::kKeyBytes * static_cast<size_t>(n), 0);
-  setup->verdicts.assign(static_cast<size_t>(n), 0);
   ucx::Engine* engine = engine_.get();
   std::shared_ptr<SharedWindow> window = window_;
   const std::vector<int>* members = &members_;
   Executor* executor = executor_.get();
-  auto submit = [&](std::unique_ptr<Op> op) {
-    // Every step holds the shared state: a failed exchange may still be receiving into it.
-    op->finish = [setup, finish = std::move(op->finish)] {
-      if (finish) finish();
-    };
-    executor_->submit(std::move(op), Executor::Order::kCollective);
-  };
+  auto submit = [&](std::unique_ptr<Op> op) { return submit_setup_step(*executor_, setup, std::move(op)); };
   submit(local_step("shared window: map", [=] {
     executor->set_window(window);  // from here on the executor releases the regions
     if (setup->ok) setup->ok = window->map(*engine, setup->mine.data(), &setup->why);
@@ -262,7 +269,67 @@ void UcxCommunicator::issue_shared_window_setup() {
   }));
 }
 
+void* UcxCommunicator::allocate(size_t bytes) {
+  COHORT_CHECK(bytes > 0, Status::kInvalidArgument, "allocate: 0 bytes");
+  COHORT_CHECK(bytes <= (size_t{1} << 46), Status::kInvalidArgument, "allocate: ", bytes,
+               " bytes is more than any host has");
+  const int n = size();
+  if (!window_) issue_shared_window_setup();
+  const uint64_t id = ++next_allocation_;
+  auto setup = std::make_shared<RegionSetup>(n);
+  ucx::Engine* engine = engine_.get();
+  std::shared_ptr<SharedWindow> window = window_;
+  const std::vector<int>* members = &members_;
+  const size_t rounded = (bytes + 4095) / 4096 * 4096;
+  auto submit = [&](std::unique_ptr<Op> op) { return submit_setup_step(*executor_, setup, std::move(op)); };
+  // This rank's region always (ordinary memory where the window is not used); the peers'
+  // mappings only where every rank maps them. A rank that cannot allocate fails alone: its
+  // peers keep theirs as local memory.
+  submit(local_step("allocate: map", [=] {
+    setup->ok = window->add_allocation(*engine, id, rounded, setup->mine.data(), &setup->why);
+  }));
+  submit(build_all_gather(plan(), setup->mine.data(), setup->keys.data(), SharedWindow::kKeyBytes,
+                          DataType::kU8));
+  submit(local_step("allocate: attach", [=] {
+    std::string why;
+    setup->verdict = setup->ok && window->ready() &&
+                     window->attach_allocation(*engine, *members, id, setup->keys.data(), &why);
+    if (setup->ok && window->ready() && !setup->verdict)
+      log(LogLevel::kDebug, str_cat("allocate: memory is not shared: ", why));
+  }));
+  submit(build_all_gather(plan(), &setup->verdict, setup->verdicts.data(), 1, DataType::kI32));
+  WorkPtr last = submit(local_step("allocate: settle", [=] {
+    bool shared = true;
+    for (int32_t v : setup->verdicts) shared = shared && v != 0;
+    window->settle_allocation(id, shared);
+    setup->data = window->allocation_data(id);
+  }));
+  last->wait();
+  COHORT_CHECK(setup->data != nullptr, Status::kOutOfMemory, "allocate: ", bytes, " bytes: ", setup->why);
+  std::lock_guard<std::mutex> lock(allocations_mutex_);
+  allocations_[setup->data] = id;
+  return setup->data;
+}
+
+void UcxCommunicator::deallocate(void* p) {
+  uint64_t id = 0;
+  {
+    std::lock_guard<std::mutex> lock(allocations_mutex_);
+    auto it = allocations_.find(p);
+    COHORT_CHECK(it != allocations_.end(), Status::kInvalidArgument,
+                 "deallocate: the pointer was not returned by allocate() of communicator '", name(),
+                 "', or was freed already");
+    id = it->second;
+    allocations_.erase(it);
+  }
+  std::shared_ptr<SharedWindow> window = window_;
+  executor_->submit(local_step("deallocate", [window, id] { window->free_allocation(id); }),
+                    Executor::Order::kLocal);
+}
+
 bool UcxCommunicator::uses_shared_memory() const { return window_ && window_->ready(); }
+
+uint64_t UcxCommunicator::registered_chunks() const { return window_ ? window_->registered_chunks() : 0; }
 
 void UcxCommunicator::apply_timeout(std::chrono::milliseconds timeout) { executor_->set_timeout(timeout); }
 

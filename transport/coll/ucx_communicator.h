@@ -6,7 +6,9 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,13 @@ class UcxCommunicator final : public Communicator {
   // Whether all-reduce, reduce-scatter and all-gather go through shared memory
   // (CommOptions::shared_memory, and it worked); known once the first of them has started.
   bool uses_shared_memory() const;
+  // Chunks of this rank's collectives that used memory from allocate() in place (no copy).
+  uint64_t registered_chunks() const;
+
+  // Regions mapped by every rank through UCX where the shared window is used, else this
+  // rank's region only (Communicator::allocate).
+  void* allocate(size_t bytes) override;
+  void deallocate(void* p) override;
 
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name = "") override;
   std::chrono::milliseconds timeout() const override;
@@ -80,6 +89,9 @@ class UcxCommunicator final : public Communicator {
   const CommOptions options_;
   std::shared_ptr<Executor> executor_;
   std::shared_ptr<SharedWindow> window_;  // set up by the first collective using it (may end unused)
+  std::mutex allocations_mutex_;
+  std::map<void*, uint64_t> allocations_;  // allocate()'s pointers -> SharedWindow allocation ids
+  uint64_t next_allocation_ = 0;
 };
 
 }  // namespace cohort::transport::coll

@@ -532,6 +532,17 @@ COHORT_API cohort_status cohort_comm_status(const cohort_comm* comm, int32_t* fa
  * cohort_work_wait). */
 COHORT_API cohort_status cohort_comm_abort(cohort_comm* comm);
 
+/* Memory for the communicator's buffers, like NCCL's registered buffers. Collective: every rank
+ * calls it with the same bytes, in the same order among its other operations. Where the ranks
+ * share a host and map each other's memory (shared memory transports), collectives read and
+ * write buffers inside it in place instead of copying them through shared slots; elsewhere it
+ * is ordinary memory. 64-byte aligned; valid until cohort_comm_mem_free or until the
+ * communicator is destroyed. */
+COHORT_API cohort_status cohort_comm_mem_alloc(cohort_comm* comm, size_t bytes, void** ptr_out);
+/* Frees memory from cohort_comm_mem_alloc once the operations issued before have finished; in
+ * the same order on every rank. A pointer it did not return is COHORT_ERR_INVALID_ARGUMENT. */
+COHORT_API cohort_status cohort_comm_mem_free(cohort_comm* comm, void* ptr);
+
 /* count is in elements. f32, bf16 and f16 reduce in f32; i32/i64 support sum and max. in may
  * equal out. */
 COHORT_API cohort_status cohort_comm_all_reduce(cohort_comm* comm, const void* in, void* out, size_t count,
