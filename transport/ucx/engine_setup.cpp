@@ -190,6 +190,19 @@ void Engine::create_context() {
   ucs_status_t status = ucp_config_modify(config, "TLS", tls_.c_str());
   std::string keepalive = str_cat(options_.keepalive.count(), "ms");
   if (status == UCS_OK) status = ucp_config_modify(config, "KEEPALIVE_INTERVAL", keepalive.c_str());
+  if (status == UCS_OK && options_.tune_tcp && tls_.find("tcp") != std::string::npos) {
+    // ucp_config_modify hands names it does not know to the transports' own tables, whose
+    // fields carry no prefix (UCX_TCP_RX_SEG_SIZE is the tcp table's RX_SEG_SIZE); no other
+    // transport of a host has these fields.
+    static const char* const kTcp[][2] = {{"RX_SEG_SIZE", "256K"}, {"TX_SEG_SIZE", "64K"},
+                                          {"SNDBUF", "4M"}, {"RCVBUF", "4M"}};
+    for (const auto& [key, value] : kTcp) {
+      if (std::getenv(str_cat("UCX_TCP_", key).c_str()) != nullptr) continue;  // the user's choice
+      ucs_status_t s = ucp_config_modify(config, key, value);
+      if (s != UCS_OK)
+        log(LogLevel::kDebug, str_cat("UCX ", key, "=", value, " not applied: ", ucs_status_string(s)));
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | (options_.blocking_progress ? UCP_FEATURE_WAKEUP : 0);
