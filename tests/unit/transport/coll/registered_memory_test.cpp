@@ -44,7 +44,8 @@ TEST(RegisteredMemory, AllReduceAnyMixInPlaceAndNot) {
       auto& u = dynamic_cast<UcxCommunicator&>(c);
       const Use use = use_of(c.rank());
       for (DataType t : {DataType::kF32, DataType::kBF16, DataType::kI64}) {
-        const size_t count = 5003, bytes = count * dtype_size(t);
+        // Over 256 KiB in every type: smaller messages copy even from registered memory.
+        const size_t count = 140003, bytes = count * dtype_size(t);
         Buffer in(c, bytes, use & kInput), out(c, bytes, use & kOutput);
         for (int round = 0; round < 3; ++round) {  // buffers reused as soon as the Work is done
           auto input = make_input(c.rank() + round, count, t);
@@ -67,6 +68,14 @@ TEST(RegisteredMemory, AllReduceAnyMixInPlaceAndNot) {
       }
       EXPECT_TRUE(u.uses_shared_memory());
       EXPECT_EQ(u.registered_chunks() > 0, use != kNone) << "rank " << c.rank();
+      // A small message copies through the slots, with the same result.
+      const uint64_t before = u.registered_chunks();
+      Buffer small(c, 1001 * sizeof(int32_t), use & kInput);
+      auto* v = reinterpret_cast<int32_t*>(small.data);
+      for (int i = 0; i < 1001; ++i) v[i] = static_cast<int32_t>(input_value(c.rank(), static_cast<size_t>(i)));
+      c.all_reduce(v, 1001, DataType::kI32, ReduceOp::kSum)->wait(kWait);
+      for (size_t i = 0; i < 1001; ++i) ASSERT_EQ(v[i], reference(world, i, ReduceOp::kSum));
+      EXPECT_EQ(u.registered_chunks(), before);
     });
   }
 }
@@ -75,7 +84,7 @@ TEST(RegisteredMemory, ReduceScatterAndAllGather) {
   run_ranks(4, small_slots(), [](Communicator& c) {
     const int n = c.size();
     const bool registered = use_of(c.rank()) & kInput;
-    const size_t count = 3001;
+    const size_t count = 20001;  // 320 KB in all: in place
     const size_t bytes = static_cast<size_t>(n) * count * sizeof(float);
     Buffer all(c, bytes, registered), part(c, count * sizeof(float), registered);
     for (int round = 0; round < 2; ++round) {
@@ -125,11 +134,12 @@ TEST(RegisteredMemory, WithoutSharedMemoryIsOrdinaryMemory) {
 // collectives copy, with the right results.
 TEST(RegisteredMemory, MismatchedSizesStayLocal) {
   run_ranks(3, small_slots(), [](Communicator& c) {
-    const size_t count = 2000 + static_cast<size_t>(c.rank()) * 1024;
+    const size_t used = 100000;  // large enough to be read in place if it were shared
+    const size_t count = used + static_cast<size_t>(c.rank()) * 1024;
     auto* v = static_cast<float*>(c.allocate(count * sizeof(float)));
-    for (size_t i = 0; i < 2000; ++i) v[i] = static_cast<float>(input_value(c.rank(), i));
-    c.all_reduce(v, 2000, DataType::kF32, ReduceOp::kSum)->wait(kWait);
-    for (size_t i = 0; i < 2000; ++i) ASSERT_EQ(v[i], reference(3, i, ReduceOp::kSum));
+    for (size_t i = 0; i < used; ++i) v[i] = static_cast<float>(input_value(c.rank(), i));
+    c.all_reduce(v, used, DataType::kF32, ReduceOp::kSum)->wait(kWait);
+    for (size_t i = 0; i < used; ++i) ASSERT_EQ(v[i], reference(3, i, ReduceOp::kSum));
     EXPECT_EQ(dynamic_cast<UcxCommunicator&>(c).registered_chunks(), 0u);
     c.deallocate(v);
   });
@@ -154,10 +164,11 @@ TEST(RegisteredMemory, BadCallsAreRejected) {
     EXPECT_EQ(status_of([&] { c.deallocate(p); }), Status::kInvalidArgument);
     // Memory of one communicator is ordinary memory to another (here a copy of the world).
     auto other = c.split(0, c.rank());
-    auto* v = static_cast<int32_t*>(c.allocate(64 * sizeof(int32_t)));
-    for (int i = 0; i < 64; ++i) v[i] = i;
-    other->all_reduce(v, 64, DataType::kI32, ReduceOp::kSum)->wait(kWait);
-    for (int i = 0; i < 64; ++i) ASSERT_EQ(v[i], 2 * i);
+    const int count = 100000;  // large enough to be read in place where it is registered
+    auto* v = static_cast<int32_t*>(c.allocate(count * sizeof(int32_t)));
+    for (int i = 0; i < count; ++i) v[i] = i;
+    other->all_reduce(v, count, DataType::kI32, ReduceOp::kSum)->wait(kWait);
+    for (int i = 0; i < count; ++i) ASSERT_EQ(v[i], 2 * i);
     EXPECT_EQ(dynamic_cast<UcxCommunicator&>(*other).registered_chunks(), 0u);
     c.deallocate(v);
   });
@@ -169,17 +180,18 @@ TEST(RegisteredMemory, FreeOutOfOrderFailsClearly) {
   RankSetup setup = small_slots();
   setup.timeout = std::chrono::milliseconds(3000);
   run_ranks(2, setup, [](Communicator& c) {
-    auto* v = static_cast<float*>(c.allocate(4000 * sizeof(float)));
-    std::vector<float> plain(4000, 1.0f);
+    const size_t count = 100000;  // in place (over 256 KiB)
+    auto* v = static_cast<float*>(c.allocate(count * sizeof(float)));
+    std::vector<float> plain(count, 1.0f);
     float* buf = v;
     if (c.rank() == 0) {
       c.deallocate(v);  // rank 1 still uses its memory of this allocation below
       buf = plain.data();
     } else {
-      std::fill(v, v + 4000, 1.0f);
+      std::fill(v, v + count, 1.0f);
     }
     const auto start = std::chrono::steady_clock::now();
-    auto work = c.all_reduce(buf, 4000, DataType::kF32, ReduceOp::kSum);
+    auto work = c.all_reduce(buf, count, DataType::kF32, ReduceOp::kSum);
     try {
       work->wait(kWait);
       ADD_FAILURE() << "rank " << c.rank() << ": no error";
