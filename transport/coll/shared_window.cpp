@@ -17,6 +17,40 @@ constexpr size_t kPlaceLine = 3;
 constexpr size_t kPage = 4096;
 static_assert(sizeof(std::atomic<uint64_t>) == 8 && std::atomic<uint64_t>::is_always_lock_free,
               "shared counters need lock-free 64-bit atomics");
+// Writes `region`'s key into `key` (SharedWindow::kKeyBytes).
+bool encode_key(const ucx::LocalRegion& region, uint8_t* key, std::string* why) {
+  if (region.key().encode(key, SharedWindow::kKeyBytes)) return true;
+  *why = str_cat("the packed UCX key (", region.key().packed.size(), " bytes) exceeds ",
+                 SharedWindow::kKeyBytes, " bytes");
+  return false;
+}
+
+// Maps every peer's region of `bytes` (the window's, or one allocation's) from all ranks' keys
+// into `peers` (communicator rank -> mapping; members maps those ranks to world ranks).
+bool attach_peers(ucx::Engine& engine, const std::vector<int>& members, int rank, const uint8_t* keys,
+                  size_t bytes, std::vector<std::unique_ptr<ucx::PeerRegion>>* peers, std::string* why) {
+  for (size_t j = 0; j < members.size(); ++j) {
+    if (static_cast<int>(j) == rank) continue;
+    ucx::RegionKey key;
+    if (!ucx::RegionKey::decode(keys + j * SharedWindow::kKeyBytes, SharedWindow::kKeyBytes, &key)) {
+      *why = str_cat("rank ", j, " offers no region");
+      return false;
+    }
+    if (key.bytes != bytes) {
+      *why = str_cat("rank ", j, "'s region has ", key.bytes, " bytes, this rank's ", bytes);
+      return false;
+    }
+    std::string reason;
+    auto region = ucx::PeerRegion::attach(engine.endpoint(members[j]), key, &reason);
+    if (!region) {
+      *why = str_cat("rank ", j, "'s region cannot be mapped here: ", reason);
+      return false;
+    }
+    (*peers)[j] = std::move(region);
+  }
+  return true;
+}
+
 }  // namespace
 
 SharedWindow::SharedWindow(int rank, int size, size_t slots, size_t slot_bytes)
@@ -43,35 +77,14 @@ bool SharedWindow::map(ucx::Engine& engine, uint8_t* key, std::string* why) {
     for (size_t w = 0; w < 4; ++w) new (base + i * kLine + w * 8) std::atomic<uint64_t>(0);
   }
   bases_[static_cast<size_t>(rank_)] = base;
-  if (!mine_->key().encode(key, kKeyBytes)) {
-    *why = str_cat("the packed UCX key (", mine_->key().packed.size(), " bytes) exceeds ",
-                   kKeyBytes, " bytes");
-    return false;
-  }
-  return true;
+  return encode_key(*mine_, key, why);
 }
 
 bool SharedWindow::attach(ucx::Engine& engine, const std::vector<int>& members,
                           const uint8_t* keys, std::string* why) {
+  if (!attach_peers(engine, members, rank_, keys, region_bytes(), &peers_, why)) return false;
   for (int j = 0; j < size_; ++j) {
-    if (j == rank_) continue;
-    ucx::RegionKey key;
-    if (!ucx::RegionKey::decode(keys + static_cast<size_t>(j) * kKeyBytes, kKeyBytes, &key)) {
-      *why = str_cat("rank ", j, " offers no shared region");
-      return false;
-    }
-    if (key.bytes != region_bytes()) {
-      *why = str_cat("rank ", j, "'s region has ", key.bytes, " bytes, expected ", region_bytes());
-      return false;
-    }
-    std::string reason;
-    auto region = ucx::PeerRegion::attach(engine.endpoint(members[static_cast<size_t>(j)]), key, &reason);
-    if (!region) {
-      *why = str_cat("rank ", j, "'s region cannot be mapped here: ", reason);
-      return false;
-    }
-    bases_[static_cast<size_t>(j)] = region->data();
-    peers_[static_cast<size_t>(j)] = std::move(region);
+    if (j != rank_) bases_[static_cast<size_t>(j)] = peers_[static_cast<size_t>(j)]->data();
   }
   return true;
 }
@@ -103,39 +116,14 @@ bool SharedWindow::add_allocation(ucx::Engine& engine, uint64_t id, size_t bytes
     allocations_.erase(id);
     return false;
   }
-  if (!a.mine->key().encode(key, kKeyBytes)) {
-    *why = str_cat("the packed UCX key (", a.mine->key().packed.size(), " bytes) exceeds ",
-                   kKeyBytes, " bytes");
-    return false;
-  }
-  return true;
+  return encode_key(*a.mine, key, why);
 }
 
 bool SharedWindow::attach_allocation(ucx::Engine& engine, const std::vector<int>& members,
                                      uint64_t id, const uint8_t* keys, std::string* why) {
   auto it = allocations_.find(id);
   if (it == allocations_.end()) return false;
-  Allocation& a = it->second;
-  for (int j = 0; j < size_; ++j) {
-    if (j == rank_) continue;
-    ucx::RegionKey key;
-    if (!ucx::RegionKey::decode(keys + static_cast<size_t>(j) * kKeyBytes, kKeyBytes, &key)) {
-      *why = str_cat("rank ", j, " offers no region");
-      return false;
-    }
-    if (key.bytes != a.mine->bytes()) {
-      *why = str_cat("rank ", j, " allocated ", key.bytes, " bytes, this rank ", a.mine->bytes());
-      return false;
-    }
-    std::string reason;
-    auto region = ucx::PeerRegion::attach(engine.endpoint(members[static_cast<size_t>(j)]), key, &reason);
-    if (!region) {
-      *why = str_cat("rank ", j, "'s region cannot be mapped here: ", reason);
-      return false;
-    }
-    a.peers[static_cast<size_t>(j)] = std::move(region);
-  }
-  return true;
+  return attach_peers(engine, members, rank_, keys, it->second.mine->bytes(), &it->second.peers, why);
 }
 
 void SharedWindow::settle_allocation(uint64_t id, bool shared) {
