@@ -59,10 +59,13 @@ bool Executor::set_error(Status status, const std::string& message, int culprit_
   return true;
 }
 
-void Executor::abort(const std::string& reason) {
-  if (set_error(Status::kInvalidState, str_cat(name_, ": aborted: ", reason), -1))
-    report_abort_.store(true);
+void Executor::give_up(Status status, const std::string& message) {
+  if (set_error(status, message, -1)) report_abort_.store(true);
   engine_->wake();
+}
+
+void Executor::abort(const std::string& reason) {
+  give_up(Status::kInvalidState, str_cat(name_, ": aborted: ", reason));
 }
 
 void Executor::close() {
@@ -164,10 +167,9 @@ ucx::PollResult Executor::poll(Clock::time_point now) {
     try {
       done = advance(op, now);
     } catch (const Error& e) {
-      // The peers would wait for this rank until their deadline: tell them now.
-      if (set_error(e.status(), str_cat(name_, ": ", op.name, ": ", e.what()), -1)) report_abort_.store(true);
+      give_up(e.status(), str_cat(name_, ": ", op.name, ": ", e.what()));
     } catch (const std::exception& e) {
-      if (set_error(Status::kInternal, str_cat(name_, ": ", op.name, ": ", e.what()), -1)) report_abort_.store(true);
+      give_up(Status::kInternal, str_cat(name_, ": ", op.name, ": ", e.what()));
     }
     if (!done) {
       ++i;

@@ -66,6 +66,9 @@ class Executor : public ucx::Client {
   // Records the sticky error (first one wins) and fails every queued Work; running ones fail
   // in poll() once drained. Any thread.
   bool set_error(Status status, const std::string& message, int culprit_world);
+  // set_error for a failure of this rank's own (abort, an operation that threw): its peers,
+  // which would otherwise wait for it until their deadline, are told on the progress thread.
+  void give_up(Status status, const std::string& message);
   int comm_rank_of(int world) const;
 
   ucx::Engine* engine_;
