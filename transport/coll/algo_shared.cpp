@@ -81,6 +81,12 @@ SharedWindow::Place place_of(const SharedWindow& w, const void* p, size_t bytes,
   return message >= kInPlaceBytes ? w.locate(p, bytes) : SharedWindow::Place{};
 }
 
+// A chunk `bytes` into a buffer placed at `whole` (a slot stays a slot).
+SharedWindow::Place advanced(SharedWindow::Place whole, size_t bytes) {
+  if (!whole.in_slot()) whole.offset += bytes;
+  return whole;
+}
+
 // The first stage of every chunk: once every rank has read slot `slot` for the chunk that used
 // it last (seq - slots), copy this chunk's input in (`copy`, unless it is registered), publish
 // where the input and the result are, and mark the slot filled.
@@ -143,15 +149,16 @@ std::unique_ptr<Op> build_shared_all_reduce(const SharedWindow& window, uint64_t
   const size_t es = dtype_size(type);
   const bool stream = count * es >= kStreamBytes && in != out;
   const SharedWindow* w = &window;
+  const SharedWindow::Place in_place = place_of(*w, in, count * es, count * es);
+  const SharedWindow::Place out_place = place_of(*w, out, count * es, count * es);
+  // In place with a registered input, no fill copy brought the output's lines into cache.
+  const bool gather_stream = stream || (!in_place.in_slot() && outgrows_cache(n * count * es));
   add_chunks(*op, window, SharedPattern::kAllReduce, type, first_seq, count,
              [&](uint64_t seq, size_t slot, size_t off, size_t len) {
     const uint8_t* src = static_cast<const uint8_t*>(in) + off * es;
     uint8_t* dst = static_cast<uint8_t*>(out) + off * es;
     const size_t at = part_offset(len, n, r) * es;
-    const SharedWindow::Place input = place_of(*w, src, len * es, count * es);
-    const SharedWindow::Place result = place_of(*w, dst, len * es, count * es);
-    // In place with a registered input, no fill copy brought the output's lines into cache.
-    const bool gather_stream = stream || (!input.in_slot() && outgrows_cache(n * count * es));
+    const SharedWindow::Place input = advanced(in_place, off * es), result = advanced(out_place, off * es);
     Chain chain;
     chain.stages.push_back(fill_stage(w, seq, slot, input, result,
                                       [=] { std::memcpy(w->data(w->rank(), slot), src, len * es); }));
@@ -201,8 +208,7 @@ std::unique_ptr<Op> build_shared_reduce_scatter(const SharedWindow& window, uint
   add_chunks(*op, window, SharedPattern::kReduceScatter, type, first_seq, count,
              [&](uint64_t seq, size_t slot, size_t off, size_t len) {
     const uint8_t* src = static_cast<const uint8_t*>(in);
-    SharedWindow::Place input = whole;
-    if (!input.in_slot()) input.offset += off * es;
+    const SharedWindow::Place input = advanced(whole, off * es);
     Chain chain;
     chain.stages.push_back(fill_stage(w, seq, slot, input, SharedWindow::Place{}, [=] {
       for (int j = 0; j < n; ++j)
@@ -227,11 +233,12 @@ std::unique_ptr<Op> build_shared_all_gather(const SharedWindow& window, uint64_t
   const size_t es = dtype_size(type);
   const bool stream = count * es * static_cast<size_t>(n) >= kStreamBytes;
   const SharedWindow* w = &window;
+  const SharedWindow::Place in_place = place_of(*w, in, count * es, static_cast<size_t>(n) * count * es);
   add_chunks(*op, window, SharedPattern::kAllGather, type, first_seq, count,
              [&](uint64_t seq, size_t slot, size_t off, size_t len) {
     const uint8_t* src = static_cast<const uint8_t*>(in) + off * es;
     uint8_t* base = static_cast<uint8_t*>(out);
-    const SharedWindow::Place input = place_of(*w, src, len * es, static_cast<size_t>(n) * count * es);
+    const SharedWindow::Place input = advanced(in_place, off * es);
     Chain chain;
     chain.stages.push_back(fill_stage(w, seq, slot, input, SharedWindow::Place{},
                                       [=] { std::memcpy(w->data(r, slot), src, len * es); }));
