@@ -43,9 +43,9 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
   // Identical initial weights on every rank: rank 0's parameters, whatever the others' seeds.
   dp->numel_ = total_numel(params);
   std::vector<float> flat(dp->numel_);
-  flatten(params, flat);
+  flatten(params, flat.data());
   comm->broadcast(flat.data(), flat.size(), coll::DataType::kF32, 0)->wait();
-  unflatten(flat, params);
+  unflatten(flat.data(), params);
   dp->trainer_ = &trainer;
   if (plan.mode == SyncMode::kSync) {
     dp->build_buckets(params);
@@ -63,8 +63,8 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
     dp->anchor_ = flat;
     dp->prev_anchor_ = flat;
     dp->round_start_ = flat;
-    dp->inflight_.assign(flat.size(), 0.0f);
-    dp->result_.assign(flat.size(), 0.0f);
+    dp->inflight_ = coll::CommBuffer(comm, flat.size());
+    dp->result_ = coll::CommBuffer(comm, flat.size());
   }
   // Local steps normalised for the group's averaged gradient (plan.h); the trainer's optimizer
   // keeps the setting for its life, as the trainer keeps this hook.
@@ -93,7 +93,8 @@ DataParallel::~DataParallel() {
     // (work.h): every buffer a collective touched stays alive until the communicator lets go.
     struct Buffers {
       std::vector<Bucket> buckets;
-      std::vector<float> anchor, prev_anchor, round_start, inflight, result, next_anchor, scalars;
+      std::vector<float> anchor, prev_anchor, round_start, next_anchor, scalars;
+      coll::CommBuffer inflight, result;
       Tensor shard_params, shard_grads;
     };
     auto kept = std::make_shared<Buffers>();
@@ -116,21 +117,21 @@ void DataParallel::build_buckets(const std::vector<Tensor>& params) {
   bucket_of_.assign(params.size(), 0);
   offset_of_.assign(params.size(), 0);
   for (size_t k = params.size(); k-- > 0;) {
-    if (buckets_.empty() || buckets_.back().buf.size() * sizeof(float) >= plan_.bucket_bytes) buckets_.emplace_back();
+    if (buckets_.empty() || buckets_.back().numel * sizeof(float) >= plan_.bucket_bytes) buckets_.emplace_back();
     Bucket& b = buckets_.back();
     bucket_of_[k] = buckets_.size() - 1;
-    offset_of_[k] = b.buf.size();
+    offset_of_[k] = b.numel;
     b.params.push_back(k);
-    b.offsets.push_back(b.buf.size());
-    b.buf.resize(b.buf.size() + static_cast<size_t>(params[k].numel()));
+    b.offsets.push_back(b.numel);
+    b.numel += static_cast<size_t>(params[k].numel());
   }
   for (Bucket& b : buckets_) {
     b.remaining = b.params.size();
-    b.numel = b.padded = b.buf.size();
-    if (device_comm_) {  // reduced where the gradients are: no host copy of the bucket
+    b.padded = b.numel;
+    if (device_comm_)  // reduced where the gradients are: no host copy of the bucket
       b.dev = Tensor::empty({static_cast<int64_t>(b.numel)}, DType::kF32, device_allocator(params[0].device()));
-      std::vector<float>().swap(b.buf);
-    }
+    else if (plan_.zero_stage == 0)  // ZeRO pads it (build_shards)
+      b.buf = coll::CommBuffer(comm_, b.numel);
   }
   stats_.buckets = static_cast<int64_t>(buckets_.size());
 }
@@ -186,7 +187,8 @@ void DataParallel::on_gradient(size_t index, const Tensor& grad) {
   if (b.dev.defined()) {
     device_copy_queued(b.dev.data<float>() + offset_of_[index], grad.raw(), grad.device(), grad.nbytes());
   } else {
-    if (b.buf.size() != b.padded) b.buf.assign(b.padded, 0.0f);  // ZeRO 2 frees it between steps
+    // ZeRO 2 frees it between steps: ordinary memory (registering is a collective round trip).
+    if (b.buf.size() != b.padded) b.buf = coll::CommBuffer(nullptr, b.padded);
     device_copy(b.buf.data() + offset_of_[index], Device::kCpu, grad.raw(), grad.device(), grad.nbytes());
   }
   // Every gradient of the bucket is final: reduce the copy while backward goes on.
@@ -246,13 +248,13 @@ void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
 
 void DataParallel::end_round_blocking(std::vector<Tensor>& params) {
   // d_k = x_k - avg_i x^{(i)}_{k,tau}: the local pseudo-gradient, averaged (blocking).
-  flatten(params, inflight_);
+  flatten(params, inflight_.data());
   for (size_t i = 0; i < numel_; ++i) inflight_[i] = anchor_[i] - inflight_[i];
   Clock::time_point start = Clock::now();
   comm_->all_reduce(inflight_.data(), numel_, coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
   note_blocking(start);
   stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0);
-  unflatten(anchor_, params);
+  unflatten(anchor_.data(), params);
   round_start_ = anchor_;
   ++stats_.rounds;
 }
@@ -271,7 +273,7 @@ void DataParallel::end_round_co2(std::vector<Tensor>& params) {
   }
   if (have_result_) std::swap(inflight_, result_);  // result_ = e_{k-1}; inflight_ is free
   // 2. Round k's pseudo-gradient on this rank: parameters at the start of the round minus now.
-  flatten(params, inflight_);
+  flatten(params, inflight_.data());
   for (size_t i = 0; i < numel_; ++i) inflight_[i] = round_start_[i] - inflight_[i];
   // 3. The outer step with the one-round-stale e_{k-1} (outer.cpp): x_{k+1} = x_k - alpha * u_k.
   //    Without a result (round 0) x_{k+1} = x_k.
@@ -286,7 +288,7 @@ void DataParallel::end_round_co2(std::vector<Tensor>& params) {
   // 4. Round k+1 starts from the new anchor plus this rank's round k, whose average replaces
   //    it at the end of round k+1: x^{(i)} = x_{k+1} - e^{(i)}_k.
   for (size_t i = 0; i < numel_; ++i) round_start_[i] = anchor_[i] - inflight_[i];
-  unflatten(round_start_, params);
+  unflatten(round_start_.data(), params);
   // 5. e^{(i)}_k is averaged in the background while round k+1 runs; nothing touches inflight_
   //    until the wait in step 1 of the next round end.
   inflight_launched_ = Clock::now();
@@ -310,18 +312,19 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
     inflight_work_.reset();
     have_result_ = true;
   }
-  auto vec = [&](const std::vector<float>& v) {
-    Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kF32);
-    if (!v.empty()) std::memcpy(t.raw(), v.data(), v.size() * sizeof(float));
+  auto vec = [&](const float* v, size_t n) {
+    Tensor t = Tensor::empty({static_cast<int64_t>(n)}, DType::kF32);
+    if (n > 0) std::memcpy(t.raw(), v, n * sizeof(float));
     return t;
   };
   std::vector<float>& m = outer_.momentum();
   if (m.size() != numel_) m.assign(numel_, 0.0f);
-  extra.tensors["parallel.anchor"] = vec(anchor_);
-  extra.tensors["parallel.prev_anchor"] = vec(prev_anchor_);
-  extra.tensors["parallel.round_start"] = vec(round_start_);
-  extra.tensors["parallel.outer_momentum"] = vec(m);
-  extra.tensors["parallel.reduced"] = vec(have_result_ ? inflight_ : std::vector<float>(numel_, 0.0f));
+  extra.tensors["parallel.anchor"] = vec(anchor_.data(), anchor_.size());
+  extra.tensors["parallel.prev_anchor"] = vec(prev_anchor_.data(), prev_anchor_.size());
+  extra.tensors["parallel.round_start"] = vec(round_start_.data(), round_start_.size());
+  extra.tensors["parallel.outer_momentum"] = vec(m.data(), m.size());
+  extra.tensors["parallel.reduced"] =
+      have_result_ ? vec(inflight_.data(), numel_) : Tensor::zeros({static_cast<int64_t>(numel_)}, DType::kF32);
   extra.ints["parallel.have_reduced"] = have_result_ ? 1 : 0;
   extra.ints["parallel.inner_steps"] = inner_steps_;
   extra.ints["parallel.rounds"] = stats_.rounds;
@@ -366,7 +369,7 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
   load(p, prev_anchor_);
   load(rs, round_start_);
   load(m, outer_.momentum());
-  load(r, inflight_);
+  std::memcpy(inflight_.data(), r.raw(), numel_ * sizeof(float));  // sized at attach
   have_result_ = have != 0;
   inner_steps_ = steps;
   stats_.rounds = rounds;

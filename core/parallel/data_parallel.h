@@ -32,6 +32,7 @@
 #include "core/exec/trainer.h"
 #include "core/parallel/outer.h"
 #include "core/parallel/plan.h"
+#include "transport/coll/comm_buffer.h"
 #include "transport/coll/communicator.h"
 
 namespace cohort::parallel {
@@ -120,7 +121,9 @@ class DataParallel : public StepHook {
   struct Bucket {
     std::vector<size_t> params;   // parameter indices, in production (reverse) order
     std::vector<size_t> offsets;  // element offset of each in buf
-    std::vector<float> buf;  // padded to a multiple of the world under ZeRO (zeros at the end)
+    // Padded to a multiple of the world under ZeRO (zeros at the end). In the communicator's
+    // registered memory when it persists (DDP, ZeRO 1): reduced in place there.
+    transport::coll::CommBuffer buf;
     Tensor dev;              // instead of buf: the bucket in device memory (DDP over device_comm_)
     size_t numel = 0;        // elements of its parameters (buf may be longer: padding)
     size_t padded = 0;       // ZeRO: numel rounded up to a multiple of the world, else numel
@@ -218,7 +221,10 @@ class DataParallel : public StepHook {
   // round_start_ whole and gathers the next anchor whole into next_anchor_. The co2 outer step
   // in flight: kReducing (the round's pseudo-gradient reduce-scattered), kGathering (the new
   // anchor's blocks all-gathered), kReady (next_anchor_ holds it); kIdle before round 0 ends.
-  std::vector<float> anchor_, prev_anchor_, round_start_, inflight_, result_;
+  // inflight_ and result_ (swapped each co2 round) are reduced in the communicator's registered
+  // memory where it has some (comm_buffer.h).
+  std::vector<float> anchor_, prev_anchor_, round_start_;
+  transport::coll::CommBuffer inflight_, result_;
   size_t outer_block_ = 0;
   enum class OuterPhase { kIdle, kReducing, kGathering, kReady };
   OuterPhase phase_ = OuterPhase::kIdle;

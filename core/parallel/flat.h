@@ -1,5 +1,5 @@
 // The parameters as one flat fp32 vector, in parameter order: what the outer optimizers,
-// the broadcast at attach and the outer-state shards work on. The vector is host memory; the
+// the broadcast at attach and the outer-state shards work on. The flat buffer is host memory; the
 // parameters may live on the CUDA device (copied over, waiting for the work queued before).
 #pragma once
 
@@ -17,19 +17,19 @@ inline size_t total_numel(const std::vector<Tensor>& ts) {
 }
 
 // out must hold total_numel(ts) floats (more are left as they are).
-inline void flatten(const std::vector<Tensor>& ts, std::vector<float>& out) {
+inline void flatten(const std::vector<Tensor>& ts, float* out) {
   size_t off = 0;
   for (const Tensor& t : ts) {
-    device_copy(out.data() + off, Device::kCpu, t.raw(), t.device(), t.nbytes());
+    device_copy(out + off, Device::kCpu, t.raw(), t.device(), t.nbytes());
     off += static_cast<size_t>(t.numel());
   }
 }
 
 // The inverse of flatten: the parameters take their values from `flat`.
-inline void unflatten(const std::vector<float>& flat, std::vector<Tensor>& ts) {
+inline void unflatten(const float* flat, std::vector<Tensor>& ts) {
   size_t off = 0;
   for (Tensor& t : ts) {
-    device_copy(t.raw(), t.device(), flat.data() + off, Device::kCpu, t.nbytes());
+    device_copy(t.raw(), t.device(), flat + off, Device::kCpu, t.nbytes());
     off += static_cast<size_t>(t.numel());
   }
 }

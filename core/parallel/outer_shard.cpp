@@ -32,8 +32,8 @@ namespace coll = transport::coll;
 void DataParallel::init_outer_shard(const std::vector<float>& flat) {
   const size_t world = static_cast<size_t>(comm_->size()), rank = static_cast<size_t>(comm_->rank());
   outer_block_ = (flat.size() + world - 1) / world;
-  inflight_.assign(outer_block_ * world, 0.0f);
-  result_.assign(outer_block_, 0.0f);
+  inflight_ = coll::CommBuffer(comm_, outer_block_ * world);
+  result_ = coll::CommBuffer(comm_, outer_block_);
   anchor_.assign(outer_block_, 0.0f);  // this rank's block; the padding stays zero
   const size_t lo = std::min(flat.size(), rank * outer_block_);
   const size_t hi = std::min(flat.size(), lo + outer_block_);
@@ -53,7 +53,7 @@ void DataParallel::end_round_sharded(std::vector<Tensor>& params) {
   //     d_b   = anchor_b - avg_b        (= the block of the averaged pseudo-gradient)
   // then the outer step on anchor_b with momentum_b (clipping by the whole model's norm: one
   // scalar all-reduce), and every rank's new anchor block all-gathered into the parameters.
-  flatten(params, inflight_);  // the padding past numel_ stays zero
+  flatten(params, inflight_.data());  // the padding past numel_ stays zero
   Clock::time_point start = Clock::now();
   comm_->reduce_scatter(inflight_.data(), result_.data(), outer_block_, coll::DataType::kF32, coll::ReduceOp::kAvg)
       ->wait();
@@ -65,7 +65,7 @@ void DataParallel::end_round_sharded(std::vector<Tensor>& params) {
   stats_.last_momentum_norm = outer_.step(anchor_, result_.data(), 1.0, sum_scalar);
   comm_->all_gather(anchor_.data(), inflight_.data(), outer_block_, coll::DataType::kF32)->wait();
   note_blocking(start);
-  unflatten(inflight_, params);
+  unflatten(inflight_.data(), params);
   ++stats_.rounds;
 }
 
@@ -153,11 +153,11 @@ void DataParallel::end_round_co2_sharded(std::vector<Tensor>& params) {
   // 1. Round k-1's average applied: next_anchor_ = x_{k+1} (after round 0: x_1 = x_0).
   advance_outer_shard(true);
   // 2. e^{(i)}_k = (this rank's round start) - (its parameters now).
-  flatten(params, inflight_);
+  flatten(params, inflight_.data());
   for (size_t i = 0; i < numel_; ++i) inflight_[i] = round_start_[i] - inflight_[i];
   // 3. Round k+1 starts from x_{k+1} - e^{(i)}_k, as in end_round_co2.
   for (size_t i = 0; i < numel_; ++i) round_start_[i] = next_anchor_[i] - inflight_[i];
-  unflatten(round_start_, params);
+  unflatten(round_start_.data(), params);
   // 4. e_k's blocks averaged in the background; nothing touches inflight_ until it is reduced.
   launch_outer(comm_->reduce_scatter(inflight_.data(), result_.data(), outer_block_, coll::DataType::kF32,
                                      coll::ReduceOp::kAvg));

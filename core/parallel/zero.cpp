@@ -41,9 +41,10 @@ void DataParallel::build_shards(const optim::Optimizer& inner) {
     b.block = b.padded / world;
     b.shard_offset = shard;
     shard += b.block;
-    // Stage 2 allocates the bucket buffer for each step's reduction only (on_gradient).
-    if (plan_.zero_stage >= 2) std::vector<float>().swap(b.buf);
-    else b.buf.assign(b.padded, 0.0f);
+    // Stage 2 allocates the bucket buffer for each step's reduction only (on_gradient); stage
+    // 1 keeps it, in registered memory where the communicator has some.
+    if (plan_.zero_stage >= 2) b.buf.reset();
+    else b.buf = coll::CommBuffer(comm_, b.padded);
   }
   shard_params_ = Tensor::zeros({static_cast<int64_t>(shard)}, DType::kF32);
   shard_grads_ = Tensor::zeros({static_cast<int64_t>(shard)}, DType::kF32);
@@ -73,7 +74,7 @@ void DataParallel::launch_reduction(Bucket& b) {
 void DataParallel::take_gradient_shard(Bucket& b) {
   const float* mine = b.buf.data() + static_cast<size_t>(comm_->rank()) * b.block;
   std::memcpy(shard_grads_.data<float>() + b.shard_offset, mine, b.block * sizeof(float));
-  if (plan_.zero_stage >= 2) std::vector<float>().swap(b.buf);  // only the shard is kept
+  if (plan_.zero_stage >= 2) b.buf.reset();  // only the shard is kept
 }
 
 void DataParallel::copy_shard(const Bucket& b, std::vector<Tensor>& params, float* shard, bool to_params) const {
@@ -119,7 +120,7 @@ void DataParallel::gather_parameters(std::vector<Tensor>& params) {
   const size_t rank = static_cast<size_t>(comm_->rank());
   Clock::time_point start = Clock::now();
   for (Bucket& b : buckets_) {
-    if (b.buf.size() != b.padded) b.buf.assign(b.padded, 0.0f);
+    if (b.buf.size() != b.padded) b.buf = coll::CommBuffer(nullptr, b.padded);  // ZeRO 2
     float* mine = b.buf.data() + rank * b.block;
     std::memcpy(mine, shard_params_.data<float>() + b.shard_offset, b.block * sizeof(float));
     b.work = comm_->all_gather(mine, b.buf.data(), b.block, coll::DataType::kF32);
@@ -129,7 +130,7 @@ void DataParallel::gather_parameters(std::vector<Tensor>& params) {
     b.work.reset();
     for (size_t j = 0; j < b.params.size(); ++j)
       std::memcpy(params[b.params[j]].raw(), b.buf.data() + b.offsets[j], params[b.params[j]].nbytes());
-    if (plan_.zero_stage >= 2) std::vector<float>().swap(b.buf);
+    if (plan_.zero_stage >= 2) b.buf.reset();
   }
   // Blocking: the next forward needs every parameter (stage 3 would gather per layer).
   note_blocking(start);

@@ -12,6 +12,10 @@
 //                        the same parameters as unsharded
 //   dp_rank co2-kill | co2-zero1-kill   the last rank dies mid-round; the others must fail
 //                        with kPeerFailed / kTimeout naming it, within the deadline
+//   dp_rank ddp-wide | co2-zero1-wide | co2-wide-resume | ...   any mode with a model wide enough
+//                        (139k parameters) for the communicator's registered memory: buckets and
+//                        the outer pseudo-gradient go in place where the ranks map each other's
+//                        memory (checked: registered chunks > 0 wherever shared memory is used)
 //   dp_rank ddp-cuda | co2-cuda | ...   any compare mode with the trainers on the CUDA device
 //                        (DDP over NCCL where every rank has its own device, else through host
 //                        copies); exits 77 (skipped) without a visible device
@@ -38,6 +42,7 @@ namespace coll = cohort::transport::coll;
 namespace {
 constexpr int64_t kTau = 3;
 constexpr int64_t kSteps = 5 * kTau + 2;  // ends mid-round
+int64_t g_hidden = 16;  // 8192 in the -wide modes
 
 parallel::PlanConfig plan_for(std::string mode) {
   using parallel::Preset;
@@ -54,7 +59,8 @@ parallel::PlanConfig plan_for(std::string mode) {
   }
   if (mode == "ddp") {
     parallel::PlanConfig p = parallel::preset(Preset::kDdp, 1);
-    p.bucket_bytes = 256;  // several buckets for this small model
+    // Several buckets: of this small model, or (wide) one of 128 KiB and one of 416 KiB.
+    p.bucket_bytes = g_hidden > 16 ? 64 << 10 : 256;
     return p;
   }
   if (mode == "localsgd") return parallel::preset(Preset::kLocalSgd, kTau);
@@ -73,20 +79,20 @@ std::unique_ptr<Trainer> make_trainer(int rank, Device device = Device::kCpu) {
   o.seed = 1 + static_cast<uint64_t>(rank);  // only rank 0's seed must matter
   o.num_threads = 1;
   o.device = device;
-  return std::make_unique<Trainer>(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);
+  return std::make_unique<Trainer>(test::dp_model(test::kShard, g_hidden), test::dp_inner_optimizer(), o);
 }
 
 std::vector<float> reference(const std::string& mode, int world, int rank, const parallel::PlanConfig& plan) {
-  if (mode == "ddp") {
-    // Single rank on the concatenated batch.
+  if (plan.mode == parallel::SyncMode::kSync) {
+    // Single rank on the concatenated batch (ZeRO 1 steps the same update in shards).
     TrainerOptions o;
     o.seed = 1;
     o.num_threads = 1;
-    Trainer t(test::dp_model(test::kShard * world), test::dp_inner_optimizer(), o);
+    Trainer t(test::dp_model(test::kShard * world, g_hidden), test::dp_inner_optimizer(), o);
     for (int64_t s = 0; s < kSteps; ++s) t.step(test::dp_batch(s, 0, test::kShard * world));
     return test::dp_flat(t);
   }
-  test::DpSimulation sim(world, plan, 1);
+  test::DpSimulation sim(world, plan, 1, g_hidden);
   for (int64_t s = 0; s < kSteps; ++s) sim.step(s);
   return test::dp_flat(sim.rank(rank));
 }
@@ -113,6 +119,16 @@ int run_compare(const std::string& mode, std::shared_ptr<coll::Communicator> com
               st.comm_seconds, st.wait_seconds, st.hidden_fraction, static_cast<long long>(st.buckets),
               st.last_staleness_scale, st.last_momentum_norm);
   if (plan.mode == parallel::SyncMode::kSync && st.buckets < 2) return 1;
+  // Wide: the buckets / the pseudo-gradient are in registered memory, reduced in place where
+  // the ranks share memory.
+  if (g_hidden > 16) {
+    auto* ucx = dynamic_cast<coll::UcxCommunicator*>(comm.get());
+    const bool shared = ucx != nullptr && ucx->uses_shared_memory();
+    const uint64_t chunks = ucx != nullptr ? ucx->registered_chunks() : 0;
+    std::printf("rank %d/%d %s-wide: shared memory %s, %llu chunks read or written in registered memory\n",
+                comm->rank(), comm->size(), mode.c_str(), shared ? "yes" : "no", static_cast<unsigned long long>(chunks));
+    if (shared && chunks == 0) return 1;
+  }
   // The clipping variants must actually clip.
   if (mode.find("clip") != std::string::npos && !(st.last_momentum_norm > plan.outer.clip_threshold)) return 1;
   // On the GPU the sums run in another order than the CPU reference's: a few ulps per step.
@@ -207,6 +223,11 @@ int run_kill(const std::string& mode, std::shared_ptr<coll::Communicator> comm) 
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "co2";
+  const size_t wide = mode.find("-wide");
+  if (wide != std::string::npos) {
+    mode.erase(wide, 5);
+    g_hidden = 8192;
+  }
   Device device = Device::kCpu;
   const std::string cuda = "-cuda";
   if (mode.size() > cuda.size() && mode.compare(mode.size() - cuda.size(), cuda.size(), cuda) == 0) {

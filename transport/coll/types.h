@@ -27,4 +27,8 @@ const char* reduce_op_name(ReduceOp op);
 // Whether `op` is defined for `t` (avg needs a floating type; u8 is for data movement only).
 bool reduce_supported(DataType t, ReduceOp op);
 
+// Registered memory (Communicator::allocate) is read and written in place by collectives moving
+// at least this many bytes; smaller ones copy it like any buffer (algo_shared.cpp says why).
+constexpr size_t kRegisteredInPlaceBytes = size_t{256} << 10;
+
 }  // namespace cohort::transport::coll

@@ -21,11 +21,12 @@ constexpr int64_t kShard = 8;      // samples per rank per step
 constexpr int64_t kFeatures = 12;
 constexpr int64_t kClasses = 4;
 
-inline Graph dp_model(int64_t batch) {
+// hidden 16 by default; wider models give buffers large enough for registered memory.
+inline Graph dp_model(int64_t batch, int64_t hidden = 16) {
   models::MlpConfig c;
   c.batch = batch;
   c.in_features = kFeatures;
-  c.hidden = {16};
+  c.hidden = {hidden};
   c.classes = kClasses;
   c.activation = "tanh";
   return models::build_mlp(c);
@@ -77,11 +78,12 @@ inline void dp_set_flat(Trainer& t, const std::vector<float>& v) {
 // R simulated ranks running localsgd or co2 exactly as specified in the plan.
 class DpSimulation {
  public:
-  DpSimulation(int ranks, const parallel::PlanConfig& plan, uint64_t seed) : plan_(plan) {
+  DpSimulation(int ranks, const parallel::PlanConfig& plan, uint64_t seed, int64_t hidden = 16) : plan_(plan) {
     TrainerOptions o;
     o.seed = seed;
     o.num_threads = 1;
-    for (int r = 0; r < ranks; ++r) trainers_.push_back(std::make_unique<Trainer>(dp_model(kShard), dp_inner_optimizer(), o));
+    for (int r = 0; r < ranks; ++r)
+      trainers_.push_back(std::make_unique<Trainer>(dp_model(kShard, hidden), dp_inner_optimizer(), o));
     anchor_ = prev_ = dp_flat(*trainers_[0]);
     start_.assign(static_cast<size_t>(ranks), anchor_);
     momentum_.assign(anchor_.size(), 0.0f);

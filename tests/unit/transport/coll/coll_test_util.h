@@ -30,8 +30,8 @@ struct RankSetup {
 
 // Runs fn(comm) on `world` threads with a fresh world communicator each; fails the test with
 // every rank's exception text.
-inline void run_ranks(int world, const RankSetup& setup,
-                      const std::function<void(Communicator&)>& fn) {
+inline void run_ranks_shared(int world, const RankSetup& setup,
+                             const std::function<void(const std::shared_ptr<UcxCommunicator>&)>& fn) {
   auto store = make_memory_store();
   std::mutex mutex;
   std::vector<std::string> errors;
@@ -46,7 +46,7 @@ inline void run_ranks(int world, const RankSetup& setup,
         engine.tls = setup.tls;
         engine.connect_timeout = milliseconds(20000);
         auto comm = UcxCommunicator::create(store, rank, world, options, engine);
-        fn(*comm);
+        fn(comm);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mutex);
         errors.push_back("rank " + std::to_string(rank) + ": " + e.what());
@@ -55,6 +55,10 @@ inline void run_ranks(int world, const RankSetup& setup,
   }
   for (auto& t : threads) t.join();
   for (auto& e : errors) ADD_FAILURE() << e;
+}
+
+inline void run_ranks(int world, const RankSetup& setup, const std::function<void(Communicator&)>& fn) {
+  run_ranks_shared(world, setup, [&](const std::shared_ptr<UcxCommunicator>& comm) { fn(*comm); });
 }
 
 // Element i of rank r's input: small integers, so sums are exact in every dtype.
