@@ -24,14 +24,15 @@ foreach(mode ddp localsgd slowmo diloco co2 co2-plain co2-penalty co2-clip co2-r
     endforeach()
   endforeach()
 endforeach()
-# The last rank dies mid-round: every survivor must fail naming it (no hang).
+# The last rank dies mid-round: every survivor must fail naming it (no hang); -wide while the
+# survivors read its registered memory in place.
 foreach(tls shm tcp)
   if(tls STREQUAL "shm")
     set(ucx_tls "self,sm")
   else()
     set(ucx_tls "tcp")
   endif()
-  foreach(mode co2-kill co2-zero1-kill)
+  foreach(mode co2-kill co2-zero1-kill co2-wide-kill ddp-wide-kill)
     add_test(NAME multirank.dp.${mode}.n3.${tls} COMMAND cohort-run -n 3 -- $<TARGET_FILE:dp_rank> ${mode})
     set_tests_properties(multirank.dp.${mode}.n3.${tls} PROPERTIES LABELS multirank TIMEOUT 120
                          ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
