@@ -10,6 +10,9 @@
 //!   `Work` was leaked with `mem::forget`, or on a panic), as `std::thread::scope` does for
 //!   threads — so no safe code can reach a buffer while the library may still use it.
 //!
+//! Buffers may lie in the communicator's registered memory ([`Comm::alloc`], in
+//! `registered.rs`), which collectives of 256 KiB and more use in place where ranks share a host.
+//!
 //! Operations on one communicator are issued from one thread at a time (a `Comm` is not Sync),
 //! in the same order on every rank; they complete in issue order. After a rank fails, every
 //! operation returns PEER_FAILED or TIMEOUT naming it, and only status, abort and drop remain.

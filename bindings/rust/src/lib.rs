@@ -4,7 +4,8 @@
 //! `Result<_, cohort::Error>`, whose [`Status`] says what is still usable and whose message is
 //! the C library's own. Data goes in and out through borrowed slices ([`Tensor`], [`TensorMut`]
 //! and the communicator's collectives), so nothing cohort reads or writes can be freed or
-//! touched while it does. The raw declarations, generated from the header by bindgen at build
+//! touched while it does. [`Comm::alloc`] gives a communicator's registered memory as a
+//! [`Registered`] buffer that derefs to a slice. The raw declarations, generated from the header by bindgen at build
 //! time, are in [`sys`].
 //!
 //! ```no_run
@@ -91,6 +92,7 @@ mod graph;
 mod models;
 mod optim;
 mod parallel;
+mod registered;
 mod settings;
 mod tensor;
 mod trainer;
@@ -103,6 +105,7 @@ pub use graph::{op_list, Attrs, Graph, GraphStats, InitKind, Initializer, Value}
 pub use models::{Activation, CnnOptions, GptOptions, MlpOptions};
 pub use optim::{Optimizer, OptimizerKind, OptimizerOptions, Schedule};
 pub use parallel::{ParallelStats, Plan, PlanOptions, Preset, SyncMode};
+pub use registered::Registered;
 pub use settings::{
     abi_version, reset_log_callback, set_log_callback, set_log_level, set_num_threads, version,
     LogLevel, ABI_VERSION,

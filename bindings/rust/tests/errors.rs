@@ -10,7 +10,7 @@ use std::ptr;
 use cohort::{
     check, device_usable, sys, Activation, Attrs, Comm, CommOptions, DType, Dataset, Device, Error,
     GptOptions, Graph, Initializer, MlpOptions, Optimizer, OptimizerOptions, Plan, PlanOptions,
-    Preset, Sampler, SamplerOptions, Split, Status, SyncMode, Tensor, TensorMut, Trainer,
+    Preset, ReduceOp, Sampler, SamplerOptions, Split, Status, SyncMode, Tensor, TensorMut, Trainer,
     TrainerOptions,
 };
 use common::{batch, trainer, Lcg, CLASSES, FEATURES};
@@ -324,4 +324,57 @@ fn statuses_and_errors_behave_as_values() {
         Ok(())
     }
     assert!(boxed().unwrap_err().to_string().contains("tau"));
+}
+
+#[test]
+fn registered_memory_mistakes() {
+    let comm = Comm::from_env(&CommOptions::default()).unwrap();
+    expect_error(
+        comm.alloc::<f32>(0),
+        Status::InvalidArgument,
+        &["cohort_comm_mem_alloc", "0 bytes"],
+    );
+    expect_error(
+        comm.alloc::<i64>(usize::MAX / 4),
+        Status::InvalidArgument,
+        &["Comm::alloc", "overflow"],
+    );
+    expect_error(comm.alloc::<f32>(1 << 50), Status::InvalidArgument, &["more than any host has"]);
+
+    // Zeroed, usable as a slice and in collectives, wrong lengths caught as for any slice.
+    let mut a = comm.alloc::<i32>(5).unwrap();
+    assert_eq!(&a[..], &[0; 5]);
+    a.copy_from_slice(&[1, 2, 3, 4, 5]);
+    comm.all_reduce_in_place(&mut a, ReduceOp::Sum).unwrap();
+    let mut short = comm.alloc::<i32>(4).unwrap();
+    expect_error(
+        comm.all_reduce(&a, &mut short, ReduceOp::Sum),
+        Status::InvalidArgument,
+        &["all_reduce"],
+    );
+    assert!(format!("{:?}", short).starts_with("Registered(4 x I32 at "), "{:?}", short);
+    short.free().unwrap();
+
+    // Free twice and use after free do not compile (see Comm::alloc's doc tests); the library
+    // itself reports a second free of the same pointer, which only the raw layer can make.
+    let raw = a.as_ptr() as *mut std::os::raw::c_void;
+    a.free().unwrap();
+    // SAFETY: the library looks the pointer up among its allocations; it never dereferences it.
+    let status = unsafe { sys::cohort_comm_mem_free(comm.as_raw(), raw) };
+    expect_error(
+        check(status),
+        Status::InvalidArgument,
+        &["cohort_comm_mem_free", "freed already"],
+    );
+
+    // After the communicator failed, allocating reports the failure; freeing still succeeds
+    // (the memory goes with the communicator), and so does dropping.
+    let kept = comm.alloc::<f32>(16).unwrap();
+    let dropped = comm.alloc::<f32>(16).unwrap();
+    comm.abort().unwrap();
+    let sticky = comm.status().unwrap_err();
+    let e = comm.alloc::<f32>(16).unwrap_err();
+    assert_eq!(e.status(), sticky.status(), "{}", e);
+    kept.free().unwrap();
+    drop(dropped);
 }
