@@ -216,7 +216,8 @@ PYC_SEQUENCE_IN(double, pyc_read_doubles)
 %ignore cohort_trainer_set_parameter;
 %ignore cohort_dataset_next_batch;
 %ignore cohort_comm_status;
-/* Registered memory needs an array type over foreign memory with a finalizer: not bound yet. */
+/* Registered memory: pyc_comm_alloc returns a cohort.RegisteredBuffer whose free() calls
+ * cohort_comm_mem_free once no export of it is alive (src/registered.c). */
 %ignore cohort_comm_mem_alloc;
 %ignore cohort_comm_mem_free;
 %ignore cohort_comm_all_reduce;
@@ -250,6 +251,9 @@ PYC_SEQUENCE_IN(double, pyc_read_doubles)
 %feature("nothreadallow") pyc_work_test;
 %feature("nothreadallow") pyc_work_destroy;
 %feature("nothreadallow") pyc_comm_status;
+%feature("nothreadallow") pyc_comm_alloc;
+%feature("nothreadallow") pyc_registered_release;
+%feature("nothreadallow") pyc_registered_type;
 %feature("nothreadallow") pyc_set_log_callback;
 %feature("nothreadallow") pyc_op_list;
 

@@ -10,6 +10,17 @@ Collectives on one communicator must be issued from one thread at a time, in the
 every rank. Counts follow from the buffers; the dtype from their format (pass dtype= for raw
 bytes or bf16 as uint16). An asynchronous collective returns a Work that keeps its buffers
 referenced (and, for a strided buffer, copies results back) until the operation completes.
+
+Registered memory (like NCCL's registered buffers) comes from Comm.alloc:
+
+    grads = comm.alloc(1 << 20, "f32")   # collective: same count and dtype on every rank
+    numpy.asarray(grads)[:] = 1.0        # shares the memory (so does memoryview(grads))
+    comm.all_reduce(grads)               # in place where the ranks share a host (from 256 KiB)
+    grads.free()                         # collective too; BufferError while views are alive
+
+A RegisteredBuffer keeps its Comm alive. Garbage collection does not free it (ranks collect
+garbage in different orders, and freeing is collective): memory never freed is released with the
+communicator, whose close() raises BufferError while any of its buffers still has a view.
 """
 import weakref
 
@@ -19,6 +30,9 @@ from ._handle import Handle
 from ._types import Preset, ReduceOp, SyncMode, as_dtype, as_enum, set_options
 
 _collective = _capi.pyc_comm_collective
+
+#: Registered memory of a Comm (Comm.alloc); see the module's documentation.
+RegisteredBuffer = _capi.pyc_registered_type()
 
 
 class Work(Handle):
@@ -62,10 +76,24 @@ class Comm(Handle):
         return cls(_capi.cohort_comm_create_from_env(o))
 
     def close(self):
-        """Waits for operations in flight (their Works are closed first), then destroys."""
+        """Waits for operations in flight (their Works are closed first), then destroys, which
+        releases the registered memory not yet freed. BufferError, leaving the communicator
+        open, while a RegisteredBuffer of it still has an export (a memoryview, a numpy array,
+        an operation in flight on another communicator)."""
         for work in list(self._works):
             work.close()
+        if self._handle is not None:
+            _capi.pyc_registered_release(self._handle, "Comm.close")
         super().close()
+
+    def alloc(self, count, dtype="f32"):
+        """count zeroed elements of registered memory, as a RegisteredBuffer (a flat array with the
+        buffer protocol: memoryview() and numpy.asarray() share it; bf16 and f16 appear as uint16
+        'H'). Collectives on buffers in it run in place where the ranks share a host.
+        Collective: every rank calls it with the same count and dtype, in the same order among
+        its other operations, and frees the buffer (free(), or the end of a `with` block) at the
+        same point. Not freed by garbage collection: released with the communicator."""
+        return _capi.pyc_comm_alloc(self._handle, self, int(count), as_dtype(dtype))
 
     @property
     def rank(self):

@@ -41,8 +41,10 @@ static cohort_status issue(int kind, cohort_comm* comm, const void* in, void* ou
   }
 }
 
-/* Views `value` for the collective (an explicit dtype >= 0 overrides the buffer's format). */
+/* Views `value` for the collective (an explicit dtype >= 0 overrides the buffer's format; a
+ * RegisteredBuffer brings its own, bf16 and f16 included). */
 static int acquire(pyc_tensor* t, PyObject* value, int dtype, int writable, const char* fn, const char* what) {
+  if (dtype < 0) dtype = pyc_registered_dtype(value);
   if (dtype < 0) return pyc_tensor_acquire(t, value, Py_None, writable, fn, what);
   PyObject* typed = Py_BuildValue("(OiO)", value, dtype, Py_None);
   if (typed == NULL) return -1;

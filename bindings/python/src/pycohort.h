@@ -1,7 +1,7 @@
 /*
  * pycohort.h — the hand-written C half of the Python binding: everything SWIG's stock typemaps
  * cannot do right. cohort.i wraps the pyc_* functions of the first section; the second section
- * is shared by tensor_args.c, calls.c and collectives.c only.
+ * is shared by tensor_args.c, calls.c, collectives.c and registered.c only.
  *
  * The one thing to know: a caller's buffer is held (Py_buffer) for exactly as long as cohort may
  * touch it — the call for synchronous functions, until completion for asynchronous collectives
@@ -64,6 +64,17 @@ PyObject* pyc_work_test(pyc_work* work);
  * the work and releases its buffers. Accepts NULL. */
 PyObject* pyc_work_destroy(pyc_work* work);
 
+/* Registered memory (src/registered.c). pyc_comm_alloc allocates `count` elements of `dtype` (a
+ * cohort.DType) with cohort_comm_mem_alloc — collective, without the GIL — zeroes them and returns
+ * a cohort.RegisteredBuffer that keeps `owner` (the cohort.Comm) alive and exports the memory as a
+ * flat array ('f', 'i', 'q'; bf16 and f16 as 'H'). pyc_registered_release, called before `comm`
+ * is destroyed, raises BufferError (naming `fn`) while any of its buffers has an export, and
+ * otherwise marks them all released, so that no export reaches the memory the destroy unmaps. */
+PyObject* pyc_comm_alloc(cohort_comm* comm, PyObject* owner, int64_t count, PyObject* dtype);
+PyObject* pyc_registered_release(cohort_comm* comm, const char* fn);
+/* The type object cohort.RegisteredBuffer. */
+PyObject* pyc_registered_type(void);
+
 /* (status, failed_rank, message) of cohort_comm_status; never raises for the sticky failure. */
 PyObject* pyc_comm_status(cohort_comm* comm);
 /* fn(level, message) receives every log line (None restores stderr). fn is kept alive for the
@@ -72,7 +83,7 @@ PyObject* pyc_set_log_callback(PyObject* fn);
 /* The public operator names as a list of str. */
 PyObject* pyc_op_list(void);
 
-/* ---- shared by tensor_args.c, calls.c and collectives.c -------------------------------------- */
+/* ---- shared by tensor_args.c, calls.c, collectives.c and registered.c ------------------------ */
 #ifndef SWIG
 
 /* One caller buffer seen as a cohort tensor. */
@@ -102,6 +113,12 @@ PyObject* pyc_alloc(cohort_dtype dtype, const int64_t* shape, int32_t rank);
 /* Parses `declared` (None or (dtype, shape)): returns 1 and fills the outputs, 0 for None, -1
  * with an exception set for anything else. */
 int pyc_parse_declared(PyObject* declared, cohort_dtype* dtype, int64_t* shape, int32_t* rank);
+
+/* 0 unless `value` is a cohort.RegisteredBuffer that was freed or released: then -1 with
+ * InvalidHandleError set, naming `fn` and `what`. */
+int pyc_registered_check(PyObject* value, const char* fn, const char* what);
+/* The cohort_dtype of a cohort.RegisteredBuffer, or -1 for any other object. */
+int pyc_registered_dtype(PyObject* value);
 
 /* Raises the class registered for `status` with cohort_last_error() as message; returns NULL. */
 PyObject* pyc_raise(cohort_status status);

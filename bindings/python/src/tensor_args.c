@@ -225,6 +225,7 @@ int pyc_tensor_acquire(pyc_tensor* t, PyObject* value, PyObject* declared, int w
   const int have_declared = pyc_parse_declared(declared, &declared_dtype, declared_shape, &declared_rank);
   if (have_declared < 0) return -1;
 
+  if (pyc_registered_check(data, fn, what) < 0) return -1; /* freed: say so, not "not a buffer" */
   const int flags = PyBUF_STRIDES | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
   if (PyObject_GetBuffer(data, &t->view, flags) < 0) return reraise_buffer_error(fn, what);
   t->held = 1;

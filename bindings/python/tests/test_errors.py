@@ -1,8 +1,10 @@
 """Every failure reaches Python as the cohort.Error subclass of its status, with cohort's message."""
 import array
+import gc
 import os
 import tempfile
 import unittest
+import weakref
 
 import cohort
 from support import classifier, learnable_batch
@@ -56,6 +58,72 @@ class ErrorTest(unittest.TestCase):
             pass
         self.assertFails(cohort.InvalidHandleError, "comm is NULL", comm.all_reduce, array.array("f", [1.0]))
         self.assertFails(cohort.InvalidHandleError, "comm is NULL", lambda: comm.rank)
+
+    def test_registered_memory(self):
+        comm = cohort.Comm.from_env()
+        buf = comm.alloc(8, "i32")
+        self.assertIsInstance(buf, cohort.RegisteredBuffer)
+        self.assertIs(buf.comm, comm)
+        with self.assertRaisesRegex(TypeError, "cannot create"):
+            cohort.RegisteredBuffer()
+        # Free and close refuse while a view is alive, and change nothing.
+        view = memoryview(buf)
+        with self.assertRaisesRegex(BufferError, r"RegisteredBuffer.free: 1 export\(s\) of the memory are alive"):
+            buf.free()
+        with self.assertRaisesRegex(BufferError, "Comm.close: registered buffer of 8 i32 still has 1 export"):
+            comm.close()
+        self.assertFalse(comm.closed or buf.freed)
+        view[7] = 42  # still mapped
+        view.release()
+        # An operation in flight holds the buffer too.
+        work = comm.all_reduce(buf, async_op=True)
+        with self.assertRaisesRegex(BufferError, "operations in flight"):
+            buf.free()
+        work.wait()
+        self.assertEqual(memoryview(buf)[7], 42)
+        work.close()
+        buf.free()
+        self.assertTrue(buf.freed)
+        # Free twice, use after free.
+        self.assertFails(cohort.InvalidHandleError, "RegisteredBuffer.free: the registered buffer of 8 i32 was freed",
+                         buf.free)
+        self.assertFails(cohort.InvalidHandleError, "the registered buffer of 8 i32 was freed", memoryview, buf)
+        self.assertFails(cohort.InvalidHandleError, "cohort_comm_all_reduce: buf: the registered buffer of 8 i32 "
+                         "was freed", comm.all_reduce, buf)
+        self.assertFails(cohort.InvalidHandleError, "cohort_trainer_step: input 'x': the registered buffer",
+                         self.trainer.step, x=buf, y=self.y)
+        self.assertEqual(len(buf), 8)
+        # Sizes and dtypes.
+        self.assertFails(cohort.InvalidArgumentError, "cohort_comm_mem_alloc: allocate: 0 bytes", comm.alloc, 0)
+        self.assertFails(cohort.InvalidArgumentError, "Comm.alloc: count must be 1..", comm.alloc, -1)
+        self.assertFails(cohort.InvalidArgumentError, "more than any host has", comm.alloc, 1 << 50)
+        with self.assertRaisesRegex(ValueError, "not a cohort dtype"):
+            comm.alloc(4, "f64")
+        # Free after the communicator closed: its memory was released with it.
+        kept = comm.alloc(4, "f16")
+        self.assertEqual(memoryview(kept).format, "H")
+        comm.close()
+        self.assertTrue(kept.freed)
+        self.assertIn("released with its communicator", repr(kept))
+        self.assertFails(cohort.InvalidHandleError, "was released when its communicator was closed", kept.free)
+        self.assertFails(cohort.InvalidHandleError, "was released when its communicator was closed", memoryview,
+                         kept)
+        self.assertFails(cohort.InvalidHandleError, "cohort_comm_mem_alloc: comm is NULL", comm.alloc, 4)
+
+    def test_registered_memory_lifetime(self):
+        # A buffer keeps its communicator alive; garbage collection does not free it (that is
+        # collective), the communicator releases it.
+        buf = cohort.Comm.from_env().alloc(4)
+        gc.collect()
+        comm = buf.comm
+        self.assertFalse(comm.closed)
+        with buf:
+            memoryview(buf)[0] = 1.5
+        self.assertTrue(buf.freed)  # the with block freed it
+        dropped = weakref.ref(comm.alloc(16))
+        gc.collect()
+        self.assertIsNone(dropped())
+        comm.close()
 
     def test_invalid_plan(self):
         self.assertFails(cohort.InvalidPlanError, "tau = 0 must be >= 1", cohort.Plan, mode="localsgd", tau=0)

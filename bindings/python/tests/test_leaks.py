@@ -1,7 +1,7 @@
 """No leak over 1,000 create/use/destroy cycles: Python allocations (tracemalloc) and the process's
 resident memory (which also sees libcohort's and the extension's C allocations) stay bounded.
 Half of the cycles close explicitly, half leave it to garbage collection; every cycle also
-raises and drops an error."""
+raises and drops an error. Registered memory goes through 1,000 allocate/use/free cycles too."""
 import array
 import gc
 import os
@@ -56,6 +56,33 @@ class LeakTest(unittest.TestCase):
         # A leak of one small object per cycle would already exceed these bounds.
         self.assertLess(traced_growth, 64 * 1024, f"Python allocations grew {traced_growth} bytes")
         if not os.environ.get("COHORT_TEST_SANITIZED"):  # ASan's quarantine keeps freed memory resident
+            self.assertLess(rss_growth, 8 * 1024 * 1024, f"resident memory grew {rss_growth} bytes")
+
+    def test_registered_memory_cycles(self):
+        # 64 KiB per buffer: 1,000 buffers never unmapped would be 64 MiB of resident memory.
+        def cycle(comm, i):
+            buf = comm.alloc(16384, "f32")
+            with memoryview(buf) as view:
+                view[i % 16384] = 1.0
+            comm.all_reduce(buf)
+            buf.free()
+
+        with cohort.Comm.from_env() as comm:
+            for i in range(50):
+                cycle(comm, i)
+            gc.collect()
+            tracemalloc.start()
+            traced_before = tracemalloc.get_traced_memory()[0]
+            rss_before = rss_bytes()
+            for i in range(CYCLES):
+                cycle(comm, i)
+            comm.barrier()  # frees take effect once earlier operations are done
+            gc.collect()
+            traced_growth = tracemalloc.get_traced_memory()[0] - traced_before
+            tracemalloc.stop()
+            rss_growth = rss_bytes() - rss_before
+        self.assertLess(traced_growth, 64 * 1024, f"Python allocations grew {traced_growth} bytes")
+        if not os.environ.get("COHORT_TEST_SANITIZED"):
             self.assertLess(rss_growth, 8 * 1024 * 1024, f"resident memory grew {rss_growth} bytes")
 
 
