@@ -14,7 +14,9 @@
  *  - tensor descriptions (cohort_tensor_ref) are org.cohort.Tensor objects, marshalled here
  *    (direct buffers zero-copy, Java arrays copied in, and back out for outputs);
  *  - collective buffers are direct java.nio.Buffers; the caller (org.cohort.Comm) checks their
- *    sizes and keeps them reachable until the operation completes.
+ *    sizes and keeps them reachable until the operation completes;
+ *  - registered memory (cohort_comm_mem_alloc) is an address in a Java long, held only by
+ *    org.cohort.RegisteredBuffer, which copies in and out with the helpers at the end.
  * The one thing to know: every function here is raw. Statuses are returned, not thrown;
  * org.cohort turns them into CohortException with cohort_last_error()'s message.
  */
@@ -149,6 +151,35 @@ COHORT_ARRAY(char, size_t, jbyteArray, byte[], jbyte, Byte)
   /* NULL for null or a heap buffer; org.cohort.Comm admits only direct buffers of checked size. */
   $1 = $input != NULL ? (*jenv)->GetDirectBufferAddress(jenv, $input) : NULL;
 }
+
+/* ---- registered memory: addresses as Java longs ------------------------------------------------ */
+
+/* cohort_comm_mem_alloc writes the address into a long[1]; cohort_comm_mem_free and the helpers at
+ * the end take it back as a long. Only org.cohort.RegisteredBuffer holds these addresses: Java
+ * cannot revoke a direct ByteBuffer, so the memory is reached by bounds-checked copies alone. */
+%typemap(jni) void** ptr_out "jlongArray"
+%typemap(jtype) void** ptr_out "long[]"
+%typemap(jstype) void** ptr_out "long[]"
+%typemap(javain) void** ptr_out "$javainput"
+%typemap(in) void** ptr_out (void* address = NULL) {
+  if ($input == NULL || (*jenv)->GetArrayLength(jenv, $input) < 1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIndexOutOfBoundsException,
+                            "an address output needs a long[1]");
+    return $null;
+  }
+  $1 = &address;
+}
+%typemap(argout) void** ptr_out {
+  jlong value = (jlong)(intptr_t)address$argnum;
+  (*jenv)->SetLongArrayRegion(jenv, $input, 0, 1, &value);
+}
+%typemap(jni) void* ptr "jlong"
+%typemap(jtype) void* ptr "long"
+%typemap(jstype) void* ptr "long"
+%typemap(javain) void* ptr "$javainput"
+%typemap(in) void* ptr %{ $1 = (void*)(intptr_t)$input; %}
+/* The helpers' JNIEnv* comes from the wrapper, not from Java. */
+%typemap(in, numinputs=0) JNIEnv* %{ $1 = jenv; %}
 
 /* ---- tensors: org.cohort.Tensor <-> cohort_tensor_ref ---------------------------------------- */
 
@@ -472,9 +503,6 @@ COHORT_STATS(cohort_parallel_stats)
 %ignore COHORT_VERSION_MINOR;
 %ignore COHORT_VERSION_PATCH;
 %ignore cohort_tensor_ref;
-/* Registered memory would need a direct ByteBuffer with a cleaner: not bound yet. */
-%ignore cohort_comm_mem_alloc;
-%ignore cohort_comm_mem_free;
 %ignore cohort_set_log_callback;
 %ignore cohort_graph_create_mlp;
 %ignore cohort_graph_create_cnn;
@@ -489,6 +517,96 @@ COHORT_STATS(cohort_parallel_stats)
 
 enum cohortj_storage { COHORTJ_DIRECT = 0, COHORTJ_FLOATS = 1, COHORTJ_INTS = 2, COHORTJ_LONGS = 3,
                        COHORTJ_SHORTS = 4, COHORTJ_BYTES = 5 };
+
+/* Registered memory: copies between Java arrays or buffers and native memory at `address`, a
+ * range org.cohort.RegisteredBuffer has checked against its allocation (holding its lock, so the
+ * memory cannot be freed meanwhile); JNI checks the Java array's range again. to_native = 1
+ * copies from Java into the memory, 0 the other way. */
+%{
+#define COHORTJ_MEM_COPY(NAME, JARRAY, JTYPE, KIND)                                            \
+  static void NAME(JNIEnv* env, int64_t address, JARRAY array, int32_t offset, int32_t length, \
+                   int32_t to_native) {                                                       \
+    JTYPE* native = (JTYPE*)(intptr_t)address;                                                 \
+    if (to_native)                                                                             \
+      (*env)->Get##KIND##ArrayRegion(env, array, offset, length, native);                      \
+    else                                                                                       \
+      (*env)->Set##KIND##ArrayRegion(env, array, offset, length, native);                      \
+  }
+COHORTJ_MEM_COPY(cohortj_mem_floats, jfloatArray, jfloat, Float)
+COHORTJ_MEM_COPY(cohortj_mem_ints, jintArray, jint, Int)
+COHORTJ_MEM_COPY(cohortj_mem_longs, jlongArray, jlong, Long)
+COHORTJ_MEM_COPY(cohortj_mem_shorts, jshortArray, jshort, Short)
+COHORTJ_MEM_COPY(cohortj_mem_bytes, jbyteArray, jbyte, Byte)
+
+/* A direct java.nio.Buffer's bytes [position, position + bytes). */
+static void cohortj_mem_direct(JNIEnv* env, int64_t address, jobject buffer, int64_t position,
+                               int64_t bytes, int32_t to_native) {
+  char* base = (char*)(*env)->GetDirectBufferAddress(env, buffer);
+  if (base == NULL) {
+    SWIG_JavaThrowException(env, SWIG_JavaIllegalArgumentException, "the buffer is not direct");
+    return;
+  }
+  void* native = (void*)(intptr_t)address;
+  if (to_native)
+    memmove(native, base + position, (size_t)bytes);
+  else
+    memmove(base + position, native, (size_t)bytes);
+}
+
+static void cohortj_mem_zero(int64_t address, int64_t bytes) {
+  memset((void*)(intptr_t)address, 0, (size_t)bytes);
+}
+
+/* The collectives on addresses (registered memory) instead of direct buffers; kind is a
+ * cohortj_collective. */
+enum cohortj_collective {
+  COHORTJ_ALL_REDUCE = 0,
+  COHORTJ_REDUCE_SCATTER = 1,
+  COHORTJ_ALL_GATHER = 2,
+  COHORTJ_BROADCAST = 3,
+  COHORTJ_ALL_TO_ALL = 4,
+  COHORTJ_SEND = 5,
+  COHORTJ_RECV = 6
+};
+static cohort_status cohortj_comm_collective(int32_t kind, cohort_comm* comm, int64_t in_address,
+                                             int64_t out_address, int64_t count, int32_t dtype,
+                                             int32_t op, int32_t peer, cohort_work** work_out) {
+  const void* in = (const void*)(intptr_t)in_address;
+  void* out = (void*)(intptr_t)out_address;
+  const size_t n = (size_t)count;
+  const cohort_dtype type = (cohort_dtype)dtype;
+  const cohort_reduce_op reduce = (cohort_reduce_op)op;
+  switch (kind) {
+    case COHORTJ_ALL_REDUCE: return cohort_comm_all_reduce(comm, in, out, n, type, reduce, work_out);
+    case COHORTJ_REDUCE_SCATTER:
+      return cohort_comm_reduce_scatter(comm, in, out, n, type, reduce, work_out);
+    case COHORTJ_ALL_GATHER: return cohort_comm_all_gather(comm, in, out, n, type, work_out);
+    case COHORTJ_BROADCAST: return cohort_comm_broadcast(comm, out, n, type, peer, work_out);
+    case COHORTJ_ALL_TO_ALL: return cohort_comm_all_to_all(comm, in, out, n, type, work_out);
+    case COHORTJ_SEND: return cohort_comm_send(comm, in, n, type, peer, work_out);
+    default: return cohort_comm_recv(comm, out, n, type, peer, work_out);
+  }
+}
+%}
+void cohortj_mem_floats(JNIEnv* env, int64_t address, jfloatArray array, int32_t offset,
+                        int32_t length, int32_t to_native);
+void cohortj_mem_ints(JNIEnv* env, int64_t address, jintArray array, int32_t offset,
+                      int32_t length, int32_t to_native);
+void cohortj_mem_longs(JNIEnv* env, int64_t address, jlongArray array, int32_t offset,
+                       int32_t length, int32_t to_native);
+void cohortj_mem_shorts(JNIEnv* env, int64_t address, jshortArray array, int32_t offset,
+                        int32_t length, int32_t to_native);
+void cohortj_mem_bytes(JNIEnv* env, int64_t address, jbyteArray array, int32_t offset,
+                       int32_t length, int32_t to_native);
+void cohortj_mem_direct(JNIEnv* env, int64_t address, jobject buffer, int64_t position,
+                        int64_t bytes, int32_t to_native);
+void cohortj_mem_zero(int64_t address, int64_t bytes);
+enum cohortj_collective { COHORTJ_ALL_REDUCE = 0, COHORTJ_REDUCE_SCATTER = 1,
+                          COHORTJ_ALL_GATHER = 2, COHORTJ_BROADCAST = 3, COHORTJ_ALL_TO_ALL = 4,
+                          COHORTJ_SEND = 5, COHORTJ_RECV = 6 };
+cohort_status cohortj_comm_collective(int32_t kind, cohort_comm* comm, int64_t in_address,
+                                      int64_t out_address, int64_t count, int32_t dtype,
+                                      int32_t op, int32_t peer, cohort_work** work_out);
 
 %inline %{
 /* cohort_graph_create_mlp with the hidden widths from a Java array. */

@@ -1,6 +1,11 @@
 package org.cohort;
 
 import java.nio.Buffer;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.IdentityHashMap;
+import java.util.List;
+import java.util.Set;
 
 /**
  * A group of ranks, one process each, exchanging host memory through UCX ({@code cohort_comm}).
@@ -9,6 +14,10 @@ import java.nio.Buffer;
  * least the elements the operation reads or writes (checked here: INVALID_ARGUMENT otherwise) and
  * must not be touched until the Work completes. Operations on one communicator are issued from
  * one thread at a time, in the same order on every rank, and complete in issue order.
+ *
+ * <p>Buffers may also be the communicator's registered memory ({@link #alloc}, a {@link
+ * RegisteredBuffer}), which collectives of 256 KiB and more use in place where the ranks share a
+ * host; the overloads taking RegisteredBuffers read the dtype from them.
  *
  * <p>A rank that dies or stops answering turns every pending and later operation into
  * PEER_FAILED (or TIMEOUT) naming the rank, on every surviving rank; the communicator then only
@@ -37,6 +46,10 @@ public final class Comm extends Handle {
 
   /** The number of ranks, read once: it never changes. */
   private final int size;
+
+  /** The registered memory of this communicator not yet freed; released by close(). */
+  private final Set<RegisteredBuffer> registered =
+      Collections.newSetFromMap(new IdentityHashMap<>());
 
   private Comm(long ptr) {
     super(ptr);
@@ -67,7 +80,12 @@ public final class Comm extends Handle {
     }
   }
 
-  /** Waits for (and closes) the works still open on this communicator, then destroys it. */
+  /**
+   * Waits for (and closes) the works still open on this communicator, then destroys it, which
+   * releases its registered memory not yet freed (those RegisteredBuffers throw INVALID_HANDLE
+   * afterwards). INVALID_STATE, leaving the communicator open, while an open Work of another
+   * communicator uses one of them.
+   */
   @Override
   public void close() {
     RuntimeException first = null;
@@ -76,6 +94,22 @@ public final class Comm extends Handle {
         w.close();
       } catch (RuntimeException e) {
         if (first == null) first = e;
+      }
+    }
+    if (!isClosed()) {
+      List<RegisteredBuffer> mine;
+      synchronized (registered) {
+        mine = new ArrayList<>(registered);
+      }
+      try {
+        for (RegisteredBuffer b : mine) b.checkIdle("Comm.close");
+      } catch (CohortException e) {
+        if (first != null) e.addSuppressed(first);
+        throw e;
+      }
+      for (RegisteredBuffer b : mine) b.release();
+      synchronized (registered) {
+        registered.clear();
       }
     }
     super.close();
@@ -124,6 +158,39 @@ public final class Comm extends Handle {
   /** Fails every pending and later operation and tells the peers. Returns at once. */
   public void abort() {
     CohortException.check(CohortC.cohort_comm_abort(ptr()));
+  }
+
+  // ---- registered memory ---------------------------------------------------------------------
+
+  /**
+   * {@code count} zeroed elements of registered memory (see {@link RegisteredBuffer}).
+   * Collective: every rank calls it with the same count and dtype, in the same order among its
+   * other operations, and frees the buffer at the same point. INVALID_ARGUMENT for a count below
+   * 1 or larger than any host has; OUT_OF_MEMORY; the communicator's failure once it failed.
+   */
+  public RegisteredBuffer alloc(long count, DType dtype) {
+    String fn = "Comm.alloc";
+    if (dtype == null) throw CohortException.invalid(fn, "dtype is null");
+    long most = Long.MAX_VALUE / dtype.size();
+    if (count < 0 || count > most) {
+      throw CohortException.invalid(fn, "count must be 1.." + most + ", got " + count);
+    }
+    long bytes = count * dtype.size();
+    long[] out = new long[1];
+    CohortException.check(CohortC.cohort_comm_mem_alloc(ptr(), bytes, out));
+    CohortC.cohortj_mem_zero(out[0], bytes);
+    RegisteredBuffer b = new RegisteredBuffer(this, out[0], count, dtype);
+    synchronized (registered) {
+      registered.add(b);
+    }
+    return b;
+  }
+
+  /** A buffer of this communicator was freed. */
+  void forget(RegisteredBuffer b) {
+    synchronized (registered) {
+      registered.remove(b);
+    }
   }
 
   // ---- collectives: count is in elements ----------------------------------------------------
@@ -186,6 +253,102 @@ public final class Comm extends Handle {
     checkOut("cohort_comm_recv", "buf", buf, count, 1, dtype);
     return issue(new Buffer[] {buf},
         w -> CohortC.cohort_comm_recv(ptr(), buf, count, dtype.code(), peer, w));
+  }
+
+  // ---- the same collectives on registered memory: the dtype is the buffers' ------------------
+
+  /** {@link #allReduce(Buffer, Buffer, long, DType, ReduceOp)} in registered memory. */
+  public Work allReduce(RegisteredBuffer in, RegisteredBuffer out, long count, ReduceOp op) {
+    return registered(cohortj_collective.COHORTJ_ALL_REDUCE, "cohort_comm_all_reduce", in, 1, out,
+        1, count, op == null ? -1 : op.code, 0);
+  }
+
+  /** in: size x count elements; out: count. */
+  public Work reduceScatter(RegisteredBuffer in, RegisteredBuffer out, long count, ReduceOp op) {
+    return registered(cohortj_collective.COHORTJ_REDUCE_SCATTER, "cohort_comm_reduce_scatter", in,
+        size, out, 1, count, op == null ? -1 : op.code, 0);
+  }
+
+  /** in: count elements; out: size x count. */
+  public Work allGather(RegisteredBuffer in, RegisteredBuffer out, long count) {
+    return registered(cohortj_collective.COHORTJ_ALL_GATHER, "cohort_comm_all_gather", in, 1, out,
+        size, count, 0, 0);
+  }
+
+  public Work broadcast(RegisteredBuffer buf, long count, int root) {
+    return registered(cohortj_collective.COHORTJ_BROADCAST, "cohort_comm_broadcast", null, 0, buf,
+        1, count, 0, root);
+  }
+
+  /** in, out: size x count elements each, distinct buffers. */
+  public Work allToAll(RegisteredBuffer in, RegisteredBuffer out, long count) {
+    return registered(cohortj_collective.COHORTJ_ALL_TO_ALL, "cohort_comm_all_to_all", in, size,
+        out, size, count, 0, 0);
+  }
+
+  public Work send(RegisteredBuffer buf, long count, int peer) {
+    return registered(
+        cohortj_collective.COHORTJ_SEND, "cohort_comm_send", buf, 1, null, 0, count, 0, peer);
+  }
+
+  public Work recv(RegisteredBuffer buf, long count, int peer) {
+    return registered(
+        cohortj_collective.COHORTJ_RECV, "cohort_comm_recv", null, 0, buf, 1, count, 0, peer);
+  }
+
+  /**
+   * Checks the buffers (in: inBlocks x count elements, out: outBlocks x count; null where the
+   * call has none), pins them for the Work's life and issues the collective.
+   */
+  private Work registered(int kind, String fn, RegisteredBuffer in, long inBlocks,
+      RegisteredBuffer out, long outBlocks, long count, int op, int peer) {
+    long[] work = new long[1];
+    if (isClosed()) { // C names the closed communicator
+      CohortException.check(CohortC.cohortj_comm_collective(kind, 0, 0, 0, 0, 0, 0, peer, work));
+    }
+    if (op < 0) throw CohortException.invalid(fn, "op is null");
+    checkRegistered(fn, "in", in, inBlocks, count);
+    checkRegistered(fn, kind == cohortj_collective.COHORTJ_ALL_REDUCE || in != null ? "out" : "buf",
+        out, outBlocks, count);
+    if (in != null && out != null && in.dtype() != out.dtype()) {
+      throw CohortException.invalid(
+          fn, "in holds " + in.dtype().cName() + " but out holds " + out.dtype().cName());
+    }
+    DType dtype = (in != null ? in : out).dtype();
+    List<RegisteredBuffer> pinned = new ArrayList<>(2);
+    try {
+      long inAddress = 0;
+      long outAddress = 0;
+      if (in != null) {
+        inAddress = in.pin(fn, "in");
+        pinned.add(in);
+      }
+      if (out != null && out == in) { // in place: one buffer, pinned once
+        outAddress = inAddress;
+      } else if (out != null) {
+        outAddress = out.pin(fn, in != null ? "out" : "buf");
+        pinned.add(out);
+      }
+      CohortException.check(CohortC.cohortj_comm_collective(
+          kind, ptr(), inAddress, outAddress, count, dtype.code(), op, peer, work));
+    } catch (RuntimeException e) {
+      for (RegisteredBuffer b : pinned) b.unpin();
+      throw e;
+    }
+    return new Work(work[0], this, pinned.toArray(new RegisteredBuffer[0]));
+  }
+
+  /** A registered buffer given where blocks > 0 holds blocks x count elements. */
+  private static void checkRegistered(
+      String fn, String arg, RegisteredBuffer b, long blocks, long count) {
+    if (blocks == 0) return;
+    if (b == null) throw CohortException.invalid(fn, arg + " is null");
+    if (count < 0 || count > b.count() / blocks) {
+      throw CohortException.invalid(fn,
+          arg + " holds " + b.count() + " " + b.dtype().cName() + " elements, so count must be 0.."
+              + b.count() / blocks + (blocks > 1 ? " (" + blocks + " blocks of count)" : "")
+              + ", got " + count);
+    }
   }
 
   /** A C collective call: writes the new work handle to out[0] and returns the status. */

@@ -10,9 +10,10 @@ import java.util.Set;
 /**
  * One asynchronous collective ({@code cohort_work}). Until it is closed, the Work keeps its
  * buffers reachable — from a static registry, so even a Work (and Comm) the program dropped can
- * never let the garbage collector free memory a transfer still writes. {@link #close()} waits for
- * an operation still in flight (bounded by the communicator's timeout); closing the communicator
- * closes its works. Typical use: {@code try (Work w = comm.allReduce(...)) { w.await(); }}.
+ * never let the garbage collector free memory a transfer still writes — and its registered memory
+ * from being freed. {@link #close()} waits for an operation still in flight (bounded by the
+ * communicator's timeout); closing the communicator closes its works. Typical use:
+ * {@code try (Work w = comm.allReduce(...)) { w.await(); }}.
  */
 public final class Work extends Handle {
   /** Every Work not yet closed. */
@@ -20,11 +21,22 @@ public final class Work extends Handle {
 
   private final Comm comm;
   private Buffer[] buffers;
+  /** Registered memory the operation uses, pinned (it cannot be freed) until close(). */
+  private RegisteredBuffer[] registered;
 
   Work(long ptr, Comm comm, Buffer... buffers) {
+    this(ptr, comm, buffers, new RegisteredBuffer[0]);
+  }
+
+  Work(long ptr, Comm comm, RegisteredBuffer... registered) {
+    this(ptr, comm, new Buffer[0], registered);
+  }
+
+  private Work(long ptr, Comm comm, Buffer[] buffers, RegisteredBuffer[] registered) {
     super(ptr);
     this.comm = comm;
     this.buffers = buffers;
+    this.registered = registered;
     synchronized (OPEN) {
       OPEN.add(this);
     }
@@ -55,13 +67,21 @@ public final class Work extends Handle {
     return comm;
   }
 
-  /** Waits for the operation if it is still in flight, releases the handle and the buffers. */
+  /**
+   * Waits for the operation if it is still in flight, releases the handle and the buffers (and
+   * the registered memory, which may be freed afterwards).
+   */
   @Override
   public void close() {
     try {
       super.close();
     } finally {
       buffers = null;
+      RegisteredBuffer[] pinned = registered;
+      registered = null;
+      if (pinned != null) {
+        for (RegisteredBuffer b : pinned) b.unpin();
+      }
       synchronized (OPEN) {
         OPEN.remove(this);
       }

@@ -287,6 +287,106 @@ class ErrorsTest {
   }
 
   @Test
+  void registeredMemoryMistakes() {
+    Comm comm = Comm.fromEnv();
+    try {
+      RegisteredBuffer buf = comm.alloc(8, DType.F32);
+      assertEquals(8, buf.count());
+      assertEquals(32, buf.byteSize());
+      assertEquals(DType.F32, buf.dtype());
+      assertEquals("RegisteredBuffer(8 f32, live)", buf.toString());
+      buf.put(0, new float[] {1, 2, 3});
+
+      // Out of bounds, wrong arrays, wrong dtypes: nothing is copied.
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          ()
+              -> buf.put(6, new float[3]),
+          "RegisteredBuffer.put: elements [6, 9) are outside the registered buffer of 8 f32");
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          () -> buf.get(-1, new float[1]), "RegisteredBuffer.get", "[-1, 0)");
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          () -> buf.put(0, new float[4], 2, 3), "offset 2 and length 3 do not fit a float[] of 4");
+      TestSupport.expectError(
+          Status.INVALID_ARGUMENT, () -> buf.get(0, (float[]) null), "the array is null");
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          () -> buf.put(0, new int[2]), "a int[] does not hold f32 elements");
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          ()
+              -> buf.putBytes(30, ByteBuffer.allocate(4)),
+          "bytes [30, 34) are outside the registered buffer of 8 f32 (32 bytes)");
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          () -> buf.getBytes(0, ByteBuffer.allocate(4).asReadOnlyBuffer()), "read-only");
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          ()
+              -> comm.allReduce(buf, buf, 9, Comm.ReduceOp.SUM),
+          "cohort_comm_all_reduce: in holds 8 f32 elements, so count must be 0..8, got 9");
+      float[] back = new float[8];
+      buf.get(0, back);
+      assertEquals(3f, back[2]);
+      assertEquals(0f, back[3]);
+
+      // Heap and read-only byte buffers copy too, in the platform's byte order.
+      ByteBuffer heap = ByteBuffer.allocate(8).order(ByteOrder.nativeOrder());
+      heap.putFloat(0, 5f).putFloat(4, 6f);
+      buf.putBytes(12, heap.asReadOnlyBuffer().order(ByteOrder.nativeOrder()));
+      buf.getBytes(8, heap.clear());
+      assertEquals(3f, heap.getFloat(0));
+      assertEquals(5f, heap.getFloat(4));
+
+      // An open Work pins the memory.
+      Work w = comm.allReduce(buf, buf, 8, Comm.ReduceOp.SUM);
+      TestSupport.expectError(
+          Status.INVALID_STATE, buf::free, "RegisteredBuffer.free: 1 open Work");
+      w.await();
+      w.close();
+      buf.free();
+      assertTrue(buf.isFreed());
+
+      // Free twice, use after free; close() after free does nothing.
+      TestSupport.expectError(Status.INVALID_HANDLE, buf::free,
+          "RegisteredBuffer.free: the registered buffer of 8 f32 was freed");
+      TestSupport.expectError(Status.INVALID_HANDLE,
+          () -> buf.get(0, new float[1]), "RegisteredBuffer.get", "was freed");
+      TestSupport.expectError(Status.INVALID_HANDLE,
+          () -> comm.allReduce(buf, buf, 8, Comm.ReduceOp.SUM), "cohort_comm_all_reduce: in: the");
+      buf.close();
+
+      // Sizes.
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          () -> comm.alloc(0, DType.F32), "cohort_comm_mem_alloc", "0 bytes");
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          () -> comm.alloc(-1, DType.F32), "Comm.alloc: count must be 1..");
+
+      // Memory of this communicator used by another's open Work keeps this one from closing.
+      RegisteredBuffer kept = comm.alloc(4, DType.I32);
+      try (Comm other = comm.split(0, 0)) {
+        Work pinned = other.allReduce(kept, kept, 4, Comm.ReduceOp.SUM);
+        TestSupport.expectError(
+            Status.INVALID_STATE, comm::close, "Comm.close", "another communicator");
+        assertTrue(!comm.isClosed() && !kept.isFreed());
+        pinned.close();
+      }
+
+      // Closing the communicator releases its memory: every use afterwards is INVALID_HANDLE.
+      comm.close();
+      assertTrue(kept.isFreed());
+      assertEquals("RegisteredBuffer(4 i32, released with its communicator)", kept.toString());
+      TestSupport.expectError(
+          Status.INVALID_HANDLE, kept::free, "was released when its communicator was closed");
+      TestSupport.expectError(Status.INVALID_HANDLE, () -> kept.put(0, new int[1]), "released");
+      kept.close();
+      TestSupport.expectError(Status.INVALID_HANDLE,
+          () -> comm.alloc(4, DType.F32), "cohort_comm_mem_alloc: comm is NULL");
+      TestSupport.expectError(Status.INVALID_HANDLE,
+          ()
+              -> comm.allReduce(kept, kept, 4, Comm.ReduceOp.SUM),
+          "cohort_comm_all_reduce: comm is NULL");
+    } finally {
+      comm.close();
+    }
+  }
+
+  @Test
   void samplersRejectBadPositions() {
     try (Dataset test = Dataset.fashionMnist(TestSupport.dataDir(), Dataset.Split.VALIDATION);
          Sampler s = new Sampler(test, new SamplerOptions())) {

@@ -18,10 +18,10 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestMethodOrder;
 
 /**
- * Collectives and a data-parallel trainer through the binding, run by every rank of a job
- * (bindings.java.multirank starts 2 under cohort-run; alone it is a world of one). Every rank
- * runs the same tests in the same order, so their collectives match; a short timeout turns a
- * rank that failed early into a prompt failure of the others instead of a hang.
+ * Collectives (also in registered memory) and a data-parallel trainer through the binding, run by
+ * every rank of a job (bindings.java.multirank starts 2 under cohort-run; alone it is a world of
+ * one). Every rank runs the same tests in the same order, so their collectives match; a short
+ * timeout turns a rank that failed early into a prompt failure of the others instead of a hang.
  */
 @Tag("multirank")
 @TestMethodOrder(MethodOrderer.OrderAnnotation.class)
@@ -153,8 +153,73 @@ class MultiRankTest {
     assertTrue(comm.health().ok());
   }
 
+  /**
+   * All-reduce, reduce-scatter and all-gather in registered memory, 512 KiB per rank so that they
+   * run in place where the ranks share a host (from 256 KiB), against values computed here. Every
+   * rank allocates and frees (try-with-resources) the same buffers in the same order.
+   */
   @Test
   @Order(5)
+  void collectivesInRegisteredMemory() {
+    int n = 1 << 17; // f32 elements per rank
+    float total = size * (size + 1) / 2f; // the sum over ranks of (rank + 1)
+    try (RegisteredBuffer sums = comm.alloc(n, DType.F32)) {
+      float[] values = new float[n];
+      sums.get(0, values);
+      for (int i = 0; i < n; ++i) assertEquals(0f, values[i], "registered memory starts zeroed");
+      for (int i = 0; i < n; ++i) values[i] = (rank + 1) * (i % 13);
+      sums.put(0, values);
+      try (Work w = comm.allReduce(sums, sums, n, Comm.ReduceOp.SUM)) {
+        w.await();
+      }
+      sums.get(0, values);
+      for (int i = 0; i < n; ++i) assertEquals(total * (i % 13), values[i], "all-reduce at " + i);
+    }
+
+    try (RegisteredBuffer blocks = comm.alloc((long) size * n, DType.F32);
+         RegisteredBuffer part = comm.alloc(n, DType.F32);
+         RegisteredBuffer gathered = comm.alloc((long) size * n, DType.F32)) {
+      float[] mine = new float[size * n];
+      for (int j = 0; j < mine.length; ++j) mine[j] = (rank + 1) * (j % 13);
+      blocks.put(0, mine);
+      try (Work w = comm.reduceScatter(blocks, part, n, Comm.ReduceOp.SUM)) {
+        w.await();
+      }
+      float[] block = new float[n];
+      part.get(0, block);
+      for (int i = 0; i < n; ++i) {
+        assertEquals(total * ((rank * n + i) % 13), block[i], "reduce-scatter at " + i);
+      }
+      try (Work w = comm.allGather(part, gathered, n)) {
+        w.await();
+      }
+      gathered.get(0, mine);
+      for (int j = 0; j < mine.length; ++j)
+        assertEquals(total * (j % 13), mine[j], "all-gather at " + j);
+    }
+
+    // i64 maximum from one registered buffer into another, through ByteBuffers.
+    int m = n / 2;
+    try (RegisteredBuffer in = comm.alloc(m, DType.I64);
+         RegisteredBuffer out = comm.alloc(m, DType.I64)) {
+      ByteBuffer bytes = direct(m * 8);
+      for (int i = 0; i < m; ++i)
+        bytes.putLong(i * 8, (long) (rank * m + i) * (i % 2 == 0 ? 1 : -1));
+      in.putBytes(0, bytes);
+      assertEquals(m * 8, bytes.position());
+      try (Work w = comm.allReduce(in, out, m, Comm.ReduceOp.MAX)) {
+        w.await();
+      }
+      long[] top = new long[m];
+      out.get(0, top);
+      for (int i = 0; i < m; ++i) {
+        assertEquals(i % 2 == 0 ? (long) (size - 1) * m + i : -i, top[i], "all-reduce max at " + i);
+      }
+    }
+  }
+
+  @Test
+  @Order(6)
   void dataParallelTrainingKeepsRanksInStep() {
     long batch = 8; // per rank
     try (Graph g = TestSupport.tinyClassifier(batch);
