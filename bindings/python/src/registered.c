@@ -136,12 +136,19 @@ static PyObject* registered_enter(PyObject* obj, PyObject* unused) {
   return Py_NewRef(obj);
 }
 
+/* Frees a LIVE buffer. When the block is left by an exception and a view still holds the buffer
+ * (the traceback often does), the BufferError would hide that exception: the buffer then stays
+ * allocated until its communicator closes, and the exception goes on. */
 static PyObject* registered_exit(PyObject* obj, PyObject* args) {
-  (void)args;
-  if (((pyc_registered*)obj)->state != LIVE) Py_RETURN_NONE;
+  if (((pyc_registered*)obj)->state != LIVE) Py_RETURN_FALSE;
   PyObject* result = registered_free(obj, NULL);
+  if (result == NULL) {
+    const int leaving_by_exception = PyTuple_Check(args) && PyTuple_GET_SIZE(args) > 0 &&
+                                     PyTuple_GET_ITEM(args, 0) != Py_None;
+    if (!leaving_by_exception || !PyErr_ExceptionMatches(PyExc_BufferError)) return NULL;
+    PyErr_Clear();
+  }
   Py_XDECREF(result);
-  if (result == NULL) return NULL;
   Py_RETURN_FALSE;
 }
 
@@ -152,7 +159,9 @@ static PyMethodDef g_methods[] = {
      "exports (memoryviews, numpy arrays, operations in flight) are alive; InvalidHandleError when freed "
      "already or released with its communicator."},
     {"__enter__", registered_enter, METH_NOARGS, NULL},
-    {"__exit__", registered_exit, METH_VARARGS, "Frees the buffer (collectively) unless it was freed already."},
+    {"__exit__", registered_exit, METH_VARARGS,
+     "Frees the buffer (collectively) unless it was freed already; leaves it allocated, rather than hide "
+     "the exception leaving the block, when a view still holds it then."},
     {NULL, NULL, 0, NULL}};
 
 static PyObject* get_dtype(PyObject* obj, void* closure) {

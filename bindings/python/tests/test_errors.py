@@ -120,6 +120,17 @@ class ErrorTest(unittest.TestCase):
         with buf:
             memoryview(buf)[0] = 1.5
         self.assertTrue(buf.freed)  # the with block freed it
+        with self.assertRaisesRegex(BufferError, "RegisteredBuffer.free: 1 export"):
+            with comm.alloc(4) as held:
+                view = memoryview(held)
+        view.release()
+        held.free()
+        with self.assertRaisesRegex(KeyError, "the block's own error"):  # not hidden by a BufferError
+            with comm.alloc(4) as held:
+                view = memoryview(held)
+                raise KeyError("the block's own error")
+        self.assertFalse(held.freed)  # left to the communicator
+        view.release()
         dropped = weakref.ref(comm.alloc(16))
         gc.collect()
         self.assertIsNone(dropped())
