@@ -73,9 +73,10 @@ void add_chunks(Op& op, const SharedWindow& w, SharedPattern pattern, DataType t
 
 // Where [p, p + bytes) of registered memory is, for an operation moving `message` bytes (the
 // whole buffer of every rank): read and written in place only from kRegisteredInPlaceBytes
-// (communicator.h) on. Smaller messages copy through the slots: the wait for the peers' reads
-// before a chunk may finish costs more than the copy saves (64 KiB all-reduce at 2 ranks, three runs each: 4.7-5.1 GB/s
-// copied against 1.5-4.0 in place; from 256 KiB both alike, 1 MiB and up in place wins).
+// (types.h) on. Smaller messages copy through the slots: the wait for the peers' reads before
+// a chunk may finish costs more than the copy saves (64 KiB all-reduce at 2 ranks, three runs
+// each: 4.7-5.1 GB/s copied against 1.5-4.0 in place; from 256 KiB both alike, 1 MiB and up in
+// place wins).
 SharedWindow::Place place_of(const SharedWindow& w, const void* p, size_t bytes, size_t message) {
   return message >= kRegisteredInPlaceBytes ? w.locate(p, bytes) : SharedWindow::Place{};
 }
