@@ -312,19 +312,19 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
     inflight_work_.reset();
     have_result_ = true;
   }
-  auto vec = [&](const float* v, size_t n) {
-    Tensor t = Tensor::empty({static_cast<int64_t>(n)}, DType::kF32);
-    if (n > 0) std::memcpy(t.raw(), v, n * sizeof(float));
+  auto vec = [&](const auto& v) {  // a vector or a CommBuffer
+    Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kF32);
+    if (!v.empty()) std::memcpy(t.raw(), v.data(), v.size() * sizeof(float));
     return t;
   };
   std::vector<float>& m = outer_.momentum();
   if (m.size() != numel_) m.assign(numel_, 0.0f);
-  extra.tensors["parallel.anchor"] = vec(anchor_.data(), anchor_.size());
-  extra.tensors["parallel.prev_anchor"] = vec(prev_anchor_.data(), prev_anchor_.size());
-  extra.tensors["parallel.round_start"] = vec(round_start_.data(), round_start_.size());
-  extra.tensors["parallel.outer_momentum"] = vec(m.data(), m.size());
-  extra.tensors["parallel.reduced"] =
-      have_result_ ? vec(inflight_.data(), numel_) : Tensor::zeros({static_cast<int64_t>(numel_)}, DType::kF32);
+  extra.tensors["parallel.anchor"] = vec(anchor_);
+  extra.tensors["parallel.prev_anchor"] = vec(prev_anchor_);
+  extra.tensors["parallel.round_start"] = vec(round_start_);
+  extra.tensors["parallel.outer_momentum"] = vec(m);
+  extra.tensors["parallel.reduced"] =  // inflight_ holds numel_ floats outside ZeRO 1
+      have_result_ ? vec(inflight_) : Tensor::zeros({static_cast<int64_t>(numel_)}, DType::kF32);
   extra.ints["parallel.have_reduced"] = have_result_ ? 1 : 0;
   extra.ints["parallel.inner_steps"] = inner_steps_;
   extra.ints["parallel.rounds"] = stats_.rounds;
