@@ -37,14 +37,19 @@ RegisteredBuffer = _capi.pyc_registered_type()
 
 class Work(Handle):
     """An operation in flight (cohort_work). close() waits for it (bounded by the communicator's
-    timeout) before freeing it, so its buffers are free afterwards."""
+    timeout) before freeing it, so its buffers are free afterwards — unless the communicator has
+    failed: then the Comm holds them until its own close() (see Comm)."""
 
     __slots__ = ("_comm",)
-    _destroy = staticmethod(_capi.pyc_work_destroy)
 
     def __init__(self, handle, comm):
         super().__init__(handle)
         self._comm = comm  # the communicator outlives its works
+
+    def close(self):
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            _capi.pyc_work_destroy(handle, self._comm._kept)
 
     def wait(self, timeout_ms=-1):
         """Waits until the operation finishes; raises its failure, or cohort.TimeoutError when
@@ -58,14 +63,21 @@ class Work(Handle):
 
 class Comm(Handle):
     """A group of ranks (cohort_comm) exchanging host buffers. After a PeerFailedError or
-    TimeoutError only status() and close() are useful."""
+    TimeoutError only status() and close() are useful.
 
-    __slots__ = ("_works",)
+    Once the communicator has failed, the buffers of an operation that fails or ends (a failed
+    synchronous call, a Work closed) stay referenced by the Comm until close() has destroyed the
+    communicator: a send to a rank that froze cannot be cancelled, and the rank may still read
+    the buffer when it wakes. A bytearray stays unresizable until then; registered memory is
+    the communicator's own and is not held."""
+
+    __slots__ = ("_works", "_kept")
     _destroy = staticmethod(_capi.cohort_comm_destroy)
 
     def __init__(self, handle):
         super().__init__(handle)
         self._works = weakref.WeakSet()  # closed before the communicator
+        self._kept = []  # buffers of operations that failed with it, released after its destroy
 
     @classmethod
     def from_env(cls, timeout_ms=0, connect_timeout_ms=0):
@@ -84,7 +96,10 @@ class Comm(Handle):
             work.close()
         if self._handle is not None:
             _capi.pyc_registered_release(self._handle, "Comm.close")
-        super().close()
+        try:
+            super().close()
+        finally:
+            self._kept.clear()  # the communicator is gone: nothing can read them now
 
     def alloc(self, count, dtype="f32"):
         """count zeroed elements of registered memory, as a RegisteredBuffer (a flat array with the
@@ -121,7 +136,7 @@ class Comm(Handle):
     def _run(self, kind, in_, out, dtype, op, peer, async_op):
         dtype = -1 if dtype is None else int(as_dtype(dtype))
         op = int(as_enum(ReduceOp, op))
-        handle = _collective(self._handle, kind, in_, out, dtype, op, int(peer), bool(async_op))
+        handle = _collective(self._handle, kind, in_, out, dtype, op, int(peer), bool(async_op), self._kept)
         if handle is None:
             return None
         work = Work(handle, self)

@@ -12,6 +12,7 @@
 
 struct pyc_work {
   cohort_work* work;
+  cohort_comm* comm;
   pyc_tensor tensors[2];
   int count;
 };
@@ -23,6 +24,65 @@ static const char* const kNames[] = {
 static void work_release(pyc_work* w) {
   for (int i = 0; i < w->count; ++i) pyc_tensor_release(&w->tensors[i]);
   w->count = 0;
+}
+
+/* The views of an operation that ended after its communicator failed, in a capsule on the
+ * Comm's keep list until the communicator is destroyed: a send to a rank that froze cannot be
+ * cancelled, and that rank may read the buffer when it wakes (cohort_work_wait). */
+typedef struct pyc_kept {
+  pyc_tensor tensors[2];
+  int count;
+} pyc_kept;
+
+static const char kKeptName[] = "cohort.kept_buffers";
+
+static void kept_destroy(PyObject* capsule) {
+  pyc_kept* k = PyCapsule_GetPointer(capsule, kKeptName);
+  if (k == NULL) return;
+  for (int i = 0; i < k->count; ++i) pyc_tensor_release(&k->tensors[i]);
+  PyMem_Free(k);
+}
+
+/* Releases w's views, or moves them onto `keep` (a list) when w's communicator has failed.
+ * Registered memory is left out: the communicator keeps it mapped until it is destroyed, and a
+ * view held on it would make Comm.close refuse. A failed operation's results are undefined, so a
+ * strided buffer's copy is not copied back. Keeps any exception already set. */
+static void work_release_or_keep(pyc_work* w, PyObject* keep) {
+  int32_t failed_rank = -1;
+  cohort_status status = COHORT_OK;
+  if (w->count > 0 && w->comm != NULL && PyList_Check(keep)) {
+    Py_BEGIN_ALLOW_THREADS
+      status = cohort_comm_status(w->comm, &failed_rank);
+    Py_END_ALLOW_THREADS
+  }
+  if (status == COHORT_OK) {
+    work_release(w);
+    return;
+  }
+  PyObject *type, *value, *trace;
+  PyErr_Fetch(&type, &value, &trace);
+  pyc_kept* k = PyMem_Calloc(1, sizeof *k);
+  for (int i = 0; k != NULL && i < w->count; ++i) {
+    pyc_tensor* t = &w->tensors[i];
+    if (!t->held || pyc_registered_dtype(t->view.obj) >= 0) continue;
+    t->writable = 0;
+    k->tensors[k->count++] = *t;
+    t->held = 0; /* now the capsule's */
+    t->copied = 0;
+  }
+  if (k != NULL && k->count > 0) {
+    PyObject* capsule = PyCapsule_New(k, kKeptName, kept_destroy);
+    if (capsule == NULL || PyList_Append(keep, capsule) < 0) {
+      /* No memory for the bookkeeping: the views stay held for the life of the process. */
+      PyErr_Clear();
+      if (capsule != NULL) PyCapsule_SetDestructor(capsule, NULL);
+    }
+    Py_XDECREF(capsule);
+  } else {
+    PyMem_Free(k);
+  }
+  work_release(w); /* whatever was not kept */
+  PyErr_Restore(type, value, trace);
 }
 
 /* The C call for `kind`. Runs without the GIL. */
@@ -117,7 +177,7 @@ static int acquire_buffers(pyc_work* w, int kind, PyObject* in, PyObject* out, i
 }
 
 pyc_work* pyc_comm_collective(cohort_comm* comm, int kind, PyObject* in, PyObject* out, int dtype, int op, int peer,
-                              int async_op) {
+                              int async_op, PyObject* keep) {
   if (kind < PYC_ALL_REDUCE || kind > PYC_RECV) {
     PyErr_Format(PyExc_ValueError, "unknown collective kind %d", kind);
     return NULL;
@@ -135,6 +195,7 @@ pyc_work* pyc_comm_collective(cohort_comm* comm, int kind, PyObject* in, PyObjec
     PyErr_NoMemory();
     return NULL;
   }
+  w->comm = comm;
   pyc_tensor *tin, *tout;
   size_t count = 0;
   if (acquire_buffers(w, kind, in, out, dtype, fn, &tin, &tout) < 0) goto fail;
@@ -150,6 +211,7 @@ pyc_work* pyc_comm_collective(cohort_comm* comm, int kind, PyObject* in, PyObjec
   Py_END_ALLOW_THREADS
   if (status != COHORT_OK) {
     pyc_raise(status);
+    if (!async_op) work_release_or_keep(w, keep); /* the call may have started sending */
     goto fail;
   }
   if (async_op) return w;
@@ -187,7 +249,7 @@ PyObject* pyc_work_test(pyc_work* work) {
   Py_RETURN_TRUE;
 }
 
-PyObject* pyc_work_destroy(pyc_work* work) {
+PyObject* pyc_work_destroy(pyc_work* work, PyObject* keep) {
   if (work == NULL) Py_RETURN_NONE;
   cohort_status status;
   cohort_work* handle = work->work;
@@ -195,7 +257,7 @@ PyObject* pyc_work_destroy(pyc_work* work) {
     status = cohort_work_destroy(handle); /* waits for an operation in flight */
   Py_END_ALLOW_THREADS
   PyObject* result = status == COHORT_OK ? Py_NewRef(Py_None) : pyc_raise(status);
-  work_release(work);
+  work_release_or_keep(work, keep);
   PyMem_Free(work);
   return result;
 }

@@ -54,15 +54,20 @@ enum {
 };
 typedef struct pyc_work pyc_work;
 pyc_work* pyc_comm_collective(cohort_comm* comm, int kind, PyObject* in, PyObject* out, int dtype, int op, int peer,
-                              int async_op);
+                              int async_op, PyObject* keep);
 /* None when finished (the buffers are released then); raises the operation's failure, or
  * cohort.TimeoutError when timeout_ms passes first (the work stays valid). */
 PyObject* pyc_work_wait(pyc_work* work, int64_t timeout_ms);
 /* True when finished successfully, False while pending; raises the operation's failure. */
 PyObject* pyc_work_test(pyc_work* work);
 /* Waits for an operation still in flight (bounded by the communicator's timeout), then frees
- * the work and releases its buffers. Accepts NULL. */
-PyObject* pyc_work_destroy(pyc_work* work);
+ * the work and releases its buffers. Accepts NULL.
+ * `keep` (a list, the Comm's): once the communicator has failed, a synchronous call that fails
+ * and pyc_work_destroy append the buffers' views to it instead of releasing them (except
+ * registered memory, which the communicator keeps); the Comm empties it after destroying the
+ * communicator. A send to a rank that froze cannot be cancelled, and that rank may still read
+ * the buffer when it wakes (cohort_work_wait). */
+PyObject* pyc_work_destroy(pyc_work* work, PyObject* keep);
 
 /* Registered memory (src/registered.c). pyc_comm_alloc allocates `count` elements of `dtype` (a
  * cohort.DType) with cohort_comm_mem_alloc — collective, without the GIL — zeroes them and returns

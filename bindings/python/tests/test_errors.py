@@ -136,6 +136,43 @@ class ErrorTest(unittest.TestCase):
         self.assertIsNone(dropped())
         comm.close()
 
+    def test_failed_communicator_keeps_buffers_until_close(self):
+        # A send to a rank that froze may outlive its failed operation: once the communicator
+        # has failed, the buffers stay referenced until close() destroys it. A bytearray shows it
+        # (it cannot be resized while exported).
+        def exported(buf):
+            try:
+                buf.extend(b"1234")
+            except BufferError:
+                return True
+            del buf[-4:]
+            return False
+
+        comm = cohort.Comm.from_env()
+        healthy = bytearray(16)
+        work = comm.all_reduce(healthy, dtype="f32", async_op=True)
+        self.assertTrue(exported(healthy))  # the Work holds it until it is waited for
+        work.wait()
+        self.assertFalse(exported(healthy))  # a healthy communicator lets go at once
+        work.close()
+        registered = comm.alloc(4)
+        comm.abort()
+        kept, sync = bytearray(16), bytearray(16)
+        work = comm.all_reduce(kept, dtype="f32", async_op=True)
+        self.assertFails(cohort.InvalidStateError, "aborted", work.wait)
+        work.close()
+        self.assertTrue(exported(kept))
+        self.assertFails(cohort.InvalidStateError, "cohort_comm_all_reduce: communicator 'world'",
+                         comm.all_reduce, sync, dtype="f32")
+        self.assertTrue(exported(sync))
+        # Registered memory is the communicator's: not held, so close() does not refuse.
+        work = comm.all_reduce(registered, async_op=True)
+        self.assertRaises(cohort.InvalidStateError, work.wait)
+        work.close()
+        comm.close()
+        self.assertFalse(exported(kept) or exported(sync))
+        self.assertTrue(registered.freed)
+
     def test_invalid_plan(self):
         self.assertFails(cohort.InvalidPlanError, "tau = 0 must be >= 1", cohort.Plan, mode="localsgd", tau=0)
         self.assertFails(cohort.UnsupportedError, "ZeRO stage 3 needs the sync (DDP) mode", cohort.Plan, mode="co2",
