@@ -47,6 +47,12 @@ public final class Comm extends Handle {
   /** The number of ranks, read once: it never changes. */
   private final int size;
 
+  /**
+   * Buffers of operations closed after this communicator failed: reachable until close() has
+   * destroyed it (Work.close).
+   */
+  private final List<Buffer[]> kept = new ArrayList<>();
+
   /** The registered memory of this communicator not yet freed; released by close(). */
   private final Set<RegisteredBuffer> registered =
       Collections.newSetFromMap(new IdentityHashMap<>());
@@ -112,8 +118,31 @@ public final class Comm extends Handle {
         registered.clear();
       }
     }
-    super.close();
+    try {
+      super.close();
+    } finally {
+      if (isClosed()) {
+        synchronized (kept) {
+          kept.clear(); // the communicator is gone: nothing can read them now
+        }
+      }
+    }
     if (first != null) throw first;
+  }
+
+  /** Keeps {@code buffers} until close() when this communicator has failed (Work.close). */
+  void keepIfFailed(Buffer[] buffers) {
+    if (isClosed() || CohortC.cohort_comm_status(ptr(), new int[1]) == cohort_status.COHORT_OK) return;
+    synchronized (kept) {
+      kept.add(buffers);
+    }
+  }
+
+  /** How many operations' buffers are kept (tests). */
+  int keptCount() {
+    synchronized (kept) {
+      return kept.size();
+    }
   }
 
   @Override

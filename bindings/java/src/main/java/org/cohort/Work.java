@@ -69,14 +69,18 @@ public final class Work extends Handle {
 
   /**
    * Waits for the operation if it is still in flight, releases the handle and the buffers (and
-   * the registered memory, which may be freed afterwards).
+   * the registered memory, which may be freed afterwards). Once the communicator has failed, the
+   * buffers are handed to it instead and stay reachable until it is closed: a send to a rank
+   * that froze cannot be cancelled, and the rank may read the buffer when it wakes.
    */
   @Override
   public void close() {
     try {
       super.close();
     } finally {
+      Buffer[] held = buffers;
       buffers = null;
+      if (held != null && held.length > 0) comm.keepIfFailed(held);
       RegisteredBuffer[] pinned = registered;
       registered = null;
       if (pinned != null) {

@@ -287,6 +287,33 @@ class ErrorsTest {
   }
 
   @Test
+  void failedCommunicatorKeepsBuffersUntilClose() {
+    // A send to a rank that froze may outlive its failed operation: once the communicator has
+    // failed, a closed Work's buffers stay reachable from the Comm until it is closed.
+    Comm comm = Comm.fromEnv();
+    try {
+      ByteBuffer healthy = ByteBuffer.allocateDirect(16).order(ByteOrder.nativeOrder());
+      try (Work w = comm.allReduce(healthy, healthy, 4, DType.F32, Comm.ReduceOp.SUM)) {
+        w.await();
+      }
+      assertEquals(0, comm.keptCount()); // a healthy communicator lets go at once
+      comm.abort();
+      java.lang.ref.WeakReference<ByteBuffer> weak =
+          new java.lang.ref.WeakReference<>(ByteBuffer.allocateDirect(16).order(ByteOrder.nativeOrder()));
+      Work w = comm.allReduce(weak.get(), weak.get(), 4, DType.F32, Comm.ReduceOp.SUM);
+      TestSupport.expectError(Status.INVALID_STATE, w::await, "aborted");
+      w.close();
+      assertEquals(1, comm.keptCount());
+      for (int i = 0; i < 3; ++i) System.gc();
+      assertTrue(weak.get() != null, "the buffer of an operation of a failed communicator was collected");
+      comm.close();
+      assertEquals(0, comm.keptCount());
+    } finally {
+      comm.close();
+    }
+  }
+
+  @Test
   void registeredMemoryMistakes() {
     Comm comm = Comm.fromEnv();
     try {
