@@ -46,10 +46,8 @@ class Work(Handle):
         super().__init__(handle)
         self._comm = comm  # the communicator outlives its works
 
-    def close(self):
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            _capi.pyc_work_destroy(handle, self._comm._kept)
+    def _destroy(self, handle):  # Handle.close's call, with the Comm's keep list
+        _capi.pyc_work_destroy(handle, self._comm._kept)
 
     def wait(self, timeout_ms=-1):
         """Waits until the operation finishes; raises its failure, or cohort.TimeoutError when

@@ -121,10 +121,8 @@ public final class Comm extends Handle {
     try {
       super.close();
     } finally {
-      if (isClosed()) {
-        synchronized (kept) {
-          kept.clear(); // the communicator is gone: nothing can read them now
-        }
+      synchronized (kept) {
+        kept.clear(); // the communicator is gone (Handle.close): nothing can read them now
       }
     }
     if (first != null) throw first;
@@ -132,7 +130,7 @@ public final class Comm extends Handle {
 
   /** Keeps {@code buffers} until close() when this communicator has failed (Work.close). */
   void keepIfFailed(Buffer[] buffers) {
-    if (isClosed() || CohortC.cohort_comm_status(ptr(), new int[1]) == cohort_status.COHORT_OK) return;
+    if (isClosed() || health().ok()) return;
     synchronized (kept) {
       kept.add(buffers);
     }
