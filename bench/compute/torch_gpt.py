@@ -6,7 +6,12 @@ Memory is the process's resident-set peak delta: /proc/self/clear_refs resets Vm
 is imported, then VmHWM - VmRSS(before the model) covers parameters, gradients, AdamW state,
 activations and allocator slack. (tracemalloc cannot see torch's C++ allocations.)
 
-usage: torch_gpt.py BATCH CONTEXT LAYERS WIDTH HEADS WARMUP_STEPS TIMED_STEPS ROUNDS
+usage: torch_gpt.py BATCH CONTEXT LAYERS WIDTH HEADS WARMUP_STEPS TIMED_STEPS ROUNDS|serve
+
+With ROUNDS it times that many rounds and prints the median. With "serve" (how bench_compute runs
+it, so that its rounds interleave with cohort's and both see the same load on the box) it prints
+"ready" after the warm-up, then answers each "round" line on stdin with one round's
+tokens_per_s=..., and "quit" (or the end of stdin) with the memory line.
 """
 import os
 import statistics
@@ -28,7 +33,9 @@ def status_kib(field):
 
 
 def main():
-    B, T, L, C, H, warm, timed, rounds = (int(a) for a in sys.argv[1:9])
+    B, T, L, C, H, warm, timed = (int(a) for a in sys.argv[1:8])
+    serve = sys.argv[8] == "serve"
+    rounds = 0 if serve else int(sys.argv[8])
     torch.set_num_threads(1)
     torch.manual_seed(0)
     try:
@@ -51,15 +58,27 @@ def main():
 
     for _ in range(warm):
         step()
-    rates = []
-    for _ in range(rounds):
+
+    def timed_round():
         t0 = time.perf_counter()
         for _ in range(timed):
             step()
-        rates.append(B * T * timed / (time.perf_counter() - t0))
-    peak = (status_kib("VmHWM") - base) * 1024 if hwm_ok else -1
-    print(f"tokens_per_s={statistics.median(rates):.1f} rss_peak_delta_bytes={peak} "
-          f"blas_core={os.environ.get('OPENBLAS_CORETYPE', 'as-installed')}")
+        return B * T * timed / (time.perf_counter() - t0)
+
+    def memory_line():
+        peak = (status_kib("VmHWM") - base) * 1024 if hwm_ok else -1
+        return f"rss_peak_delta_bytes={peak} blas_core={os.environ.get('OPENBLAS_CORETYPE', 'as-installed')}"
+
+    if serve:
+        print("ready", flush=True)
+        for line in sys.stdin:
+            if line.strip() != "round":
+                break
+            print(f"tokens_per_s={timed_round():.1f}", flush=True)
+        print(memory_line(), flush=True)
+        return
+    rates = [timed_round() for _ in range(rounds)]
+    print(f"tokens_per_s={statistics.median(rates):.1f} {memory_line()}")
 
 
 if __name__ == "__main__":
