@@ -352,9 +352,13 @@ int main(int argc, char** argv) {
   if (a.torch) {
     const TorchResult* rs[2] = {&installed, &skx};
     const char* names[2] = {"torch (OpenBLAS as installed)", "torch (OPENBLAS_CORETYPE=SkylakeX)"};
-    for (int i = 0; i < 2; ++i)
-      std::printf("%-28s %10.0f tokens/s  cohort/torch = %.2fx\n", names[i], rs[i]->tokens_per_s(),
-                  rs[i]->tokens_per_s() > 0 ? tps / rs[i]->tokens_per_s() : 0.0);
+    for (int i = 0; i < 2; ++i) {
+      if (rs[i]->tokens_per_s() > 0)
+        std::printf("%-28s %10.0f tokens/s  cohort/torch = %.2fx\n", names[i], rs[i]->tokens_per_s(),
+                    tps / rs[i]->tokens_per_s());
+      else
+        std::printf("%-28s unavailable\n", names[i]);
+    }
     // Per round: cohort over the faster of that round's two PyTorch figures.
     std::vector<double> per_round;
     for (size_t r = 0; r < ours.size(); ++r) {
@@ -364,17 +368,22 @@ int main(int argc, char** argv) {
       if (faster > 0) per_round.push_back(ours[r] / faster);
     }
     const double best = std::max(installed.tokens_per_s(), skx.tokens_per_s());
-    std::printf("vs the faster torch: %.3fx (target >= 1.5x: %s); per-round ratios: median %.3fx, range %.3f-%.3fx\n",
-                best > 0 ? tps / best : 0.0, best > 0 && tps / best >= 1.5 ? "met" : "NOT met", median(per_round),
-                per_round.empty() ? 0.0 : *std::min_element(per_round.begin(), per_round.end()),
-                per_round.empty() ? 0.0 : *std::max_element(per_round.begin(), per_round.end()));
+    if (best <= 0 || per_round.empty()) {
+      std::printf("vs the faster torch: no PyTorch figure (is python3-torch installed? see --python)\n");
+    } else {
+      std::printf("vs the faster torch: %.3fx (target >= 1.5x: %s); per-round ratios: median %.3fx, range %.3f-%.3fx\n",
+                  tps / best, tps / best >= 1.5 ? "met" : "NOT met", median(per_round),
+                  *std::min_element(per_round.begin(), per_round.end()),
+                  *std::max_element(per_round.begin(), per_round.end()));
+    }
   }
   std::printf("memory of a training step: cohort stats %.1f MiB (peak activations %.1f + parameters, grads, "
               "AdamW %.1f); cohort RSS peak delta %.1f MiB",
               mib(static_cast<double>(st.peak_activation_bytes + st.parameter_bytes)),
               mib(static_cast<double>(st.peak_activation_bytes)), mib(static_cast<double>(st.parameter_bytes)),
               mib(our_rss));
-  if (a.torch) std::printf("; torch RSS peak delta %.1f MiB (as installed)", mib(installed.rss_delta));
+  if (a.torch && installed.rss_delta >= 0)
+    std::printf("; torch RSS peak delta %.1f MiB (as installed)", mib(installed.rss_delta));
   std::printf("\n");
   return 0;
 }
