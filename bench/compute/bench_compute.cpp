@@ -209,8 +209,6 @@ class TorchWorker {
     return result_;
   }
 
-  bool alive() const { return pid_ > 0; }
-
  private:
   bool send(const char* text) {
     if (pid_ <= 0) return false;
@@ -319,6 +317,7 @@ int main(int argc, char** argv) {
   std::vector<double> ours;
   std::vector<std::unique_ptr<TorchWorker>> workers;  // as installed, SkylakeX
   if (a.torch) {
+    signal(SIGPIPE, SIG_IGN);  // a worker that died makes our next write fail, not kill us
     workers.push_back(std::make_unique<TorchWorker>(a, nullptr));
     workers.push_back(std::make_unique<TorchWorker>(a, "SkylakeX"));
   }
