@@ -141,8 +141,8 @@ struct TorchResult {
   double tokens_per_s() const { return median(rounds); }
 };
 
-// One PyTorch configuration as a worker process (torch_gpt.py ... serve): it warms up, then
-// times one round per "round" line we send. Every wait on it is bounded (kWaitSeconds); a worker
+// One PyTorch configuration as a worker process (torch_gpt.py ... serve): it warms up (await_ready
+// waits for that), then times one round per "round" line we send. Every wait on it is bounded (kWaitSeconds); a worker
 // that does not answer in time, or dies, is killed and its figures stay empty.
 class TorchWorker {
  public:
@@ -180,13 +180,14 @@ class TorchWorker {
     }
     close(to_child[0]), close(from_child[1]);
     to_ = to_child[1], from_ = from_child[0];
-    if (pid_ < 0) {
-      stop();
-      return;
-    }
-    if (read_line() != "ready") stop();
+    if (pid_ < 0) stop();
   }
   ~TorchWorker() { stop(); }
+
+  // Waits for the end of its warm-up (workers started together warm up side by side).
+  void await_ready() {
+    if (pid_ > 0 && read_line() != "ready") stop();
+  }
 
   // Times one round; false (and the worker stopped) when it did not answer.
   bool round() {
@@ -320,6 +321,7 @@ int main(int argc, char** argv) {
     signal(SIGPIPE, SIG_IGN);  // a worker that died makes our next write fail, not kill us
     workers.push_back(std::make_unique<TorchWorker>(a, nullptr));
     workers.push_back(std::make_unique<TorchWorker>(a, "SkylakeX"));
+    for (auto& w : workers) w->await_ready();
   }
   // Round r runs cohort and the workers in an order rotated by r.
   const int players = 1 + static_cast<int>(workers.size());
