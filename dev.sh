@@ -20,7 +20,7 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config git
-  libdnnl-dev libopenblas-dev
+  libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
   libflatbuffers-dev flatbuffers-compiler
   libucx-dev ucx-utils
   libgtest-dev libgmock-dev libbenchmark-dev
