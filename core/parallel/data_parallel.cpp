@@ -61,10 +61,14 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
     dp->init_outer_shard(flat);
   } else {
     dp->anchor_ = flat;
-    dp->prev_anchor_ = flat;
     dp->round_start_ = flat;
     dp->inflight_ = coll::CommBuffer(comm, flat.size());
-    dp->result_ = coll::CommBuffer(comm, flat.size());
+    if (plan.mode == SyncMode::kCo2) {
+      dp->anchor_step_.assign(flat.size(), 0.0f);  // x_0 - x_{-1} = 0
+    } else {
+      dp->prev_anchor_ = flat;
+      dp->result_ = coll::CommBuffer(comm, flat.size());
+    }
   }
   // Local steps normalised for the group's averaged gradient (plan.h); the trainer's optimizer
   // keeps the setting for its life, as the trainer keeps this hook.
@@ -93,7 +97,7 @@ DataParallel::~DataParallel() {
     // (work.h): every buffer a collective touched stays alive until the communicator lets go.
     struct Buffers {
       std::vector<Bucket> buckets;
-      std::vector<float> anchor, prev_anchor, round_start, next_anchor, scalars;
+      std::vector<float> anchor, prev_anchor, round_start, anchor_step, whole_anchor, scalars;
       coll::CommBuffer inflight, result;
       Tensor shard_params, shard_grads;
     };
@@ -104,7 +108,8 @@ DataParallel::~DataParallel() {
     kept->round_start = std::move(round_start_);
     kept->inflight = std::move(inflight_);
     kept->result = std::move(result_);
-    kept->next_anchor = std::move(next_anchor_);
+    kept->anchor_step = std::move(anchor_step_);
+    kept->whole_anchor = std::move(whole_anchor_);
     kept->scalars = std::move(scalars_);
     kept->shard_params = shard_params_;
     kept->shard_grads = shard_grads_;
@@ -233,11 +238,13 @@ void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
     if (!outer_sharded()) poll();
     ++inner_steps_;
     const bool co2 = plan_.mode == SyncMode::kCo2;
+    // co2: the pending merge first (with overlap = tau it falls on the next round end, before
+    // that round's pseudo-gradient is taken). Fixed by the inner-step count: the same on every rank.
+    if (co2 && outer_sharded()) advance_outer_shard(params, false);
+    else if (co2 && merge_pending_ && inner_steps_ % plan_.tau == plan_.overlap % plan_.tau) merge_co2(params);
     if (inner_steps_ % plan_.tau == 0) {
       if (outer_sharded()) co2 ? end_round_co2_sharded(params) : end_round_sharded(params);
       else co2 ? end_round_co2(params) : end_round_blocking(params);
-    } else if (outer_sharded() && co2) {
-      advance_outer_shard(false);  // the outer step in the middle of the round
     }
   }
   Clock::time_point now = Clock::now();
@@ -259,41 +266,111 @@ void DataParallel::end_round_blocking(std::vector<Tensor>& params) {
   ++stats_.rounds;
 }
 
+// CO2 with the merge: the rule, derived.
+//
+// W ranks; round k is inner steps [k tau, (k+1) tau); O is the outer rule of outer.cpp (alpha,
+// beta, Nesterov, clipping). Blocking DiLoCo ends round k with every rank at its own y^{(i)}_k,
+// all-reduces e_k = avg_i (x_k - y^{(i)}_k), takes x_{k+1} = O(x_k, e_k) and starts round k+1
+// there: the ranks wait for the all-reduce. CO2 must not wait, so the first steps of round k+1
+// cannot know the other ranks' round k. What the old rule and the eager update (Kale, Douillard,
+// Donchev 2025, arXiv 2502.12996) did with that — apply e_k one round late, x_{k+2} = O(x_{k+1},
+// e_k), fully or for the others' shares — puts a delay inside the outer optimizer's loop. In
+// directions the inner steps settle within a round, e_k is the distance to the settled point
+// and changes as soon as the anchor moves, so a late e_k is a wrong one, and outer momentum
+// amplifies it: at 4 ranks both diverged with DiLoCo's constants (README). In directions the
+// inner steps only drift along, the steps themselves do not depend on where they start.
+//
+// So no delay enters the outer recursion; the steps taken while e_k travels are carried over
+// instead. With h = overlap (1 <= h <= tau):
+//   round end k:  e^{(i)}_k = x_k - y^{(i)}_k is sent; rank i moves to its guess
+//                 G^{(i)} = x_k + beta (x_k - x_{k-1}) - alpha (1 + beta [Nesterov]) e^{(i)}_k,
+//                 i.e. O's step as if the average were its own e^{(i)}_k (outer.h) — where
+//                 x_{k+1} will be, up to this rank's deviation from the average;
+//   h steps on:   e_k has arrived: x_{k+1} = O(x_k, e_k), exactly DiLoCo's; the rank's steps so
+//                 far are carried over: y <- x_{k+1} + (y - G^{(i)}).
+// Invariant: x_k, the outer momentum and every e_k are the same on every rank and follow DiLoCo's
+// recursion exactly; after the merge each rank is at x_{k+1} plus its progress since the round
+// began, as in DiLoCo. The one difference: the first h steps of a round ran from G^{(i)} instead
+// of x_{k+1}, which for heavy-ball momentum differ by alpha (e^{(i)}_k - e_k), a rank's deviation
+// from the average (Nesterov adds alpha beta (e^{(i)}_k - e_k) and the guess's alpha beta
+// e_{k-1}). Steps that settle a direction or drift along it carry over unchanged; the rest are
+// off by h steps, which is what `overlap` trades for hiding communication. h = tau merges at the
+// next round end; with alpha 1 and beta 0 that is the earlier rule's arithmetic. At W = 1 it is
+// DiLoCo with the first h steps of each round carried over.
+// In flight: e^{(i)}_k from a round end until the merge h steps later; nothing in between.
 void DataParallel::end_round_co2(std::vector<Tensor>& params) {
-  // Each rank's model is the shared anchor plus its own progress not yet averaged in:
-  //     x^{(i)} = x_k - e^{(i)}_{k}      (x_k anchor, e^{(i)}_k this rank's last round)
-  // so no rank ever discards a round of its own work while the average of that round travels.
-  // 1. Round k-1's reduction e_{k-1} = avg_i e^{(i)}_{k-1}: wait for it (CO2's only blocking point).
+  // 1. e^{(i)}_k = x_k - y^{(i)}_k, into inflight_ (free: the last merge consumed it).
+  flatten(params, inflight_.data());
+  for (size_t i = 0; i < numel_; ++i) inflight_[i] = anchor_[i] - inflight_[i];
+  // 2. The guess G^{(i)}: round k+1 starts there; round_start_ keeps it until the merge.
+  for (size_t i = 0; i < numel_; ++i) round_start_[i] = outer_.guess(anchor_[i], anchor_step_[i], inflight_[i]);
+  unflatten(round_start_.data(), params);
+  // 3. e^{(i)}_k averaged in the background; nothing touches inflight_ until the merge.
+  inflight_launched_ = Clock::now();
+  inflight_work_ = comm_->all_reduce(inflight_.data(), numel_, coll::DataType::kF32, coll::ReduceOp::kAvg);
+  merge_pending_ = true;
+  ++stats_.rounds;
+}
+
+void DataParallel::merge_co2(std::vector<Tensor>& params) {
+  // 4. e_k: wait for it (CO2's only blocking point; it had h steps to travel), then DiLoCo's
+  //    outer step x_{k+1} = O(x_k, e_k); anchor_step_ = x_{k+1} - x_k for the next guess.
   if (inflight_work_) {
     Clock::time_point start = Clock::now();
     inflight_work_->wait();
     stats_.comm_seconds += seconds(note_wait(start) - inflight_launched_);
     inflight_work_.reset();
-    have_result_ = true;
   }
-  if (have_result_) std::swap(inflight_, result_);  // result_ = e_{k-1}; inflight_ is free
-  // 2. Round k's pseudo-gradient on this rank: parameters at the start of the round minus now.
-  flatten(params, inflight_.data());
-  for (size_t i = 0; i < numel_; ++i) inflight_[i] = round_start_[i] - inflight_[i];
-  // 3. The outer step with the one-round-stale e_{k-1} (outer.cpp): x_{k+1} = x_k - alpha * u_k.
-  //    Without a result (round 0) x_{k+1} = x_k.
-  if (have_result_) {
-    stats_.last_staleness_scale = outer_.staleness_scale(anchor_, prev_anchor_, result_.data());
-    prev_anchor_ = anchor_;  // x_k: the anchor the round now in flight will be applied after
-    stats_.last_momentum_norm = outer_.step(anchor_, result_.data(), stats_.last_staleness_scale);
-    have_result_ = false;
-  } else {
-    prev_anchor_ = anchor_;
+  have_result_ = false;
+  merge_pending_ = false;
+  anchor_step_ = anchor_;
+  stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0);
+  for (size_t i = 0; i < numel_; ++i) anchor_step_[i] = anchor_[i] - anchor_step_[i];
+  // 5. The steps since the guess carried over onto x_{k+1} (e_k is spent: inflight_ is scratch).
+  transplant(params, anchor_.data(), inflight_.data());
+}
+
+void DataParallel::transplant(std::vector<Tensor>& params, const float* next_anchor, float* scratch) {
+  flatten(params, scratch);
+  double scale = 1.0;
+  if (plan_.outer.staleness_penalty) {  // progress y - G made at distance next_anchor - G
+    double gap = 0, progress = 0;
+    for (size_t i = 0; i < numel_; ++i) {
+      const double g = static_cast<double>(next_anchor[i]) - round_start_[i];
+      const double d = static_cast<double>(scratch[i]) - round_start_[i];
+      gap += g * g;
+      progress += d * d;
+    }
+    scale = outer_.staleness_scale_from(gap, progress);
   }
-  // 4. Round k+1 starts from the new anchor plus this rank's round k, whose average replaces
-  //    it at the end of round k+1: x^{(i)} = x_{k+1} - e^{(i)}_k.
-  for (size_t i = 0; i < numel_; ++i) round_start_[i] = anchor_[i] - inflight_[i];
+  stats_.last_staleness_scale = scale;
+  const float s = static_cast<float>(scale);
+  for (size_t i = 0; i < numel_; ++i) round_start_[i] = next_anchor[i] + s * (scratch[i] - round_start_[i]);
   unflatten(round_start_.data(), params);
-  // 5. e^{(i)}_k is averaged in the background while round k+1 runs; nothing touches inflight_
-  //    until the wait in step 1 of the next round end.
-  inflight_launched_ = Clock::now();
-  inflight_work_ = comm_->all_reduce(inflight_.data(), numel_, coll::DataType::kF32, coll::ReduceOp::kAvg);
-  ++stats_.rounds;
+}
+
+namespace {
+// Written with co2 outer state: 2 = the merge rule (end_round_co2). Checkpoints of the earlier
+// rule, which applied each average one round late while each rank kept its own last round,
+// carry no version and cannot be continued by this one (their anchor means something else).
+constexpr int64_t kCo2Rule = 2;
+}  // namespace
+
+void DataParallel::save_co2_state(checkpoint::CheckpointExtra& extra) const {
+  Tensor t = Tensor::empty({static_cast<int64_t>(numel_)}, DType::kF32);
+  std::memcpy(t.raw(), anchor_step_.data(), numel_ * sizeof(float));
+  extra.tensors["parallel.co2.anchor_step"] = t;  // x_k - x_{k-1}
+  extra.ints["parallel.co2.rule"] = kCo2Rule;
+}
+
+void DataParallel::check_co2_rule(const checkpoint::CheckpointExtra& extra) const {
+  auto it = extra.ints.find("parallel.co2.rule");
+  COHORT_CHECK(it != extra.ints.end(), Status::kInvalidArgument,
+               "data parallel: the checkpoint holds co2 outer state of the earlier rule, which applied each "
+               "round's average one round late; this co2 merges it `overlap` steps into the next round and cannot "
+               "continue that state: resume it with the build that wrote it");
+  COHORT_CHECK(it->second == kCo2Rule, Status::kInvalidArgument, "data parallel: the checkpoint holds co2 outer state of rule ",
+               it->second, ", this build runs rule ", kCo2Rule);
 }
 
 void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
@@ -304,7 +381,7 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
   if (plan_.mode == SyncMode::kSync) return;  // DDP keeps no state beyond the trainer's
   if (inflight_work_) {
     // The reduction in flight is waited for and saved as its result: resuming applies it at
-    // the same round end as an uninterrupted run would.
+    // the same step (localsgd: round end; co2: merge) as an uninterrupted run would.
     Clock::time_point start = Clock::now();
     inflight_work_->wait();
     stats_.wait_seconds += seconds(Clock::now() - start);
@@ -320,8 +397,9 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
   std::vector<float>& m = outer_.momentum();
   if (m.size() != numel_) m.assign(numel_, 0.0f);
   extra.tensors["parallel.anchor"] = vec(anchor_);
-  extra.tensors["parallel.prev_anchor"] = vec(prev_anchor_);
-  extra.tensors["parallel.round_start"] = vec(round_start_);
+  if (!prev_anchor_.empty()) extra.tensors["parallel.prev_anchor"] = vec(prev_anchor_);  // localsgd
+  extra.tensors["parallel.round_start"] = vec(round_start_);  // co2: the guess, while a merge is pending
+  if (plan_.mode == SyncMode::kCo2) save_co2_state(extra);
   extra.tensors["parallel.outer_momentum"] = vec(m);
   extra.tensors["parallel.reduced"] =  // inflight_ holds numel_ floats outside ZeRO 1
       have_result_ ? vec(inflight_) : Tensor::zeros({static_cast<int64_t>(numel_)}, DType::kF32);
@@ -356,9 +434,11 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
   COHORT_CHECK(ints("parallel.mode") == static_cast<int64_t>(plan_.mode), Status::kInvalidArgument,
                "data parallel: the checkpoint was saved in mode ", ints("parallel.mode"), ", the plan is ",
                mode_name(plan_.mode));
-  const Tensor &a = get("parallel.anchor"), &p = get("parallel.prev_anchor"), &m = get("parallel.outer_momentum"),
-               &r = get("parallel.reduced"),
+  if (plan_.mode == SyncMode::kCo2) check_co2_rule(extra);
+  const Tensor &a = get("parallel.anchor"), &m = get("parallel.outer_momentum"), &r = get("parallel.reduced"),
                &rs = get("parallel.round_start");
+  const Tensor* p = prev_anchor_.empty() ? nullptr : &get("parallel.prev_anchor");
+  const Tensor* step = plan_.mode == SyncMode::kCo2 ? &get("parallel.co2.anchor_step") : nullptr;
   int64_t have = ints("parallel.have_reduced"), steps = ints("parallel.inner_steps"), rounds = ints("parallel.rounds");
   // Everything verified: now change state.
   auto load = [&](const Tensor& t, std::vector<float>& v) {
@@ -366,11 +446,13 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
     std::memcpy(v.data(), t.raw(), numel_ * sizeof(float));
   };
   load(a, anchor_);
-  load(p, prev_anchor_);
+  if (p) load(*p, prev_anchor_);
   load(rs, round_start_);
+  if (step) load(*step, anchor_step_);
   load(m, outer_.momentum());
   std::memcpy(inflight_.data(), r.raw(), numel_ * sizeof(float));  // sized at attach
   have_result_ = have != 0;
+  merge_pending_ = plan_.mode == SyncMode::kCo2 && have_result_;  // co2 saves a pending merge's average
   inner_steps_ = steps;
   stats_.rounds = rounds;
 }

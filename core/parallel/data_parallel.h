@@ -1,9 +1,9 @@
 // Data parallelism over a communicator, installed into a Trainer as its StepHook: synchronous
 // DDP (bucketed gradient all-reduce overlapping backward), local SGD / SlowMo / DiLoCo (blocking
-// outer step every tau steps) and CO2 (round k's pseudo-gradient reduced while round k+1 runs,
-// applied one round stale; meanwhile each rank trains on from the anchor plus its own round k,
-// so no rank's work is discarded while its average travels). Everything runs on the training
-// thread; the communicator's progress thread moves the bytes.
+// outer step every tau steps) and CO2 (round k's pseudo-gradient reduced while the first
+// `overlap` steps of round k+1 run from a guess, then merged: blocking DiLoCo's outer step on the
+// anchor, the steps taken since carried over — derived at end_round_co2). Everything runs on the
+// training thread; the communicator's progress thread moves the bytes.
 //
 // ZeRO stages 1-3 (sync mode, core/parallel/zero.cpp): each bucket is padded to a multiple
 // of the world and rank r owns block r of every bucket; r keeps optimizer state only for its
@@ -16,8 +16,8 @@
 // (core/parallel/outer_shard.cpp): the anchor and outer momentum of rank r are block r of the
 // flat model (padded to a multiple of the world). Local SGD's round end reduce-scatters the
 // parameters, steps the block and all-gathers the new anchor; CO2 splits its one all-reduce in
-// flight into a reduce-scatter, the block's outer step and an all-gather, all during the next
-// round, so it overlaps exactly as much.
+// flight into a reduce-scatter, the block's outer step and an all-gather of the new anchor, all
+// within the overlap steps, so it overlaps exactly as much.
 //
 // The one thing to know: a buffer being reduced is never touched. DDP reduces per-bucket copies
 // of the gradients; CO2 reduces a snapshot of the pseudo-gradient, never live parameters, and
@@ -108,9 +108,12 @@ class DataParallel : public StepHook {
   const std::vector<float>& outer_momentum() { return outer_.momentum(); }
 
   // Outer state into / out of a checkpoint's extra section ("parallel.*" entries): anchor,
-  // previous anchor, this rank's round start (co2), outer momentum, inner-step count, and the CO2 reduction in flight — waited
-  // for at save time and stored as its result, so a resumed run continues as if never stopped.
-  // load_state throws kInvalidArgument when the entries are missing or sized for another model.
+  // previous anchor (localsgd), outer momentum, inner-step count; co2 also this rank's guess and
+  // the last anchor step ("parallel.co2.*", with the rule's version), and the reduction in
+  // flight — waited for at save time and stored as its result, so a resumed run merges it at the
+  // same step as if never stopped. load_state throws kInvalidArgument when the entries are
+  // missing or sized for another model, and for co2 state written by the earlier
+  // one-round-stale rule (no "parallel.co2.rule"), which this rule cannot continue.
   // Under ZeRO they hold this rank's optimizer shard instead ("parallel.zero.*"): every rank
   // saves its own file, and a load needs the same world, rank and bucket layout.
   void save_state(checkpoint::CheckpointExtra& extra);
@@ -164,7 +167,10 @@ class DataParallel : public StepHook {
   void init_outer_shard(const std::vector<float>& flat);
   void end_round_sharded(std::vector<Tensor>& params);
   void end_round_co2_sharded(std::vector<Tensor>& params);
-  void advance_outer_shard(bool to_end);
+  // co2 under ZeRO 1: moves the pending merge on as far as the inner-step count says (the
+  // block step ceil(overlap / 2) steps after the round end, the merge at overlap); `force`
+  // (checkpoints) takes it up to kReady at once.
+  void advance_outer_shard(std::vector<Tensor>& params, bool force);
   void outer_step_block();
   void launch_outer(transport::coll::WorkPtr work);
   void wait_outer();
@@ -174,6 +180,14 @@ class DataParallel : public StepHook {
   void save_outer_shard(checkpoint::CheckpointExtra& extra);
   void load_outer_shard(const checkpoint::CheckpointExtra& extra);
   void end_round_co2(std::vector<Tensor>& params);
+  void merge_co2(std::vector<Tensor>& params);
+  // The merge's second half, in both layouts: y <- next_anchor + s (y - G) (s the penalty's
+  // factor, 1 when off), y read through `scratch` (numel_ floats); round_start_ then holds y.
+  void transplant(std::vector<Tensor>& params, const float* next_anchor, float* scratch);
+  // co2's own checkpoint entries: the last anchor step and the rule's version; check_co2_rule
+  // refuses another rule's state by name.
+  void save_co2_state(checkpoint::CheckpointExtra& extra) const;
+  void check_co2_rule(const checkpoint::CheckpointExtra& extra) const;
   // ZeRO (zero.cpp).
   void build_shards(const optim::Optimizer& inner);
   void launch_reduction(Bucket& b);
@@ -213,27 +227,28 @@ class DataParallel : public StepHook {
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // parameter index -> bucket
   std::vector<size_t> offset_of_;  // parameter index -> offset in its bucket
-  // Outer state (localsgd, co2): x_k (anchor_), x_{k-1} (prev_anchor_), the pseudo-gradient
-  // snapshot being reduced (inflight_), and the reduced result of the previous round (result_).
-  // co2 also keeps where this rank's current round started (round_start_).
-  // Under ZeRO 1 (outer_shard.cpp) anchor_, prev_anchor_ (co2), the momentum and result_ hold
-  // this rank's block of outer_block_ elements; inflight_ the whole padded model; co2 keeps
-  // round_start_ whole and gathers the next anchor whole into next_anchor_. The co2 outer step
-  // in flight: kReducing (the round's pseudo-gradient reduce-scattered), kGathering (the new
-  // anchor's blocks all-gathered), kReady (next_anchor_ holds it); kIdle before round 0 ends.
-  // inflight_ and result_ (swapped each co2 round) are reduced in the communicator's registered
-  // memory where it has some (comm_buffer.h).
-  std::vector<float> anchor_, prev_anchor_, round_start_;
+  // Outer state (localsgd, co2): the anchor x_k (anchor_), x_{k-1} (prev_anchor_, localsgd), the
+  // pseudo-gradient snapshot being reduced (inflight_) and a second buffer (result_, localsgd
+  // and ZeRO 1). co2 also keeps this rank's guess G while a merge is pending (round_start_) and
+  // the last anchor step x_k - x_{k-1} (anchor_step_). Under ZeRO 1 (outer_shard.cpp) anchor_,
+  // the momentum and result_ hold this rank's block of outer_block_ elements; inflight_ the
+  // whole padded model; co2 also keeps the whole anchor (whole_anchor_) and gathers the next one
+  // into inflight_ once its pseudo-gradient is reduce-scattered. The co2 merge pending under
+  // ZeRO 1: kReducing (the round's pseudo-gradient reduce-scattered), kGathering (the new
+  // anchor's blocks all-gathered), kReady (inflight_ holds it, the steps not yet carried over);
+  // kIdle otherwise. inflight_ (and result_) are reduced in the communicator's registered memory
+  // where it has some (comm_buffer.h).
+  std::vector<float> anchor_, prev_anchor_, round_start_, anchor_step_, whole_anchor_;
   transport::coll::CommBuffer inflight_, result_;
   size_t outer_block_ = 0;
   enum class OuterPhase { kIdle, kReducing, kGathering, kReady };
   OuterPhase phase_ = OuterPhase::kIdle;
-  std::vector<float> next_anchor_;
   bool outer_done_seen_ = false;    // the collective in flight was seen complete (statistics)
   Clock::time_point outer_done_at_;
   transport::coll::WorkPtr inflight_work_;
   Clock::time_point inflight_launched_;
-  bool have_result_ = false;  // result_ holds a reduced round not yet applied
+  bool have_result_ = false;    // localsgd: result_ holds a reduced round; co2: inflight_ does
+  bool merge_pending_ = false;  // co2 unsharded: a round's average not yet merged
   int64_t inner_steps_ = 0;   // inner steps since attach (a round ends every tau)
   // Statistics.
   ParallelStats stats_;

@@ -45,24 +45,14 @@ void OuterOptimizer::apply(std::vector<float>& anchor, const float* d, double sc
   }
 }
 
-double OuterOptimizer::staleness_scale(const std::vector<float>& anchor, const std::vector<float>& stale_anchor,
-                                       const float* d) const {
-  if (!config_.staleness_penalty) return 1.0;
-  // Staleness gap penalty (CO2 section 3): d was computed at the round that started from
-  // stale_anchor = x_{k-1} but is applied at x_k. The gap is how far the model moved since,
-  // relative to the size of the update itself, and the update is shrunk by it:
-  //     G_k = ||x_k - x_{k-1}||_2 / (||d||_2 + eps),   s_k = 1 / (1 + lambda * G_k)
-  const size_t n = anchor.size();
-  double gap = 0;
-  for (size_t i = 0; i < n; ++i) {
-    double g = static_cast<double>(anchor[i]) - stale_anchor[i];
-    gap += g * g;
-  }
-  return staleness_scale_from(gap, kernels::cpu::sum_of_squares(d, static_cast<int64_t>(n)));
-}
-
 double OuterOptimizer::staleness_scale_from(double gap_sq, double d_sq) const {
   if (!config_.staleness_penalty) return 1.0;
+  // Staleness gap penalty (CO2 section 3, as reconstructed here): progress d was made from a
+  // point the model has since been moved away from by `gap`; the more it moved relative to the
+  // progress itself, the less of it is kept:
+  //     G = ||gap||_2 / (||d||_2 + eps),   s = 1 / (1 + lambda * G)
+  // In co2 (data_parallel.cpp) d is the steps a rank took from its guess before the average
+  // arrived and gap the guess's distance from the anchor the average gives.
   const double ratio = std::sqrt(gap_sq) / (std::sqrt(d_sq) + 1e-12);
   return 1.0 / (1.0 + config_.penalty_constant * ratio);
 }

@@ -33,13 +33,20 @@ class OuterOptimizer {
   double accumulate(const float* d, size_t n, double scale);
   void apply(std::vector<float>& anchor, const float* d, double scale, double m_norm);
 
-  // CO2 staleness gap penalty factor for a pseudo-gradient d computed from anchor `stale_anchor`
-  // but applied to `anchor` (formula in outer.cpp). 1 when the penalty is off.
-  double staleness_scale(const std::vector<float>& anchor, const std::vector<float>& stale_anchor,
-                         const float* d) const;
-  // The same factor from the squared norms ||anchor - stale_anchor||^2 and ||d||^2 (summed over
-  // the ranks' shards by the caller).
+  // CO2 staleness gap penalty factor for progress d made from a point at distance gap from
+  // where it is applied (formula in outer.cpp), from the squared norms gap_sq and d_sq. 1 when
+  // the penalty is off.
   double staleness_scale_from(double gap_sq, double d_sq) const;
+
+  // co2's starting point for the steps before a round's average arrives (data_parallel.cpp,
+  // end_round_co2): the anchor the outer step would reach if the group's average were this
+  // rank's own pseudo-gradient e, with the last anchor step `last` (x_k - x_{k-1}) standing in
+  // for the momentum: x_k + beta * last - alpha * (1 + beta [Nesterov]) * e. Exact for heavy-ball
+  // momentum; under Nesterov it leaves out alpha * beta * d_{k-1}, a tenth of the step at beta 0.9.
+  float guess(float anchor, float last, float e) const {
+    const float alpha = static_cast<float>(config_.lr), beta = static_cast<float>(config_.momentum);
+    return anchor + beta * last - alpha * (config_.nesterov ? 1.0f + beta : 1.0f) * e;
+  }
 
   std::vector<float>& momentum() { return momentum_; }
   const std::vector<float>& momentum() const { return momentum_; }
@@ -49,8 +56,5 @@ class OuterOptimizer {
   OuterConfig config_;
   std::vector<float> momentum_;
 };
-
-
-
 
 }  // namespace cohort::parallel

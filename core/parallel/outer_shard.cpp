@@ -8,14 +8,16 @@
 // (clipping) and, in co2, the penalty's gap and pseudo-gradient norms. Those are sums of the
 // blocks' squared norms: one small all-reduce each. Padding stays zero throughout.
 //
-// co2 keeps its one-round staleness and nearly all its overlap: the all-reduce of round k's
-// pseudo-gradient becomes a reduce-scatter launched at the round end, the scalar all-reduces
-// and the block's outer step in the middle of round k+1 (tau / 2 inner steps in), and an
-// all-gather of the new anchor that lands by its end: each half of the traffic gets half a
-// round to travel. The points are fixed by the inner-step count, never by which collective
-// happens to have finished, so every rank issues the same collectives in the same order
-// (a barrier or evaluation by the caller stays matched). With tau = 1 both happen at the round
-// end and only the reduce-scatter overlaps.
+// co2 (the merge rule, data_parallel.cpp end_round_co2) keeps its overlap: the all-reduce of
+// round k's pseudo-gradient becomes a reduce-scatter launched at the round end, the scalar
+// all-reduce and the block's outer step ceil(h / 2) inner steps later, and an all-gather of the
+// new anchor that lands h steps after the round end, where the merge needs it (h = overlap): each
+// half of the traffic gets about half of the h steps. Each rank keeps the whole anchor (for its
+// pseudo-gradient and guess) and its guess; the all-gather lands in inflight_, which the
+// reduce-scatter has finished reading by then. The points are fixed by the inner-step count,
+// never by which collective happens to have finished, so every rank issues the same collectives
+// in the same order (a barrier or evaluation by the caller stays matched). With h = 1 both happen
+// one step after the round end and only the reduce-scatter overlaps.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -40,10 +42,9 @@ void DataParallel::init_outer_shard(const std::vector<float>& flat) {
   std::copy(flat.begin() + static_cast<std::ptrdiff_t>(lo), flat.begin() + static_cast<std::ptrdiff_t>(hi),
             anchor_.begin());
   if (plan_.mode == SyncMode::kCo2) {
-    prev_anchor_ = anchor_;  // x_{-1} = x_0: no gap before the first step
+    whole_anchor_ = flat;
     round_start_ = flat;
-    next_anchor_.assign(outer_block_ * world, 0.0f);  // x_1 = x_0: round 0 has no average to apply
-    std::copy(flat.begin(), flat.end(), next_anchor_.begin());
+    anchor_step_.assign(flat.size(), 0.0f);  // x_0 - x_{-1} = 0
   }
 }
 
@@ -109,56 +110,48 @@ double DataParallel::sum_over_ranks(float* values, size_t n) {
 }
 
 void DataParallel::outer_step_block() {
-  // Notation as end_round_co2, k the round now running: the anchor block is x_k, prev_anchor_
-  // x_{k-1}, and result_ the block of e_{k-1} once the reduce-scatter launched when round k-1
-  // ended has landed.
+  // Notation as end_round_co2, the merge after round k: the anchor block is x_k and result_ the
+  // block of e_k once the reduce-scatter launched at the round end has landed.
   wait_outer();
-  double scale = 1.0;
-  if (plan_.outer.staleness_penalty) {
-    // s_k from ||x_k - x_{k-1}||^2 and ||e_{k-1}||^2, each summed over the blocks.
-    double gap = 0;
-    for (size_t i = 0; i < outer_block_; ++i) {
-      double g = static_cast<double>(anchor_[i]) - prev_anchor_[i];
-      gap += g * g;
-    }
-    float sums[2] = {static_cast<float>(gap), static_cast<float>(kernels::cpu::sum_of_squares(result_.data(), static_cast<int64_t>(outer_block_)))};
-    sum_over_ranks(sums, 2);
-    scale = outer_.staleness_scale_from(sums[0], sums[1]);
-  }
-  // m_k = beta m_{k-1} + s_k e_{k-1} on the block, ||m_k|| over the blocks, then the step
-  // x_{k+1} = x_k - alpha u_k on the block (outer.cpp), and every block all-gathered.
-  float m_sq = static_cast<float>(outer_.accumulate(result_.data(), outer_block_, scale));
+  // M_k = beta M_{k-1} + e_k on the block, ||M_k|| over the blocks, then x_{k+1} = x_k - alpha u_k
+  // on the block (outer.cpp), and every block all-gathered into inflight_ (e^{(i)}_k is spent).
+  float m_sq = static_cast<float>(outer_.accumulate(result_.data(), outer_block_, 1.0));
   const double m_norm = std::sqrt(sum_over_ranks(&m_sq, 1));
-  stats_.last_staleness_scale = scale;
   stats_.last_momentum_norm = m_norm;
-  prev_anchor_ = anchor_;
-  outer_.apply(anchor_, result_.data(), scale, m_norm);
-  launch_outer(comm_->all_gather(anchor_.data(), next_anchor_.data(), outer_block_, coll::DataType::kF32));
+  outer_.apply(anchor_, result_.data(), 1.0, m_norm);
+  launch_outer(comm_->all_gather(anchor_.data(), inflight_.data(), outer_block_, coll::DataType::kF32));
   phase_ = OuterPhase::kGathering;
 }
 
-void DataParallel::advance_outer_shard(bool to_end) {
-  // The schedule is fixed by the inner-step count alone, the same on every rank: the outer
-  // step at the middle of the round (tau / 2 steps in), the gathered anchor at its end.
-  const int64_t pos = inner_steps_ % plan_.tau;
-  if (phase_ == OuterPhase::kReducing && (to_end || (plan_.tau >= 2 && pos == plan_.tau / 2))) outer_step_block();
-  if (phase_ == OuterPhase::kGathering && to_end) {
+void DataParallel::advance_outer_shard(std::vector<Tensor>& params, bool force) {
+  const int64_t pos = inner_steps_ % plan_.tau, h = plan_.overlap;
+  if (phase_ == OuterPhase::kReducing && (force || pos == (h + 1) / 2 % plan_.tau)) outer_step_block();
+  if (phase_ == OuterPhase::kGathering && (force || pos == h % plan_.tau)) {
     wait_outer();
-    phase_ = OuterPhase::kReady;  // next_anchor_ = x_{k+1}, whole
+    phase_ = OuterPhase::kReady;  // inflight_ = x_{k+1}, whole
+  }
+  if (phase_ == OuterPhase::kReady && !force && pos == h % plan_.tau) {
+    // The merge: anchor_step_ = x_{k+1} - x_k, the whole anchor x_{k+1}, and the steps since the
+    // guess carried over onto it (inflight_ is scratch from here to the next round end).
+    for (size_t i = 0; i < numel_; ++i) {
+      anchor_step_[i] = inflight_[i] - whole_anchor_[i];
+      whole_anchor_[i] = inflight_[i];
+    }
+    transplant(params, whole_anchor_.data(), inflight_.data());
+    phase_ = OuterPhase::kIdle;
   }
   poll_outer();
 }
 
 void DataParallel::end_round_co2_sharded(std::vector<Tensor>& params) {
-  // 1. Round k-1's average applied: next_anchor_ = x_{k+1} (after round 0: x_1 = x_0).
-  advance_outer_shard(true);
-  // 2. e^{(i)}_k = (this rank's round start) - (its parameters now).
+  COHORT_ASSERT(phase_ == OuterPhase::kIdle, "co2: round ", stats_.rounds, " ended before its merge");
+  // end_round_co2's steps 1-3 with the reduce-scatter: e^{(i)}_k = x_k - y^{(i)}_k into inflight_
+  // (its padding stays zero), the guess G^{(i)}, and e_k's blocks averaged in the background.
   flatten(params, inflight_.data());
-  for (size_t i = 0; i < numel_; ++i) inflight_[i] = round_start_[i] - inflight_[i];
-  // 3. Round k+1 starts from x_{k+1} - e^{(i)}_k, as in end_round_co2.
-  for (size_t i = 0; i < numel_; ++i) round_start_[i] = next_anchor_[i] - inflight_[i];
+  for (size_t i = 0; i < numel_; ++i) inflight_[i] = whole_anchor_[i] - inflight_[i];
+  for (size_t i = 0; i < numel_; ++i)
+    round_start_[i] = outer_.guess(whole_anchor_[i], anchor_step_[i], inflight_[i]);
   unflatten(round_start_.data(), params);
-  // 4. e_k's blocks averaged in the background; nothing touches inflight_ until it is reduced.
   launch_outer(comm_->reduce_scatter(inflight_.data(), result_.data(), outer_block_, coll::DataType::kF32,
                                      coll::ReduceOp::kAvg));
   phase_ = OuterPhase::kReducing;
@@ -166,9 +159,10 @@ void DataParallel::end_round_co2_sharded(std::vector<Tensor>& params) {
 }
 
 void DataParallel::save_outer_shard(checkpoint::CheckpointExtra& extra) {
-  // co2: the step in flight is finished first (it depends only on state fixed at the last
-  // round end), so the file holds x_{k+1} and a resumed run needs no collective to catch up.
-  if (plan_.mode == SyncMode::kCo2) advance_outer_shard(true);
+  // co2: a pending merge's collectives are finished first (they depend only on state fixed at
+  // the last round end), so the file holds x_{k+1} whole and a resumed run needs no collective
+  // to catch up; the merge itself stays at its step.
+  if (plan_.mode == SyncMode::kCo2) advance_outer_shard(trainer_->mutable_parameters(), true);
   auto tensor = [&](const std::vector<float>& v, size_t n) {
     Tensor t = Tensor::zeros({static_cast<int64_t>(n)}, DType::kF32);
     if (!v.empty()) std::memcpy(t.raw(), v.data(), n * sizeof(float));
@@ -177,10 +171,13 @@ void DataParallel::save_outer_shard(checkpoint::CheckpointExtra& extra) {
   extra.tensors["parallel.zero.anchor"] = tensor(anchor_, outer_block_);
   extra.tensors["parallel.zero.outer_momentum"] = tensor(outer_.momentum(), outer_block_);  // zeros before round 1
   if (plan_.mode == SyncMode::kCo2) {
-    extra.tensors["parallel.zero.prev_anchor"] = tensor(prev_anchor_, outer_block_);
     extra.tensors["parallel.round_start"] = tensor(round_start_, numel_);
-    extra.tensors["parallel.next_anchor"] = tensor(next_anchor_, numel_);
+    extra.tensors["parallel.co2.anchor"] = tensor(whole_anchor_, numel_);
+    Tensor next = Tensor::zeros({static_cast<int64_t>(numel_)}, DType::kF32);  // x_{k+1} (kReady)
+    if (phase_ == OuterPhase::kReady) std::memcpy(next.raw(), inflight_.data(), numel_ * sizeof(float));
+    extra.tensors["parallel.co2.next_anchor"] = next;
     extra.ints["parallel.outer_phase"] = static_cast<int64_t>(phase_);
+    save_co2_state(extra);
   }
   extra.ints["parallel.zero.world"] = comm_->size();
   extra.ints["parallel.zero.rank"] = comm_->rank();
@@ -215,12 +212,14 @@ void DataParallel::load_outer_shard(const checkpoint::CheckpointExtra& extra) {
                mode_name(plan_.mode));
   const bool co2 = plan_.mode == SyncMode::kCo2;
   const Tensor &a = tensor("parallel.zero.anchor", outer_block_), &m = tensor("parallel.zero.outer_momentum", outer_block_);
-  const Tensor* co2_state[3] = {nullptr, nullptr, nullptr};
+  const Tensor* co2_state[4] = {nullptr, nullptr, nullptr, nullptr};
   int64_t phase = 0;
   if (co2) {
-    co2_state[0] = &tensor("parallel.zero.prev_anchor", outer_block_);
-    co2_state[1] = &tensor("parallel.round_start", numel_);
-    co2_state[2] = &tensor("parallel.next_anchor", numel_);
+    check_co2_rule(extra);
+    co2_state[0] = &tensor("parallel.round_start", numel_);
+    co2_state[1] = &tensor("parallel.co2.anchor", numel_);
+    co2_state[2] = &tensor("parallel.co2.anchor_step", numel_);
+    co2_state[3] = &tensor("parallel.co2.next_anchor", numel_);
     phase = ints("parallel.outer_phase");
     COHORT_CHECK(phase == static_cast<int64_t>(OuterPhase::kIdle) || phase == static_cast<int64_t>(OuterPhase::kReady),
                  Status::kInvalidArgument, "data parallel: outer phase ", phase, " in the checkpoint is not a resting one");
@@ -234,9 +233,10 @@ void DataParallel::load_outer_shard(const checkpoint::CheckpointExtra& extra) {
   load(a, anchor_);
   load(m, outer_.momentum());
   if (co2) {
-    load(*co2_state[0], prev_anchor_);
-    load(*co2_state[1], round_start_);
-    std::memcpy(next_anchor_.data(), co2_state[2]->raw(), numel_ * sizeof(float));  // the padding stays zero
+    load(*co2_state[0], round_start_);
+    load(*co2_state[1], whole_anchor_);
+    load(*co2_state[2], anchor_step_);
+    std::memcpy(inflight_.data(), co2_state[3]->raw(), numel_ * sizeof(float));  // the padding stays zero
     phase_ = static_cast<OuterPhase>(phase);
   }
   inner_steps_ = steps;

@@ -16,7 +16,7 @@ namespace cohort::parallel {
 enum class SyncMode : int {
   kSync = 0,      // DDP: gradients averaged every step, in buckets overlapping backward
   kLocalSgd = 1,  // tau inner steps, then a blocking outer step on the averaged pseudo-gradient
-  kCo2 = 2,       // tau inner steps; round k's average is applied at the end of round k+1
+  kCo2 = 2,       // tau inner steps; round k's average is merged `overlap` steps into round k+1
 };
 
 enum class Preset : int { kDdp = 0, kLocalSgd = 1, kSlowMo = 2, kDiLoCo = 3, kCo2 = 4 };
@@ -26,7 +26,7 @@ struct OuterConfig {
   double lr = 1.0;        // alpha
   double momentum = 0.0;  // beta
   bool nesterov = false;
-  bool staleness_penalty = false;  // CO2 only: scale the stale pseudo-gradient by the gap
+  bool staleness_penalty = false;  // CO2 only: scale the progress made before a merge by its gap
   double penalty_constant = 1.0;   // lambda in the gap penalty (>= 0)
   double clip_threshold = 0.0;     // phi: outer momentum L2-norm clip; 0 = off
 };
@@ -35,6 +35,9 @@ struct PlanConfig {
   int data_parallel = 0;  // ranks in the data-parallel group; 0 = the whole world
   SyncMode mode = SyncMode::kSync;
   int64_t tau = 1;  // inner steps per round (localsgd, co2)
+  // co2: inner steps of the next round during which a round's average travels; it is merged
+  // after them (1..tau; the all-reduce is hidden when it takes no longer than these steps).
+  int64_t overlap = 1;
   OuterConfig outer;
   int zero_stage = 0;                // 0..3 with kSync; localsgd, co2: 0 or 1 (outer state sharded)
   // localsgd, co2 with an AdamW inner optimizer: each rank normalises its local steps by the
@@ -47,8 +50,9 @@ struct PlanConfig {
 };
 
 // A preset's settings (tau as given). localsgd: alpha 1, beta 0 = plain parameter averaging.
-// SlowMo: alpha 1, beta 0.5. DiLoCo: alpha 0.7, beta 0.9 Nesterov. CO2: alpha 1, beta 0 (the
-// fork's and SlowMo's value up to 16 ranks), penalty on (lambda 1), clip 1.0.
+// SlowMo: alpha 1, beta 0.5. DiLoCo: alpha 0.7, beta 0.9 Nesterov. CO2: DiLoCo's outer
+// optimizer with the average merged one step into the next round (overlap 1); penalty off
+// (lambda 1), no clipping — measured in README (data-parallel accuracy).
 PlanConfig preset(Preset preset, int64_t tau);
 const char* mode_name(SyncMode mode);
 

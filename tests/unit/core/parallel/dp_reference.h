@@ -84,62 +84,82 @@ class DpSimulation {
     o.num_threads = 1;
     for (int r = 0; r < ranks; ++r)
       trainers_.push_back(std::make_unique<Trainer>(dp_model(kShard, hidden), dp_inner_optimizer(), o));
-    anchor_ = prev_ = dp_flat(*trainers_[0]);
-    start_.assign(static_cast<size_t>(ranks), anchor_);
+    anchor_ = dp_flat(*trainers_[0]);
     momentum_.assign(anchor_.size(), 0.0f);
+    x_.assign(anchor_.begin(), anchor_.end());
+    xprev_ = x_;
+    m_.assign(x_.size(), 0.0);
+    guess_.assign(static_cast<size_t>(ranks), x_);
   }
 
   void step(int64_t step) {
     int ranks = static_cast<int>(trainers_.size());
     for (int r = 0; r < ranks; ++r) trainers_[r]->step(dp_batch(step, r * kShard, kShard));
+    if (plan_.mode == parallel::SyncMode::kCo2) return co2_after(step + 1);
     if ((step + 1) % plan_.tau != 0) return;
-    if (plan_.mode == parallel::SyncMode::kLocalSgd) {
-      // The round's averaged pseudo-gradient: anchor minus the mean of the ranks' parameters,
-      // applied at once; every rank restarts from the new anchor.
-      std::vector<float> d(anchor_.size(), 0.0f);
-      for (auto& t : trainers_) {
-        std::vector<float> x = dp_flat(*t);
-        for (size_t i = 0; i < x.size(); ++i) d[i] += (anchor_[i] - x[i]) / static_cast<float>(ranks);
+    // The round's averaged pseudo-gradient: anchor minus the mean of the ranks' parameters,
+    // applied at once; every rank restarts from the new anchor.
+    std::vector<float> d(anchor_.size(), 0.0f);
+    for (auto& t : trainers_) {
+      std::vector<float> x = dp_flat(*t);
+      for (size_t i = 0; i < x.size(); ++i) d[i] += (anchor_[i] - x[i]) / static_cast<float>(ranks);
+    }
+    outer(d, 1.0);
+    for (auto& t : trainers_) dp_set_flat(*t, anchor_);
+  }
+
+  // co2 written from its definition (core/parallel/data_parallel.cpp derives it), in double.
+  // At a round end every rank sends anchor - parameters and moves to its guess, the anchor the
+  // outer step would reach were the average its own; `overlap` steps later the anchor takes
+  // DiLoCo's outer step with the average, and each rank lands on it plus what it moved since its
+  // guess (times the penalty's factor when that is on).
+  void co2_after(int64_t steps) {
+    const auto& c = plan_.outer;
+    const size_t ranks = trainers_.size(), n = x_.size();
+    if (pending_ && steps % plan_.tau == plan_.overlap % plan_.tau) {
+      double norm = 0;
+      for (size_t i = 0; i < n; ++i) {
+        m_[i] = c.momentum * m_[i] + mean_[i];
+        norm += m_[i] * m_[i];
       }
-      outer(d, 1.0);
-      for (auto& t : trainers_) dp_set_flat(*t, anchor_);
-      return;
-    }
-    // co2: each rank's round pseudo-gradient e_r = (its round start) - (its parameters now); the
-    // previous round's average is applied to the anchor (one round stale), and each rank goes on
-    // from the new anchor minus its own e_r, whose average arrives at the end of the next round.
-    std::vector<std::vector<float>> e(static_cast<size_t>(ranks));
-    std::vector<float> mean(anchor_.size(), 0.0f);
-    for (int r = 0; r < ranks; ++r) {
-      std::vector<float> x = dp_flat(*trainers_[static_cast<size_t>(r)]);
-      std::vector<float>& er = e[static_cast<size_t>(r)];
-      er.resize(x.size());
-      for (size_t i = 0; i < x.size(); ++i) {
-        er[i] = start_[static_cast<size_t>(r)][i] - x[i];
-        mean[i] += er[i] / static_cast<float>(ranks);
+      norm = std::sqrt(norm);
+      const double keep = c.clip_threshold > 0 && norm > c.clip_threshold ? c.clip_threshold / norm : 1.0;
+      xprev_ = x_;
+      for (size_t i = 0; i < n; ++i) {
+        m_[i] *= keep;
+        x_[i] -= c.lr * (c.nesterov ? mean_[i] + c.momentum * m_[i] : m_[i]);
       }
-    }
-    if (have_pending_) {
-      double gap = 0, dn = 0;
-      for (size_t i = 0; i < anchor_.size(); ++i) {
-        gap += (anchor_[i] - prev_[i]) * static_cast<double>(anchor_[i] - prev_[i]);
-        dn += pending_[i] * static_cast<double>(pending_[i]);
+      for (size_t r = 0; r < ranks; ++r) {
+        std::vector<float> y = dp_flat(*trainers_[r]);
+        double gap = 0, moved = 0;
+        for (size_t i = 0; i < n; ++i) {
+          gap += (x_[i] - guess_[r][i]) * (x_[i] - guess_[r][i]);
+          moved += (y[i] - guess_[r][i]) * (y[i] - guess_[r][i]);
+        }
+        const double s =
+            c.staleness_penalty ? 1.0 / (1.0 + c.penalty_constant * std::sqrt(gap) / (std::sqrt(moved) + 1e-12)) : 1.0;
+        std::vector<float> merged(n);
+        for (size_t i = 0; i < n; ++i) merged[i] = static_cast<float>(x_[i] + s * (y[i] - guess_[r][i]));
+        dp_set_flat(*trainers_[r], merged);
       }
-      double s = plan_.outer.staleness_penalty
-                     ? 1.0 / (1.0 + plan_.outer.penalty_constant * std::sqrt(gap) / (std::sqrt(dn) + 1e-12))
-                     : 1.0;
-      prev_ = anchor_;
-      outer(pending_, s);
-    } else {
-      prev_ = anchor_;
+      pending_ = false;
     }
-    for (int r = 0; r < ranks; ++r) {
-      std::vector<float>& st = start_[static_cast<size_t>(r)];
-      for (size_t i = 0; i < st.size(); ++i) st[i] = anchor_[i] - e[static_cast<size_t>(r)][i];
-      dp_set_flat(*trainers_[static_cast<size_t>(r)], st);
+    if (steps % plan_.tau != 0) return;
+    const double w = static_cast<double>(ranks);
+    const double lean = c.lr * (c.nesterov ? 1.0 + c.momentum : 1.0);
+    mean_.assign(n, 0.0);
+    for (size_t r = 0; r < ranks; ++r) {
+      std::vector<float> y = dp_flat(*trainers_[r]);
+      std::vector<float> start(n);
+      for (size_t i = 0; i < n; ++i) {
+        const double e = x_[i] - y[i];
+        mean_[i] += e / w;
+        guess_[r][i] = x_[i] + c.momentum * (x_[i] - xprev_[i]) - lean * e;
+        start[i] = static_cast<float>(guess_[r][i]);
+      }
+      dp_set_flat(*trainers_[r], start);
     }
-    pending_ = mean;
-    have_pending_ = true;
+    pending_ = true;
   }
 
   Trainer& rank(int r) { return *trainers_[static_cast<size_t>(r)]; }
@@ -164,9 +184,12 @@ class DpSimulation {
 
   parallel::PlanConfig plan_;
   std::vector<std::unique_ptr<Trainer>> trainers_;
-  std::vector<float> anchor_, prev_, momentum_, pending_;
-  std::vector<std::vector<float>> start_;  // co2: where each rank's current round started
-  bool have_pending_ = false;
+  std::vector<float> anchor_, momentum_;  // localsgd
+  // co2: the anchor and the one before it, the outer momentum, the average in flight, and each
+  // rank's guess.
+  std::vector<double> x_, xprev_, m_, mean_;
+  std::vector<std::vector<double>> guess_;
+  bool pending_ = false;
 };
 
 inline double dp_max_diff(const std::vector<float>& a, const std::vector<float>& b) {

@@ -67,6 +67,12 @@ TEST(Plan, RejectsWhatDoesNotFit) {
   p = preset(Preset::kCo2, 4);
   p.inner_noise_scaling = true;
   EXPECT_NO_THROW(validate_for_world(p, 4));
+  p.overlap = 5;
+  expect_plan_error(p, Status::kInvalidPlan, "plan: overlap = 5 must be in [1, tau = 4]");
+  p.overlap = 0;
+  expect_plan_error(p, Status::kInvalidPlan, "plan: overlap = 0 must be in [1, tau = 4]");
+  p.overlap = 4;
+  EXPECT_NO_THROW(validate_for_world(p, 4));
 }
 
 TEST(Plan, PresetsAreOneRuleWithDifferentConstants) {
@@ -78,9 +84,13 @@ TEST(Plan, PresetsAreOneRuleWithDifferentConstants) {
   EXPECT_EQ(s.outer.momentum, 0.5);
   EXPECT_TRUE(d.outer.nesterov);
   EXPECT_EQ(c.mode, SyncMode::kCo2);
+  EXPECT_EQ(c.outer.lr, d.outer.lr);  // DiLoCo's outer optimizer, merged one step into each round
+  EXPECT_EQ(c.outer.momentum, d.outer.momentum);
+  EXPECT_TRUE(c.outer.nesterov);
+  EXPECT_EQ(c.overlap, 1);
   EXPECT_FALSE(c.outer.staleness_penalty);
   EXPECT_EQ(c.outer.penalty_constant, 1.0);
-  EXPECT_EQ(c.outer.clip_threshold, 1.0);
+  EXPECT_EQ(c.outer.clip_threshold, 0.0);
   EXPECT_EQ(c.tau, 5);
 }
 
@@ -122,11 +132,23 @@ TEST(Outer, StalenessPenalty) {
   c.staleness_penalty = true;
   c.penalty_constant = 2.0;
   OuterOptimizer o(c);
-  std::vector<float> now = {3.0f, 4.0f}, stale = {0.0f, 0.0f};
-  float d[2] = {0.0f, 10.0f};  // gap 5, ||d|| 10: s = 1 / (1 + 2 * 0.5) = 0.5
-  EXPECT_NEAR(o.staleness_scale(now, stale, d), 0.5, 1e-9);
+  // gap 5, progress 10: s = 1 / (1 + 2 * 0.5) = 0.5
+  EXPECT_NEAR(o.staleness_scale_from(25.0, 100.0), 0.5, 1e-9);
   c.staleness_penalty = false;
-  EXPECT_EQ(OuterOptimizer(c).staleness_scale(now, stale, d), 1.0);
+  EXPECT_EQ(OuterOptimizer(c).staleness_scale_from(25.0, 100.0), 1.0);
+}
+
+TEST(Outer, Co2GuessIsTheOuterStepWithTheRanksOwnAverage) {
+  // Heavy-ball: from x_{k-1} = 1 to x_k = 0.5 took m = 0.5 / alpha = 1; with e = 0.2 the step
+  // would be m = beta * 1 + 0.2 = 0.7 and x_{k+1} = 0.5 - 0.5 * 0.7 = 0.15.
+  OuterConfig c;
+  c.lr = 0.5;
+  c.momentum = 0.5;
+  EXPECT_FLOAT_EQ(OuterOptimizer(c).guess(0.5f, -0.5f, 0.2f), 0.15f);
+  // Nesterov: u = (1 + beta) e + beta^2 m_{k-1}; the last step stands in for alpha beta m_{k-1}
+  // (exact when the last average was 0): 0.5 - 0.5 * 1.5 * 0.2 + 0.5 * -0.5 = 0.1.
+  c.nesterov = true;
+  EXPECT_FLOAT_EQ(OuterOptimizer(c).guess(0.5f, -0.5f, 0.2f), 0.1f);
 }
 
 TEST(DataParallel, WorldOfOneMatchesTheReferenceForEveryPreset) {
@@ -146,6 +168,32 @@ TEST(DataParallel, WorldOfOneMatchesTheReferenceForEveryPreset) {
     EXPECT_LE(test::dp_max_diff(test::dp_flat(t), test::dp_flat(sim.rank(0))), 1e-6) << static_cast<int>(pr);
     EXPECT_EQ(dp->stats().rounds, 3);
     t.set_step_hook(nullptr);
+  }
+}
+
+TEST(DataParallel, Co2AveragingAtWorldOneIsPlainTraining) {
+  // With lr 1 and no momentum the guess is the rank's own parameters and the merge puts them
+  // back where they were, at any overlap: one rank trains as if alone (up to rounding).
+  auto comm = test::world_of_one().comm;
+  for (int64_t overlap : {1, 2, 3}) {
+    PlanConfig plan = preset(Preset::kCo2, 3);
+    plan.outer.lr = 1;
+    plan.outer.momentum = 0;
+    plan.outer.nesterov = false;
+    plan.overlap = overlap;
+    TrainerOptions o;
+    o.seed = 2;
+    o.num_threads = 1;
+    Trainer plain(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);
+    Trainer co2(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);
+    auto dp = DataParallel::attach(co2, plan, comm);
+    for (int64_t s = 0; s < 10; ++s) {
+      plain.step(test::dp_batch(s, 0, test::kShard));
+      co2.step(test::dp_batch(s, 0, test::kShard));
+    }
+    EXPECT_LE(test::dp_max_diff(test::dp_flat(plain), test::dp_flat(co2)), 1e-6) << "overlap " << overlap;
+    EXPECT_EQ(dp->stats().rounds, 3);
+    co2.set_step_hook(nullptr);
   }
 }
 
