@@ -163,7 +163,7 @@ void Task::create_trainer() {
         o_.nesterov >= 0) {
       // A preset with some outer settings changed: spell them all out, starting from the
       // preset's values (cohort.h lists them), then apply the flags given.
-      const bool co2 = o_.parallel == "co2", diloco = o_.parallel == "diloco";
+      const bool co2 = o_.parallel == "co2", diloco = o_.parallel == "diloco" || co2;  // co2: DiLoCo's
       po.preset = COHORT_PRESET_NONE;
       po.mode = co2 ? COHORT_SYNC_CO2 : COHORT_SYNC_LOCALSGD;
       po.outer_lr = diloco ? 0.7 : 1.0;
@@ -171,13 +171,14 @@ void Task::create_trainer() {
       po.outer_nesterov = diloco ? 1 : 0;
       po.staleness_penalty = co2 && o_.staleness_penalty == 1 ? 1 : 0;  // -1: the preset's (off)
       po.penalty_constant = 1.0;
-      po.clip_threshold = co2 ? (o_.outer_clip >= 0 ? o_.outer_clip : 1.0) : 0.0;
+      po.clip_threshold = co2 && o_.outer_clip >= 0 ? o_.outer_clip : 0.0;  // -1: the preset's (off)
       if (o_.outer_lr >= 0) po.outer_lr = o_.outer_lr;
       if (o_.outer_momentum >= 0) po.outer_momentum = o_.outer_momentum;
       if (o_.nesterov >= 0) po.outer_nesterov = static_cast<int32_t>(o_.nesterov);
     }
     po.zero_stage = static_cast<int32_t>(o_.zero);
     po.inner_noise_scaling = static_cast<int32_t>(o_.noise_scaling);
+    po.overlap_steps = o_.overlap;  // 0: the default, 1
     cohort_plan* plan = nullptr;
     st = cohort_plan_create(&po, &plan);
     if (st == COHORT_OK) st = cohort_trainer_create_parallel(graph_, opt, plan, comm_, &to, &trainer_);

@@ -21,6 +21,7 @@ constexpr const char* kPlan = "plan";
 
 parallel::PlanConfig to_config(const cohort_plan_options& o) {
   const bool has_noise = o.size >= offsetof(cohort_plan_options, inner_noise_scaling) + sizeof(int32_t);
+  const bool has_overlap = o.size >= offsetof(cohort_plan_options, overlap_steps) + sizeof(int64_t);
   parallel::PlanConfig c;
   if (enum_int(o.preset) != COHORT_PRESET_NONE) {
     int p = enum_int(o.preset);
@@ -42,6 +43,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   COHORT_CHECK(o.bucket_bytes > 0, Status::kInvalidPlan, "plan: bucket_bytes = ", o.bucket_bytes, " must be > 0");
   c.bucket_bytes = static_cast<size_t>(o.bucket_bytes);
   c.inner_noise_scaling = has_noise && o.inner_noise_scaling != 0;
+  if (has_overlap && o.overlap_steps != 0) c.overlap = o.overlap_steps;  // else the default, 1
   parallel::validate(c);
   return c;
 }

@@ -100,6 +100,16 @@ TEST_F(CapiParallel, PlanErrorPaths) {
   EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
   EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
   o = cohort_plan_options_default();
+  o.preset = COHORT_PRESET_CO2;
+  o.tau = 4;
+  o.overlap_steps = 5;  // merged after the next round end: no
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: overlap = 5 must be in [1, tau = 4]");
+  o.overlap_steps = -1;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: overlap = -1");
+  o.size = offsetof(cohort_plan_options, overlap_steps);  // a caller built before the field: not read
+  EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
+  o = cohort_plan_options_default();
   o.preset = static_cast<cohort_plan_preset>(42);
   EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_ARGUMENT, "options->preset 42");
   EXPECT_EQ(plan, reinterpret_cast<cohort_plan*>(0x1));  // outputs written only on success

@@ -582,15 +582,17 @@ COHORT_API cohort_status cohort_work_destroy(cohort_work* work);
 /* A plan says how a model is spread over the ranks of a communicator. Today: data parallelism
  * as synchronous DDP (gradients averaged every step in buckets that overlap backward), local
  * SGD with an outer optimizer (localsgd, SlowMo, DiLoCo: a blocking outer step every tau
- * steps), or CO2 (Sun et al., ICLR 2024: round k's pseudo-gradient is averaged in the
- * background during round k+1 and applied at its end, one round stale). The presets are one
+ * steps), or CO2 (after Sun et al., ICLR 2024: round k's pseudo-gradient is averaged in the
+ * background during the first overlap_steps of round k+1, which run from a guess; then the
+ * outer step is DiLoCo's and the steps since carry over onto it). The presets are one
  * outer-optimizer rule with different constants. The pseudo-gradient is
  * anchor - parameters: with outer lr 1 and no momentum the outer step lands on the average. */
 
 typedef enum cohort_sync_mode {
   COHORT_SYNC_DDP = 0,      /* gradients averaged every step */
   COHORT_SYNC_LOCALSGD = 1, /* tau inner steps, then a blocking outer step */
-  COHORT_SYNC_CO2 = 2       /* tau inner steps, outer average overlapped with the next round */
+  COHORT_SYNC_CO2 = 2       /* tau inner steps, outer average overlapped with the next round's
+                               first overlap_steps */
 } cohort_sync_mode;
 
 typedef enum cohort_plan_preset {
@@ -599,8 +601,9 @@ typedef enum cohort_plan_preset {
   COHORT_PRESET_LOCALSGD = 2, /* outer lr 1, momentum 0: plain parameter averaging */
   COHORT_PRESET_SLOWMO = 3,   /* outer lr 1, momentum 0.5 */
   COHORT_PRESET_DILOCO = 4,   /* outer lr 0.7, Nesterov momentum 0.9 */
-  COHORT_PRESET_CO2 = 5       /* outer lr 1, momentum 0, clip 1.0; staleness penalty off
-                                 (penalty_constant 1.0 when switched on) */
+  COHORT_PRESET_CO2 = 5       /* DiLoCo's outer optimizer (lr 0.7, Nesterov momentum 0.9), no
+                                 clip, staleness penalty off (penalty_constant 1.0 when switched
+                                 on); overlap_steps as given (0: 1) */
 } cohort_plan_preset;
 
 typedef struct cohort_plan_options {
@@ -612,7 +615,8 @@ typedef struct cohort_plan_options {
   double outer_lr;            /* alpha, >= 0 */
   double outer_momentum;      /* beta, in [0, 1) */
   int32_t outer_nesterov;     /* nonzero: Nesterov outer momentum */
-  int32_t staleness_penalty;  /* co2: nonzero scales the stale pseudo-gradient by the gap */
+  int32_t staleness_penalty;  /* co2: nonzero scales the steps carried over at a merge by
+                                 how far from the new anchor they were taken */
   double penalty_constant;    /* lambda of the staleness penalty, >= 0 */
   double clip_threshold;      /* outer momentum L2-norm clip, >= 0; 0 = off */
   int32_t zero_stage;         /* 0..3: 1 shards optimizer state, 2 also gradients, 3 also
@@ -627,15 +631,21 @@ typedef struct cohort_plan_options {
    * averaged gradient (m^2 + (v - m^2) / ranks) instead of its own, so ranks stepping alone move
    * about as far as one step on the averaged batch; INVALID_PLAN in DDP mode. No preset sets it. */
   int32_t inner_noise_scaling;
+  /* Added after inner_noise_scaling (read only when size covers it). co2: the inner steps of the
+   * next round during which a round's average travels before it is merged, 1..tau (the
+   * all-reduce is hidden when it takes no longer than that); 0 = 1. INVALID_PLAN outside
+   * [0, tau]. Ignored by the other modes. */
+  int64_t overlap_steps;
 } cohort_plan_options;
 /* preset NONE, data_parallel 0, mode DDP, tau 1, outer lr 1, momentum 0, no Nesterov, no
- * penalty (constant 1), no clip, ZeRO stage 0, bucket_bytes 25 MiB. */
+ * penalty (constant 1), no clip, ZeRO stage 0, bucket_bytes 25 MiB, overlap_steps 0 (= 1). */
 COHORT_API cohort_plan_options cohort_plan_options_default(void);
 
 typedef struct cohort_plan cohort_plan;
 /* Copies and validates the options. Returns OK; INVALID_ARGUMENT (options or plan_out NULL,
  * size too small, unknown preset); INVALID_PLAN naming the field (unknown mode or ZeRO stage,
- * tau < 1, negative lr, momentum, constant or threshold, momentum >= 1, bucket_bytes <= 0);
+ * tau < 1, negative lr, momentum, constant or threshold, momentum >= 1, bucket_bytes <= 0,
+ * co2's overlap_steps outside [0, tau]);
  * UNSUPPORTED for ZeRO stages 2-3 outside the DDP mode. plan_out is written only
  * on OK. Thread-safe. */
 COHORT_API cohort_status cohort_plan_create(const cohort_plan_options* options, cohort_plan** plan_out);
