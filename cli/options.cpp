@@ -41,6 +41,12 @@ Setter double_field(double Options::*field) {
 Setter string_field(std::string Options::*field) {
   return [field](Options& o, const std::string&, const std::string& v) { o.*field = v; };
 }
+// An integer or "auto" (kAuto).
+Setter int_or_auto_field(int64_t Options::*field) {
+  return [field](Options& o, const std::string& f, const std::string& v) {
+    o.*field = v == "auto" ? kAuto : parse_int(f, v);
+  };
+}
 
 const std::map<std::string, Setter>& setters() {
   static const std::map<std::string, Setter> table = {
@@ -74,11 +80,11 @@ const std::map<std::string, Setter>& setters() {
       {"--threads", int_field(&Options::threads)},
       {"--device", string_field(&Options::device)},
       {"--parallel", string_field(&Options::parallel)},
-      {"--tau", int_field(&Options::tau)},
+      {"--tau", int_or_auto_field(&Options::tau)},
       {"--zero", int_field(&Options::zero)},
       {"--staleness-penalty", int_field(&Options::staleness_penalty)},
       {"--outer-clip", double_field(&Options::outer_clip)},
-      {"--overlap", int_field(&Options::overlap)},
+      {"--overlap", int_or_auto_field(&Options::overlap)},
       {"--noise-scaling", int_field(&Options::noise_scaling)},
       {"--outer-lr", double_field(&Options::outer_lr)},
       {"--outer-momentum", double_field(&Options::outer_momentum)},
@@ -111,10 +117,11 @@ const char* usage_text() {
          "         [--eval-every N] [--eval-examples N] [--log-every N] [--metrics FILE.jsonl]\n"
          "         [--save PATH] [--save-every N] [--resume PATH] [--threads N] [--seed S] [--quiet]\n"
          "         [--device cpu|cuda]"
-         "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N]]  (under cohort-run -n N)\n"
+         "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N|auto]]  (under cohort-run -n N)\n"
          "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco, co2 0-1)\n"
          "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1] [--noise-scaling 0|1]  (not sync)\n"
-         "         [--staleness-penalty 0|1] [--outer-clip C] [--overlap N (1..tau)]  (co2 only)\n";
+         "         [--staleness-penalty 0|1] [--outer-clip C] [--overlap N|auto (1..tau)]  (co2 only;\n"
+         "         --tau auto = --overlap auto: chosen from the measured all-reduce and step times)\n";
 }
 
 Options parse_train_options(int argc, char** argv, int first) {
@@ -168,6 +175,11 @@ void apply_defaults(Options& o) {
   require(o.parallel.empty() || o.parallel == "sync" || o.parallel == "localsgd" || o.parallel == "slowmo" ||
               o.parallel == "diloco" || o.parallel == "co2",
           "unknown --parallel '" + o.parallel + "' (expected sync, localsgd, slowmo, diloco or co2)");
+  if (o.tau == kAuto) {  // co2 picks its overlap, and tau from it, never below the default
+    require(o.parallel == "co2", "--tau auto needs --parallel co2");
+    o.tau = 8;
+    o.overlap = kAuto;
+  }
   require(o.tau >= 1, "--tau must be >= 1");
   require(o.zero >= 0 && o.zero <= 3, "--zero must be 0, 1, 2 or 3, got " + std::to_string(o.zero));
   require(o.zero == 0 || !o.parallel.empty(), "--zero needs --parallel (and several ranks)");
@@ -185,7 +197,7 @@ void apply_defaults(Options& o) {
           "--outer-lr, --outer-momentum and --nesterov need --parallel localsgd, slowmo, diloco or co2");
   require((o.staleness_penalty == -1 && o.outer_clip == -1 && o.overlap == 0) || o.parallel == "co2",
           "--staleness-penalty, --outer-clip and --overlap need --parallel co2");
-  require(o.overlap == 0 || (o.overlap >= 1 && o.overlap <= o.tau),
+  require(o.overlap == 0 || o.overlap == kAuto || (o.overlap >= 1 && o.overlap <= o.tau),
           "--overlap must be in 1..tau (" + std::to_string(o.tau) + "), got " + std::to_string(o.overlap));
   require(o.save_every == 0 || !o.save.empty(), "--save-every needs --save PATH");
 }

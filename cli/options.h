@@ -20,6 +20,8 @@ struct RuntimeError : std::runtime_error {
 
 // "Not given on the command line" for numeric options that have model-dependent defaults.
 constexpr int64_t kUnset = INT64_MIN;
+// --tau auto, --overlap auto (cohort_plan_options.overlap_steps -1).
+constexpr int64_t kAuto = -1;
 
 struct Options {
   std::string model;       // mlp | cnn | gpt
@@ -54,7 +56,7 @@ struct Options {
   double outer_momentum = -1;      // outer momentum in [0, 1), -1 the preset's
   int64_t nesterov = -1;           // 0 or 1, -1 the preset's
   double outer_clip = -1;          // co2: outer momentum clip threshold, 0 off, -1 the preset's
-  int64_t overlap = 0;             // co2: steps a round's average travels before its merge, 0 the preset's
+  int64_t overlap = 0;             // co2: steps a round's average travels before its merge, 0 the preset's, kAuto
   int64_t noise_scaling = 0;       // localsgd/slowmo/diloco/co2 with adamw: cohort_plan_options::inner_noise_scaling
   uint64_t seed = 1;
   // Hidden flags for tests/parity: initial weights from a file, every step's batch to a file,

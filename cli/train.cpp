@@ -85,6 +85,8 @@ class Loop {
   void progress(int64_t step, double rate, bool newline);
   std::string parallel_fields(cohort_parallel_stats* out);  // a JSON member; fills *out if given
   void parallel_summary();
+  void report_round_shape();
+  int64_t shown_tau_ = 0, shown_overlap_ = 0;
   cohort_parallel_stats last_parallel_{};  // at the last metrics line (before any evaluation)
 
   const Options& o_;
@@ -175,7 +177,10 @@ void Loop::log_point(int64_t step, float loss, bool final_point) {
                      ",\"lr\":" + json_number(s.learning_rate) + ",\"grad_norm\":" + json_number(s.grad_norm) +
                      ",\"" + task_.item_unit() + "_per_s\":" + json_number(rate) +
                      ",\"elapsed_s\":" + json_number(t - start_time_);
-  if (!o_.parallel.empty()) line += parallel_fields(nullptr);
+  if (!o_.parallel.empty()) {
+    line += parallel_fields(nullptr);
+    report_round_shape();
+  }
   if (eval) {
     task_.gather_parameters();
     if (o_.evaluates) line += eval_fields(step, final_point);
@@ -198,7 +203,22 @@ std::string Loop::parallel_fields(cohort_parallel_stats* out) {
          ",\"hidden_fraction\":" + json_number(p.hidden_fraction) +
          ",\"parameter_bytes\":" + std::to_string(p.parameter_bytes) +
          ",\"gradient_bytes\":" + std::to_string(p.gradient_bytes) +
-         ",\"optimizer_state_bytes\":" + std::to_string(p.optimizer_state_bytes) + "}";
+         ",\"optimizer_state_bytes\":" + std::to_string(p.optimizer_state_bytes) +
+         ",\"tau\":" + std::to_string(p.tau) + ",\"overlap\":" + std::to_string(p.overlap_steps) + "}";
+}
+
+// --overlap auto: each new choice and why (rank 0, between progress lines).
+void Loop::report_round_shape() {
+  const cohort_parallel_stats& p = last_parallel_;
+  if (o_.overlap != kAuto || o_.quiet || !o_.evaluates || (p.tau == shown_tau_ && p.overlap_steps == shown_overlap_))
+    return;
+  shown_tau_ = p.tau;
+  shown_overlap_ = p.overlap_steps;
+  if (tty_) std::printf("\n");
+  std::printf("co2: overlap %lld step(s), tau %lld: an average took %.3f s to arrive, a step computes in %.3f s\n",
+              static_cast<long long>(p.overlap_steps), static_cast<long long>(p.tau), p.outer_comm_seconds,
+              p.step_seconds);
+  std::fflush(stdout);
 }
 
 void Loop::parallel_summary() {

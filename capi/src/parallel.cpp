@@ -43,7 +43,8 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   COHORT_CHECK(o.bucket_bytes > 0, Status::kInvalidPlan, "plan: bucket_bytes = ", o.bucket_bytes, " must be > 0");
   c.bucket_bytes = static_cast<size_t>(o.bucket_bytes);
   c.inner_noise_scaling = has_noise && o.inner_noise_scaling != 0;
-  if (has_overlap && o.overlap_steps != 0) c.overlap = o.overlap_steps;  // else the default, 1
+  if (has_overlap && o.overlap_steps == -1) c.overlap_auto = true;       // starting from 1
+  else if (has_overlap && o.overlap_steps != 0) c.overlap = o.overlap_steps;  // else the default, 1
   parallel::validate(c);
   return c;
 }
@@ -170,6 +171,12 @@ COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer*
       stats_out->parameter_gathers = s.parameter_gathers;
       stats_out->parameter_gathers_prefetched = s.parameter_gathers_prefetched;
       stats_out->peak_parameter_bytes = s.peak_parameter_bytes;
+    }
+    if (stats_out->size >= offsetof(cohort_parallel_stats, step_seconds) + sizeof(double)) {
+      stats_out->tau = s.tau;
+      stats_out->overlap_steps = s.overlap;
+      stats_out->outer_comm_seconds = s.outer_comm_seconds;
+      stats_out->step_seconds = s.step_seconds;
     }
   });
 }

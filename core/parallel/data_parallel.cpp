@@ -73,6 +73,8 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
   // Local steps normalised for the group's averaged gradient (plan.h); the trainer's optimizer
   // keeps the setting for its life, as the trainer keeps this hook.
   if (plan.inner_noise_scaling) trainer.optimizer().set_noise_ranks(comm->size());
+  dp->round_tau_ = plan.tau;
+  dp->merge_overlap_ = plan.overlap;
   dp->last_mark_ = Clock::now();
   trainer.set_step_hook(dp);
   return dp;
@@ -86,6 +88,7 @@ DataParallel::~DataParallel() {
   // failure is reported by the communicator's status, not here; its deadline bounds the wait).
   try {
     if (inflight_work_) inflight_work_->wait();
+    if (timing_work_) timing_work_->wait();
     for (Bucket& b : buckets_) {
       if (b.work) b.work->wait();
       if (b.gather) b.gather->wait();
@@ -97,7 +100,7 @@ DataParallel::~DataParallel() {
     // (work.h): every buffer a collective touched stays alive until the communicator lets go.
     struct Buffers {
       std::vector<Bucket> buckets;
-      std::vector<float> anchor, prev_anchor, round_start, anchor_step, whole_anchor, scalars;
+      std::vector<float> anchor, prev_anchor, round_start, anchor_step, whole_anchor, scalars, timing;
       coll::CommBuffer inflight, result;
       Tensor shard_params, shard_grads;
     };
@@ -111,6 +114,7 @@ DataParallel::~DataParallel() {
     kept->anchor_step = std::move(anchor_step_);
     kept->whole_anchor = std::move(whole_anchor_);
     kept->scalars = std::move(scalars_);
+    kept->timing = std::move(timing_);
     kept->shard_params = shard_params_;
     kept->shard_grads = shard_grads_;
     comm_->keep_alive(std::move(kept));
@@ -151,6 +155,7 @@ void DataParallel::poll() {
   if (inflight_work_ && !have_result_ && inflight_work_->test()) {
     stats_.comm_seconds += seconds(now - inflight_launched_);
     have_result_ = true;
+    inflight_done_at_ = now;
     inflight_work_.reset();
   }
 }
@@ -237,14 +242,15 @@ void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
   } else {
     if (!outer_sharded()) poll();
     ++inner_steps_;
-    const bool co2 = plan_.mode == SyncMode::kCo2;
-    // co2: the pending merge first (with overlap = tau it falls on the next round end, before
-    // that round's pseudo-gradient is taken). Fixed by the inner-step count: the same on every rank.
-    if (co2 && outer_sharded()) advance_outer_shard(params, false);
-    else if (co2 && merge_pending_ && inner_steps_ % plan_.tau == plan_.overlap % plan_.tau) merge_co2(params);
-    if (inner_steps_ % plan_.tau == 0) {
-      if (outer_sharded()) co2 ? end_round_co2_sharded(params) : end_round_sharded(params);
-      else co2 ? end_round_co2(params) : end_round_blocking(params);
+    if (plan_.mode == SyncMode::kCo2) {
+      // The pending merge first (with overlap = tau it falls on the round end, before that
+      // round's pseudo-gradient is taken). Fixed by step counts: the same on every rank.
+      ++round_pos_;
+      if (outer_sharded()) advance_outer_shard(params, false);
+      else if (merge_pending_ && round_pos_ == merge_overlap_) merge_co2(params);
+      if (round_pos_ == round_tau_) outer_sharded() ? end_round_co2_sharded(params) : end_round_co2(params);
+    } else if (inner_steps_ % plan_.tau == 0) {
+      outer_sharded() ? end_round_sharded(params) : end_round_blocking(params);
     }
   }
   Clock::time_point now = Clock::now();
@@ -309,17 +315,21 @@ void DataParallel::end_round_co2(std::vector<Tensor>& params) {
   inflight_launched_ = Clock::now();
   inflight_work_ = comm_->all_reduce(inflight_.data(), numel_, coll::DataType::kF32, coll::ReduceOp::kAvg);
   merge_pending_ = true;
-  ++stats_.rounds;
+  note_round_end();
 }
 
 void DataParallel::merge_co2(std::vector<Tensor>& params) {
   // 4. e_k: wait for it (CO2's only blocking point; it had h steps to travel), then DiLoCo's
   //    outer step x_{k+1} = O(x_k, e_k); anchor_step_ = x_{k+1} - x_k for the next guess.
+  double travel = 0;  // how long e_k took to arrive: exact when waited for, else to mid-step
   if (inflight_work_) {
     Clock::time_point start = Clock::now();
     inflight_work_->wait();
-    stats_.comm_seconds += seconds(note_wait(start) - inflight_launched_);
+    travel = seconds(note_wait(start) - inflight_launched_);
+    stats_.comm_seconds += travel;
     inflight_work_.reset();
+  } else if (inflight_done_at_ > inflight_launched_) {
+    travel = std::max(0.0, seconds(inflight_done_at_ - inflight_launched_) - 0.5 * stats_.step_seconds);
   }
   have_result_ = false;
   merge_pending_ = false;
@@ -328,6 +338,44 @@ void DataParallel::merge_co2(std::vector<Tensor>& params) {
   for (size_t i = 0; i < numel_; ++i) anchor_step_[i] = anchor_[i] - anchor_step_[i];
   // 5. The steps since the guess carried over onto x_{k+1} (e_k is spent: inflight_ is scratch).
   transplant(params, anchor_.data(), inflight_.data());
+  note_merge(travel);
+}
+
+void DataParallel::note_round_end() {
+  round_pos_ = 0;
+  ++stats_.rounds;
+  if (!plan_.overlap_auto) return;
+  // This rank's times, maxed over the ranks while the average travels: the merge decides on the
+  // slowest rank's (the all-reduce waits for it), and every rank on the same numbers.
+  timing_.assign(2, 0.0f);
+  timing_[0] = static_cast<float>(merged_comm_seconds_);
+  timing_[1] = static_cast<float>((stats_.compute_seconds - round_compute_mark_) / static_cast<double>(round_tau_));
+  round_compute_mark_ = stats_.compute_seconds;
+  timing_work_ = comm_->all_reduce(timing_.data(), 2, coll::DataType::kF32, coll::ReduceOp::kMax);
+}
+
+void DataParallel::note_merge(double comm_seconds) {
+  if (comm_seconds > 0) merged_comm_seconds_ = comm_seconds;  // 0: not measured (a resumed merge)
+  if (plan_.overlap_auto) update_round_shape();
+}
+
+void DataParallel::update_round_shape() {
+  // The slowest rank's times of the round before (plan.h, choose_round_shape): the next merge
+  // waits as many steps as an average takes to arrive, and the round now running is lengthened
+  // to keep half of it after that merge. A slower link thus raises overlap and tau instead of
+  // stalling; a faster one brings them back, tau never below the plan's.
+  if (timing_work_) {
+    Clock::time_point start = Clock::now();
+    timing_work_->wait();
+    note_blocking(start);
+    timing_work_.reset();
+  }
+  if (timing_.size() < 2) return;  // no round has ended since attach or a load
+  stats_.outer_comm_seconds = timing_[0];
+  stats_.step_seconds = timing_[1];
+  const RoundShape r = choose_round_shape(timing_[0], timing_[1], merge_overlap_, plan_.tau, round_pos_);
+  merge_overlap_ = r.overlap;
+  round_tau_ = r.tau;
 }
 
 void DataParallel::transplant(std::vector<Tensor>& params, const float* next_anchor, float* scratch) {
@@ -356,21 +404,67 @@ namespace {
 constexpr int64_t kCo2Rule = 2;
 }  // namespace
 
-void DataParallel::save_co2_state(checkpoint::CheckpointExtra& extra) const {
-  Tensor t = Tensor::empty({static_cast<int64_t>(numel_)}, DType::kF32);
-  std::memcpy(t.raw(), anchor_step_.data(), numel_ * sizeof(float));
-  extra.tensors["parallel.co2.anchor_step"] = t;  // x_k - x_{k-1}
+void DataParallel::save_co2_state(checkpoint::CheckpointExtra& extra) {
+  if (timing_work_) {  // overlap auto's times in flight: waited for and saved like the average
+    Clock::time_point start = Clock::now();
+    timing_work_->wait();
+    note_blocking(start);
+    timing_work_.reset();
+  }
+  Tensor step = Tensor::empty({static_cast<int64_t>(numel_)}, DType::kF32);
+  std::memcpy(step.raw(), anchor_step_.data(), numel_ * sizeof(float));
+  extra.tensors["parallel.co2.anchor_step"] = step;  // x_k - x_{k-1}
+  Tensor timing = Tensor::zeros({3}, DType::kF32);   // the slowest rank's times; this rank's travel time
+  if (timing_.size() == 2) std::memcpy(timing.raw(), timing_.data(), 2 * sizeof(float));
+  timing.data<float>()[2] = static_cast<float>(merged_comm_seconds_);
+  extra.tensors["parallel.co2.timing"] = timing;
+  extra.ints["parallel.co2.have_timing"] = timing_.size() == 2 ? 1 : 0;
+  extra.ints["parallel.co2.round_pos"] = round_pos_;
+  extra.ints["parallel.co2.round_tau"] = round_tau_;
+  extra.ints["parallel.co2.merge_overlap"] = merge_overlap_;
   extra.ints["parallel.co2.rule"] = kCo2Rule;
 }
 
-void DataParallel::check_co2_rule(const checkpoint::CheckpointExtra& extra) const {
-  auto it = extra.ints.find("parallel.co2.rule");
-  COHORT_CHECK(it != extra.ints.end(), Status::kInvalidArgument,
+std::function<void()> DataParallel::load_co2_state(const checkpoint::CheckpointExtra& extra) {
+  auto rule = extra.ints.find("parallel.co2.rule");
+  COHORT_CHECK(rule != extra.ints.end(), Status::kInvalidArgument,
                "data parallel: the checkpoint holds co2 outer state of the earlier rule, which applied each "
                "round's average one round late; this co2 merges it `overlap` steps into the next round and cannot "
                "continue that state: resume it with the build that wrote it");
-  COHORT_CHECK(it->second == kCo2Rule, Status::kInvalidArgument, "data parallel: the checkpoint holds co2 outer state of rule ",
-               it->second, ", this build runs rule ", kCo2Rule);
+  COHORT_CHECK(rule->second == kCo2Rule, Status::kInvalidArgument,
+               "data parallel: the checkpoint holds co2 outer state of rule ", rule->second, ", this build runs rule ",
+               kCo2Rule);
+  auto ints = [&](const char* name) {
+    auto it = extra.ints.find(name);
+    COHORT_CHECK(it != extra.ints.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '", name, "'");
+    return it->second;
+  };
+  auto tensor = [&](const char* name, size_t n) -> const Tensor& {
+    auto it = extra.tensors.find(name);
+    COHORT_CHECK(it != extra.tensors.end() && it->second.dtype() == DType::kF32 &&
+                     static_cast<size_t>(it->second.numel()) == n,
+                 Status::kInvalidArgument, "data parallel: the checkpoint has no '", name, "' of ", n, " floats");
+    return it->second;
+  };
+  const int64_t pos = ints("parallel.co2.round_pos"), tau = ints("parallel.co2.round_tau"),
+                overlap = ints("parallel.co2.merge_overlap"), have_timing = ints("parallel.co2.have_timing");
+  COHORT_CHECK(pos >= 0 && pos < tau && overlap >= 1 && overlap <= tau && tau >= plan_.tau &&
+                   (plan_.overlap_auto || (tau == plan_.tau && overlap == plan_.overlap)),
+               Status::kInvalidArgument, "data parallel: the checkpoint's co2 round (step ", pos, " of ", tau,
+               ", merge after ", overlap, ") does not fit this plan (tau ", plan_.tau, ", overlap ",
+               plan_.overlap_auto ? std::string("auto") : std::to_string(plan_.overlap), ")");
+  const Tensor& step = tensor("parallel.co2.anchor_step", numel_);
+  const Tensor& timing = tensor("parallel.co2.timing", 3);
+  return [this, &step, &timing, pos, tau, overlap, have_timing] {
+    std::memcpy(anchor_step_.data(), step.raw(), numel_ * sizeof(float));
+    const float* t = timing.data<float>();
+    timing_.clear();
+    if (have_timing) timing_.assign(t, t + 2);
+    merged_comm_seconds_ = t[2];
+    round_pos_ = pos;
+    round_tau_ = tau;
+    merge_overlap_ = overlap;
+  };
 }
 
 void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
@@ -434,11 +528,10 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
   COHORT_CHECK(ints("parallel.mode") == static_cast<int64_t>(plan_.mode), Status::kInvalidArgument,
                "data parallel: the checkpoint was saved in mode ", ints("parallel.mode"), ", the plan is ",
                mode_name(plan_.mode));
-  if (plan_.mode == SyncMode::kCo2) check_co2_rule(extra);
+  std::function<void()> load_co2 = plan_.mode == SyncMode::kCo2 ? load_co2_state(extra) : nullptr;
   const Tensor &a = get("parallel.anchor"), &m = get("parallel.outer_momentum"), &r = get("parallel.reduced"),
                &rs = get("parallel.round_start");
   const Tensor* p = prev_anchor_.empty() ? nullptr : &get("parallel.prev_anchor");
-  const Tensor* step = plan_.mode == SyncMode::kCo2 ? &get("parallel.co2.anchor_step") : nullptr;
   int64_t have = ints("parallel.have_reduced"), steps = ints("parallel.inner_steps"), rounds = ints("parallel.rounds");
   // Everything verified: now change state.
   auto load = [&](const Tensor& t, std::vector<float>& v) {
@@ -448,17 +541,20 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
   load(a, anchor_);
   if (p) load(*p, prev_anchor_);
   load(rs, round_start_);
-  if (step) load(*step, anchor_step_);
+  if (load_co2) load_co2();
   load(m, outer_.momentum());
   std::memcpy(inflight_.data(), r.raw(), numel_ * sizeof(float));  // sized at attach
   have_result_ = have != 0;
   merge_pending_ = plan_.mode == SyncMode::kCo2 && have_result_;  // co2 saves a pending merge's average
+  inflight_launched_ = inflight_done_at_ = Clock::now();  // its travel time is not this run's to measure
   inner_steps_ = steps;
   stats_.rounds = rounds;
 }
 
 ParallelStats DataParallel::stats() const {
   ParallelStats s = stats_;
+  s.tau = plan_.mode == SyncMode::kCo2 ? round_tau_ : plan_.tau;
+  s.overlap = plan_.mode == SyncMode::kCo2 ? merge_overlap_ : 0;
   s.hidden_fraction = s.comm_seconds > 0 ? std::clamp(1.0 - s.wait_seconds / s.comm_seconds, 0.0, 1.0) : 1.0;
   fill_memory_stats(s);
   return s;

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -46,6 +47,13 @@ struct ParallelStats {
   double hidden_fraction = 1;    // share of comm_seconds overlapped with compute: 1 - wait/comm
   double last_staleness_scale = 1;  // co2: the penalty factor of the last outer step
   double last_momentum_norm = 0;    // outer momentum L2 norm before clipping, last outer step
+  // co2: the current round's length and the steps its average travels before the merge (the
+  // plan's, or chosen under overlap auto from the two times after them: how long the last
+  // merged average took to arrive and the compute time per step, each the slowest rank's).
+  int64_t tau = 0;
+  int64_t overlap = 0;
+  double outer_comm_seconds = 0;
+  double step_seconds = 0;
   int64_t buckets = 0;              // DDP: gradient buckets per step
   // ZeRO 3: bucket all-gathers of parameters, and those launched ahead of the node that first
   // needs them (prefetched; the others block the training thread until they arrive).
@@ -181,13 +189,20 @@ class DataParallel : public StepHook {
   void load_outer_shard(const checkpoint::CheckpointExtra& extra);
   void end_round_co2(std::vector<Tensor>& params);
   void merge_co2(std::vector<Tensor>& params);
+  // co2, both layouts: the round-end and merge bookkeeping (round shape, overlap auto's timing).
+  void note_round_end();
+  void note_merge(double comm_seconds);
+  // overlap auto: at a merge, the next merge's overlap and the running round's tau from the
+  // slowest rank's times (plan.h, choose_round_shape).
+  void update_round_shape();
   // The merge's second half, in both layouts: y <- next_anchor + s (y - G) (s the penalty's
   // factor, 1 when off), y read through `scratch` (numel_ floats); round_start_ then holds y.
   void transplant(std::vector<Tensor>& params, const float* next_anchor, float* scratch);
-  // co2's own checkpoint entries: the last anchor step and the rule's version; check_co2_rule
-  // refuses another rule's state by name.
-  void save_co2_state(checkpoint::CheckpointExtra& extra) const;
-  void check_co2_rule(const checkpoint::CheckpointExtra& extra) const;
+  // co2's own checkpoint entries, both layouts: the last anchor step, the round's shape, overlap
+  // auto's times and the rule's version. load_co2_state verifies them (refusing another rule's
+  // state by name) and returns what applies them.
+  void save_co2_state(checkpoint::CheckpointExtra& extra);
+  std::function<void()> load_co2_state(const checkpoint::CheckpointExtra& extra);
   // ZeRO (zero.cpp).
   void build_shards(const optim::Optimizer& inner);
   void launch_reduction(Bucket& b);
@@ -249,6 +264,18 @@ class DataParallel : public StepHook {
   Clock::time_point inflight_launched_;
   bool have_result_ = false;    // localsgd: result_ holds a reduced round; co2: inflight_ does
   bool merge_pending_ = false;  // co2 unsharded: a round's average not yet merged
+  // co2: the round's shape. round_pos_ counts inner steps since the last round end; the round
+  // ends when it reaches round_tau_, and the merge of the average launched there falls at
+  // merge_overlap_. The plan's tau and overlap, or re-chosen at each merge under overlap auto.
+  int64_t round_pos_ = 0, round_tau_ = 0, merge_overlap_ = 0;
+  // overlap auto: [seconds the last merged average took to arrive, compute seconds per step of
+  // the round just ended], maxed over the ranks from a round end to its merge (timing_work_).
+  std::vector<float> timing_;
+  transport::coll::WorkPtr timing_work_;
+  double merged_comm_seconds_ = 0;  // this rank's: the last merged average's travel time
+  double round_compute_mark_ = 0;   // stats_.compute_seconds at the last round end
+  double merge_comm_ = 0;           // ZeRO 1: the pending merge's collectives so far
+  Clock::time_point inflight_done_at_;  // unsharded: when poll() saw the average arrive
   int64_t inner_steps_ = 0;   // inner steps since attach (a round ends every tau)
   // Statistics.
   ParallelStats stats_;

@@ -85,6 +85,9 @@ void DataParallel::wait_outer() {
     outer_done_at_ = Clock::now();
   }
   stats_.comm_seconds += seconds(outer_done_at_ - inflight_launched_);
+  // co2's merge: how long its collectives took, each exact when waited for, else to mid-step.
+  merge_comm_ += std::max(0.0, seconds(outer_done_at_ - inflight_launched_) -
+                                   (outer_done_seen_ ? 0.5 * stats_.step_seconds : 0.0));
   inflight_work_.reset();
 }
 
@@ -124,13 +127,13 @@ void DataParallel::outer_step_block() {
 }
 
 void DataParallel::advance_outer_shard(std::vector<Tensor>& params, bool force) {
-  const int64_t pos = inner_steps_ % plan_.tau, h = plan_.overlap;
-  if (phase_ == OuterPhase::kReducing && (force || pos == (h + 1) / 2 % plan_.tau)) outer_step_block();
-  if (phase_ == OuterPhase::kGathering && (force || pos == h % plan_.tau)) {
+  const int64_t pos = round_pos_, h = merge_overlap_;
+  if (phase_ == OuterPhase::kReducing && (force || pos == (h + 1) / 2)) outer_step_block();
+  if (phase_ == OuterPhase::kGathering && (force || pos == h)) {
     wait_outer();
     phase_ = OuterPhase::kReady;  // inflight_ = x_{k+1}, whole
   }
-  if (phase_ == OuterPhase::kReady && !force && pos == h % plan_.tau) {
+  if (phase_ == OuterPhase::kReady && !force && pos == h) {
     // The merge: anchor_step_ = x_{k+1} - x_k, the whole anchor x_{k+1}, and the steps since the
     // guess carried over onto it (inflight_ is scratch from here to the next round end).
     for (size_t i = 0; i < numel_; ++i) {
@@ -139,6 +142,7 @@ void DataParallel::advance_outer_shard(std::vector<Tensor>& params, bool force) 
     }
     transplant(params, whole_anchor_.data(), inflight_.data());
     phase_ = OuterPhase::kIdle;
+    note_merge(merge_comm_);
   }
   poll_outer();
 }
@@ -155,7 +159,8 @@ void DataParallel::end_round_co2_sharded(std::vector<Tensor>& params) {
   launch_outer(comm_->reduce_scatter(inflight_.data(), result_.data(), outer_block_, coll::DataType::kF32,
                                      coll::ReduceOp::kAvg));
   phase_ = OuterPhase::kReducing;
-  ++stats_.rounds;
+  merge_comm_ = 0;
+  note_round_end();
 }
 
 void DataParallel::save_outer_shard(checkpoint::CheckpointExtra& extra) {
@@ -214,11 +219,11 @@ void DataParallel::load_outer_shard(const checkpoint::CheckpointExtra& extra) {
   const Tensor &a = tensor("parallel.zero.anchor", outer_block_), &m = tensor("parallel.zero.outer_momentum", outer_block_);
   const Tensor* co2_state[4] = {nullptr, nullptr, nullptr, nullptr};
   int64_t phase = 0;
+  std::function<void()> load_co2;
   if (co2) {
-    check_co2_rule(extra);
+    load_co2 = load_co2_state(extra);
     co2_state[0] = &tensor("parallel.round_start", numel_);
     co2_state[1] = &tensor("parallel.co2.anchor", numel_);
-    co2_state[2] = &tensor("parallel.co2.anchor_step", numel_);
     co2_state[3] = &tensor("parallel.co2.next_anchor", numel_);
     phase = ints("parallel.outer_phase");
     COHORT_CHECK(phase == static_cast<int64_t>(OuterPhase::kIdle) || phase == static_cast<int64_t>(OuterPhase::kReady),
@@ -235,9 +240,9 @@ void DataParallel::load_outer_shard(const checkpoint::CheckpointExtra& extra) {
   if (co2) {
     load(*co2_state[0], round_start_);
     load(*co2_state[1], whole_anchor_);
-    load(*co2_state[2], anchor_step_);
     std::memcpy(inflight_.data(), co2_state[3]->raw(), numel_ * sizeof(float));  // the padding stays zero
     phase_ = static_cast<OuterPhase>(phase);
+    load_co2();  // the last anchor step, the round's shape, overlap auto's times
   }
   inner_steps_ = steps;
   stats_.rounds = rounds;

@@ -1,6 +1,9 @@
 // Plan presets and validation.
 #include "core/parallel/plan.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/base/error.h"
 
 namespace cohort::parallel {
@@ -38,6 +41,18 @@ PlanConfig preset(Preset p, int64_t tau) {
   throw Error(Status::kInvalidPlan, str_cat("plan: unknown preset ", static_cast<int>(p)));
 }
 
+RoundShape choose_round_shape(double comm_seconds, double step_seconds, int64_t overlap, int64_t tau_floor,
+                              int64_t round_pos) {
+  constexpr int64_t kMaxOverlap = 1 << 16;
+  RoundShape r;
+  r.overlap = overlap;
+  if (comm_seconds > 0 && step_seconds > 0)
+    r.overlap = static_cast<int64_t>(std::ceil(std::min(1.1 * comm_seconds / step_seconds, double{kMaxOverlap})));
+  r.overlap = std::clamp<int64_t>(r.overlap, 1, kMaxOverlap);
+  r.tau = std::max({tau_floor, 2 * r.overlap, round_pos + 1});
+  return r;
+}
+
 const char* mode_name(SyncMode mode) {
   switch (mode) {
     case SyncMode::kSync: return "sync";
@@ -56,6 +71,8 @@ void validate(const PlanConfig& p) {
   COHORT_CHECK(p.mode != SyncMode::kCo2 || (p.overlap >= 1 && p.overlap <= p.tau), Status::kInvalidPlan,
                "plan: overlap = ", p.overlap, " must be in [1, tau = ", p.tau,
                "]: co2 merges each round's average that many steps into the next round");
+  COHORT_CHECK(!p.overlap_auto || p.mode == SyncMode::kCo2, Status::kInvalidPlan,
+               "plan: overlap auto applies to co2 (", mode_name(p.mode), " has no overlap)");
   COHORT_CHECK(p.outer.lr >= 0, Status::kInvalidPlan, "plan: outer lr = ", p.outer.lr, " must be >= 0");
   COHORT_CHECK(p.outer.momentum >= 0 && p.outer.momentum < 1, Status::kInvalidPlan, "plan: outer momentum = ",
                p.outer.momentum, " is not in [0, 1)");

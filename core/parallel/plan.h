@@ -38,6 +38,10 @@ struct PlanConfig {
   // co2: inner steps of the next round during which a round's average travels; it is merged
   // after them (1..tau; the all-reduce is hidden when it takes no longer than these steps).
   int64_t overlap = 1;
+  // co2: re-choose overlap at every merge as the fewest steps that hide the measured all-reduce,
+  // and raise tau (never below the plan's) to keep at least half of each round after the merge
+  // (data_parallel.cpp, choose_round_shape). `overlap` is where it starts.
+  bool overlap_auto = false;
   OuterConfig outer;
   int zero_stage = 0;                // 0..3 with kSync; localsgd, co2: 0 or 1 (outer state sharded)
   // localsgd, co2 with an AdamW inner optimizer: each rank normalises its local steps by the
@@ -55,6 +59,19 @@ struct PlanConfig {
 // (lambda 1), no clipping — measured in README (data-parallel accuracy).
 PlanConfig preset(Preset preset, int64_t tau);
 const char* mode_name(SyncMode mode);
+
+// co2 with overlap auto: the next merge's overlap and the running round's tau, from the times
+// the ranks measured (the slowest rank's): comm_seconds, how long the last average took to
+// arrive, and step_seconds, the compute time of one step. The average is hidden when it arrives
+// within the overlap, so overlap = ceil(1.1 comm / step) (a tenth for jitter), at least 1 and
+// kept as it was while either time is unknown (<= 0); tau = the largest of tau_floor, twice the
+// overlap (half of each round after its merge) and round_pos + 1 (the round now running has
+// reached round_pos steps and must not end behind itself).
+struct RoundShape {
+  int64_t overlap = 1, tau = 1;
+};
+RoundShape choose_round_shape(double comm_seconds, double step_seconds, int64_t overlap, int64_t tau_floor,
+                              int64_t round_pos);
 
 // Throws kInvalidPlan naming the first bad field (unknown mode, tau < 1, negative lr, momentum
 // or threshold, momentum >= 1, data_parallel < 0, bucket_bytes 0, unknown ZeRO stage) and

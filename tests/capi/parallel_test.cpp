@@ -104,8 +104,14 @@ TEST_F(CapiParallel, PlanErrorPaths) {
   o.tau = 4;
   o.overlap_steps = 5;  // merged after the next round end: no
   EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: overlap = 5 must be in [1, tau = 4]");
-  o.overlap_steps = -1;
-  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: overlap = -1");
+  o.overlap_steps = -2;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: overlap = -2");
+  o.overlap_steps = -1;  // auto
+  EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
+  o.preset = COHORT_PRESET_DILOCO;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: overlap auto applies to co2");
+  o.preset = COHORT_PRESET_CO2;
   o.size = offsetof(cohort_plan_options, overlap_steps);  // a caller built before the field: not read
   EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
   EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);

@@ -9,7 +9,7 @@ target_include_directories(dp_rank PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINAR
 target_link_libraries(dp_rank PRIVATE cohort_core)
 foreach(mode ddp localsgd slowmo diloco co2 co2-plain co2-heavy co2-late co2-penalty co2-clip co2-resume localsgd-zero1 diloco-zero1
              diloco-clip diloco-clip-zero1 diloco-zero1-resume outer-memory co2-zero1 co2-late-zero1 co2-penalty-zero1 co2-clip-zero1
-             co2-zero1-resume co2-memory ddp-wide ddp-zero1-wide co2-wide co2-zero1-wide co2-wide-resume)
+             co2-zero1-resume co2-memory co2-auto co2-auto-zero1 ddp-wide ddp-zero1-wide co2-wide co2-zero1-wide co2-wide-resume)
   foreach(n 2 4)
     foreach(tls shm tcp)
       if(tls STREQUAL "shm")

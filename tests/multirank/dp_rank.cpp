@@ -12,6 +12,8 @@
 //   dp_rank outer-memory the outer state per rank shrinks under ZeRO 1 (DiLoCo: to ~1/world;
 //                        co2 keeps its anchor, guess and last anchor step whole), with
 //                        the same parameters as unsharded
+//   dp_rank co2-auto | co2-auto-zero1   overlap auto: every rank chose the same tau and overlap
+//                        (and, unsharded, reached the same anchor bit for bit), in range
 //   dp_rank co2-kill | co2-zero1-kill   the last rank dies mid-round; the others must fail
 //                        with kPeerFailed / kTimeout naming it, within the deadline
 //   dp_rank ddp-wide | co2-zero1-wide | co2-wide-resume | ...   any mode with a model wide enough
@@ -77,6 +79,7 @@ parallel::PlanConfig plan_for(std::string mode) {
   if (mode == "co2-plain") p.outer.lr = 1, p.outer.momentum = 0, p.outer.nesterov = false, p.overlap = 1;
   if (mode == "co2-heavy") p.outer.lr = 0.5, p.outer.momentum = 0.8, p.outer.nesterov = false;
   if (mode == "co2-late") p.overlap = kTau;
+  if (mode == "co2-auto") p.overlap_auto = true;
   if (mode == "co2-penalty") p.outer.staleness_penalty = true;
   if (mode == "co2-clip") p.outer.clip_threshold = 0.05;  // below this model's momentum norm: binds
   return p;
@@ -143,6 +146,39 @@ int run_compare(const std::string& mode, std::shared_ptr<coll::Communicator> com
   if (mode.find("penalty") != std::string::npos && !(st.last_staleness_scale < 1.0)) return 1;
   // On the GPU the sums run in another order than the CPU reference's: a few ulps per step.
   return diff <= (device == Device::kCpu ? 2e-5 : 2e-4) ? 0 : 1;
+}
+
+// co2 with overlap auto: the shape of each round follows measured times, so there is no
+// reference to match; what must hold is that every rank made the same choices (the same tau
+// and overlap, the same anchor bit for bit) and that they are in range.
+int run_auto(const std::string& mode, std::shared_ptr<coll::Communicator> comm) {
+  parallel::PlanConfig plan = plan_for(mode);
+  auto trainer = make_trainer(comm->rank());
+  auto dp = parallel::DataParallel::attach(*trainer, plan, comm);
+  for (int64_t s = 0; s < 8 * kTau; ++s) trainer->step(test::dp_batch(s, comm->rank() * test::kShard, test::kShard));
+  parallel::ParallelStats st = dp->stats();
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the anchor's bytes (whole or this rank's block)
+  for (float v : dp->anchor()) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &v, sizeof bits);
+    hash = (hash ^ bits) * 1099511628211ull;
+  }
+  // Min and max over the ranks of (tau, overlap, hash halves) in one kMax all-reduce.
+  float v[8] = {static_cast<float>(st.tau), static_cast<float>(st.overlap), static_cast<float>(hash >> 40),
+                static_cast<float>(hash & 0xffffff)};
+  for (int i = 0; i < 4; ++i) v[4 + i] = -v[i];
+  comm->all_reduce(v, 8, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
+  bool same = true;
+  for (int i = 0; i < 4; ++i) same = same && v[i] == -v[4 + i];
+  // Under ZeRO 1 the anchor is this rank's block: only tau and overlap must agree.
+  if (plan.zero_stage > 0) same = v[0] == -v[4] && v[1] == -v[5];
+  const bool in_range = st.overlap >= 1 && st.tau >= kTau && st.tau >= 2 * st.overlap;
+  std::printf("rank %d/%d %s: tau %lld, overlap %lld (an average took %.4f s, a step %.4f s), hidden %.2f; "
+              "the ranks %s\n",
+              comm->rank(), comm->size(), mode.c_str(), static_cast<long long>(st.tau),
+              static_cast<long long>(st.overlap), st.outer_comm_seconds, st.step_seconds, st.hidden_fraction,
+              same ? "agree" : "DISAGREE");
+  return same && in_range && st.step_seconds > 0 ? 0 : 1;
 }
 
 int run_outer_memory(const std::string& mode, std::shared_ptr<coll::Communicator> comm) {
@@ -264,6 +300,7 @@ int main(int argc, char** argv) {
              : killing            ? run_kill(mode.substr(0, mode.size() - 5), comm)
              : mode == "outer-memory" ? run_outer_memory("diloco", comm)
              : mode == "co2-memory"   ? run_outer_memory("co2", comm)
+             : mode.rfind("co2-auto", 0) == 0 ? run_auto(mode, comm)
                                       : run_compare(mode, comm, device, store);
     if (!killing) comm->barrier()->wait();  // rank 0's store outlives every peer's use
     return rc;

@@ -633,8 +633,11 @@ typedef struct cohort_plan_options {
   int32_t inner_noise_scaling;
   /* Added after inner_noise_scaling (read only when size covers it). co2: the inner steps of the
    * next round during which a round's average travels before it is merged, 1..tau (the
-   * all-reduce is hidden when it takes no longer than that); 0 = 1. INVALID_PLAN outside
-   * [0, tau]. Ignored by the other modes. */
+   * all-reduce is hidden when it takes no longer than that); 0 = 1; -1 = auto: re-chosen at
+   * every merge as the fewest steps that hide the measured all-reduce (the slowest rank's time
+   * against the slowest rank's compute time per step), tau raised when needed to at least twice
+   * that, never below the tau given (cohort_parallel_stats reports both and the two times).
+   * INVALID_PLAN outside [-1, tau], and for -1 outside co2. */
   int64_t overlap_steps;
 } cohort_plan_options;
 /* preset NONE, data_parallel 0, mode DDP, tau 1, outer lr 1, momentum 0, no Nesterov, no
@@ -698,6 +701,14 @@ typedef struct cohort_parallel_stats {
   int64_t parameter_gathers;
   int64_t parameter_gathers_prefetched;
   int64_t peak_parameter_bytes;
+  /* Added with co2's overlap; written only when size covers them. The current round's tau and
+   * the steps its average travels before the merge (co2; the plan's, or chosen under
+   * overlap_steps -1), and the two times the last choice used: seconds an average took to arrive
+   * and compute seconds per step, each the slowest rank's (0 until measured, and without auto). */
+  int64_t tau;
+  int64_t overlap_steps;
+  double outer_comm_seconds;
+  double step_seconds;
 } cohort_parallel_stats;
 /* INVALID_STATE when the trainer was not made by cohort_trainer_create_parallel. */
 COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer* trainer,

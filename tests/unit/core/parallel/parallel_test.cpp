@@ -73,6 +73,9 @@ TEST(Plan, RejectsWhatDoesNotFit) {
   expect_plan_error(p, Status::kInvalidPlan, "plan: overlap = 0 must be in [1, tau = 4]");
   p.overlap = 4;
   EXPECT_NO_THROW(validate_for_world(p, 4));
+  p = preset(Preset::kDiLoCo, 4);
+  p.overlap_auto = true;
+  expect_plan_error(p, Status::kInvalidPlan, "plan: overlap auto applies to co2 (localsgd has no overlap)");
 }
 
 TEST(Plan, PresetsAreOneRuleWithDifferentConstants) {
@@ -92,6 +95,26 @@ TEST(Plan, PresetsAreOneRuleWithDifferentConstants) {
   EXPECT_EQ(c.outer.penalty_constant, 1.0);
   EXPECT_EQ(c.outer.clip_threshold, 0.0);
   EXPECT_EQ(c.tau, 5);
+}
+
+TEST(Plan, Co2RoundShapeHidesTheMeasuredAllReduce) {
+  // An average taking 2.5 steps to arrive: merged after ceil(1.1 * 2.5) = 3 steps; tau stays at
+  // the floor of 8 (>= 2 * 3).
+  RoundShape r = choose_round_shape(0.25, 0.1, 1, 8, 1);
+  EXPECT_EQ(r.overlap, 3);
+  EXPECT_EQ(r.tau, 8);
+  // The link slows tenfold: 28 steps, and tau raised to 56 to keep half the round after them.
+  r = choose_round_shape(2.5, 0.1, 3, 8, 3);
+  EXPECT_EQ(r.overlap, 28);
+  EXPECT_EQ(r.tau, 56);
+  // Fast again: back to 1 step, but the round now 28 steps in ends no earlier than step 29.
+  r = choose_round_shape(0.01, 0.1, 28, 8, 28);
+  EXPECT_EQ(r.overlap, 1);
+  EXPECT_EQ(r.tau, 29);
+  // Nothing measured yet: the overlap stays as it was.
+  r = choose_round_shape(0.0, 0.1, 4, 8, 4);
+  EXPECT_EQ(r.overlap, 4);
+  EXPECT_EQ(r.tau, 8);
 }
 
 TEST(Outer, PseudoGradientSignLandsOnTheAverage) {
