@@ -64,7 +64,7 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
     dp->round_start_ = flat;
     dp->inflight_ = coll::CommBuffer(comm, flat.size());
     if (plan.mode == SyncMode::kCo2) {
-      dp->anchor_step_.assign(flat.size(), 0.0f);  // x_0 - x_{-1} = 0
+      dp->outer_.momentum().assign(flat.size(), 0.0f);  // read by the first guess
     } else {
       dp->prev_anchor_ = flat;
       dp->result_ = coll::CommBuffer(comm, flat.size());
@@ -100,7 +100,7 @@ DataParallel::~DataParallel() {
     // (work.h): every buffer a collective touched stays alive until the communicator lets go.
     struct Buffers {
       std::vector<Bucket> buckets;
-      std::vector<float> anchor, prev_anchor, round_start, anchor_step, whole_anchor, scalars, timing;
+      std::vector<float> anchor, prev_anchor, round_start, scalars, timing;
       coll::CommBuffer inflight, result;
       Tensor shard_params, shard_grads;
     };
@@ -111,8 +111,6 @@ DataParallel::~DataParallel() {
     kept->round_start = std::move(round_start_);
     kept->inflight = std::move(inflight_);
     kept->result = std::move(result_);
-    kept->anchor_step = std::move(anchor_step_);
-    kept->whole_anchor = std::move(whole_anchor_);
     kept->scalars = std::move(scalars_);
     kept->timing = std::move(timing_);
     kept->shard_params = shard_params_;
@@ -246,9 +244,8 @@ void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
       // The pending merge first (with overlap = tau it falls on the round end, before that
       // round's pseudo-gradient is taken). Fixed by step counts: the same on every rank.
       ++round_pos_;
-      if (outer_sharded()) advance_outer_shard(params, false);
-      else if (merge_pending_ && round_pos_ == merge_overlap_) merge_co2(params);
-      if (round_pos_ == round_tau_) outer_sharded() ? end_round_co2_sharded(params) : end_round_co2(params);
+      if (merge_pending_ && round_pos_ == merge_overlap_) merge_co2(params);
+      if (round_pos_ == round_tau_) end_round_co2(params);
     } else if (inner_steps_ % plan_.tau == 0) {
       outer_sharded() ? end_round_sharded(params) : end_round_blocking(params);
     }
@@ -287,29 +284,31 @@ void DataParallel::end_round_blocking(std::vector<Tensor>& params) {
 // inner steps only drift along, the steps themselves do not depend on where they start.
 //
 // So no delay enters the outer recursion; the steps taken while e_k travels are carried over
-// instead. With h = overlap (1 <= h <= tau):
+// instead. With h = overlap (1 <= h <= tau) and m the outer momentum:
 //   round end k:  e^{(i)}_k = x_k - y^{(i)}_k is sent; rank i moves to its guess
-//                 G^{(i)} = x_k + beta (x_k - x_{k-1}) - alpha (1 + beta [Nesterov]) e^{(i)}_k,
-//                 i.e. O's step as if the average were its own e^{(i)}_k (outer.h) — where
-//                 x_{k+1} will be, up to this rank's deviation from the average;
+//                 G^{(i)} = x_k - alpha u(e^{(i)}_k, m), u = e + beta (beta m + e) (Nesterov)
+//                 or beta m + e: O's step as if the average were its own e^{(i)}_k (outer.h) —
+//                 where x_{k+1} will be, up to this rank's deviation from the average;
 //   h steps on:   e_k has arrived: x_{k+1} = O(x_k, e_k), exactly DiLoCo's; the rank's steps so
 //                 far are carried over: y <- x_{k+1} + (y - G^{(i)}).
 // Invariant: x_k, the outer momentum and every e_k are the same on every rank and follow DiLoCo's
 // recursion exactly; after the merge each rank is at x_{k+1} plus its progress since the round
-// began, as in DiLoCo. The one difference: the first h steps of a round ran from G^{(i)} instead
-// of x_{k+1}, which for heavy-ball momentum differ by alpha (e^{(i)}_k - e_k), a rank's deviation
-// from the average (Nesterov adds alpha beta (e^{(i)}_k - e_k) and the guess's alpha beta
-// e_{k-1}). Steps that settle a direction or drift along it carry over unchanged; the rest are
-// off by h steps, which is what `overlap` trades for hiding communication. h = tau merges at the
-// next round end; with alpha 1 and beta 0 that is the earlier rule's arithmetic. At W = 1 it is
-// DiLoCo with the first h steps of each round carried over.
+// began, as in DiLoCo. The one difference: the first h steps of a round ran from G^{(i)}, which
+// is alpha (1 + beta) (e^{(i)}_k - e_k) away from x_{k+1} (alpha without Nesterov; clipping
+// aside) — the rank's own deviation from the average. Steps that settle a direction or drift
+// along it carry over unchanged; the rest are off by h steps' worth, which is what `overlap`
+// trades for hiding the all-reduce (README: h = 1 ties DiLoCo, h = tau - 1 does not; a guess
+// that left out the momentum's last average, to spare a whole-model vector, lost 0.3-0.6
+// points). h = tau merges on the next round end. At W = 1 it is DiLoCo with the first h steps
+// of each round carried over (alpha 1 and beta 0: plain training).
 // In flight: e^{(i)}_k from a round end until the merge h steps later; nothing in between.
 void DataParallel::end_round_co2(std::vector<Tensor>& params) {
   // 1. e^{(i)}_k = x_k - y^{(i)}_k, into inflight_ (free: the last merge consumed it).
   flatten(params, inflight_.data());
   for (size_t i = 0; i < numel_; ++i) inflight_[i] = anchor_[i] - inflight_[i];
   // 2. The guess G^{(i)}: round k+1 starts there; round_start_ keeps it until the merge.
-  for (size_t i = 0; i < numel_; ++i) round_start_[i] = outer_.guess(anchor_[i], anchor_step_[i], inflight_[i]);
+  const std::vector<float>& m = outer_.momentum();
+  for (size_t i = 0; i < numel_; ++i) round_start_[i] = outer_.guess(anchor_[i], m[i], inflight_[i]);
   unflatten(round_start_.data(), params);
   // 3. e^{(i)}_k averaged in the background; nothing touches inflight_ until the merge.
   inflight_launched_ = Clock::now();
@@ -320,7 +319,7 @@ void DataParallel::end_round_co2(std::vector<Tensor>& params) {
 
 void DataParallel::merge_co2(std::vector<Tensor>& params) {
   // 4. e_k: wait for it (CO2's only blocking point; it had h steps to travel), then DiLoCo's
-  //    outer step x_{k+1} = O(x_k, e_k); anchor_step_ = x_{k+1} - x_k for the next guess.
+  //    outer step x_{k+1} = O(x_k, e_k).
   double travel = 0;  // how long e_k took to arrive: exact when waited for, else to mid-step
   if (inflight_work_) {
     Clock::time_point start = Clock::now();
@@ -333,11 +332,25 @@ void DataParallel::merge_co2(std::vector<Tensor>& params) {
   }
   have_result_ = false;
   merge_pending_ = false;
-  anchor_step_ = anchor_;
   stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0);
-  for (size_t i = 0; i < numel_; ++i) anchor_step_[i] = anchor_[i] - anchor_step_[i];
-  // 5. The steps since the guess carried over onto x_{k+1} (e_k is spent: inflight_ is scratch).
-  transplant(params, anchor_.data(), inflight_.data());
+  // 5. The steps since the guess carried over onto x_{k+1}: y <- x_{k+1} + s (y - G), s the
+  //    penalty's factor (1 when off). e_k is spent: inflight_ takes y.
+  flatten(params, inflight_.data());
+  double scale = 1.0;
+  if (plan_.outer.staleness_penalty) {  // progress y - G, made at distance x_{k+1} - G
+    double gap = 0, progress = 0;
+    for (size_t i = 0; i < numel_; ++i) {
+      const double g = static_cast<double>(anchor_[i]) - round_start_[i];
+      const double d = static_cast<double>(inflight_[i]) - round_start_[i];
+      gap += g * g;
+      progress += d * d;
+    }
+    scale = outer_.staleness_scale_from(gap, progress);
+  }
+  stats_.last_staleness_scale = scale;
+  const float s = static_cast<float>(scale);
+  for (size_t i = 0; i < numel_; ++i) round_start_[i] = anchor_[i] + s * (inflight_[i] - round_start_[i]);
+  unflatten(round_start_.data(), params);
   note_merge(travel);
 }
 
@@ -378,25 +391,6 @@ void DataParallel::update_round_shape() {
   round_tau_ = r.tau;
 }
 
-void DataParallel::transplant(std::vector<Tensor>& params, const float* next_anchor, float* scratch) {
-  flatten(params, scratch);
-  double scale = 1.0;
-  if (plan_.outer.staleness_penalty) {  // progress y - G made at distance next_anchor - G
-    double gap = 0, progress = 0;
-    for (size_t i = 0; i < numel_; ++i) {
-      const double g = static_cast<double>(next_anchor[i]) - round_start_[i];
-      const double d = static_cast<double>(scratch[i]) - round_start_[i];
-      gap += g * g;
-      progress += d * d;
-    }
-    scale = outer_.staleness_scale_from(gap, progress);
-  }
-  stats_.last_staleness_scale = scale;
-  const float s = static_cast<float>(scale);
-  for (size_t i = 0; i < numel_; ++i) round_start_[i] = next_anchor[i] + s * (scratch[i] - round_start_[i]);
-  unflatten(round_start_.data(), params);
-}
-
 namespace {
 // Written with co2 outer state: 2 = the merge rule (end_round_co2). Checkpoints of the earlier
 // rule, which applied each average one round late while each rank kept its own last round,
@@ -411,9 +405,6 @@ void DataParallel::save_co2_state(checkpoint::CheckpointExtra& extra) {
     note_blocking(start);
     timing_work_.reset();
   }
-  Tensor step = Tensor::empty({static_cast<int64_t>(numel_)}, DType::kF32);
-  std::memcpy(step.raw(), anchor_step_.data(), numel_ * sizeof(float));
-  extra.tensors["parallel.co2.anchor_step"] = step;  // x_k - x_{k-1}
   Tensor timing = Tensor::zeros({3}, DType::kF32);   // the slowest rank's times; this rank's travel time
   if (timing_.size() == 2) std::memcpy(timing.raw(), timing_.data(), 2 * sizeof(float));
   timing.data<float>()[2] = static_cast<float>(merged_comm_seconds_);
@@ -453,10 +444,8 @@ std::function<void()> DataParallel::load_co2_state(const checkpoint::CheckpointE
                Status::kInvalidArgument, "data parallel: the checkpoint's co2 round (step ", pos, " of ", tau,
                ", merge after ", overlap, ") does not fit this plan (tau ", plan_.tau, ", overlap ",
                plan_.overlap_auto ? std::string("auto") : std::to_string(plan_.overlap), ")");
-  const Tensor& step = tensor("parallel.co2.anchor_step", numel_);
   const Tensor& timing = tensor("parallel.co2.timing", 3);
-  return [this, &step, &timing, pos, tau, overlap, have_timing] {
-    std::memcpy(anchor_step_.data(), step.raw(), numel_ * sizeof(float));
+  return [this, &timing, pos, tau, overlap, have_timing] {
     const float* t = timing.data<float>();
     timing_.clear();
     if (have_timing) timing_.assign(t, t + 2);

@@ -12,12 +12,11 @@
 // buckets after the update; stage 3 keeps only the shard between steps and gathers each bucket
 // just before a node reads it (forward and again in backward), one bucket ahead, releasing its
 // memory after its last reader. The trainer's gradients stay this rank's local ones, and its
-// own optimizer holds no state. Local SGD and CO2 with stage 1 shard the outer state instead
+// own optimizer holds no state. Local SGD with stage 1 shards the outer state instead
 // (core/parallel/outer_shard.cpp): the anchor and outer momentum of rank r are block r of the
-// flat model (padded to a multiple of the world). Local SGD's round end reduce-scatters the
-// parameters, steps the block and all-gathers the new anchor; CO2 splits its one all-reduce in
-// flight into a reduce-scatter, the block's outer step and an all-gather of the new anchor, all
-// within the overlap steps, so it overlaps exactly as much.
+// flat model (padded to a multiple of the world); its round end reduce-scatters the parameters,
+// steps the block and all-gathers the new anchor. CO2 takes no ZeRO stage: each rank's guess
+// needs the whole anchor and outer momentum (plan.cpp says so to the caller).
 //
 // The one thing to know: a buffer being reduced is never touched. DDP reduces per-bucket copies
 // of the gradients; CO2 reduces a snapshot of the pseudo-gradient, never live parameters, and
@@ -117,12 +116,12 @@ class DataParallel : public StepHook {
 
   // Outer state into / out of a checkpoint's extra section ("parallel.*" entries): anchor,
   // previous anchor (localsgd), outer momentum, inner-step count; co2 also this rank's guess and
-  // the last anchor step ("parallel.co2.*", with the rule's version), and the reduction in
+  // its round's shape ("parallel.co2.*", with the rule's version), and the reduction in
   // flight — waited for at save time and stored as its result, so a resumed run merges it at the
   // same step as if never stopped. load_state throws kInvalidArgument when the entries are
   // missing or sized for another model, and for co2 state written by the earlier
   // one-round-stale rule (no "parallel.co2.rule"), which this rule cannot continue.
-  // Under ZeRO they hold this rank's optimizer shard instead ("parallel.zero.*"): every rank
+  // Under ZeRO they hold this rank's (outer) optimizer shard instead ("parallel.zero.*"): every rank
   // saves its own file, and a load needs the same world, rank and bucket layout.
   void save_state(checkpoint::CheckpointExtra& extra);
   void load_state(const checkpoint::CheckpointExtra& extra);
@@ -174,33 +173,21 @@ class DataParallel : public StepHook {
   bool outer_sharded() const { return plan_.mode != SyncMode::kSync && plan_.zero_stage >= 1; }
   void init_outer_shard(const std::vector<float>& flat);
   void end_round_sharded(std::vector<Tensor>& params);
-  void end_round_co2_sharded(std::vector<Tensor>& params);
-  // co2 under ZeRO 1: moves the pending merge on as far as the inner-step count says (the
-  // block step ceil(overlap / 2) steps after the round end, the merge at overlap); `force`
-  // (checkpoints) takes it up to kReady at once.
-  void advance_outer_shard(std::vector<Tensor>& params, bool force);
-  void outer_step_block();
-  void launch_outer(transport::coll::WorkPtr work);
-  void wait_outer();
-  void poll_outer();
   double sum_over_ranks(float* values, size_t n);  // blocking all-reduce; returns values[0]
   std::vector<float> scalars_;  // sum_over_ranks' reduction buffer
   void save_outer_shard(checkpoint::CheckpointExtra& extra);
   void load_outer_shard(const checkpoint::CheckpointExtra& extra);
   void end_round_co2(std::vector<Tensor>& params);
   void merge_co2(std::vector<Tensor>& params);
-  // co2, both layouts: the round-end and merge bookkeeping (round shape, overlap auto's timing).
+  // co2: the round-end and merge bookkeeping (round shape, overlap auto's timing).
   void note_round_end();
   void note_merge(double comm_seconds);
   // overlap auto: at a merge, the next merge's overlap and the running round's tau from the
   // slowest rank's times (plan.h, choose_round_shape).
   void update_round_shape();
-  // The merge's second half, in both layouts: y <- next_anchor + s (y - G) (s the penalty's
-  // factor, 1 when off), y read through `scratch` (numel_ floats); round_start_ then holds y.
-  void transplant(std::vector<Tensor>& params, const float* next_anchor, float* scratch);
-  // co2's own checkpoint entries, both layouts: the last anchor step, the round's shape, overlap
-  // auto's times and the rule's version. load_co2_state verifies them (refusing another rule's
-  // state by name) and returns what applies them.
+  // co2's own checkpoint entries: the round's shape, overlap auto's times and the rule's
+  // version. load_co2_state verifies them (refusing another rule's state by name) and returns
+  // what applies them.
   void save_co2_state(checkpoint::CheckpointExtra& extra);
   std::function<void()> load_co2_state(const checkpoint::CheckpointExtra& extra);
   // ZeRO (zero.cpp).
@@ -243,23 +230,14 @@ class DataParallel : public StepHook {
   std::vector<size_t> bucket_of_;  // parameter index -> bucket
   std::vector<size_t> offset_of_;  // parameter index -> offset in its bucket
   // Outer state (localsgd, co2): the anchor x_k (anchor_), x_{k-1} (prev_anchor_, localsgd), the
-  // pseudo-gradient snapshot being reduced (inflight_) and a second buffer (result_, localsgd
-  // and ZeRO 1). co2 also keeps this rank's guess G while a merge is pending (round_start_) and
-  // the last anchor step x_k - x_{k-1} (anchor_step_). Under ZeRO 1 (outer_shard.cpp) anchor_,
-  // the momentum and result_ hold this rank's block of outer_block_ elements; inflight_ the
-  // whole padded model; co2 also keeps the whole anchor (whole_anchor_) and gathers the next one
-  // into inflight_ once its pseudo-gradient is reduce-scattered. The co2 merge pending under
-  // ZeRO 1: kReducing (the round's pseudo-gradient reduce-scattered), kGathering (the new
-  // anchor's blocks all-gathered), kReady (inflight_ holds it, the steps not yet carried over);
-  // kIdle otherwise. inflight_ (and result_) are reduced in the communicator's registered memory
-  // where it has some (comm_buffer.h).
-  std::vector<float> anchor_, prev_anchor_, round_start_, anchor_step_, whole_anchor_;
+  // pseudo-gradient snapshot being reduced (inflight_) and a second buffer (result_, localsgd).
+  // co2 also keeps this rank's guess G while a merge is pending (round_start_). Under ZeRO 1
+  // (localsgd, outer_shard.cpp) anchor_, the momentum and result_ hold this rank's block of
+  // outer_block_ elements and inflight_ the whole padded model. inflight_ (and result_) are
+  // reduced in the communicator's registered memory where it has some (comm_buffer.h).
+  std::vector<float> anchor_, prev_anchor_, round_start_;
   transport::coll::CommBuffer inflight_, result_;
   size_t outer_block_ = 0;
-  enum class OuterPhase { kIdle, kReducing, kGathering, kReady };
-  OuterPhase phase_ = OuterPhase::kIdle;
-  bool outer_done_seen_ = false;    // the collective in flight was seen complete (statistics)
-  Clock::time_point outer_done_at_;
   transport::coll::WorkPtr inflight_work_;
   Clock::time_point inflight_launched_;
   bool have_result_ = false;    // localsgd: result_ holds a reduced round; co2: inflight_ does
@@ -274,7 +252,6 @@ class DataParallel : public StepHook {
   transport::coll::WorkPtr timing_work_;
   double merged_comm_seconds_ = 0;  // this rank's: the last merged average's travel time
   double round_compute_mark_ = 0;   // stats_.compute_seconds at the last round end
-  double merge_comm_ = 0;           // ZeRO 1: the pending merge's collectives so far
   Clock::time_point inflight_done_at_;  // unsharded: when poll() saw the average arrive
   int64_t inner_steps_ = 0;   // inner steps since attach (a round ends every tau)
   // Statistics.

@@ -39,13 +39,13 @@ class OuterOptimizer {
   double staleness_scale_from(double gap_sq, double d_sq) const;
 
   // co2's starting point for the steps before a round's average arrives (data_parallel.cpp,
-  // end_round_co2): the anchor the outer step would reach if the group's average were this
-  // rank's own pseudo-gradient e, with the last anchor step `last` (x_k - x_{k-1}) standing in
-  // for the momentum: x_k + beta * last - alpha * (1 + beta [Nesterov]) * e. Exact for heavy-ball
-  // momentum; under Nesterov it leaves out alpha * beta * d_{k-1}, a tenth of the step at beta 0.9.
-  float guess(float anchor, float last, float e) const {
+  // end_round_co2), one element: where the outer step would take `anchor` if the group's average
+  // were this rank's own pseudo-gradient e, from momentum m, which it leaves as it is (no
+  // clipping): m' = beta m + e, anchor - alpha (e + beta m') (Nesterov) or anchor - alpha m'.
+  float guess(float anchor, float m, float e) const {
     const float alpha = static_cast<float>(config_.lr), beta = static_cast<float>(config_.momentum);
-    return anchor + beta * last - alpha * (config_.nesterov ? 1.0f + beta : 1.0f) * e;
+    const float next = beta * m + e;
+    return anchor - alpha * (config_.nesterov ? e + beta * next : next);
   }
 
   std::vector<float>& momentum() { return momentum_; }

@@ -1,23 +1,14 @@
-// ZeRO 1 of the outer state for local SGD and CO2 (Rajbhandari et al., SC'20, section 5.1,
-// applied to the outer optimizer): rank r keeps block r of the anchor, of the outer momentum
-// and (co2) of the previous anchor — the flat model padded with zeros to a multiple of the
-// world W, outer_block_ elements each — so the outer optimizer's memory per rank is 1/W.
+// ZeRO 1 of the outer state for local SGD (Rajbhandari et al., SC'20, section 5.1,
+// applied to the outer optimizer): rank r keeps block r of the anchor and of the outer momentum
+// — the flat model padded with zeros to a multiple of the world W, outer_block_ elements each —
+// so the outer optimizer's memory per rank is 1/W.
 //
 // The one thing to know: the outer step is elementwise, so stepping each block with its own
-// momentum block is the whole step, except for two whole-model scalars — the momentum's norm
-// (clipping) and, in co2, the penalty's gap and pseudo-gradient norms. Those are sums of the
-// blocks' squared norms: one small all-reduce each. Padding stays zero throughout.
+// momentum block is the whole step, except for one whole-model scalar — the momentum's norm
+// (clipping), a sum of the blocks' squared norms: one small all-reduce. Padding stays zero
+// throughout.
 //
-// co2 (the merge rule, data_parallel.cpp end_round_co2) keeps its overlap: the all-reduce of
-// round k's pseudo-gradient becomes a reduce-scatter launched at the round end, the scalar
-// all-reduce and the block's outer step ceil(h / 2) inner steps later, and an all-gather of the
-// new anchor that lands h steps after the round end, where the merge needs it (h = overlap): each
-// half of the traffic gets about half of the h steps. Each rank keeps the whole anchor (for its
-// pseudo-gradient and guess) and its guess; the all-gather lands in inflight_, which the
-// reduce-scatter has finished reading by then. The points are fixed by the inner-step count,
-// never by which collective happens to have finished, so every rank issues the same collectives
-// in the same order (a barrier or evaluation by the caller stays matched). With h = 1 both happen
-// one step after the round end and only the reduce-scatter overlaps.
+// co2 takes no stage (plan.cpp): every rank's guess needs the whole anchor and momentum.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -41,11 +32,6 @@ void DataParallel::init_outer_shard(const std::vector<float>& flat) {
   const size_t hi = std::min(flat.size(), lo + outer_block_);
   std::copy(flat.begin() + static_cast<std::ptrdiff_t>(lo), flat.begin() + static_cast<std::ptrdiff_t>(hi),
             anchor_.begin());
-  if (plan_.mode == SyncMode::kCo2) {
-    whole_anchor_ = flat;
-    round_start_ = flat;
-    anchor_step_.assign(flat.size(), 0.0f);  // x_0 - x_{-1} = 0
-  }
 }
 
 void DataParallel::end_round_sharded(std::vector<Tensor>& params) {
@@ -70,36 +56,6 @@ void DataParallel::end_round_sharded(std::vector<Tensor>& params) {
   ++stats_.rounds;
 }
 
-void DataParallel::launch_outer(coll::WorkPtr work) {
-  inflight_work_ = std::move(work);
-  inflight_launched_ = Clock::now();
-  outer_done_seen_ = false;
-}
-
-void DataParallel::wait_outer() {
-  if (!outer_done_seen_ && !inflight_work_->test()) {  // test() throws the collective's failure
-    Clock::time_point start = Clock::now();
-    inflight_work_->wait();
-    outer_done_at_ = note_wait(start);
-  } else if (!outer_done_seen_) {
-    outer_done_at_ = Clock::now();
-  }
-  stats_.comm_seconds += seconds(outer_done_at_ - inflight_launched_);
-  // co2's merge: how long its collectives took, each exact when waited for, else to mid-step.
-  merge_comm_ += std::max(0.0, seconds(outer_done_at_ - inflight_launched_) -
-                                   (outer_done_seen_ ? 0.5 * stats_.step_seconds : 0.0));
-  inflight_work_.reset();
-}
-
-void DataParallel::poll_outer() {
-  // Only notes when the collective in flight finished (for the statistics): whether a rank
-  // launches its next collective must never depend on timing, or the ranks' orders differ.
-  if (inflight_work_ && !outer_done_seen_ && inflight_work_->test()) {
-    outer_done_seen_ = true;
-    outer_done_at_ = Clock::now();
-  }
-}
-
 double DataParallel::sum_over_ranks(float* values, size_t n) {
   // Reduced in a member buffer, not the caller's (often a local): a failed reduction may leave
   // a send to a frozen rank holding it (work.h), and the destructor keeps members alive then.
@@ -112,62 +68,7 @@ double DataParallel::sum_over_ranks(float* values, size_t n) {
   return values[0];
 }
 
-void DataParallel::outer_step_block() {
-  // Notation as end_round_co2, the merge after round k: the anchor block is x_k and result_ the
-  // block of e_k once the reduce-scatter launched at the round end has landed.
-  wait_outer();
-  // M_k = beta M_{k-1} + e_k on the block, ||M_k|| over the blocks, then x_{k+1} = x_k - alpha u_k
-  // on the block (outer.cpp), and every block all-gathered into inflight_ (e^{(i)}_k is spent).
-  float m_sq = static_cast<float>(outer_.accumulate(result_.data(), outer_block_, 1.0));
-  const double m_norm = std::sqrt(sum_over_ranks(&m_sq, 1));
-  stats_.last_momentum_norm = m_norm;
-  outer_.apply(anchor_, result_.data(), 1.0, m_norm);
-  launch_outer(comm_->all_gather(anchor_.data(), inflight_.data(), outer_block_, coll::DataType::kF32));
-  phase_ = OuterPhase::kGathering;
-}
-
-void DataParallel::advance_outer_shard(std::vector<Tensor>& params, bool force) {
-  const int64_t pos = round_pos_, h = merge_overlap_;
-  if (phase_ == OuterPhase::kReducing && (force || pos == (h + 1) / 2)) outer_step_block();
-  if (phase_ == OuterPhase::kGathering && (force || pos == h)) {
-    wait_outer();
-    phase_ = OuterPhase::kReady;  // inflight_ = x_{k+1}, whole
-  }
-  if (phase_ == OuterPhase::kReady && !force && pos == h) {
-    // The merge: anchor_step_ = x_{k+1} - x_k, the whole anchor x_{k+1}, and the steps since the
-    // guess carried over onto it (inflight_ is scratch from here to the next round end).
-    for (size_t i = 0; i < numel_; ++i) {
-      anchor_step_[i] = inflight_[i] - whole_anchor_[i];
-      whole_anchor_[i] = inflight_[i];
-    }
-    transplant(params, whole_anchor_.data(), inflight_.data());
-    phase_ = OuterPhase::kIdle;
-    note_merge(merge_comm_);
-  }
-  poll_outer();
-}
-
-void DataParallel::end_round_co2_sharded(std::vector<Tensor>& params) {
-  COHORT_ASSERT(phase_ == OuterPhase::kIdle, "co2: round ", stats_.rounds, " ended before its merge");
-  // end_round_co2's steps 1-3 with the reduce-scatter: e^{(i)}_k = x_k - y^{(i)}_k into inflight_
-  // (its padding stays zero), the guess G^{(i)}, and e_k's blocks averaged in the background.
-  flatten(params, inflight_.data());
-  for (size_t i = 0; i < numel_; ++i) inflight_[i] = whole_anchor_[i] - inflight_[i];
-  for (size_t i = 0; i < numel_; ++i)
-    round_start_[i] = outer_.guess(whole_anchor_[i], anchor_step_[i], inflight_[i]);
-  unflatten(round_start_.data(), params);
-  launch_outer(comm_->reduce_scatter(inflight_.data(), result_.data(), outer_block_, coll::DataType::kF32,
-                                     coll::ReduceOp::kAvg));
-  phase_ = OuterPhase::kReducing;
-  merge_comm_ = 0;
-  note_round_end();
-}
-
 void DataParallel::save_outer_shard(checkpoint::CheckpointExtra& extra) {
-  // co2: a pending merge's collectives are finished first (they depend only on state fixed at
-  // the last round end), so the file holds x_{k+1} whole and a resumed run needs no collective
-  // to catch up; the merge itself stays at its step.
-  if (plan_.mode == SyncMode::kCo2) advance_outer_shard(trainer_->mutable_parameters(), true);
   auto tensor = [&](const std::vector<float>& v, size_t n) {
     Tensor t = Tensor::zeros({static_cast<int64_t>(n)}, DType::kF32);
     if (!v.empty()) std::memcpy(t.raw(), v.data(), n * sizeof(float));
@@ -175,15 +76,6 @@ void DataParallel::save_outer_shard(checkpoint::CheckpointExtra& extra) {
   };
   extra.tensors["parallel.zero.anchor"] = tensor(anchor_, outer_block_);
   extra.tensors["parallel.zero.outer_momentum"] = tensor(outer_.momentum(), outer_block_);  // zeros before round 1
-  if (plan_.mode == SyncMode::kCo2) {
-    extra.tensors["parallel.round_start"] = tensor(round_start_, numel_);
-    extra.tensors["parallel.co2.anchor"] = tensor(whole_anchor_, numel_);
-    Tensor next = Tensor::zeros({static_cast<int64_t>(numel_)}, DType::kF32);  // x_{k+1} (kReady)
-    if (phase_ == OuterPhase::kReady) std::memcpy(next.raw(), inflight_.data(), numel_ * sizeof(float));
-    extra.tensors["parallel.co2.next_anchor"] = next;
-    extra.ints["parallel.outer_phase"] = static_cast<int64_t>(phase_);
-    save_co2_state(extra);
-  }
   extra.ints["parallel.zero.world"] = comm_->size();
   extra.ints["parallel.zero.rank"] = comm_->rank();
   extra.ints["parallel.mode"] = static_cast<int64_t>(plan_.mode);
@@ -215,20 +107,7 @@ void DataParallel::load_outer_shard(const checkpoint::CheckpointExtra& extra) {
   COHORT_CHECK(ints("parallel.mode") == static_cast<int64_t>(plan_.mode), Status::kInvalidArgument,
                "data parallel: the checkpoint was saved in mode ", ints("parallel.mode"), ", the plan is ",
                mode_name(plan_.mode));
-  const bool co2 = plan_.mode == SyncMode::kCo2;
   const Tensor &a = tensor("parallel.zero.anchor", outer_block_), &m = tensor("parallel.zero.outer_momentum", outer_block_);
-  const Tensor* co2_state[4] = {nullptr, nullptr, nullptr, nullptr};
-  int64_t phase = 0;
-  std::function<void()> load_co2;
-  if (co2) {
-    load_co2 = load_co2_state(extra);
-    co2_state[0] = &tensor("parallel.round_start", numel_);
-    co2_state[1] = &tensor("parallel.co2.anchor", numel_);
-    co2_state[3] = &tensor("parallel.co2.next_anchor", numel_);
-    phase = ints("parallel.outer_phase");
-    COHORT_CHECK(phase == static_cast<int64_t>(OuterPhase::kIdle) || phase == static_cast<int64_t>(OuterPhase::kReady),
-                 Status::kInvalidArgument, "data parallel: outer phase ", phase, " in the checkpoint is not a resting one");
-  }
   const int64_t steps = ints("parallel.inner_steps"), rounds = ints("parallel.rounds");
   // Everything verified: now change state.
   auto load = [](const Tensor& t, std::vector<float>& v) {
@@ -237,13 +116,6 @@ void DataParallel::load_outer_shard(const checkpoint::CheckpointExtra& extra) {
   };
   load(a, anchor_);
   load(m, outer_.momentum());
-  if (co2) {
-    load(*co2_state[0], round_start_);
-    load(*co2_state[1], whole_anchor_);
-    std::memcpy(inflight_.data(), co2_state[3]->raw(), numel_ * sizeof(float));  // the padding stays zero
-    phase_ = static_cast<OuterPhase>(phase);
-    load_co2();  // the last anchor step, the round's shape, overlap auto's times
-  }
   inner_steps_ = steps;
   stats_.rounds = rounds;
 }

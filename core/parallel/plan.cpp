@@ -90,7 +90,12 @@ void validate(const PlanConfig& p) {
   // local SGD only the outer optimizer's state can be sharded (stage 1).
   COHORT_CHECK(p.zero_stage <= 1 || p.mode == SyncMode::kSync, Status::kUnsupported, "ZeRO stage ", p.zero_stage,
                " needs the sync (DDP) mode: ", mode_name(p.mode),
-               "'s local steps need every rank's whole gradients and parameters (stage 1 shards its outer state)");
+               "'s local steps need every rank's whole gradients and parameters (stage 1 shards localsgd's outer state)");
+  // co2's guess (data_parallel.cpp) needs the whole anchor and outer momentum on every rank, and
+  // its own guess besides: blocks of them would be kept next to the whole copies, not instead.
+  COHORT_CHECK(p.zero_stage == 0 || p.mode != SyncMode::kCo2, Status::kUnsupported, "ZeRO stage ", p.zero_stage,
+               " of co2's outer state would save nothing: every rank's guess needs the whole anchor and outer "
+               "momentum (use stage 0, or diloco with stage 1)");
 }
 
 void validate_for_world(const PlanConfig& p, int world_size) {

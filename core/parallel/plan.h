@@ -1,7 +1,7 @@
 // Parallel plan: how a model is spread over the ranks of a communicator. Today this is data
 // parallelism only — synchronous DDP, local SGD (with the SlowMo/DiLoCo outer optimizers) and
 // CO2 — with ZeRO stages 1-3 for DDP (zero.cpp) and stage 1 of the outer state for local SGD
-// and CO2 (outer_shard.cpp).
+// (outer_shard.cpp).
 //
 // The one thing to know: local SGD, SlowMo, DiLoCo and CO2 share ONE outer-optimizer rule
 // (core/parallel/outer.h); the presets below only choose its constants and the sync mode.
@@ -43,7 +43,7 @@ struct PlanConfig {
   // (data_parallel.cpp, choose_round_shape). `overlap` is where it starts.
   bool overlap_auto = false;
   OuterConfig outer;
-  int zero_stage = 0;                // 0..3 with kSync; localsgd, co2: 0 or 1 (outer state sharded)
+  int zero_stage = 0;                // 0..3 with kSync; localsgd: 0 or 1 (outer state sharded); co2: 0
   // localsgd, co2 with an AdamW inner optimizer: each rank normalises its local steps by the
   // second moment expected of the group's averaged gradient, v~ = m^2 + (v - m^2) / N, instead of
   // its own gradient's, so N ranks stepping alone move about as far as one step on the averaged
@@ -74,9 +74,9 @@ RoundShape choose_round_shape(double comm_seconds, double step_seconds, int64_t 
                               int64_t round_pos);
 
 // Throws kInvalidPlan naming the first bad field (unknown mode, tau < 1, negative lr, momentum
-// or threshold, momentum >= 1, data_parallel < 0, bucket_bytes 0, unknown ZeRO stage) and
-// kUnsupported for stages 2-3 outside the sync mode (localsgd and co2 take stage 1: their
-// outer state sharded).
+// or threshold, momentum >= 1, data_parallel < 0, bucket_bytes 0, unknown ZeRO stage, co2's
+// overlap outside [1, tau]) and kUnsupported for stages 2-3 outside the sync mode (localsgd
+// takes stage 1: its outer state sharded) and for any stage under co2.
 void validate(const PlanConfig& plan);
 // validate() plus the fit with a world of `world_size` ranks: the data-parallel degree must
 // divide it (kInvalidPlan), and only the whole world is supported as one group for now.

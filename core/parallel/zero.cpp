@@ -296,11 +296,10 @@ void DataParallel::fill_memory_stats(ParallelStats& s) const {
   } else {
     s.optimizer_state_bytes = trainer_ ? static_cast<int64_t>(trainer_->optimizer().state_bytes()) : 0;
   }
-  // Local SGD and CO2: the outer optimizer's state (anchors, round start, momentum; co2's last
-  // anchor step and, under ZeRO 1, its whole anchor) and its pseudo-gradient buffers; under
-  // ZeRO 1 the anchor, momentum and result are one block each.
+  // Local SGD and CO2: the outer optimizer's state (anchors, round start or co2's guess,
+  // momentum) and its pseudo-gradient buffers; under ZeRO 1 the anchor, momentum and result
+  // are one block each.
   s.optimizer_state_bytes += static_cast<int64_t>(anchor_.size() + prev_anchor_.size() + round_start_.size() +
-                                                  anchor_step_.size() + whole_anchor_.size() +
                                                   outer_.momentum().size()) * f32;
   s.gradient_bytes += static_cast<int64_t>(inflight_.size() + result_.size()) * f32;
 }

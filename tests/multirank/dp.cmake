@@ -8,8 +8,8 @@ target_compile_options(dp_rank PRIVATE ${COHORT_WARNINGS})
 target_include_directories(dp_rank PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
 target_link_libraries(dp_rank PRIVATE cohort_core)
 foreach(mode ddp localsgd slowmo diloco co2 co2-plain co2-heavy co2-late co2-penalty co2-clip co2-resume localsgd-zero1 diloco-zero1
-             diloco-clip diloco-clip-zero1 diloco-zero1-resume outer-memory co2-zero1 co2-late-zero1 co2-penalty-zero1 co2-clip-zero1
-             co2-zero1-resume co2-memory co2-auto co2-auto-zero1 ddp-wide ddp-zero1-wide co2-wide co2-zero1-wide co2-wide-resume)
+             diloco-clip diloco-clip-zero1 diloco-zero1-resume outer-memory co2-auto ddp-wide ddp-zero1-wide co2-wide
+             co2-wide-resume)
   foreach(n 2 4)
     foreach(tls shm tcp)
       if(tls STREQUAL "shm")
@@ -32,7 +32,7 @@ foreach(tls shm tcp)
   else()
     set(ucx_tls "tcp")
   endif()
-  foreach(mode co2-kill co2-zero1-kill co2-wide-kill ddp-wide-kill)
+  foreach(mode co2-kill diloco-zero1-kill co2-wide-kill ddp-wide-kill)
     add_test(NAME multirank.dp.${mode}.n3.${tls} COMMAND cohort-run -n 3 -- $<TARGET_FILE:dp_rank> ${mode})
     set_tests_properties(multirank.dp.${mode}.n3.${tls} PROPERTIES LABELS multirank TIMEOUT 120
                          ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"

@@ -87,7 +87,6 @@ class DpSimulation {
     anchor_ = dp_flat(*trainers_[0]);
     momentum_.assign(anchor_.size(), 0.0f);
     x_.assign(anchor_.begin(), anchor_.end());
-    xprev_ = x_;
     m_.assign(x_.size(), 0.0);
     guess_.assign(static_cast<size_t>(ranks), x_);
   }
@@ -110,7 +109,7 @@ class DpSimulation {
 
   // co2 written from its definition (core/parallel/data_parallel.cpp derives it), in double.
   // At a round end every rank sends anchor - parameters and moves to its guess, the anchor the
-  // outer step would reach were the average its own; `overlap` steps later the anchor takes
+  // outer step would reach were the average its own (the momentum left as it is); `overlap` steps later the anchor takes
   // DiLoCo's outer step with the average, and each rank lands on it plus what it moved since its
   // guess (times the penalty's factor when that is on).
   void co2_after(int64_t steps) {
@@ -124,7 +123,6 @@ class DpSimulation {
       }
       norm = std::sqrt(norm);
       const double keep = c.clip_threshold > 0 && norm > c.clip_threshold ? c.clip_threshold / norm : 1.0;
-      xprev_ = x_;
       for (size_t i = 0; i < n; ++i) {
         m_[i] *= keep;
         x_[i] -= c.lr * (c.nesterov ? mean_[i] + c.momentum * m_[i] : m_[i]);
@@ -146,7 +144,6 @@ class DpSimulation {
     }
     if (steps % plan_.tau != 0) return;
     const double w = static_cast<double>(ranks);
-    const double lean = c.lr * (c.nesterov ? 1.0 + c.momentum : 1.0);
     mean_.assign(n, 0.0);
     for (size_t r = 0; r < ranks; ++r) {
       std::vector<float> y = dp_flat(*trainers_[r]);
@@ -154,7 +151,8 @@ class DpSimulation {
       for (size_t i = 0; i < n; ++i) {
         const double e = x_[i] - y[i];
         mean_[i] += e / w;
-        guess_[r][i] = x_[i] + c.momentum * (x_[i] - xprev_[i]) - lean * e;
+        const double m = c.momentum * m_[i] + e;  // the momentum, were the average e (not kept)
+        guess_[r][i] = x_[i] - c.lr * (c.nesterov ? e + c.momentum * m : m);
         start[i] = static_cast<float>(guess_[r][i]);
       }
       dp_set_flat(*trainers_[r], start);
@@ -185,9 +183,8 @@ class DpSimulation {
   parallel::PlanConfig plan_;
   std::vector<std::unique_ptr<Trainer>> trainers_;
   std::vector<float> anchor_, momentum_;  // localsgd
-  // co2: the anchor and the one before it, the outer momentum, the average in flight, and each
-  // rank's guess.
-  std::vector<double> x_, xprev_, m_, mean_;
+  // co2: the anchor, the outer momentum, the average in flight, and each rank's guess.
+  std::vector<double> x_, m_, mean_;
   std::vector<std::vector<double>> guess_;
   bool pending_ = false;
 };

@@ -45,8 +45,8 @@ TEST(Plan, RejectsWhatDoesNotFit) {
   p = preset(Preset::kCo2, 4);
   p.zero_stage = 2;
   expect_plan_error(p, Status::kUnsupported, "ZeRO stage 2 needs the sync (DDP) mode: co2's local steps");
-  p.zero_stage = 1;  // the outer state sharded
-  EXPECT_NO_THROW(validate_for_world(p, 4));
+  p.zero_stage = 1;
+  expect_plan_error(p, Status::kUnsupported, "ZeRO stage 1 of co2's outer state would save nothing");
   p = preset(Preset::kLocalSgd, 4);
   p.zero_stage = 3;
   expect_plan_error(p, Status::kUnsupported, "ZeRO stage 3 needs the sync (DDP) mode: localsgd's local steps");
@@ -162,16 +162,23 @@ TEST(Outer, StalenessPenalty) {
 }
 
 TEST(Outer, Co2GuessIsTheOuterStepWithTheRanksOwnAverage) {
-  // Heavy-ball: from x_{k-1} = 1 to x_k = 0.5 took m = 0.5 / alpha = 1; with e = 0.2 the step
-  // would be m = beta * 1 + 0.2 = 0.7 and x_{k+1} = 0.5 - 0.5 * 0.7 = 0.15.
+  // Heavy-ball: m = 1, e = 0.2: m' = 0.5 + 0.2 = 0.7, anchor 0.5 - 0.5 * 0.7 = 0.15, and the
+  // momentum is left as it was.
   OuterConfig c;
   c.lr = 0.5;
   c.momentum = 0.5;
-  EXPECT_FLOAT_EQ(OuterOptimizer(c).guess(0.5f, -0.5f, 0.2f), 0.15f);
-  // Nesterov: u = (1 + beta) e + beta^2 m_{k-1}; the last step stands in for alpha beta m_{k-1}
-  // (exact when the last average was 0): 0.5 - 0.5 * 1.5 * 0.2 + 0.5 * -0.5 = 0.1.
+  EXPECT_FLOAT_EQ(OuterOptimizer(c).guess(0.5f, 1.0f, 0.2f), 0.15f);
+  // Nesterov: u = e + beta m' = 0.2 + 0.35 = 0.55, anchor 0.5 - 0.275 = 0.225.
   c.nesterov = true;
-  EXPECT_FLOAT_EQ(OuterOptimizer(c).guess(0.5f, -0.5f, 0.2f), 0.1f);
+  EXPECT_FLOAT_EQ(OuterOptimizer(c).guess(0.5f, 1.0f, 0.2f), 0.225f);
+  // It is where step() goes when the average is e.
+  OuterOptimizer o(c);
+  std::vector<float> a = {0.5f};
+  o.momentum() = {1.0f};
+  float e[1] = {0.2f};
+  const float g = o.guess(a[0], o.momentum()[0], e[0]);
+  o.step(a, e, 1.0);
+  EXPECT_FLOAT_EQ(a[0], g);
 }
 
 TEST(DataParallel, WorldOfOneMatchesTheReferenceForEveryPreset) {
