@@ -139,7 +139,8 @@ std::string Loop::eval_fields(int64_t step, bool final_point) {
   const double t0 = now_seconds();
   const EvalResult r = task_.evaluate(final_point ? 0 : o_.eval_examples);
   const double secs = now_seconds() - t0;
-  std::string line = ",\"eval_loss\":" + json_number(r.loss) + ",\"eval_examples\":" + std::to_string(r.examples);
+  std::string line = ",\"eval_loss\":" + json_number(r.loss) + ",\"eval_examples\":" + std::to_string(r.examples) +
+                     ",\"eval_s\":" + json_number(secs);  // later lines' elapsed_s include it
   if (o_.quiet && !final_point) return line;
   if (tty_ && !o_.quiet) std::printf("\n");
   if (task_.is_classifier()) {

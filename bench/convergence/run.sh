@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
-# CO2 against synchronous DDP at the same number of samples/tokens: 4 ranks under cohort-run,
-# the CNN on Fashion-MNIST and the GPT on Brown; CO2 at tau 1, 2 and 8, with its staleness gap
-# penalty switched on and its outer momentum clipping switched off once each (the preset has
-# the penalty off and clipping at 1.0), and local SGD at tau 8 for reference. Prints the final smoothed training loss of each run
-# and its ratio to sync (the bar: co2 within 3%). An outer lr of 2 is run once under local
-# SGD at tau 1 (it undoes the shrinkage of averaging four per-rank AdamW steps: below sync) and once
-# under co2 at tau 2 (the same boost applied one round late makes co2 worse, not better).
-# --noise-scaling 1 (cohort_plan_options::inner_noise_scaling) runs co2 at tau 1, 2, 8 and local SGD
-# at tau 1 with each rank's AdamW normalised for the group's averaged gradient.
-# --long runs CNN 3 epochs (1404 steps) and GPT 1000 steps, sync and co2 at tau 1 and 2 only;
-# --full the CLI's default lengths (CNN 3 epochs, GPT 2500 steps), sync and co2 at tau 1 (~1 h).
+# co2 against synchronous DDP and blocking DiLoCo at the same number of samples/tokens: 4 ranks
+# under cohort-run, the CNN on Fashion-MNIST and the GPT on Brown. Prints the final smoothed
+# training loss of each run and its ratio to sync. co2 runs with its preset (DiLoCo's outer
+# optimizer, the average merged 1 step into the next round), merged later (overlap 4 and 8 =
+# tau: on the next round end), with plain averaging (outer lr 1, no momentum), with the
+# staleness penalty on the carried-over steps, and at tau 2; DiLoCo and local SGD at tau 8 are
+# the blocking references.
+# --long runs CNN 3 epochs (1404 steps) and GPT 1000 steps, sync, DiLoCo and co2 at tau 8 only;
+# --full the CLI's default lengths (CNN 3 epochs, GPT 2500 steps), the same three (~2 h here).
 #
 #   bench/convergence/run.sh [BUILD_DIR] [--quick|--long|--full]
 set -euo pipefail
@@ -22,13 +20,12 @@ trap 'rm -rf "$out"' EXIT
 export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1
 
 cnn_steps=468; gpt_steps=300
-variants=("localsgd --tau 8" "localsgd --tau 1 --outer-lr 2" "co2 --tau 1" "co2 --tau 2" "co2 --tau 2 --outer-lr 2"
-          "co2 --tau 8" "co2 --tau 8 --staleness-penalty 1" "co2 --tau 8 --outer-clip 0"
-          "co2 --tau 1 --noise-scaling 1" "co2 --tau 2 --noise-scaling 1" "co2 --tau 8 --noise-scaling 1"
-          "localsgd --tau 1 --noise-scaling 1")
+variants=("localsgd --tau 8" "diloco --tau 8" "co2 --tau 8" "co2 --tau 8 --overlap 4" "co2 --tau 8 --overlap 8"
+          "co2 --tau 8 --outer-lr 1 --outer-momentum 0 --nesterov 0" "co2 --tau 8 --staleness-penalty 1"
+          "co2 --tau 2")
 [ "$quick" = "--quick" ] && cnn_steps=60 && gpt_steps=40
-[ "$quick" = "--long" ] && cnn_steps=1404 && gpt_steps=1000 && variants=("co2 --tau 1" "co2 --tau 2" "co2 --tau 1 --noise-scaling 1")
-[ "$quick" = "--full" ] && cnn_steps=1404 && gpt_steps=2500 && variants=("co2 --tau 1" "co2 --tau 1 --noise-scaling 1")
+[ "$quick" = "--long" ] && cnn_steps=1404 && gpt_steps=1000 && variants=("diloco --tau 8" "co2 --tau 8")
+[ "$quick" = "--full" ] && cnn_steps=1404 && gpt_steps=2500 && variants=("diloco --tau 8" "co2 --tau 8")
 
 train() {  # name model steps extra...
   local name=$1 model=$2 steps=$3

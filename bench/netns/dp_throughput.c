@@ -6,19 +6,21 @@
  *   --mode none      plain cohort_trainer_create: no communication in training (the anchor);
  *   --mode sync      cohort_trainer_create_parallel, preset DDP (gradients averaged every step);
  *   --mode localsgd  preset LOCALSGD, --tau T inner steps then a blocking outer average;
- *   --mode co2       preset CO2, --tau T, the outer average overlapped with the next round.
+ *   --mode co2       preset CO2, --tau T, the outer average overlapped with the first --overlap N
+ *                    steps of the next round (0: the preset's, 1; auto: chosen as it runs).
  * A second communicator split off the first carries only the start barrier and the final
  * reduction of the times, so it never queues behind the trainer's collectives. The timed
  * window is the slowest rank's. Rank 0 prints one machine-readable line:
  *   dp_throughput: mode=co2 ranks=2 tau=8 warmup=8 steps=32 params=N allreduce_bytes=B
  *     seconds=S steps_per_s=X step_ms=M comm_seconds=C wait_seconds=W hidden_fraction=H
- *     rounds=R loss_first=.. loss_last=..
+ *     rounds=R loss_first=.. loss_last=.. overlap=O tau_now=T (co2: the last round's shape)
  * (comm/wait/hidden/rounds are rank 0's, over the timed window only: the stats after warm-up are
  * subtracted; they are 0 for --mode none, where hidden_fraction is printed as 1.)
- *   dp_throughput [--mode none|sync|localsgd|co2] [--tau T] [--steps S] [--warmup W]
+ *   dp_throughput [--mode none|sync|localsgd|co2] [--tau T] [--overlap N|auto] [--steps S] [--warmup W]
  *                 [--layers L] [--width C] [--heads H] [--context T] [--batch B] [--vocab V]
  *                 [--bucket-mb M] [--threads N] [--seed S] [--timeout-ms T]
- * For localsgd and co2, --steps and --warmup must be multiples of --tau (whole rounds).
+ * For localsgd and co2, --steps and --warmup must be multiples of --tau (whole rounds), except
+ * under --overlap auto, which may lengthen co2's rounds. --overlap is ignored by other modes.
  */
 #include <cohort/cohort.h>
 #include <stdint.h>
@@ -41,7 +43,7 @@ static const char* const kModeNames[] = {"none", "sync", "localsgd", "co2"};
 
 typedef struct options {
   mode mode;
-  long tau, steps, warmup;
+  long tau, steps, warmup, overlap;
   long layers, width, heads, context, batch, vocab;
   double bucket_mb;
   int threads;
@@ -56,14 +58,15 @@ static double now(void) {
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: dp_throughput [--mode none|sync|localsgd|co2] [--tau T] [--steps S] [--warmup W]\n"
+  fprintf(stderr, "usage: dp_throughput [--mode none|sync|localsgd|co2] [--tau T] [--overlap N|auto] [--steps S]\n"
+                  "         [--warmup W]\n"
                   "         [--layers L] [--width C] [--heads H] [--context T] [--batch B] [--vocab V]\n"
                   "         [--bucket-mb M] [--threads N] [--seed S] [--timeout-ms T]\n");
   exit(2);
 }
 
 static options parse(int argc, char** argv) {
-  options o = {MODE_NONE, 8, 32, 8, 2, 128, 4, 64, 16, 256, 25.0, 1, 1234, 120000};
+  options o = {MODE_NONE, 8, 32, 8, 0, 2, 128, 4, 64, 16, 256, 25.0, 1, 1234, 120000};
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -74,6 +77,7 @@ static options parse(int argc, char** argv) {
         if (!strcmp(v, kModeNames[m])) o.mode = (mode)m, found = 1;
       if (!found) usage();
     } else if (!strcmp(a, "--tau")) o.tau = atol(v);
+    else if (!strcmp(a, "--overlap")) o.overlap = strcmp(v, "auto") ? atol(v) : -1;
     else if (!strcmp(a, "--steps")) o.steps = atol(v);
     else if (!strcmp(a, "--warmup")) o.warmup = atol(v);
     else if (!strcmp(a, "--layers")) o.layers = atol(v);
@@ -92,7 +96,7 @@ static options parse(int argc, char** argv) {
   if (o.tau < 1 || o.steps < 1 || o.warmup < 0 || o.threads < 1 || o.vocab < 2 || o.context < 1 || o.batch < 1 ||
       o.bucket_mb <= 0 || o.timeout_ms < 1)
     usage();
-  if ((o.mode == MODE_LOCALSGD || o.mode == MODE_CO2) && (o.steps % o.tau || o.warmup % o.tau)) {
+  if ((o.mode == MODE_LOCALSGD || (o.mode == MODE_CO2 && o.overlap != -1)) && (o.steps % o.tau || o.warmup % o.tau)) {
     fprintf(stderr, "dp_throughput: --steps (%ld) and --warmup (%ld) must be multiples of --tau (%ld)\n", o.steps,
             o.warmup, o.tau);
     exit(2);
@@ -163,6 +167,7 @@ int main(int argc, char** argv) {
                                                                                   : COHORT_PRESET_CO2;
     po.tau = o.mode == MODE_SYNC ? 1 : o.tau;
     po.bucket_bytes = (int64_t)(o.bucket_mb * 1024.0 * 1024.0);
+    if (o.mode == MODE_CO2) po.overlap_steps = o.overlap;
     cohort_plan* plan = NULL;
     CHECK(cohort_plan_create(&po, &plan));
     CHECK(cohort_trainer_create_parallel(graph, opt, plan, comm, &to, &trainer));
@@ -215,10 +220,11 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     printf("dp_throughput: mode=%s ranks=%d tau=%ld warmup=%ld steps=%ld params=%lld allreduce_bytes=%lld "
            "seconds=%.4f steps_per_s=%.4f step_ms=%.2f comm_seconds=%.4f wait_seconds=%.4f "
-           "hidden_fraction=%.4f rounds=%lld loss_first=%.4f loss_last=%.4f\n",
+           "hidden_fraction=%.4f rounds=%lld loss_first=%.4f loss_last=%.4f overlap=%lld tau_now=%lld\n",
            kModeNames[o.mode], (int)size, o.mode == MODE_SYNC ? 1L : o.tau, o.warmup, o.steps, (long long)params,
            (long long)params * 4, seconds, (double)o.steps / seconds, 1e3 * seconds / (double)o.steps, comm_s, wait_s,
-           hidden, (long long)(after.rounds - before.rounds), loss_first, loss);
+           hidden, (long long)(after.rounds - before.rounds), loss_first, loss, (long long)after.overlap_steps,
+           (long long)after.tau);
     fflush(stdout);
   }
   free(tokens);
