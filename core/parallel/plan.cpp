@@ -47,7 +47,7 @@ RoundShape choose_round_shape(double comm_seconds, double step_seconds, int64_t 
   RoundShape r;
   r.overlap = overlap;
   if (comm_seconds > 0 && step_seconds > 0)
-    r.overlap = static_cast<int64_t>(std::ceil(std::min(1.1 * comm_seconds / step_seconds, double{kMaxOverlap})));
+    r.overlap = static_cast<int64_t>(std::ceil(std::min(1.5 * comm_seconds / step_seconds, double{kMaxOverlap})));
   r.overlap = std::clamp<int64_t>(r.overlap, 1, kMaxOverlap);
   r.tau = std::max({tau_floor, 2 * r.overlap, round_pos + 1});
   return r;

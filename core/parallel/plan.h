@@ -63,7 +63,8 @@ const char* mode_name(SyncMode mode);
 // co2 with overlap auto: the next merge's overlap and the running round's tau, from the times
 // the ranks measured (the slowest rank's): comm_seconds, how long the last average took to
 // arrive, and step_seconds, the compute time of one step. The average is hidden when it arrives
-// within the overlap, so overlap = ceil(1.1 comm / step) (a tenth for jitter), at least 1 and
+// within the overlap, so overlap = ceil(1.5 comm / step) (half again for the jitter of a shared
+// machine: with a tenth, 4 ranks on 2 cores still waited 8% of the time), at least 1 and
 // kept as it was while either time is unknown (<= 0); tau = the largest of tau_floor, twice the
 // overlap (half of each round after its merge) and round_pos + 1 (the round now running has
 // reached round_pos steps and must not end behind itself).

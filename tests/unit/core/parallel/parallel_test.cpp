@@ -98,19 +98,19 @@ TEST(Plan, PresetsAreOneRuleWithDifferentConstants) {
 }
 
 TEST(Plan, Co2RoundShapeHidesTheMeasuredAllReduce) {
-  // An average taking 2.5 steps to arrive: merged after ceil(1.1 * 2.5) = 3 steps; tau stays at
-  // the floor of 8 (>= 2 * 3).
+  // An average taking 2.5 steps to arrive: merged after ceil(1.5 * 2.5) = 4 steps; tau stays at
+  // the floor of 8 (= 2 * 4).
   RoundShape r = choose_round_shape(0.25, 0.1, 1, 8, 1);
-  EXPECT_EQ(r.overlap, 3);
+  EXPECT_EQ(r.overlap, 4);
   EXPECT_EQ(r.tau, 8);
-  // The link slows tenfold: 28 steps, and tau raised to 56 to keep half the round after them.
-  r = choose_round_shape(2.5, 0.1, 3, 8, 3);
-  EXPECT_EQ(r.overlap, 28);
-  EXPECT_EQ(r.tau, 56);
-  // Fast again: back to 1 step, but the round now 28 steps in ends no earlier than step 29.
-  r = choose_round_shape(0.01, 0.1, 28, 8, 28);
+  // The link slows tenfold: 38 steps, and tau raised to 76 to keep half the round after them.
+  r = choose_round_shape(2.5, 0.1, 4, 8, 4);
+  EXPECT_EQ(r.overlap, 38);
+  EXPECT_EQ(r.tau, 76);
+  // Fast again: back to 1 step, but the round now 38 steps in ends no earlier than step 39.
+  r = choose_round_shape(0.01, 0.1, 38, 8, 38);
   EXPECT_EQ(r.overlap, 1);
-  EXPECT_EQ(r.tau, 29);
+  EXPECT_EQ(r.tau, 39);
   // Nothing measured yet: the overlap stays as it was.
   r = choose_round_shape(0.0, 0.1, 4, 8, 4);
   EXPECT_EQ(r.overlap, 4);
