@@ -8,6 +8,7 @@
 #
 #   netns.sh up N --rate R [--rates r0,r1,..] [--delay D] [--name TAG]
 #   netns.sh exec I [--name TAG] -- CMD ARGS...
+#   netns.sh rate I|all --rate R [--name TAG]     (re-shape running ranks' links, both directions)
 #   netns.sh down [--name TAG | --all]
 #   netns.sh list
 #   netns.sh run N --rate R [--rates ..] [--delay D] [--port P] [--timeout S] [--linger S]
@@ -145,6 +146,18 @@ shape() {
   tc -n "$ns" qdisc add dev "$dev" "$@" tbf rate "$rate" burst "$burst" latency 400ms
 }
 
+# A new rate on a device shaped by shape(): the tbf replaced where it sits.
+reshape() {
+  local ns="$1" dev="$2" rate="$3" bytes burst
+  bytes=$(rate_bytes "$rate")
+  burst=$((bytes / 200 > 262144 ? bytes / 200 : 262144))
+  if tc -n "$ns" qdisc show dev "$dev" | grep -q netem; then
+    tc -n "$ns" qdisc replace dev "$dev" parent 1:1 handle 10: tbf rate "$rate" burst "$burst" latency 400ms
+  else
+    tc -n "$ns" qdisc replace dev "$dev" root handle 1: tbf rate "$rate" burst "$burst" latency 400ms
+  fi
+}
+
 # up: the hub, its bridge and n ranks; rates[i] per rank; delay added once per direction.
 setup() {
   local tag="$1" n="$2" delay="$3" hub i ns
@@ -192,9 +205,10 @@ INDEX=""
 case "$CMD" in
   up|run) [[ $# -gt 0 && "$1" =~ ^[0-9]+$ ]] || die "$CMD: expected the number of ranks"; N="$1"; shift ;;
   exec) [[ $# -gt 0 && "$1" =~ ^[0-9]+$ ]] || die "exec: expected a rank index"; INDEX="$1"; shift ;;
+  rate) [[ $# -gt 0 && "$1" =~ ^([0-9]+|all)$ ]] || die "rate: expected a rank index or 'all'"; INDEX="$1"; shift ;;
   down|list) ;;
   -h|--help|help) usage ;;
-  *) die "unknown command '$CMD' (up, exec, down, list, run)" ;;
+  *) die "unknown command '$CMD' (up, exec, rate, down, list, run)" ;;
 esac
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -246,6 +260,21 @@ case "$CMD" in
     else
       teardown "${TAG:-default}"
     fi
+    exit 0 ;;
+  rate)
+    # A link that changes under a running job (bench/time_to_accuracy/slowdown.sh): the tbf of
+    # rank i's two ends is replaced in place (under netem when the tag was set up with a delay).
+    TAG="${TAG:-default}"
+    [[ "$RATE" != none ]] && valid_rate "$RATE" || die "rate: --rate R (a tc rate such as 10mbit) is required"
+    hub=$(ns_hub "$TAG")
+    our_namespaces "$TAG" | grep -qx "$hub" || die "no namespaces of tag $TAG"
+    for ns in $(our_namespaces "$TAG" | grep -E -- "-r[0-9]+$"); do
+      i=${ns##*-r}
+      [[ "$INDEX" == all || "$INDEX" == "$i" ]] || continue
+      reshape "$ns" "$RANK_DEV" "$RATE"
+      reshape "$hub" "h$i" "$RATE"
+    done
+    say "rate: rank(s) $INDEX of tag $TAG now $RATE"
     exit 0 ;;
   exec)
     TAG="${TAG:-default}"
