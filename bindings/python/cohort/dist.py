@@ -179,12 +179,14 @@ class Plan(Handle):
     options as in cohort_plan_options: data_parallel (0 = whole communicator), mode ("ddp",
     "localsgd", "co2"), tau, outer_lr, outer_momentum, outer_nesterov, staleness_penalty,
     penalty_constant, clip_threshold, zero_stage (0..3), bucket_bytes, inner_noise_scaling (localsgd,
-    co2 with AdamW: local steps normalised for the group's averaged gradient)."""
+    co2 with AdamW: local steps normalised for the group's averaged gradient), overlap_steps (co2:
+    steps a round's average travels before its merge, 0 = 1, -1 = chosen from measured times)."""
 
     __slots__ = ()
     _destroy = staticmethod(_capi.cohort_plan_destroy)
     FIELDS = ("data_parallel", "mode", "tau", "outer_lr", "outer_momentum", "outer_nesterov", "staleness_penalty",
-              "penalty_constant", "clip_threshold", "zero_stage", "bucket_bytes", "inner_noise_scaling")
+              "penalty_constant", "clip_threshold", "zero_stage", "bucket_bytes", "inner_noise_scaling",
+              "overlap_steps")
 
     def __init__(self, preset="none", **options):
         o = _capi.cohort_plan_options_default()
