@@ -159,11 +159,16 @@ void Task::create_trainer() {
                 : o_.parallel == "diloco"   ? COHORT_PRESET_DILOCO
                                             : COHORT_PRESET_CO2;
     po.tau = o_.tau;
+    // co2 with SGD inner steps averages plainly (outer lr 1, no momentum): DiLoCo's Nesterov
+    // constants, the preset's, lost 8-10 points on the CNN over SGD with momentum, blocking or not
+    // (README, data-parallel accuracy).
+    const bool co2_sgd = o_.parallel == "co2" && o_.optimizer == "sgd";
     if (o_.staleness_penalty >= 0 || o_.outer_clip >= 0 || o_.outer_lr >= 0 || o_.outer_momentum >= 0 ||
-        o_.nesterov >= 0) {
+        o_.nesterov >= 0 || co2_sgd) {
       // A preset with some outer settings changed: spell them all out, starting from the
       // preset's values (cohort.h lists them), then apply the flags given.
-      const bool co2 = o_.parallel == "co2", diloco = o_.parallel == "diloco" || co2;  // co2: DiLoCo's
+      const bool co2 = o_.parallel == "co2";
+      const bool diloco = o_.parallel == "diloco" || (co2 && !co2_sgd);  // co2: DiLoCo's
       po.preset = COHORT_PRESET_NONE;
       po.mode = co2 ? COHORT_SYNC_CO2 : COHORT_SYNC_LOCALSGD;
       po.outer_lr = diloco ? 0.7 : 1.0;

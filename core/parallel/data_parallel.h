@@ -251,6 +251,7 @@ class DataParallel : public StepHook {
   std::vector<float> timing_;
   transport::coll::WorkPtr timing_work_;
   double merged_comm_seconds_ = 0;  // this rank's: the last merged average's travel time
+  double held_comm_seconds_ = 0;    // the slowest rank's, held (update_round_shape)
   double round_compute_mark_ = 0;   // stats_.compute_seconds at the last round end
   Clock::time_point inflight_done_at_;  // unsharded: when poll() saw the average arrive
   int64_t inner_steps_ = 0;   // inner steps since attach (a round ends every tau)
