@@ -85,6 +85,7 @@ const std::map<std::string, Setter>& setters() {
       {"--staleness-penalty", int_field(&Options::staleness_penalty)},
       {"--outer-clip", double_field(&Options::outer_clip)},
       {"--overlap", int_or_auto_field(&Options::overlap)},
+      {"--outer-bits", int_field(&Options::outer_bits)},
       {"--noise-scaling", int_field(&Options::noise_scaling)},
       {"--outer-lr", double_field(&Options::outer_lr)},
       {"--outer-momentum", double_field(&Options::outer_momentum)},
@@ -120,8 +121,9 @@ const char* usage_text() {
          "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N|auto]]  (under cohort-run -n N)\n"
          "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco, co2 0-1)\n"
          "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1] [--noise-scaling 0|1]  (not sync)\n"
-         "         [--staleness-penalty 0|1] [--outer-clip C] [--overlap N|auto (1..tau)]  (co2 only;\n"
-         "         --tau auto = --overlap auto: chosen from the measured all-reduce and step times)\n";
+         "         [--staleness-penalty 0|1] [--outer-clip C] [--overlap N|auto (1..tau)] [--outer-bits 32|8|4]\n"
+         "         (co2 only;"
+         " --tau auto = --overlap auto: chosen from the measured all-reduce and step times)\n";
 }
 
 Options parse_train_options(int argc, char** argv, int first) {
@@ -195,8 +197,10 @@ void apply_defaults(Options& o) {
           "--noise-scaling needs --parallel localsgd, slowmo, diloco or co2 (local steps)");
   require((o.outer_lr == -1 && o.outer_momentum == -1 && o.nesterov == -1) || local_steps,
           "--outer-lr, --outer-momentum and --nesterov need --parallel localsgd, slowmo, diloco or co2");
-  require((o.staleness_penalty == -1 && o.outer_clip == -1 && o.overlap == 0) || o.parallel == "co2",
-          "--staleness-penalty, --outer-clip and --overlap need --parallel co2");
+  require((o.staleness_penalty == -1 && o.outer_clip == -1 && o.overlap == 0 && o.outer_bits == 32) ||
+              o.parallel == "co2",
+          "--staleness-penalty, --outer-clip, --overlap and --outer-bits need --parallel co2");
+  require(o.outer_bits == 32 || o.outer_bits == 8 || o.outer_bits == 4, "--outer-bits must be 32, 8 or 4");
   require(o.overlap == 0 || o.overlap == kAuto || (o.overlap >= 1 && o.overlap <= o.tau),
           "--overlap must be in 1..tau (" + std::to_string(o.tau) + "), got " + std::to_string(o.overlap));
   require(o.save_every == 0 || !o.save.empty(), "--save-every needs --save PATH");

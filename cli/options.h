@@ -56,6 +56,7 @@ struct Options {
   double outer_momentum = -1;      // outer momentum in [0, 1), -1 the preset's
   int64_t nesterov = -1;           // 0 or 1, -1 the preset's
   double outer_clip = -1;          // co2: outer momentum clip threshold, 0 off, -1 the preset's
+  int64_t outer_bits = 32;         // co2: 32, 8 or 4 bits per value of the pseudo-gradient sent
   int64_t overlap = 0;             // co2: steps a round's average travels before its merge, 0 the preset's, kAuto
   int64_t noise_scaling = 0;       // localsgd/slowmo/diloco/co2 with adamw: cohort_plan_options::inner_noise_scaling
   uint64_t seed = 1;

@@ -184,6 +184,7 @@ void Task::create_trainer() {
     po.zero_stage = static_cast<int32_t>(o_.zero);
     po.inner_noise_scaling = static_cast<int32_t>(o_.noise_scaling);
     po.overlap_steps = o_.overlap;  // 0: the default, 1; kAuto = -1: chosen as it runs
+    po.outer_bits = static_cast<int32_t>(o_.outer_bits);
     cohort_plan* plan = nullptr;
     st = cohort_plan_create(&po, &plan);
     if (st == COHORT_OK) st = cohort_trainer_create_parallel(graph_, opt, plan, comm_, &to, &trainer_);

@@ -7,7 +7,8 @@
  *   --mode sync      cohort_trainer_create_parallel, preset DDP (gradients averaged every step);
  *   --mode localsgd  preset LOCALSGD, --tau T inner steps then a blocking outer average;
  *   --mode co2       preset CO2, --tau T, the outer average overlapped with the first --overlap N
- *                    steps of the next round (0: the preset's, 1; auto: chosen as it runs).
+ *                    steps of the next round (0: the preset's, 1; auto: chosen as it runs), its
+ *                    pseudo-gradient sent in --outer-bits 32 (fp32), 8 or 4.
  * A second communicator split off the first carries only the start barrier and the final
  * reduction of the times, so it never queues behind the trainer's collectives. The timed
  * window is the slowest rank's. Rank 0 prints one machine-readable line:
@@ -16,11 +17,13 @@
  *     rounds=R loss_first=.. loss_last=.. overlap=O tau_now=T (co2: the last round's shape)
  * (comm/wait/hidden/rounds are rank 0's, over the timed window only: the stats after warm-up are
  * subtracted; they are 0 for --mode none, where hidden_fraction is printed as 1.)
- *   dp_throughput [--mode none|sync|localsgd|co2] [--tau T] [--overlap N|auto] [--steps S] [--warmup W]
+ *   dp_throughput [--mode none|sync|localsgd|co2] [--tau T] [--overlap N|auto] [--outer-bits B]
+ *                 [--steps S] [--warmup W]
  *                 [--layers L] [--width C] [--heads H] [--context T] [--batch B] [--vocab V]
  *                 [--bucket-mb M] [--threads N] [--seed S] [--timeout-ms T]
  * For localsgd and co2, --steps and --warmup must be multiples of --tau (whole rounds), except
- * under --overlap auto, which may lengthen co2's rounds. --overlap is ignored by other modes.
+ * under --overlap auto, which may lengthen co2's rounds. --overlap and --outer-bits are ignored by
+ * the other modes.
  */
 #include <cohort/cohort.h>
 #include <stdint.h>
@@ -43,7 +46,7 @@ static const char* const kModeNames[] = {"none", "sync", "localsgd", "co2"};
 
 typedef struct options {
   mode mode;
-  long tau, steps, warmup, overlap;
+  long tau, steps, warmup, overlap, outer_bits;
   long layers, width, heads, context, batch, vocab;
   double bucket_mb;
   int threads;
@@ -58,7 +61,8 @@ static double now(void) {
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: dp_throughput [--mode none|sync|localsgd|co2] [--tau T] [--overlap N|auto] [--steps S]\n"
+  fprintf(stderr, "usage: dp_throughput [--mode none|sync|localsgd|co2] [--tau T] [--overlap N|auto]\n"
+                  "         [--outer-bits B] [--steps S]\n"
                   "         [--warmup W]\n"
                   "         [--layers L] [--width C] [--heads H] [--context T] [--batch B] [--vocab V]\n"
                   "         [--bucket-mb M] [--threads N] [--seed S] [--timeout-ms T]\n");
@@ -66,7 +70,7 @@ static void usage(void) {
 }
 
 static options parse(int argc, char** argv) {
-  options o = {MODE_NONE, 8, 32, 8, 0, 2, 128, 4, 64, 16, 256, 25.0, 1, 1234, 120000};
+  options o = {MODE_NONE, 8, 32, 8, 0, 32, 2, 128, 4, 64, 16, 256, 25.0, 1, 1234, 120000};
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -78,6 +82,7 @@ static options parse(int argc, char** argv) {
       if (!found) usage();
     } else if (!strcmp(a, "--tau")) o.tau = atol(v);
     else if (!strcmp(a, "--overlap")) o.overlap = strcmp(v, "auto") ? atol(v) : -1;
+    else if (!strcmp(a, "--outer-bits")) o.outer_bits = atol(v);
     else if (!strcmp(a, "--steps")) o.steps = atol(v);
     else if (!strcmp(a, "--warmup")) o.warmup = atol(v);
     else if (!strcmp(a, "--layers")) o.layers = atol(v);
@@ -167,7 +172,7 @@ int main(int argc, char** argv) {
                                                                                   : COHORT_PRESET_CO2;
     po.tau = o.mode == MODE_SYNC ? 1 : o.tau;
     po.bucket_bytes = (int64_t)(o.bucket_mb * 1024.0 * 1024.0);
-    if (o.mode == MODE_CO2) po.overlap_steps = o.overlap;
+    if (o.mode == MODE_CO2) po.overlap_steps = o.overlap, po.outer_bits = (int32_t)o.outer_bits;
     cohort_plan* plan = NULL;
     CHECK(cohort_plan_create(&po, &plan));
     CHECK(cohort_trainer_create_parallel(graph, opt, plan, comm, &to, &trainer));

@@ -22,6 +22,7 @@ constexpr const char* kPlan = "plan";
 parallel::PlanConfig to_config(const cohort_plan_options& o) {
   const bool has_noise = o.size >= offsetof(cohort_plan_options, inner_noise_scaling) + sizeof(int32_t);
   const bool has_overlap = o.size >= offsetof(cohort_plan_options, overlap_steps) + sizeof(int64_t);
+  const bool has_bits = o.size >= offsetof(cohort_plan_options, outer_bits) + sizeof(int32_t);
   parallel::PlanConfig c;
   if (enum_int(o.preset) != COHORT_PRESET_NONE) {
     int p = enum_int(o.preset);
@@ -45,6 +46,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   c.inner_noise_scaling = has_noise && o.inner_noise_scaling != 0;
   if (has_overlap && o.overlap_steps == -1) c.overlap_auto = true;       // starting from 1
   else if (has_overlap && o.overlap_steps != 0) c.overlap = o.overlap_steps;  // else the default, 1
+  if (has_bits && o.outer_bits != 0) c.outer_bits = o.outer_bits;
   parallel::validate(c);
   return c;
 }

@@ -65,6 +65,11 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
     dp->inflight_ = coll::CommBuffer(comm, flat.size());
     if (plan.mode == SyncMode::kCo2) {
       dp->outer_.momentum().assign(flat.size(), 0.0f);  // read by the first guess
+      if (plan.outer_bits < 32) {
+        dp->quant_ = std::make_unique<Quantizer>(plan.outer_bits, flat.size());
+        dp->packed_.assign(dp->quant_->bytes(), 0);
+        dp->gathered_.assign(dp->quant_->bytes() * static_cast<size_t>(comm->size()), 0);
+      }
     } else {
       dp->prev_anchor_ = flat;
       dp->result_ = coll::CommBuffer(comm, flat.size());
@@ -101,6 +106,7 @@ DataParallel::~DataParallel() {
     struct Buffers {
       std::vector<Bucket> buckets;
       std::vector<float> anchor, prev_anchor, round_start, scalars, timing;
+      std::vector<uint8_t> packed, gathered;
       coll::CommBuffer inflight, result;
       Tensor shard_params, shard_grads;
     };
@@ -113,6 +119,8 @@ DataParallel::~DataParallel() {
     kept->result = std::move(result_);
     kept->scalars = std::move(scalars_);
     kept->timing = std::move(timing_);
+    kept->packed = std::move(packed_);
+    kept->gathered = std::move(gathered_);
     kept->shard_params = shard_params_;
     kept->shard_grads = shard_grads_;
     comm_->keep_alive(std::move(kept));
@@ -310,9 +318,16 @@ void DataParallel::end_round_co2(std::vector<Tensor>& params) {
   const std::vector<float>& m = outer_.momentum();
   for (size_t i = 0; i < numel_; ++i) round_start_[i] = outer_.guess(anchor_[i], m[i], inflight_[i]);
   unflatten(round_start_.data(), params);
-  // 3. e^{(i)}_k averaged in the background; nothing touches inflight_ until the merge.
+  // 3. e^{(i)}_k averaged in the background; nothing touches inflight_ until the merge. With
+  //    outer_bits 8 or 4 the message is its low-bit packing, gathered from every rank.
   inflight_launched_ = Clock::now();
-  inflight_work_ = comm_->all_reduce(inflight_.data(), numel_, coll::DataType::kF32, coll::ReduceOp::kAvg);
+  if (quant_) {
+    quant_->pack(inflight_.data(), packed_.data());
+    inflight_work_ = comm_->all_gather(packed_.data(), gathered_.data(), packed_.size(), coll::DataType::kU8);
+    decoded_ = false;
+  } else {
+    inflight_work_ = comm_->all_reduce(inflight_.data(), numel_, coll::DataType::kF32, coll::ReduceOp::kAvg);
+  }
   merge_pending_ = true;
   note_round_end();
 }
@@ -330,6 +345,7 @@ void DataParallel::merge_co2(std::vector<Tensor>& params) {
   } else if (inflight_done_at_ > inflight_launched_) {
     travel = std::max(0.0, seconds(inflight_done_at_ - inflight_launched_) - 0.5 * stats_.step_seconds);
   }
+  if (quant_ && !decoded_) decode_average();
   have_result_ = false;
   merge_pending_ = false;
   stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0);
@@ -352,6 +368,15 @@ void DataParallel::merge_co2(std::vector<Tensor>& params) {
   for (size_t i = 0; i < numel_; ++i) round_start_[i] = anchor_[i] + s * (inflight_[i] - round_start_[i]);
   unflatten(round_start_.data(), params);
   note_merge(travel);
+}
+
+void DataParallel::decode_average() {
+  std::fill(inflight_.begin(), inflight_.end(), 0.0f);
+  const size_t bytes = packed_.size();
+  for (int r = 0; r < comm_->size(); ++r) quant_->add_decoded(gathered_.data() + static_cast<size_t>(r) * bytes, inflight_.data());
+  const float inv_world = 1.0f / static_cast<float>(comm_->size());
+  for (float& v : inflight_) v *= inv_world;
+  decoded_ = true;
 }
 
 void DataParallel::note_round_end() {
@@ -479,6 +504,7 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
     inflight_work_.reset();
     have_result_ = true;
   }
+  if (quant_ && have_result_ && !decoded_) decode_average();  // saved as the average it is
   auto vec = [&](const auto& v) {  // a vector or a CommBuffer
     Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kF32);
     if (!v.empty()) std::memcpy(t.raw(), v.data(), v.size() * sizeof(float));
@@ -542,6 +568,7 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
   std::memcpy(inflight_.data(), r.raw(), numel_ * sizeof(float));  // sized at attach
   have_result_ = have != 0;
   merge_pending_ = plan_.mode == SyncMode::kCo2 && have_result_;  // co2 saves a pending merge's average
+  decoded_ = true;
   inflight_launched_ = inflight_done_at_ = Clock::now();  // its travel time is not this run's to measure
   inner_steps_ = steps;
   stats_.rounds = rounds;

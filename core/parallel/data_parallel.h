@@ -32,6 +32,7 @@
 #include "core/exec/trainer.h"
 #include "core/parallel/outer.h"
 #include "core/parallel/plan.h"
+#include "core/parallel/quantize.h"
 #include "transport/coll/comm_buffer.h"
 #include "transport/coll/communicator.h"
 
@@ -179,6 +180,8 @@ class DataParallel : public StepHook {
   void load_outer_shard(const checkpoint::CheckpointExtra& extra);
   void end_round_co2(std::vector<Tensor>& params);
   void merge_co2(std::vector<Tensor>& params);
+  // outer_bits 8 or 4: inflight_ = the mean of the gathered messages, summed in rank order.
+  void decode_average();
   // co2: the round-end and merge bookkeeping (round shape, overlap auto's timing).
   void note_round_end();
   void note_merge(double comm_seconds);
@@ -242,6 +245,11 @@ class DataParallel : public StepHook {
   Clock::time_point inflight_launched_;
   bool have_result_ = false;    // localsgd: result_ holds a reduced round; co2: inflight_ does
   bool merge_pending_ = false;  // co2 unsharded: a round's average not yet merged
+  // co2 with outer_bits 8 or 4: this rank's message and every rank's, gathered; decoded_: their
+  // average is in inflight_ (decode_average).
+  std::unique_ptr<Quantizer> quant_;
+  std::vector<uint8_t> packed_, gathered_;
+  bool decoded_ = false;
   // co2: the round's shape. round_pos_ counts inner steps since the last round end; the round
   // ends when it reaches round_tau_, and the merge of the average launched there falls at
   // merge_overlap_. The plan's tau and overlap, or re-chosen at each merge under overlap auto.

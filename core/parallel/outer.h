@@ -27,12 +27,6 @@ class OuterOptimizer {
   // the global norm; every rank must then call step at the same point.
   double step(std::vector<float>& anchor, const float* d, double scale,
               const std::function<double(double)>& sum_over_ranks = {});
-  // step() in two halves, for a caller that reduces the momentum's norm asynchronously:
-  // accumulate updates the momentum with d (n floats) and returns its (local) sum of squares;
-  // apply clips the momentum by m_norm (its whole-model L2 norm) and moves the anchor.
-  double accumulate(const float* d, size_t n, double scale);
-  void apply(std::vector<float>& anchor, const float* d, double scale, double m_norm);
-
   // CO2 staleness gap penalty factor for progress d made from a point at distance gap from
   // where it is applied (formula in outer.cpp), from the squared norms gap_sq and d_sq. 1 when
   // the penalty is off.
@@ -53,6 +47,12 @@ class OuterOptimizer {
   const OuterConfig& config() const { return config_; }
 
  private:
+  // step()'s two halves: accumulate updates the momentum with d (n floats) and returns its
+  // (local) sum of squares; apply clips the momentum by m_norm (its whole-model L2 norm) and
+  // moves the anchor.
+  double accumulate(const float* d, size_t n, double scale);
+  void apply(std::vector<float>& anchor, const float* d, double scale, double m_norm);
+
   OuterConfig config_;
   std::vector<float> momentum_;
 };

@@ -71,6 +71,8 @@ void validate(const PlanConfig& p) {
   COHORT_CHECK(p.mode != SyncMode::kCo2 || (p.overlap >= 1 && p.overlap <= p.tau), Status::kInvalidPlan,
                "plan: overlap = ", p.overlap, " must be in [1, tau = ", p.tau,
                "]: co2 merges each round's average that many steps into the next round");
+  COHORT_CHECK(p.outer_bits == 32 || ((p.outer_bits == 8 || p.outer_bits == 4) && p.mode == SyncMode::kCo2),
+               Status::kInvalidPlan, "plan: outer bits = ", p.outer_bits, " (32, or 8 or 4 under co2)");
   COHORT_CHECK(!p.overlap_auto || p.mode == SyncMode::kCo2, Status::kInvalidPlan,
                "plan: overlap auto applies to co2 (", mode_name(p.mode), " has no overlap)");
   COHORT_CHECK(p.outer.lr >= 0, Status::kInvalidPlan, "plan: outer lr = ", p.outer.lr, " must be >= 0");

@@ -42,6 +42,9 @@ struct PlanConfig {
   // and raise tau (never below the plan's) to keep at least half of each round after the merge
   // (data_parallel.cpp, choose_round_shape). `overlap` is where it starts.
   bool overlap_auto = false;
+  // co2: bits per value of the pseudo-gradient each rank sends: 32 (fp32, all-reduced) or 8 / 4
+  // (block-scaled integers, all-gathered and averaged in fp32 by every rank: quantize.h).
+  int outer_bits = 32;
   OuterConfig outer;
   int zero_stage = 0;                // 0..3 with kSync; localsgd: 0 or 1 (outer state sharded); co2: 0
   // localsgd, co2 with an AdamW inner optimizer: each rank normalises its local steps by the

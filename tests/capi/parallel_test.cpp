@@ -112,6 +112,14 @@ TEST_F(CapiParallel, PlanErrorPaths) {
   o.preset = COHORT_PRESET_DILOCO;
   EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: overlap auto applies to co2");
   o.preset = COHORT_PRESET_CO2;
+  o.overlap_steps = 0;
+  o.outer_bits = 6;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: outer bits = 6");
+  o.size = offsetof(cohort_plan_options, outer_bits);  // a caller built before the field: not read
+  EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
+  o.outer_bits = 0;
+  o.overlap_steps = -1;
   o.size = offsetof(cohort_plan_options, overlap_steps);  // a caller built before the field: not read
   EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
   EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);

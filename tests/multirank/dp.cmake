@@ -7,7 +7,8 @@ add_executable(dp_rank dp_rank.cpp)
 target_compile_options(dp_rank PRIVATE ${COHORT_WARNINGS})
 target_include_directories(dp_rank PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
 target_link_libraries(dp_rank PRIVATE cohort_core)
-foreach(mode ddp localsgd slowmo diloco co2 co2-plain co2-heavy co2-late co2-penalty co2-clip co2-resume localsgd-zero1 diloco-zero1
+foreach(mode ddp localsgd slowmo diloco co2 co2-plain co2-heavy co2-late co2-penalty co2-clip co2-8bit co2-4bit
+             co2-resume co2-8bit-resume localsgd-zero1 diloco-zero1
              diloco-clip diloco-clip-zero1 diloco-zero1-resume outer-memory co2-auto ddp-wide ddp-zero1-wide co2-wide
              co2-wide-resume)
   foreach(n 2 4)

@@ -1,7 +1,10 @@
 // One rank of a data-parallel run under cohort-run, checked against a single-process reference
 // computed in the same program (tests/unit/core/parallel/dp_reference.h). Usage:
 //   dp_rank ddp | localsgd | slowmo | diloco | co2 | co2-plain | co2-heavy | co2-late |
-//           co2-penalty | co2-clip
+//           co2-penalty | co2-clip | co2-8bit | co2-4bit (low-bit messages: a value whose
+//           rounding the float and double anchors put on either side of a half level may land
+//           a level apart, so these compare within one level's effect, and every rank must
+//           hold the same anchor bit for bit)
 //   dp_rank localsgd-zero1 | diloco-zero1 | diloco-clip-zero1   the outer state sharded (ZeRO 1):
 //           same reference as unsharded
 //   dp_rank co2-resume   a run stopped mid-round (reduction in flight) and resumed from a
@@ -77,6 +80,8 @@ parallel::PlanConfig plan_for(std::string mode) {
   if (mode == "co2-heavy") p.outer.lr = 0.5, p.outer.momentum = 0.8, p.outer.nesterov = false;
   if (mode == "co2-late") p.overlap = kTau;
   if (mode == "co2-auto") p.overlap_auto = true;
+  if (mode == "co2-8bit") p.outer_bits = 8;
+  if (mode == "co2-4bit") p.outer_bits = 4;
   if (mode == "co2-penalty") p.outer.staleness_penalty = true;
   if (mode == "co2-clip") p.outer.clip_threshold = 0.05;  // below this model's momentum norm: binds
   return p;
@@ -141,6 +146,15 @@ int run_compare(const std::string& mode, std::shared_ptr<coll::Communicator> com
   if (mode.find("clip") != std::string::npos && !(st.last_momentum_norm > plan.outer.clip_threshold)) return 1;
   // The penalty variants must actually scale the carried-over steps.
   if (mode.find("penalty") != std::string::npos && !(st.last_staleness_scale < 1.0)) return 1;
+  if (plan.outer_bits < 32) {
+    // Every rank decodes the same messages in the same order: the anchors agree bit for bit.
+    float sum = 0;
+    for (float v : dp->anchor()) sum += v;
+    float v[2] = {sum, -sum};
+    comm->all_reduce(v, 2, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
+    if (v[0] != -v[1]) return 1;
+    return diff <= (plan.outer_bits == 8 ? 2e-3 : 2e-2) ? 0 : 1;
+  }
   // On the GPU the sums run in another order than the CPU reference's: a few ulps per step.
   return diff <= (device == Device::kCpu ? 2e-5 : 2e-4) ? 0 : 1;
 }

@@ -639,6 +639,12 @@ typedef struct cohort_plan_options {
    * that, never below the tau given (cohort_parallel_stats reports both and the two times).
    * INVALID_PLAN outside [-1, tau], and for -1 outside co2. */
   int64_t overlap_steps;
+  /* Added after overlap_steps (read only when size covers it). co2: bits per value of the
+   * pseudo-gradient each rank sends — 32 (fp32, all-reduced; 0 means 32), or 8 or 4: integers
+   * with one fp32 scale per 256 values, all-gathered and averaged in fp32 by every rank (traffic
+   * 1/2 and 1/4 of fp32's at 4 ranks; each value off by at most half a level). INVALID_PLAN for
+   * other values, and for 8 or 4 outside co2. */
+  int32_t outer_bits;
 } cohort_plan_options;
 /* preset NONE, data_parallel 0, mode DDP, tau 1, outer lr 1, momentum 0, no Nesterov, no
  * penalty (constant 1), no clip, ZeRO stage 0, bucket_bytes 25 MiB, overlap_steps 0 (= 1). */

@@ -3,6 +3,7 @@
 // applies the outer rule written out again here, independently of core/parallel/outer.cpp.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -145,9 +146,12 @@ class DpSimulation {
     if (steps % plan_.tau != 0) return;
     const double w = static_cast<double>(ranks);
     mean_.assign(n, 0.0);
+    std::vector<float> low_bit_sum(n, 0.0f);  // outer_bits 8 or 4: the decoded messages, in rank order
     for (size_t r = 0; r < ranks; ++r) {
       std::vector<float> y = dp_flat(*trainers_[r]);
-      std::vector<float> start(n);
+      std::vector<float> start(n), sent(n);
+      for (size_t i = 0; i < n; ++i) sent[i] = static_cast<float>(x_[i] - y[i]);
+      if (plan_.outer_bits < 32) add_low_bit(sent, plan_.outer_bits, low_bit_sum);
       for (size_t i = 0; i < n; ++i) {
         const double e = x_[i] - y[i];
         mean_[i] += e / w;
@@ -157,7 +161,23 @@ class DpSimulation {
       }
       dp_set_flat(*trainers_[r], start);
     }
+    if (plan_.outer_bits < 32)
+      for (size_t i = 0; i < n; ++i) mean_[i] = low_bit_sum[i] * (1.0f / static_cast<float>(ranks));
     pending_ = true;
+  }
+
+  // A rank's message with outer_bits 8 or 4, written out from its definition (quantize.h): per
+  // block of 256 values the largest magnitude is the top level, each value the nearest level
+  // (ties to even), decoded as level x scale and added, in fp32.
+  static void add_low_bit(const std::vector<float>& e, int bits, std::vector<float>& sum) {
+    const float top = bits == 8 ? 127.0f : 7.0f;
+    for (size_t lo = 0; lo < e.size(); lo += 256) {
+      const size_t hi = std::min(e.size(), lo + 256);
+      float amax = 0;
+      for (size_t i = lo; i < hi; ++i) amax = std::max(amax, std::fabs(e[i]));
+      const float scale = amax / top, inv = scale > 0 ? 1.0f / scale : 0.0f;
+      for (size_t i = lo; i < hi; ++i) sum[i] += std::clamp(std::nearbyint(e[i] * inv), -top, top) * scale;
+    }
   }
 
   Trainer& rank(int r) { return *trainers_[static_cast<size_t>(r)]; }

@@ -4,6 +4,7 @@
 
 #include "core/base/error.h"
 #include "core/parallel/data_parallel.h"
+#include "core/parallel/quantize.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/world_of_one.h"
 #include "tests/unit/core/parallel/dp_reference.h"
@@ -73,7 +74,15 @@ TEST(Plan, RejectsWhatDoesNotFit) {
   expect_plan_error(p, Status::kInvalidPlan, "plan: overlap = 0 must be in [1, tau = 4]");
   p.overlap = 4;
   EXPECT_NO_THROW(validate_for_world(p, 4));
+  p = preset(Preset::kCo2, 4);
+  p.outer_bits = 16;
+  expect_plan_error(p, Status::kInvalidPlan, "plan: outer bits = 16 (32, or 8 or 4 under co2)");
+  p.outer_bits = 4;
+  EXPECT_NO_THROW(validate_for_world(p, 4));
   p = preset(Preset::kDiLoCo, 4);
+  p.outer_bits = 8;
+  expect_plan_error(p, Status::kInvalidPlan, "plan: outer bits = 8 (32, or 8 or 4 under co2)");
+  p.outer_bits = 32;
   p.overlap_auto = true;
   expect_plan_error(p, Status::kInvalidPlan, "plan: overlap auto applies to co2 (localsgd has no overlap)");
 }
@@ -115,6 +124,34 @@ TEST(Plan, Co2RoundShapeHidesTheMeasuredAllReduce) {
   r = choose_round_shape(0.0, 0.1, 4, 8, 4);
   EXPECT_EQ(r.overlap, 4);
   EXPECT_EQ(r.tau, 8);
+}
+
+TEST(Quantizer, EveryValueWithinHalfALevel) {
+  // 601 values: a full block of magnitude 2, an all-zero block, a block of magnitude 0.01 and
+  // 89 more (odd: the last 4-bit byte holds one nibble). Each value decodes within half a level
+  // of its block's scale; decoding adds to what is there.
+  std::vector<float> x(601, 0.0f);
+  for (size_t i = 0; i < x.size(); ++i)
+    if (i < 256 || i >= 512) x[i] = std::sin(0.37f * static_cast<float>(i)) * (i < 256 ? 2.0f : 0.01f);
+  for (int bits : {8, 4}) {
+    Quantizer q(bits, x.size());
+    const size_t scales = 3 * sizeof(float), payload = bits == 8 ? 601 : 301;
+    EXPECT_EQ(q.bytes(), (scales + payload + 3) / 4 * 4);
+    std::vector<uint8_t> msg(q.bytes());
+    q.pack(x.data(), msg.data());
+    std::vector<float> y(x.size(), 1.0f);
+    q.add_decoded(msg.data(), y.data());
+    const float levels = bits == 8 ? 127.0f : 7.0f;
+    for (size_t i = 0; i < x.size(); ++i) {
+      float amax = 0;
+      for (size_t j = i / kQuantBlock * kQuantBlock; j < std::min(x.size(), (i / kQuantBlock + 1) * kQuantBlock); ++j)
+        amax = std::max(amax, std::fabs(x[j]));
+      EXPECT_LE(std::fabs(y[i] - 1.0f - x[i]), 0.5f * amax / levels + 1e-6f) << bits << " bits, value " << i;
+      if (amax == 0) {
+        EXPECT_EQ(y[i], 1.0f);
+      }
+    }
+  }
 }
 
 TEST(Outer, PseudoGradientSignLandsOnTheAverage) {
