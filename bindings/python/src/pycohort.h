@@ -25,7 +25,8 @@ PyObject* pyc_set_error_classes(PyObject* classes);
  * protocol, or a tuple (data, dtype, shape) (cohort.Tensor) whose dtype / shape (None: inferred)
  * override what the buffer says. `declared` maps a graph value's name to (dtype, shape) as the
  * graph declares it, or None when unknown; a flat (1-D) buffer takes the declared shape, with
- * dimension 0 following from its length, and a buffer of raw bytes takes the declared dtype. */
+ * dimension 0 following from its length, and untyped memory (bytes, bytearray) takes the declared
+ * dtype; any other buffer brings its element type in its format, which must fit. */
 PyObject* pyc_trainer_step(cohort_trainer* trainer, PyObject* inputs, PyObject* declared);
 /* Returns a dict name -> buffer: the caller's buffer where `outputs` gives one for a name,
  * otherwise a new memoryview shaped like the declared output (dimension 0 = the input batch). */
@@ -124,6 +125,9 @@ int pyc_parse_declared(PyObject* declared, cohort_dtype* dtype, int64_t* shape, 
 int pyc_registered_check(PyObject* value, const char* fn, const char* what);
 /* The cohort_dtype of a cohort.RegisteredBuffer, or -1 for any other object. */
 int pyc_registered_dtype(PyObject* value);
+
+/* "f32", "bf16", "i32", "i64", "f16": cohort's name for a dtype, as its messages spell it. */
+const char* pyc_dtype_name(cohort_dtype dtype);
 
 /* Raises the class registered for `status` with cohort_last_error() as message; returns NULL. */
 PyObject* pyc_raise(cohort_status status);
