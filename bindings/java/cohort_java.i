@@ -217,6 +217,17 @@ typedef struct cohortj_refs {
   int32_t count;
 } cohortj_refs;
 
+/* Bytes of one element of a Java array of storage `kind`. */
+static size_t cohortj_element_size(jint kind) {
+  switch (kind) {
+    case COHORTJ_FLOATS:
+    case COHORTJ_INTS: return 4;
+    case COHORTJ_LONGS: return 8;
+    case COHORTJ_SHORTS: return 2;
+    default: return 1;
+  }
+}
+
 static void* cohortj_elements(JNIEnv* env, jint kind, jobject array) {
   switch (kind) {
     case COHORTJ_FLOATS:
@@ -362,6 +373,8 @@ static int cohortj_refs_acquire(JNIEnv* env, jobjectArray tensors, jobject singl
         break;
       }
     } else {
+      /* The bytes C may touch are the array's own, whatever the Tensor claims. */
+      ref->bytes = (size_t)(*env)->GetArrayLength(env, (jarray)data) * cohortj_element_size(kind);
       r->arrays[i] = data;
       ref->data = cohortj_elements(env, kind, data);
       if (ref->data == NULL) break; /* OutOfMemoryError pending */
