@@ -281,12 +281,15 @@ COHORT_API cohort_status cohort_trainer_step(cohort_trainer* trainer, const coho
 
 /* Forward only, evaluation mode (dropout off), no update. Binds `inputs` like step (dimension 0
  * may differ from the declared batch), and writes each requested output (by name: a marked
- * output or the loss) into the caller's buffer in `outputs`, whose shape must match. */
+ * output or the loss) into the caller's buffer in `outputs`, whose shape must match and whose
+ * dtype must be the output's (f32 and bf16 convert to each other): SHAPE_MISMATCH otherwise,
+ * before anything runs. */
 COHORT_API cohort_status cohort_trainer_evaluate(cohort_trainer* trainer, const cohort_tensor_ref* inputs,
                                                  int32_t num_inputs, cohort_tensor_ref* outputs,
                                                  int32_t num_outputs);
 
-/* Copies a parameter's current values out / in (by name; f32 buffers convert to/from bf16).
+/* Copies a parameter's current values out / in (by name; f32 buffers convert to/from bf16; a
+ * buffer of another shape or dtype is SHAPE_MISMATCH, nothing copied).
  * Under ZeRO stage 3 these and evaluate first make the parameters whole (below). */
 COHORT_API cohort_status cohort_trainer_get_parameter(cohort_trainer* trainer, cohort_tensor_ref* parameter);
 COHORT_API cohort_status cohort_trainer_set_parameter(cohort_trainer* trainer, const cohort_tensor_ref* parameter);
