@@ -48,6 +48,16 @@ def as_dtype(value):
     raise ValueError(f"not a cohort dtype: {value!r} (use cohort.F32, BF16, I32, I64 or F16)")
 
 
+class AttrType(enum.IntEnum):
+    """cohort_attr_type: what an operator attribute holds (op_describe). FLOAT takes an int too,
+    FLOATS a list of ints."""
+    INT = _capi.COHORT_ATTR_INT
+    FLOAT = _capi.COHORT_ATTR_FLOAT
+    STRING = _capi.COHORT_ATTR_STRING
+    INTS = _capi.COHORT_ATTR_INTS
+    FLOATS = _capi.COHORT_ATTR_FLOATS
+
+
 class Device(enum.IntEnum):
     """cohort_device: where a trainer keeps its parameters and runs its steps."""
     CPU = _capi.COHORT_DEVICE_CPU

@@ -88,6 +88,10 @@ PyObject* pyc_comm_status(cohort_comm* comm);
 PyObject* pyc_set_log_callback(PyObject* fn);
 /* The public operator names as a list of str. */
 PyObject* pyc_op_list(void);
+/* cohort_op_describe and every cohort_op_describe_attr of `op` as a tuple (name, input names,
+ * min_inputs, output names, outputs_attr or None, ((attr name, cohort_attr_type, required,
+ * default or None), ...)); list defaults are tuples. */
+PyObject* pyc_op_describe(const char* op);
 
 /* ---- shared by tensor_args.c, calls.c, collectives.c and registered.c ------------------------ */
 #ifndef SWIG
