@@ -1,6 +1,6 @@
 /*
  * calls.c — the cohort calls that take caller buffers (training steps, evaluation, parameters,
- * batches, collectives), plus the log callback and the operator list.
+ * batches, collectives), plus the log callback, the operator list and its descriptions.
  *
  * Every call that may block runs without the GIL; buffers stay held (pyc_tensor) until cohort
  * is done with them. For an asynchronous collective that is after the call returns: the
