@@ -159,6 +159,10 @@ void Trainer::evaluate(const std::map<std::string, Tensor>& inputs, std::map<std
     const TensorType& t = plan.graph.value(plan.graph.find(name)).type;
     COHORT_CHECK(dst.shape() == t.shape, Status::kShapeMismatch, "evaluate: output '", name,
                  "' buffer has shape ", shape_str(dst.shape()), ", expected ", shape_str(t.shape));
+    // Checked before running: copy_from converts only between f32 and bf16.
+    auto f32_or_bf16 = [](DType d) { return d == DType::kF32 || d == DType::kBF16; };
+    COHORT_CHECK(dst.dtype() == t.dtype || (f32_or_bf16(dst.dtype()) && f32_or_bf16(t.dtype)), Status::kShapeMismatch, "evaluate: output '", name, "' is ", dtype_name(t.dtype),
+                 ", but the buffer has dtype ", dtype_name(dst.dtype()));
   }
   RunOptions ro;
   ro.step = step_;

@@ -31,6 +31,8 @@ const OpRegistry& OpRegistry::global() {
 void OpRegistry::add(OpSchema schema) {
   COHORT_ASSERT(find(schema.name) == nullptr, "operator registered twice: ", schema.name);
   COHORT_ASSERT(static_cast<bool>(schema.infer), "operator without a shape rule: ", schema.name);
+  COHORT_ASSERT(!schema.outputs.empty() && (schema.outputs_from.empty() || schema.outputs.size() == 1),
+                "operator without output names: ", schema.name);
   ops_.push_back(std::make_unique<OpSchema>(std::move(schema)));
 }
 

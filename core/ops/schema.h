@@ -98,6 +98,11 @@ struct OpSchema {
   std::vector<std::string> inputs;  // names, for messages; optional trailing inputs below
   int optional_inputs = 0;          // how many trailing inputs may be omitted (e.g. bias)
   std::vector<AttrSpec> attrs;
+  // Output names, for descriptions (cohort_op_describe): output 0 is the result, later ones hold
+  // what the backward pass needs. When outputs_from names a list attribute, there is one output
+  // per entry of it, all under the one name here (split).
+  std::vector<std::string> outputs = {"y"};
+  std::string outputs_from;
   ShapeFn infer;
   KernelFn kernels[2];              // indexed by Device: cpu, cuda (empty = not available)
   BackwardFn backward;              // empty = not differentiable

@@ -307,8 +307,17 @@ TEST(CapiTrainer, StepEvaluateAndParameterErrors) {
   EXPECT_STATUS(cohort_trainer_evaluate(t, in, 1, &out, 1), COHORT_ERR_INVALID_ARGUMENT, "outputs[0] 'fc': buffer has 32 bytes");
   cohort_tensor_ref missing = {"nothing", COHORT_F32, 2, ls, logits, sizeof logits};
   EXPECT_STATUS(cohort_trainer_evaluate(t, in, 1, &missing, 1), COHORT_ERR_NOT_FOUND, "no value named 'nothing'");
+  // A buffer of another element type is refused by name before anything runs (it was an
+  // UNSUPPORTED "copy from f32 to i32" after the forward pass, naming nothing).
+  int32_t int_logits[8] = {0};
+  cohort_tensor_ref int_out = {"fc", COHORT_I32, 2, ls, int_logits, sizeof int_logits};
+  EXPECT_STATUS(cohort_trainer_evaluate(t, in, 1, &int_out, 1), COHORT_ERR_SHAPE_MISMATCH,
+                "cohort_trainer_evaluate: evaluate: output 'fc' is f32, but the buffer has dtype i32");
   out = {"fc", COHORT_F32, 2, ls, logits, sizeof logits};
   EXPECT_EQ(cohort_trainer_evaluate(t, in, 1, &out, 1), COHORT_OK) << last();
+  uint16_t bf16_logits[8] = {0};  // f32 results convert to a bf16 buffer
+  cohort_tensor_ref bf16_out = {"fc", COHORT_BF16, 2, ls, bf16_logits, sizeof bf16_logits};
+  EXPECT_EQ(cohort_trainer_evaluate(t, in, 1, &bf16_out, 1), COHORT_OK) << last();
 
   float w[6];
   int64_t ws[2] = {2, 3};
@@ -319,6 +328,12 @@ TEST(CapiTrainer, StepEvaluateAndParameterErrors) {
   int64_t ws_bad[2] = {3, 2};
   cohort_tensor_ref pb = {"w", COHORT_F32, 2, ws_bad, w, sizeof w};
   EXPECT_STATUS(cohort_trainer_set_parameter(t, &pb), COHORT_ERR_SHAPE_MISMATCH, "parameter 'w' has shape [2, 3]");
+  int32_t wi[6] = {0};
+  cohort_tensor_ref pi = {"w", COHORT_I32, 2, ws, wi, sizeof wi};
+  EXPECT_STATUS(cohort_trainer_set_parameter(t, &pi), COHORT_ERR_SHAPE_MISMATCH,
+                "cohort_trainer_set_parameter: parameter 'w' is f32, but the buffer has dtype i32");
+  EXPECT_STATUS(cohort_trainer_get_parameter(t, &pi), COHORT_ERR_SHAPE_MISMATCH,
+                "cohort_trainer_get_parameter: parameter 'w' is f32, but the buffer has dtype i32");
   st.size = 3;
   EXPECT_STATUS(cohort_trainer_get_stats(t, &st), COHORT_ERR_INVALID_ARGUMENT, "stats_out->size is 3");
   EXPECT_EQ(cohort_trainer_destroy(t), COHORT_OK);

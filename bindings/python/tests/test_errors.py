@@ -37,7 +37,7 @@ class ErrorTest(unittest.TestCase):
                          self.trainer.step, x=array.array("f", bytes(4 * 9)), y=self.y)
         self.assertFails(cohort.ShapeMismatchError, "cohort_graph_add_op: matmul", self.graph.add_op,
                          "matmul", ["x", "out"])
-        error = self.assertFails(cohort.ShapeMismatchError, "buffer format 'd' is not a cohort dtype",
+        error = self.assertFails(cohort.ShapeMismatchError, "input 'x' is f32, but the buffer holds float64 elements (format 'd')",
                                  self.trainer.step, x=array.array("d", bytes(8 * 32)), y=self.y)
         self.assertIsInstance(error, ValueError)
         self.assertEqual(error.status_name, "shape mismatch")

@@ -178,7 +178,8 @@ COHORT_API cohort_status cohort_graph_add_parameter(cohort_graph* graph, const c
                                                     const int64_t* shape, int32_t rank,
                                                     const cohort_initializer* init, int32_t* id_out);
 
-/* Adds operator `op` (see cohort_op_list) named `name` (NULL or "" picks "<op>_<n>") reading
+/* Adds operator `op` (see cohort_op_list; cohort_op_describe gives its inputs, outputs and
+ * attributes) named `name` (NULL or "" picks "<op>_<n>") reading
  * `inputs` (value ids). `attrs` may be NULL. The ids of its first min(count, max_outputs)
  * outputs are written to outputs_out and the operator's output count to num_outputs_out (may be
  * NULL). Output 0 is the result; some operators add outputs that hold what their backward pass
@@ -218,6 +219,64 @@ COHORT_API cohort_status cohort_graph_load(const char* path, cohort_graph** grap
  * *needed_out (may be NULL) receives the size needed including the NUL; INVALID_ARGUMENT if
  * buf is too small (nothing written then). */
 COHORT_API cohort_status cohort_op_list(char* buf, size_t buf_size, size_t* needed_out);
+
+/* ---- operator descriptions ---------------------------------------------------------------- */
+/* What cohort_graph_add_op accepts for each public operator, read from the operator registry
+ * itself: its inputs, outputs and attributes. Every pointer these calls write points into the
+ * library's operator table, which never changes: valid until the library is unloaded, not to be
+ * written or freed. Thread safety: any thread, concurrently. */
+
+/* The type of an attribute: the cohort_attrs_set_* call that gives it. */
+typedef enum cohort_attr_type {
+  COHORT_ATTR_INT = 0,    /* cohort_attrs_set_int */
+  COHORT_ATTR_FLOAT = 1,  /* cohort_attrs_set_float (cohort_attrs_set_int is accepted too) */
+  COHORT_ATTR_STRING = 2, /* cohort_attrs_set_string */
+  COHORT_ATTR_INTS = 3,   /* cohort_attrs_set_ints */
+  COHORT_ATTR_FLOATS = 4  /* cohort_attrs_set_floats (cohort_attrs_set_ints is accepted too) */
+} cohort_attr_type;
+
+typedef struct cohort_op_info {
+  size_t size;                     /* sizeof(cohort_op_info), set by the caller */
+  const char* name;                /* the operator, as cohort_graph_add_op takes it */
+  int32_t min_inputs;              /* add_op takes min_inputs..max_inputs input ids, in order */
+  int32_t max_inputs;
+  const char* const* input_names;  /* max_inputs names; the inputs from min_inputs on may be left
+                                      out (a bias; concat's parts after the second) */
+  int32_t num_outputs;             /* outputs of each node; -1: one per entry of the list
+                                      attribute outputs_attr (split's "sizes") */
+  const char* const* output_names; /* num_outputs names (one name shared by all when -1). Output 0
+                                      is the result; later ones hold what the backward pass needs
+                                      (cross_entropy's "lse") and may be ignored */
+  const char* outputs_attr;        /* NULL unless num_outputs is -1 */
+  int32_t num_attrs;               /* attributes: cohort_op_describe_attr(op, 0..num_attrs-1) */
+} cohort_op_info;
+
+/* Describes operator `op` (a name from cohort_op_list) into *info_out. Fields a later version
+ * appends are written only when info_out->size covers them; nothing is written on failure.
+ * Returns OK; INVALID_ARGUMENT (op or info_out NULL, info_out->size smaller than this
+ * version's struct); NOT_FOUND naming op when no public operator has that name (operators used
+ * only inside backward passes are not described). */
+COHORT_API cohort_status cohort_op_describe(const char* op, cohort_op_info* info_out);
+
+typedef struct cohort_op_attr_info {
+  size_t size;                  /* sizeof(cohort_op_attr_info), set by the caller */
+  const char* name;
+  cohort_attr_type type;
+  int32_t required;             /* nonzero: add_op fails without it; the default fields are then
+                                   0 / NULL */
+  /* The value add_op uses when the attribute is not given, in the field of its type: */
+  int64_t default_int;          /* INT */
+  double default_float;         /* FLOAT */
+  const char* default_string;   /* STRING */
+  const int64_t* default_ints;  /* INTS: default_count values (NULL when 0) */
+  const double* default_floats; /* FLOATS: default_count values (NULL when 0) */
+  int32_t default_count;
+} cohort_op_attr_info;
+
+/* Describes attribute `index` (0..num_attrs-1 of cohort_op_describe) of operator `op` into
+ * *attr_out, under the same rules as cohort_op_describe; INVALID_ARGUMENT also for an index
+ * outside that range (the message gives the range). */
+COHORT_API cohort_status cohort_op_describe_attr(const char* op, int32_t index, cohort_op_attr_info* attr_out);
 
 /* ---- optimizers --------------------------------------------------------------------------- */
 
@@ -281,12 +340,15 @@ COHORT_API cohort_status cohort_trainer_step(cohort_trainer* trainer, const coho
 
 /* Forward only, evaluation mode (dropout off), no update. Binds `inputs` like step (dimension 0
  * may differ from the declared batch), and writes each requested output (by name: a marked
- * output or the loss) into the caller's buffer in `outputs`, whose shape must match. */
+ * output or the loss) into the caller's buffer in `outputs`, whose shape must match and whose
+ * dtype must be the output's (f32 and bf16 convert to each other): SHAPE_MISMATCH otherwise,
+ * before anything runs. */
 COHORT_API cohort_status cohort_trainer_evaluate(cohort_trainer* trainer, const cohort_tensor_ref* inputs,
                                                  int32_t num_inputs, cohort_tensor_ref* outputs,
                                                  int32_t num_outputs);
 
-/* Copies a parameter's current values out / in (by name; f32 buffers convert to/from bf16).
+/* Copies a parameter's current values out / in (by name; f32 buffers convert to/from bf16; a
+ * buffer of another shape or dtype is SHAPE_MISMATCH, nothing copied).
  * Under ZeRO stage 3 these and evaluate first make the parameters whole (below). */
 COHORT_API cohort_status cohort_trainer_get_parameter(cohort_trainer* trainer, cohort_tensor_ref* parameter);
 COHORT_API cohort_status cohort_trainer_set_parameter(cohort_trainer* trainer, const cohort_tensor_ref* parameter);
