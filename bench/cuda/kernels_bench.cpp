@@ -20,8 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "core/base/log.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_cudnn.h"
+#include "kernels/cuda/cudnn_api.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/norm.h"
@@ -290,14 +292,21 @@ void attention_row(const char* impl, DType t, const kc::AttentionDims& d, void* 
   // Useful flops as FlashAttention counts them: the forward's two products are 4 B H T^2 D, half
   // of it under a causal mask; the backward's five are 2.5x the forward.
   const double fwd_flops = (d.causal ? 2.0 : 4.0) * d.B * d.H * d.T * d.T * d.D;
-  std::printf("attention fwd %-4s %-6s %-26s %8.3f ms  %7.1f TFLOP/s\n", kc::dtype_name(t), impl, shape,
-              fms, fwd_flops / (fms * 1e-3) / 1e12);
-  std::printf("attention bwd %-4s %-6s %-26s %8.3f ms  %7.1f TFLOP/s\n", kc::dtype_name(t), impl, shape,
-              bms, 2.5 * fwd_flops / (bms * 1e-3) / 1e12);
+  const char* row = "attention %s %-4s %-6s %-26s %8.3f ms  %7.1f TFLOP/s\n";
+  std::printf(row, "fwd", kc::dtype_name(t), impl, shape, fms, fwd_flops / (fms * 1e-3) / 1e12);
+  const double bwd_flops = 2.5 * fwd_flops;
+  std::printf(row, "bwd", kc::dtype_name(t), impl, shape, bms, bwd_flops / (bms * 1e-3) / 1e12);
 }
 }  // namespace
 
 void bench_attention() {
+  cohort::set_log_level(cohort::LogLevel::kInfo);  // each cuDNN plan's engine and build time
+  std::string why;
+  const kc::cudnn::Api* api = kc::cudnn::api_or_null(&why);
+  if (api)
+    std::printf("attention: cuDNN %zu (libcudnn.so.9)\n", api->version);
+  else
+    std::printf("attention: no cuDNN (%s)\n", why.c_str());
   for (const int64_t T : {1024, 2048, 4096}) {
     kc::AttentionDims d;
     d.B = 8192 / T;  // 8192 tokens, as GPT-2 small's B8 T1024
@@ -317,7 +326,7 @@ void bench_attention() {
       attention_row("cohort", t, d, qkv, dout, out[0], lse, dqkv[0]);
       if (t == DType::kBF16) {
         attention_row("cudnn", t, d, qkv, dout, out[1], lse, dqkv[1]);
-        std::printf("attention check bf16 cudnn vs cohort T%lld: out rel_l2 %.2e, dqkv rel_l2 %.2e\n",
+        std::printf("attention check bf16 cudnn vs cohort T%lld: out rel_l2 %.2e, dqkv %.2e\n",
                     (long long)T, rel_l2(out[1], out[0], d.B * d.T * C, t),
                     rel_l2(dqkv[1], dqkv[0], d.B * d.T * 3 * C, t));
       }
@@ -327,4 +336,5 @@ void bench_attention() {
     }
   }
   kc::attention_cudnn_set_mode(kc::CudnnAttention::kEnvironment);
+  cohort::set_log_level(cohort::LogLevel::kWarn);
 }

@@ -18,7 +18,9 @@
 #include <string>
 
 #include "core/base/error.h"
+#include "core/base/log.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/cudnn_api.h"
 #include "tests/gpu/harness.h"
 #include "tests/gpu/reference.h"
 
@@ -208,8 +210,16 @@ void declined_case(Env& env) {
 
 void test_attention_cudnn(Env& env) {
   struct Restore {
-    ~Restore() { kc::attention_cudnn_set_mode(kc::CudnnAttention::kOff); }  // the driver's default
+    ~Restore() {
+      kc::attention_cudnn_set_mode(kc::CudnnAttention::kOff);  // the driver's default
+      set_log_level(LogLevel::kWarn);
+    }
   } restore;
+  set_log_level(LogLevel::kInfo);  // cuDNN's version and each plan's engine and build time
+  std::string why;
+  const kc::cudnn::Api* api = kc::cudnn::api_or_null(&why);
+  std::printf("       cuDNN: %s\n",
+              api ? str_cat(api->version, " (libcudnn.so.9)").c_str() : why.c_str());
   const Case cases[] = {
       {2, 77, 3, 64, true, true},     // T not a multiple of any tile
       {1, 130, 2, 128, true, true},   // D 128
