@@ -326,7 +326,7 @@ const cd::Api* usable(State& st, DType type, const AttentionDims& d, bool backwa
 // Runs `plan` on `stream`, with a stream-ordered workspace when the plan asks for one.
 void run(State& st, const cd::Api& api, cd::Handle handle, int device, const cd::Plan& plan,
          const int64_t* uids, void* const* pointers, int count, cudaStream_t stream,
-         const char* what) {
+         const std::string& what) {
   COHORT_CUDNN_CHECK(api.set_stream(handle, stream));
   void* workspace = nullptr;
   DeviceAllocator* alloc = nullptr;
@@ -337,7 +337,7 @@ void run(State& st, const cd::Api& api, cd::Handle handle, int device, const cd:
     workspace = alloc->allocate(static_cast<size_t>(plan.workspace_bytes()), stream);
   }
   try {
-    plan.execute(handle, uids, pointers, count, workspace, what);
+    plan.execute(handle, uids, pointers, count, workspace, what.c_str());
   } catch (...) {
     if (workspace) alloc->free(workspace);
     throw;
@@ -404,7 +404,7 @@ bool attention_cudnn_forward(DType type, const AttentionDims& d, const void* qkv
                         &scale,
                         &neg_inf};
   run(st, *api, handle, device, *plan, uids, ptrs, d.causal ? 7 : 6, stream,
-      "cuda attention_forward (cuDNN SDPA)");
+      "cuda attention_forward through cuDNN, " + describe_key(key));
   ++st.stats.forward_calls;
   return true;
 }
@@ -445,7 +445,7 @@ bool attention_cudnn_backward(DType type, const AttentionDims& d, const void* qk
                         &one,
                         &neg_inf};
   run(st, *api, handle, device, *plan, uids, ptrs, d.causal ? 14 : 13, stream,
-      "cuda attention_backward (cuDNN SDPA)");
+      "cuda attention_backward through cuDNN, " + describe_key(key));
   ++st.stats.backward_calls;
   return true;
 }
