@@ -10,6 +10,7 @@
 #include "core/base/error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_cudnn.h"
 
 namespace cohort::kernels::cuda {
 
@@ -84,6 +85,7 @@ void attention_forward(DType type, const AttentionDims& d, const void* qkv, void
   COHORT_CHECK(attention_supports_head_size(d.D), Status::kUnsupported,
                "cuda attention_forward: head size D = ", d.D, " (supported: 16, 32, 64, 128)");
   if (d.B == 0 || d.T == 0) return;
+  if (attention_cudnn_forward(type, d, qkv, out, lse, stream)) return;  // bf16 where cuDNN takes it
   detail::AttnShape s{static_cast<int>(d.T),
                       static_cast<int>(d.H),
                       static_cast<int>(d.D),

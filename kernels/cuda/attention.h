@@ -23,7 +23,8 @@ bool attention_supports_head_size(int64_t D);
 void attention_forward(DType type, const AttentionDims& d, const void* qkv, void* out, float* lse,
                        cudaStream_t stream);
 
-// Floats of workspace attention_backward needs (delta = rowsum(dO * O), [B, H, T]).
+// Floats of workspace attention_backward needs (delta = rowsum(dO * O), [B, H, T]; more when bf16
+// may run through cuDNN: attention_cudnn_backward_workspace).
 int64_t attention_backward_workspace(const AttentionDims& d);
 
 // dqkv [B, T, 3C] (overwritten) from the forward's qkv, out and lse and dout [B, T, C], as

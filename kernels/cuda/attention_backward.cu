@@ -8,9 +8,12 @@
 //                                                      queries streamed through shared memory)
 // Every output element has one writer, so the result is deterministic. Scores are computed
 // twice (once per side) — the price of no atomics; tensor-core tiles are the next step.
+#include <algorithm>
+
 #include "core/base/error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_cudnn.h"
 
 namespace cohort::kernels::cuda {
 
@@ -153,7 +156,9 @@ void launch_backward(const AttentionDims& d, const AttnShape& s, const void* qkv
 }
 }  // namespace
 
-int64_t attention_backward_workspace(const AttentionDims& d) { return d.B * d.H * d.T; }
+int64_t attention_backward_workspace(const AttentionDims& d) {
+  return std::max(d.B * d.H * d.T, attention_cudnn_backward_workspace(d));  // cuDNN's when it may run
+}
 
 void attention_backward(DType type, const AttentionDims& d, const void* qkv, const void* out,
                         const float* lse, const void* dout, void* dqkv, float* workspace,
@@ -166,6 +171,7 @@ void attention_backward(DType type, const AttentionDims& d, const void* qkv, con
   COHORT_CHECK(workspace != nullptr, Status::kInvalidArgument,
                "cuda attention_backward: null workspace");
   if (d.B == 0 || d.T == 0) return;
+  if (attention_cudnn_backward(type, d, qkv, out, lse, dout, dqkv, workspace, stream)) return;
   const AttnShape s{static_cast<int>(d.T),
                     static_cast<int>(d.H),
                     static_cast<int>(d.D),

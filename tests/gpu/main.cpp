@@ -9,6 +9,7 @@
 #include <exception>
 
 #include "core/base/error.h"
+#include "kernels/cuda/attention_cudnn.h"
 #include "tests/gpu/harness.h"
 
 #ifdef COHORT_GPU_TEST_WITH_CPU
@@ -29,6 +30,7 @@ const Test kTests[] = {
     {"gemm", test_gemm},           {"elementwise", test_elementwise},
     {"layernorm", test_layernorm}, {"cross_entropy", test_cross_entropy},
     {"adamw", test_adamw},         {"attention", test_attention},
+    {"attention_cudnn", test_attention_cudnn},
     {"embedding", test_embedding}, {"sum_rows", test_sum_rows},
 };
 }  // namespace
@@ -50,6 +52,9 @@ int main(int argc, char** argv) {
   const auto info = cohort::kernels::cuda::device_info(0);
   std::printf("device 0: %s, sm_%d%d, %d SMs, %.1f GiB\n", info.name.c_str(), info.major,
               info.minor, info.multiprocessors, info.total_memory / double(1 << 30));
+  // bf16 attention would go through cuDNN by default; test_attention checks cohort's own kernels
+  // and test_attention_cudnn switches cuDNN on for itself.
+  cohort::kernels::cuda::attention_cudnn_set_mode(cohort::kernels::cuda::CudnnAttention::kOff);
   cohort::kernels::cuda::DeviceAllocator alloc;
   Env env;
   env.ctx.seed = seed;
