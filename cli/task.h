@@ -43,6 +43,11 @@ class Task {
   // Makes the parameters whole on this rank (a collective under ZeRO 3: every rank calls it at
   // the same points, before rank 0 evaluates).
   void gather_parameters();
+  // Collective (every rank calls it at the same point): "" when every rank's `problem` is empty,
+  // else the problem of the highest rank that has one, prefixed "rank R: " in a world above one.
+  // Ranks agree on a failure before training, as one that left alone would keep its peers
+  // waiting in their first collective until the timeout.
+  std::string agree_on_problem(const std::string& problem);
   int rank() const { return rank_; }
   int world() const { return world_; }
   cohort_sampler* sampler() { return train_sampler_; }

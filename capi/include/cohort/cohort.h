@@ -577,7 +577,9 @@ COHORT_API cohort_comm_options cohort_comm_options_default(void);
 
 /* Joins the job this process was started in — by cohort-run, torchrun (RANK, WORLD_SIZE,
  * MASTER_ADDR, MASTER_PORT), mpirun or srun; with none of their variables, a world of one.
- * Collective: every rank of the job calls it. options may be NULL. */
+ * Rank 0's store listens on COHORT_MASTER_PORT, else MASTER_PORT + 1 (MASTER_PORT is PyTorch's),
+ * else 29501; the job token is COHORT_JOB_TOKEN, else derived from the launcher's job id
+ * (README.md, "Launching"). Collective: every rank of the job calls it. options may be NULL. */
 COHORT_API cohort_status cohort_comm_create_from_env(const cohort_comm_options* options, cohort_comm** comm_out);
 /* Destroys a communicator; waits (bounded by its timeout) for operations still in flight. */
 COHORT_API cohort_status cohort_comm_destroy(cohort_comm* comm);
