@@ -1,7 +1,7 @@
 // CUDA kernels of layernorm, cross_entropy, softmax / log_softmax, attention and embedding (and
-// their gradients), over
-// the fused kernels of kernels/cuda. Nothing here waits for the device: labels and ids are
-// checked on it and reported at the end of the run with the CPU's error; the loss and the
+// their gradients), over the fused kernels of kernels/cuda, in f32 and bf16 (parameters and
+// their gradients in the parameters' type). Nothing here waits for the device: labels and ids
+// are checked on it and reported at the end of the run with the CPU's error; the loss and the
 // gradient's scale are computed there too.
 #include <cmath>
 #include <limits>
@@ -15,7 +15,6 @@
 #include "kernels/cuda/index_check.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/softmax.h"
-#include "kernels/cuda/elementwise.h"
 
 namespace cohort::cuda_ops {
 
@@ -44,20 +43,16 @@ void register_layernorm(OpRegistry& r) {
                            k.outputs[0].raw(), k.outputs[1].data<float>(), k.outputs[2].data<float>(), rows_of(x),
                            x.shape().back(), static_cast<float>(k.attrs.get_float("eps")), compute_stream());
   });
-  // (x, gamma, mean, rstd, dy[, dx_add]) -> dx (+ dx_add), dgamma, dbeta
+  // (x, gamma, mean, rstd, dy[, dx_add]) -> dx (+ dx_add), dgamma, dbeta: the parameter
+  // gradients in the parameters' type, dx_add added before dx is rounded (as on the CPU).
   r.set_kernel("layernorm_grad", Device::kCuda, [](KernelContext& k) {
     const Tensor& x = k.inputs[0];
-    const kcu::DType type = storage_type(x, "layernorm_grad");
-    expect_f32(k.inputs[1], "layernorm_grad", "gamma");
     const int64_t rows = rows_of(x), C = x.shape().back();
     CudaScratch ws(static_cast<size_t>(kcu::layernorm_backward_workspace(rows, C)) * sizeof(float));
-    Tensor& dx = k.outputs[0];
-    kcu::layernorm_backward(type, x.raw(), k.inputs[1].raw(), k.inputs[2].data<float>(), k.inputs[3].data<float>(),
-                            k.inputs[4].raw(), dx.raw(), k.outputs[1].data<float>(), k.outputs[2].data<float>(),
-                            ws.as<float>(), rows, C, compute_stream());
-    if (k.inputs.size() > 5)
-      kcu::binary(kcu::BinaryOp::kAdd, type, dx.raw(), dx.numel(), k.inputs[5].raw(), dx.numel(), dx.raw(),
-                  compute_stream());
+    kcu::layernorm_backward(storage_type(x, "layernorm_grad"), x.raw(), k.inputs[1].raw(), k.inputs[2].data<float>(),
+                            k.inputs[3].data<float>(), k.inputs[4].raw(),
+                            k.inputs.size() > 5 ? k.inputs[5].raw() : nullptr, k.outputs[0].raw(),
+                            k.outputs[1].raw(), k.outputs[2].raw(), ws.as<float>(), rows, C, compute_stream());
   });
 }
 
@@ -142,13 +137,14 @@ void register_embedding(OpRegistry& r) {
     kcu::embedding_forward(storage_type(w, "embedding"), w.raw(), ids.data<int32_t>(), k.outputs[0].raw(),
                            ids.numel(), w.dim(0), w.dim(1), compute_stream());
   });
-  r.set_kernel("embedding_grad", Device::kCuda, [](KernelContext& k) {  // (ids, dy) -> dweight [V, C]
+  // (ids, dy) -> dweight [V, C] in dy's type: deterministic (kernels/cuda/embedding.h).
+  r.set_kernel("embedding_grad", Device::kCuda, [](KernelContext& k) {
     const Tensor &ids = k.inputs[0], &dy = k.inputs[1];
     Tensor& dw = k.outputs[0];
-    expect_f32(dw, "embedding_grad", "weight gradient");
-    kcu::fill(kcu::DType::kF32, dw.raw(), 0.0f, dw.numel(), compute_stream());
-    kcu::embedding_backward(storage_type(dy, "embedding_grad"), ids.data<int32_t>(), dy.raw(), dw.data<float>(),
-                            ids.numel(), dw.dim(0), dw.dim(1), compute_stream());
+    const size_t bytes = kcu::embedding_backward_workspace(ids.numel(), dw.dim(0));
+    CudaScratch ws(bytes);
+    kcu::embedding_backward(storage_type(dy, "embedding_grad"), ids.data<int32_t>(), dy.raw(), dw.raw(), ids.numel(),
+                            dw.dim(0), dw.dim(1), ws.as<void>(), bytes, compute_stream());
   });
 }
 
