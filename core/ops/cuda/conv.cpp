@@ -237,17 +237,17 @@ void conv2d_grad_bias_kernel(KernelContext& k) {
 }  // namespace
 
 void register_conv(OpRegistry& r) {
-  r.set_kernel("conv2d", Device::kCuda, conv2d_kernel);
-  r.set_kernel("conv2d_grad_input", Device::kCuda, conv2d_grad_input_kernel);
-  r.set_kernel("conv2d_grad_weight", Device::kCuda, conv2d_grad_weight_kernel);
-  r.set_kernel("conv2d_grad_bias", Device::kCuda, conv2d_grad_bias_kernel);
+  set_cuda_kernel(r, "conv2d", "TTT>T", conv2d_kernel);
+  set_cuda_kernel(r, "conv2d_grad_input", "TT>T", conv2d_grad_input_kernel);
+  set_cuda_kernel(r, "conv2d_grad_weight", "TT>T", conv2d_grad_weight_kernel);
+  set_cuda_kernel(r, "conv2d_grad_bias", "T>T", conv2d_grad_bias_kernel);
 
-  r.set_kernel("max_pool2d", Device::kCuda, [](KernelContext& k) {  // x -> y, argmax (i32)
+  set_cuda_kernel(r, "max_pool2d", "T>TI", [](KernelContext& k) {  // x -> y, argmax (i32)
     const Tensor& x = k.inputs[0];
     kcu::max_pool2d(pool_geometry(x.shape(), k.attrs), storage_type(x, "max_pool2d"), x.raw(), k.outputs[0].raw(),
                     k.outputs[1].data<int32_t>(), compute_stream());
   });
-  r.set_kernel("max_pool2d_grad", Device::kCuda, [](KernelContext& k) {  // (dy, argmax) -> dx
+  set_cuda_kernel(r, "max_pool2d_grad", "TI>T", [](KernelContext& k) {  // (dy, argmax) -> dx
     const Tensor& dy = k.inputs[0];
     COHORT_CHECK(k.inputs[1].dtype() == DType::kI32, Status::kUnsupported,
                  "max_pool2d_grad on cuda: argmax of dtype ", dtype_name(k.inputs[1].dtype()), " (i32 only)");
@@ -255,12 +255,12 @@ void register_conv(OpRegistry& r) {
                          storage_type(dy, "max_pool2d_grad"), dy.raw(), k.inputs[1].data<int32_t>(),
                          k.outputs[0].raw(), compute_stream());
   });
-  r.set_kernel("avg_pool2d", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "avg_pool2d", "T>T", [](KernelContext& k) {
     const Tensor& x = k.inputs[0];
     kcu::avg_pool2d(pool_geometry(x.shape(), k.attrs), storage_type(x, "avg_pool2d"), x.raw(), k.outputs[0].raw(),
                     compute_stream());
   });
-  r.set_kernel("avg_pool2d_grad", Device::kCuda, [](KernelContext& k) {  // dy -> dx
+  set_cuda_kernel(r, "avg_pool2d_grad", "T>T", [](KernelContext& k) {  // dy -> dx
     const Tensor& dy = k.inputs[0];
     kcu::avg_pool2d_grad(pool_geometry(k.attrs.get_ints("input_shape"), k.attrs),
                          storage_type(dy, "avg_pool2d_grad"), dy.raw(), k.outputs[0].raw(), compute_stream());

@@ -92,17 +92,17 @@ void linear_into(kcu::DType type, const void* x, const Tensor& w, const Tensor* 
 }  // namespace
 
 void register_matmul(OpRegistry& r) {
-  r.set_kernel("matmul", Device::kCuda, matmul_kernel);
-  r.set_kernel("matmul_sum_batch", Device::kCuda, matmul_sum_batch_kernel);
+  set_cuda_kernel(r, "matmul", "TT>T", matmul_kernel);
+  set_cuda_kernel(r, "matmul_sum_batch", "TT>T", matmul_sum_batch_kernel);
 
-  r.set_kernel("linear", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "linear", "TTT>T", [](KernelContext& k) {
     const Tensor& x = k.inputs[0];
     linear_into(storage_type(x, "linear"), x.raw(), k.inputs[1], k.inputs.size() > 2 ? &k.inputs[2] : nullptr,
                 k.outputs[0].raw(), rows_of(x));
   });
 
   // (x, W[, b]) -> y = gelu(x) W^T + b, a = gelu(x), g = gelu'(x).
-  r.set_kernel("gelu_linear", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "gelu_linear", "TTT>TTT", [](KernelContext& k) {
     const Tensor& x = k.inputs[0];
     const kcu::DType type = storage_type(x, "gelu_linear");
     void *a = k.outputs[1].raw(), *g = k.outputs[2].raw();
@@ -112,7 +112,7 @@ void register_matmul(OpRegistry& r) {
   });
 
   // (a [..., K], b [K, N], m [..., N]) -> (a b) * m.
-  r.set_kernel("matmul_mul", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "matmul_mul", "TTT>T", [](KernelContext& k) {
     const Tensor &a = k.inputs[0], &b = k.inputs[1], &c = k.outputs[0];
     const kcu::DType type = storage_type(a, "matmul_mul");
     const int64_t K = a.shape().back(), N = b.dim(1), M = rows_of(a);

@@ -37,7 +37,7 @@ void check_labels_later(const Tensor& labels, int64_t V, int64_t ignore) {
 }
 
 void register_layernorm(OpRegistry& r) {
-  r.set_kernel("layernorm", Device::kCuda, [](KernelContext& k) {  // (x, gamma, beta) -> y, mean, rstd
+  set_cuda_kernel(r, "layernorm", "TTT>TFF", [](KernelContext& k) {  // (x, gamma, beta) -> y, mean, rstd
     const Tensor& x = k.inputs[0];
     kcu::layernorm_forward(storage_type(x, "layernorm"), x.raw(), k.inputs[1].raw(), k.inputs[2].raw(),
                            k.outputs[0].raw(), k.outputs[1].data<float>(), k.outputs[2].data<float>(), rows_of(x),
@@ -45,7 +45,7 @@ void register_layernorm(OpRegistry& r) {
   });
   // (x, gamma, mean, rstd, dy[, dx_add]) -> dx (+ dx_add), dgamma, dbeta: the parameter
   // gradients in the parameters' type, dx_add added before dx is rounded (as on the CPU).
-  r.set_kernel("layernorm_grad", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "layernorm_grad", "TTFFTT>TTT", [](KernelContext& k) {
     const Tensor& x = k.inputs[0];
     const int64_t rows = rows_of(x), C = x.shape().back();
     CudaScratch ws(static_cast<size_t>(kcu::layernorm_backward_workspace(rows, C)) * sizeof(float));
@@ -58,7 +58,7 @@ void register_layernorm(OpRegistry& r) {
 
 void register_cross_entropy(OpRegistry& r) {
   // (logits, labels) -> loss [], lse [rows]
-  r.set_kernel("cross_entropy", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "cross_entropy", "TI>TF", [](KernelContext& k) {
     const Tensor &x = k.inputs[0], &labels = k.inputs[1];
     const int64_t V = x.shape().back(), N = rows_of(x);
     const int64_t ignore = k.attrs.get_int("ignore_index");
@@ -72,7 +72,7 @@ void register_cross_entropy(OpRegistry& r) {
                             k.outputs[0].raw(), compute_stream());
   });
   // (logits, labels, lse, dloss) -> dlogits
-  r.set_kernel("cross_entropy_grad", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "cross_entropy_grad", "TIFT>T", [](KernelContext& k) {
     const Tensor &x = k.inputs[0], &labels = k.inputs[1];
     const int64_t V = x.shape().back(), N = rows_of(x);
     const int64_t ignore = k.attrs.get_int("ignore_index");
@@ -99,13 +99,13 @@ void register_softmax(OpRegistry& r) {
   };
   for (const bool log : {false, true}) {
     const std::string name = log ? "log_softmax" : "softmax", grad = name + "_grad";
-    r.set_kernel(name, Device::kCuda, [name, log, split](KernelContext& k) {  // x -> y
+    set_cuda_kernel(r, name, "T>T", [name, log, split](KernelContext& k) {  // x -> y
       const Tensor& x = k.inputs[0];
       const Split p = split(x, k.attrs);
       kcu::softmax_forward(storage_type(x, name.c_str()), x.raw(), k.outputs[0].raw(), p.outer, p.n, p.inner, log,
                            compute_stream());
     });
-    r.set_kernel(grad, Device::kCuda, [grad, log, split](KernelContext& k) {  // (y, dy) -> dx
+    set_cuda_kernel(r, grad, "TT>T", [grad, log, split](KernelContext& k) {  // (y, dy) -> dx
       const Tensor& y = k.inputs[0];
       const Split p = split(y, k.attrs);
       kcu::softmax_backward(storage_type(y, grad.c_str()), y.raw(), k.inputs[1].raw(), k.outputs[0].raw(), p.outer,
@@ -115,12 +115,12 @@ void register_softmax(OpRegistry& r) {
 }
 
 void register_attention(OpRegistry& r) {
-  r.set_kernel("attention", Device::kCuda, [](KernelContext& k) {  // qkv -> out, lse
+  set_cuda_kernel(r, "attention", "T>TF", [](KernelContext& k) {  // qkv -> out, lse
     const Tensor& qkv = k.inputs[0];
     kcu::attention_forward(storage_type(qkv, "attention"), attention_dims(k.attrs, qkv.shape()), qkv.raw(),
                            k.outputs[0].raw(), k.outputs[1].data<float>(), compute_stream());
   });
-  r.set_kernel("attention_grad", Device::kCuda, [](KernelContext& k) {  // (qkv, out, lse, dout) -> dqkv
+  set_cuda_kernel(r, "attention_grad", "TTFT>T", [](KernelContext& k) {  // (qkv, out, lse, dout) -> dqkv
     const Tensor& qkv = k.inputs[0];
     const kcu::AttentionDims d = attention_dims(k.attrs, qkv.shape());
     CudaScratch ws(static_cast<size_t>(kcu::attention_backward_workspace(d)) * sizeof(float));
@@ -131,14 +131,14 @@ void register_attention(OpRegistry& r) {
 }
 
 void register_embedding(OpRegistry& r) {
-  r.set_kernel("embedding", Device::kCuda, [](KernelContext& k) {  // (weight [V, C], ids) -> out
+  set_cuda_kernel(r, "embedding", "TI>T", [](KernelContext& k) {  // (weight [V, C], ids) -> out
     const Tensor &w = k.inputs[0], &ids = k.inputs[1];
     check_ids_later(ids, w.dim(0));
     kcu::embedding_forward(storage_type(w, "embedding"), w.raw(), ids.data<int32_t>(), k.outputs[0].raw(),
                            ids.numel(), w.dim(0), w.dim(1), compute_stream());
   });
   // (ids, dy) -> dweight [V, C] in dy's type: deterministic (kernels/cuda/embedding.h).
-  r.set_kernel("embedding_grad", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "embedding_grad", "IT>T", [](KernelContext& k) {
     const Tensor &ids = k.inputs[0], &dy = k.inputs[1];
     Tensor& dw = k.outputs[0];
     const size_t bytes = kcu::embedding_backward_workspace(ids.numel(), dw.dim(0));

@@ -23,7 +23,7 @@ kcu::DType common_type(const std::vector<const Tensor*>& ts, const char* op) {
 }
 
 void register_rmsnorm(OpRegistry& r) {
-  r.set_kernel("rmsnorm", Device::kCuda, [](KernelContext& k) {  // (x, gamma) -> y, rstd
+  set_cuda_kernel(r, "rmsnorm", "TT>TF", [](KernelContext& k) {  // (x, gamma) -> y, rstd
     const Tensor &x = k.inputs[0], &gamma = k.inputs[1];
     const kcu::DType type = common_type({&x, &gamma, &k.outputs[0]}, "rmsnorm");
     expect_f32(k.outputs[1], "rmsnorm", "rstd");
@@ -31,7 +31,7 @@ void register_rmsnorm(OpRegistry& r) {
                          x.shape().back(), eps_attr(k.attrs), compute_stream());
   });
   // (x, gamma, rstd, dy[, dx_add]) -> dx (+ dx_add), dgamma
-  r.set_kernel("rmsnorm_grad", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "rmsnorm_grad", "TTFTT>TT", [](KernelContext& k) {
     const Tensor &x = k.inputs[0], &gamma = k.inputs[1], &rstd = k.inputs[2], &dy = k.inputs[3];
     const Tensor* dx_add = k.inputs.size() > 4 ? &k.inputs[4] : nullptr;
     Tensor &dx = k.outputs[0], &dgamma = k.outputs[1];
@@ -47,7 +47,7 @@ void register_rmsnorm(OpRegistry& r) {
 }
 
 void register_groupnorm(OpRegistry& r) {
-  r.set_kernel("groupnorm", Device::kCuda, [](KernelContext& k) {  // (x, gamma, beta) -> y, mean, rstd
+  set_cuda_kernel(r, "groupnorm", "TTT>TFF", [](KernelContext& k) {  // (x, gamma, beta) -> y, mean, rstd
     const Tensor& x = k.inputs[0];
     const kcu::DType type = common_type({&x, &k.inputs[1], &k.inputs[2], &k.outputs[0]}, "groupnorm");
     expect_f32(k.outputs[1], "groupnorm", "mean");
@@ -57,7 +57,7 @@ void register_groupnorm(OpRegistry& r) {
                            x.dim(2) * x.dim(3), k.attrs.get_int("groups"), eps_attr(k.attrs), compute_stream());
   });
   // (x, gamma, mean, rstd, dy) -> dx, dgamma, dbeta
-  r.set_kernel("groupnorm_grad", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "groupnorm_grad", "TTFFT>TTT", [](KernelContext& k) {
     const Tensor &x = k.inputs[0], &gamma = k.inputs[1], &dy = k.inputs[4];
     const kcu::DType type =
         common_type({&x, &gamma, &dy, &k.outputs[0], &k.outputs[1], &k.outputs[2]}, "groupnorm_grad");
