@@ -1,5 +1,6 @@
 // CUDA kernels of the matrix products, through cuBLAS (kernels/cuda/gemm.h): matmul (one
-// operand shared by the batch, or equal batches), matmul_sum_batch, linear, gelu_linear and
+// operand shared by the batch or equal batches in one batched call; other broadcasts one product
+// per output batch entry), matmul_sum_batch, linear, gelu_linear and
 // matmul_mul. fp32 products use TF32 tensor cores only when the Blas allows it.
 #include "core/base/error.h"
 #include "core/device/cuda_context.h"
@@ -33,6 +34,21 @@ Operands operands(const KernelContext& k) {
   return o;
 }
 
+// The entry of batch shape `s` (broadcast against `out`, aligned at the last dim) that output
+// batch entry `i` reads.
+int64_t broadcast_index(int64_t i, const Shape& s, const Shape& out) {
+  int64_t index = 0, stride = 1;
+  for (size_t k = 0; k < out.size(); ++k) {
+    const int64_t extent = out[out.size() - 1 - k], at = i % extent;
+    i /= extent;
+    if (k >= s.size()) continue;
+    const int64_t own = s[s.size() - 1 - k];
+    if (own != 1) index += at * stride;
+    stride *= own;
+  }
+  return index;
+}
+
 void matmul_kernel(KernelContext& k) {
   const Tensor &a = k.inputs[0], &b = k.inputs[1], &c = k.outputs[0];
   const kcu::DType type = storage_type(a, "matmul");
@@ -49,11 +65,22 @@ void matmul_kernel(KernelContext& k) {
     return;
   }
   const bool a_full = o.batch_a == batch_c, b_full = o.batch_b == batch_c;
-  COHORT_CHECK((a_full || o.batch_a == 1) && (b_full || o.batch_b == 1), Status::kUnsupported,
-               "matmul on cuda: batch dims of ", shape_str(a.shape()), " and ", shape_str(b.shape()),
-               " broadcast partially (only equal batches or one operand shared)");
-  blas.gemm_batched(type, o.ta, o.tb, batch_c, o.M, o.N, o.K, 1.0f, a.raw(), o.lda, a_full ? o.M * o.K : 0, b.raw(),
-                    o.ldb, b_full ? o.K * o.N : 0, 0.0f, c.raw(), o.N, o.M * o.N);
+  if ((a_full || o.batch_a == 1) && (b_full || o.batch_b == 1)) {
+    blas.gemm_batched(type, o.ta, o.tb, batch_c, o.M, o.N, o.K, 1.0f, a.raw(), o.lda, a_full ? o.M * o.K : 0,
+                      b.raw(), o.ldb, b_full ? o.K * o.N : 0, 0.0f, c.raw(), o.N, o.M * o.N);
+    return;
+  }
+  // Batch dims broadcast partially (a [2, 1, ...] with b [1, 3, ...]): one product per output
+  // batch entry, each operand's entry found as NumPy broadcasting finds it.
+  const Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2),
+      cb(c.shape().begin(), c.shape().end() - 2);
+  const size_t esize = dtype_size(a.dtype());
+  for (int64_t i = 0; i < batch_c; ++i) {
+    const int64_t ia = broadcast_index(i, ab, cb), ib = broadcast_index(i, bb, cb);
+    blas.gemm(type, o.ta, o.tb, o.M, o.N, o.K, 1.0f, static_cast<const char*>(a.raw()) + ia * o.M * o.K * esize,
+              o.lda, static_cast<const char*>(b.raw()) + ib * o.K * o.N * esize, o.ldb, 0.0f,
+              static_cast<char*>(c.raw()) + i * o.M * o.N * esize, o.N);
+  }
 }
 
 // c = sum over the batch of op(a_i) op(b_i).
