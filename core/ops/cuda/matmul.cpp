@@ -104,16 +104,15 @@ void matmul_sum_batch_kernel(KernelContext& k) {
               static_cast<const char*>(b.raw()) + i * o.K * o.N * esize, o.ldb, i == 0 ? 0.0f : 1.0f, c.raw(), o.N);
 }
 
-// y[M, N] = x[M, K] W[N, K]^T (+ bias[N]).
+// y[M, N] = x[M, K] W[N, K]^T (+ bias[N]). With a bias, y starts as the bias in every row and
+// the product is added to it (beta = 1): y is rounded once, as the CPU rounds its fp32 result
+// (a separate add would round a bf16 y twice), for the same passes over y.
 void linear_into(kcu::DType type, const void* x, const Tensor& w, const Tensor* bias, void* y, int64_t M) {
   const int64_t N = w.dim(0), K = w.dim(1);
   if (M * N == 0) return;
-  if (K == 0) {
-    kcu::fill(type, y, 0.0f, M * N, compute_stream());
-  } else {
-    cuda_context().blas.gemm(type, false, true, M, N, K, 1.0f, x, K, w.raw(), K, 0.0f, y, N);
-  }
-  if (bias) kcu::binary(kcu::BinaryOp::kAdd, type, y, M * N, bias->raw(), N, y, compute_stream());
+  if (bias) kcu::broadcast_to(type, bias->raw(), {N}, y, {M, N}, compute_stream());
+  else if (K == 0) kcu::fill(type, y, 0.0f, M * N, compute_stream());
+  if (K > 0) cuda_context().blas.gemm(type, false, true, M, N, K, 1.0f, x, K, w.raw(), K, bias ? 1.0f : 0.0f, y, N);
 }
 
 }  // namespace
