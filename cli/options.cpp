@@ -73,6 +73,7 @@ const std::map<std::string, Setter>& setters() {
       {"--resume", string_field(&Options::resume)},
       {"--threads", int_field(&Options::threads)},
       {"--device", string_field(&Options::device)},
+      {"--dtype", string_field(&Options::dtype)},
       {"--parallel", string_field(&Options::parallel)},
       {"--tau", int_field(&Options::tau)},
       {"--zero", int_field(&Options::zero)},
@@ -109,7 +110,7 @@ const char* usage_text() {
          "         [--layers L] [--width C] [--heads H] [--context T] (gpt)\n"
          "         [--eval-every N] [--eval-examples N] [--log-every N] [--metrics FILE.jsonl]\n"
          "         [--save PATH] [--save-every N] [--resume PATH] [--threads N] [--seed S] [--quiet]\n"
-         "         [--device cpu|cuda]"
+         "         [--device cpu|cuda] [--dtype f32|bf16 (gpt)]"
          "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N]]  (under cohort-run -n N)\n"
          "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco, co2 0-1)\n"
          "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1] [--noise-scaling 0|1]  (not sync)\n"
@@ -164,6 +165,8 @@ void apply_defaults(Options& o) {
           "--eval-every, --save-every, --log-every and --eval-examples must be >= 0");
   require(o.threads >= 0 && o.threads <= 1024, "--threads must be in 0..1024");
   require(o.device == "cpu" || o.device == "cuda", "unknown --device '" + o.device + "' (expected cpu or cuda)");
+  require(o.dtype == "f32" || o.dtype == "bf16", "unknown --dtype '" + o.dtype + "' (expected f32 or bf16)");
+  require(o.dtype == "f32" || gpt, "--dtype bf16 is for --model gpt (the mlp and cnn builders are f32)");
   require(o.parallel.empty() || o.parallel == "sync" || o.parallel == "localsgd" || o.parallel == "slowmo" ||
               o.parallel == "diloco" || o.parallel == "co2",
           "unknown --parallel '" + o.parallel + "' (expected sync, localsgd, slowmo, diloco or co2)");
