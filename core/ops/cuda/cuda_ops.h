@@ -22,8 +22,6 @@ namespace kcu = kernels::cuda;
 
 // The kernels' storage type of a float tensor (f32 or bf16); kUnsupported for others.
 kcu::DType storage_type(const Tensor& t, const char* op);
-// Throws kUnsupported unless t is f32: for kernels whose outputs are fp32 only.
-void expect_f32(const Tensor& t, const char* op, const char* what);
 // The compute stream.
 cudaStream_t compute_stream();
 

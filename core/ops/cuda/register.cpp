@@ -15,11 +15,6 @@ kcu::DType storage_type(const Tensor& t, const char* op) {
   throw Error(Status::kUnsupported, str_cat(op, " on cuda: dtype ", dtype_name(t.dtype()), " (f32 or bf16 only)"));
 }
 
-void expect_f32(const Tensor& t, const char* op, const char* what) {
-  COHORT_CHECK(t.dtype() == DType::kF32, Status::kUnsupported, op, " on cuda: ", what, " of dtype ",
-               dtype_name(t.dtype()), " (f32 only)");
-}
-
 cudaStream_t compute_stream() { return cuda_context().compute(); }
 
 void set_cuda_kernel(OpRegistry& r, const std::string& op, const char* dtypes, KernelFn kernel) {
