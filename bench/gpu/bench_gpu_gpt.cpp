@@ -18,6 +18,7 @@
 // Usage: bench_gpu_gpt [--batch 8] [--context 1024] [--layers 12] [--width 768] [--heads 12]
 //          [--vocab 50257] [--steps 10] [--rounds 3] [--warmup 3] [--tf32 1] [--dtype f32|bf16] [--peak 989]
 //          [--no-torch] [--no-compile] [--torch-timeout S] [--python python3]
+//          [--torch-script PATH (default: this source tree's bench/gpu/torch_gpt_gpu.py)]
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -51,6 +52,7 @@ struct Args {
   int torch_timeout = 0;  // seconds per anchor; 0: 180 eager, 420 compiled
   double peak_tflops = 989.0;  // H100 SXM / H200 dense bf16
   std::string python = "python3";  // the GPU machine's, with CUDA torch
+  std::string torch_script = std::string(COHORT_SOURCE_DIR) + "/bench/gpu/torch_gpt_gpu.py";
 };
 
 Args parse(int argc, char** argv) {
@@ -87,6 +89,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--peak") a.peak_tflops = std::atof(v);
     else if (f == "--python") a.python = v;
     else if (f == "--torch-timeout") a.torch_timeout = std::atoi(v);
+    else if (f == "--torch-script") a.torch_script = v;
     else throw Error(Status::kInvalidArgument, "unknown option " + f);
   }
   COHORT_CHECK(a.steps >= 1 && a.rounds >= 1 && a.warmup >= 0 && a.peak_tflops > 0 && a.torch_timeout >= 0,
@@ -168,9 +171,8 @@ Child run_with_deadline(const std::string& command, int seconds) {
 
 // One anchor mode of torch_gpt_gpu.py (one line of key=value pairs, or why it gave none).
 Child run_torch(const Args& a, const std::string& mode) {
-  const std::string cmd = a.python + " " + COHORT_SOURCE_DIR + "/bench/gpu/torch_gpt_gpu.py " +
-                          std::to_string(a.gpt.batch) + " " + std::to_string(a.gpt.context) + " " +
-                          std::to_string(a.gpt.layers) + " " + std::to_string(a.gpt.width) + " " +
+  const std::string cmd = a.python + " '" + a.torch_script + "' " + std::to_string(a.gpt.batch) + " " +
+                          std::to_string(a.gpt.context) + " " + std::to_string(a.gpt.layers) + " " + std::to_string(a.gpt.width) + " " +
                           std::to_string(a.gpt.heads) + " " + std::to_string(a.gpt.vocab) + " " +
                           std::to_string(a.warmup) + " " + std::to_string(a.steps) + " " +
                           std::to_string(a.rounds) + " " + (a.tf32 ? "1" : "0") + " " + mode;
