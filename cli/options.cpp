@@ -104,6 +104,7 @@ const std::map<std::string, Setter>& setters() {
       {"--resume", string_field(&Options::resume)},
       {"--threads", int_in(&Options::threads, 0, 1024)},
       {"--device", string_field(&Options::device)},
+      {"--dtype", string_field(&Options::dtype)},
       {"--parallel", string_field(&Options::parallel)},
       {"--tau", int_in(&Options::tau, 1, kNoLimit)},
       {"--zero", int_in(&Options::zero, 0, 3)},
@@ -140,7 +141,7 @@ const char* usage_text() {
          "         [--layers L] [--width C] [--heads H] [--context T] (gpt only)\n"
          "         [--eval-every N] [--eval-examples N (with --eval-every)] [--log-every N] [--metrics FILE.jsonl]\n"
          "         [--save PATH] [--save-every N] [--resume PATH] [--threads N (0: the default)] [--seed S] [--quiet]\n"
-         "         [--device cpu|cuda]\n"
+         "         [--device cpu|cuda] [--dtype f32|bf16 (gpt only)]\n"
          "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N (not sync)]]  (under a launcher, below)\n"
          "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco, co2 0-1)\n"
          "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1] [--noise-scaling 0|1 (adamw)]  (not sync)\n"
@@ -233,6 +234,8 @@ std::vector<std::string> apply_defaults(Options& o) {
           "unknown optimizer '" + o.optimizer + "' (expected sgd or adamw)");
   require(!(o.epochs && o.steps), "give either --epochs or --steps, not both");
   require(o.device == "cpu" || o.device == "cuda", "unknown --device '" + o.device + "' (expected cpu or cuda)");
+  require(o.dtype == "f32" || o.dtype == "bf16", "unknown --dtype '" + o.dtype + "' (expected f32 or bf16)");
+  require(o.dtype == "f32" || o.model == "gpt", "--dtype bf16 is for --model gpt (the mlp and cnn builders are f32)");
   check_model_flags(o);
   check_parallel_flags(o);
   require(o.save_every == 0 || !o.save.empty(), "--save-every needs --save PATH");

@@ -46,6 +46,7 @@ struct Options {
   std::string resume;      // checkpoint path
   int64_t threads = 0;     // 0: leave cohort's default
   std::string device = "cpu";  // cpu | cuda: where the trainer runs
+  std::string dtype = "f32";   // f32 | bf16: the gpt's parameters and activations (fp32 master copies)
   // Data parallelism over the ranks this process was launched with (cohort-run, torchrun, mpirun,
   // srun): "" = one process; sync | localsgd | slowmo | diloco | co2 (a cohort_plan_preset).
   std::string parallel;

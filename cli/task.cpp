@@ -128,6 +128,7 @@ void Task::build_model() {
     m.layers = *o_.layers;
     m.width = *o_.width;
     m.heads = *o_.heads;
+    m.dtype = o_.dtype == "bf16" ? COHORT_BF16 : COHORT_F32;
     check(cohort_graph_create_gpt(&m, &graph_), "building the gpt");
   }
   check(cohort_graph_stats(graph_, nullptr, nullptr, nullptr, &parameter_count_), "graph stats");

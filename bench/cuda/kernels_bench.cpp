@@ -184,7 +184,7 @@ void bench_fused(double copy_gbs) {
               2.0 * LR * C * es, copy_gbs);
     std::snprintf(name, sizeof name, "layernorm bwd [32768, 768] %s", tn);
     report_bw(name, median_ms([&] {
-                kc::layernorm_backward(t, x, bias, mean, rstd, dy, y, dg, db, ws, LR, C, nullptr);
+                kc::layernorm_backward(t, x, bias, mean, rstd, dy, nullptr, y, dg, db, ws, LR, C, nullptr);
               }),
               3.0 * LR * C * es, copy_gbs);
     for (void* p : {x, dy, y, bias}) g_alloc->free(p);

@@ -36,10 +36,11 @@ void OpRegistry::add(OpSchema schema) {
   ops_.push_back(std::make_unique<OpSchema>(std::move(schema)));
 }
 
-void OpRegistry::set_kernel(const std::string& op, Device device, KernelFn kernel) {
+void OpRegistry::set_kernel(const std::string& op, Device device, KernelFn kernel, std::string dtypes) {
   for (const auto& o : ops_)
     if (o->name == op) {
       o->kernels[static_cast<int>(device)] = std::move(kernel);
+      o->kernel_dtypes[static_cast<int>(device)] = std::move(dtypes);
       return;
     }
   COHORT_ASSERT(false, "kernel for an operator that is not registered: ", op);

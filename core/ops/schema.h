@@ -105,6 +105,7 @@ struct OpSchema {
   std::string outputs_from;
   ShapeFn infer;
   KernelFn kernels[2];              // indexed by Device: cpu, cuda (empty = not available)
+  std::string kernel_dtypes[2];     // the dtypes each kernel takes (kernel_dtypes.h); "" = undeclared
   BackwardFn backward;              // empty = not differentiable
   std::vector<int> nondiff_inputs;  // inputs that never get a gradient (labels, indices)
   bool internal = false;            // used only by backward rules; exempt from the public list
@@ -120,8 +121,9 @@ class OpRegistry {
   // The process-wide registry, filled with every built-in operator on first use.
   static const OpRegistry& global();
   void add(OpSchema schema);  // throws on a duplicate name
-  // Gives operator `op` (already added) its kernel for `device`; a backend adds its kernels so.
-  void set_kernel(const std::string& op, Device device, KernelFn kernel);
+  // Gives operator `op` (already added) its kernel for `device`; a backend adds its kernels so,
+  // with the dtypes the kernel takes (a signature of core/ops/kernel_dtypes.h, or "").
+  void set_kernel(const std::string& op, Device device, KernelFn kernel, std::string dtypes = "");
   const OpSchema* find(const std::string& name) const;  // nullptr when unknown
   std::vector<std::string> names(bool include_internal) const;
 

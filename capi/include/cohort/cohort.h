@@ -476,8 +476,13 @@ typedef struct cohort_model_gpt_options {
   int32_t tie_weights; /* nonzero: logits = ln_f(x) wte^T */
   double dropout;      /* [0, 1); 0 adds no dropout node */
   double eps;          /* layernorm */
+  /* COHORT_F32, or COHORT_BF16: bf16 parameters, activations and gradients (statistics fp32; the
+   * optimizer keeps an fp32 master copy of each parameter and rounds it into the parameter after
+   * every step). Read only when `size` covers it; older callers get COHORT_F32. */
+  cohort_dtype dtype;
 } cohort_model_gpt_options;
-/* batch 8, context 128, vocab 256 (bytes), 4 layers, width 256, 4 heads, tied, dropout 0, eps 1e-5. */
+/* batch 8, context 128, vocab 256 (bytes), 4 layers, width 256, 4 heads, tied, dropout 0, eps 1e-5,
+ * COHORT_F32. */
 COHORT_API cohort_model_gpt_options cohort_model_gpt_options_default(void);
 COHORT_API cohort_status cohort_graph_create_gpt(const cohort_model_gpt_options* options, cohort_graph** graph_out);
 
