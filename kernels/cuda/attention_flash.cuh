@@ -1,0 +1,605 @@
+// Tensor-core attention (FlashAttention-2 style: Dao 2023, alg. 1 forward, alg. 2 backward
+// without atomics), the block bodies of three kernels over the fused qkv buffer of
+// kernels/cuda/attention.h. Never materialises a T x T matrix: scores live in registers.
+//   forward_block: 64 queries per block, 4 warps of 16 rows; K/V tiles of kBc keys stream
+//     through two shared-memory stages (cp.async, the next tile loads while this one computes);
+//     S = Q K^T and O += P V on mma.sync, online softmax in the accumulators' registers.
+//   dq_block:      64 queries per block; per key tile S, dP = dO V^T, dS = P (dP - delta),
+//     dQ += dS K. dkv_block: 64 keys per block; per query tile S^T, dP^T, dV += P^T dO,
+//     dK += dS^T Q. One writer per output element, so the backward is deterministic (the price:
+//     S and dP are computed by both kernels, 7 products instead of FlashAttention-2's 5).
+// Storage fp32 -> TF32 products (mma m16n8k8: inputs rounded to a 10-bit mantissa with
+// cvt.rna, fp32 accumulation), the same precision as the fp32 training step's cuBLAS GEMMs when
+// TF32 is allowed (the caller decides: attention.cu uses this path for fp32 only then). Storage
+// bf16 -> mma m16n8k16 bf16 (P and dS rounded to bf16 for the second products).
+// Layout tricks, both free of shuffles:
+// - P (an accumulator, lane 4g+t holding columns 2t, 2t+1) feeds the next mma as its A operand.
+//   bf16: two accumulator tiles are exactly one A fragment. TF32: the k index of the second
+//   product is permuted (k = t <-> column 2t, k = t+4 <-> column 2t+1), and the B operand reads
+//   rows 2t and 2t+1 of the V/K/Q/dO tile to match.
+// - That B operand (rows 2t, 2t+1; TF32) is read as float4 over 4 output n-tiles, so output
+//   column d of n-tile 4q+r, lane column n, is 32q + 4n + r (store_rows undoes it; each lane
+//   then owns 8 consecutive floats of a row).
+// Shared-memory rows are padded by 16 bytes (pitch = D*size + 16), which makes every ldmatrix
+// (8 rows of 16 bytes) and every float4 read of rows 2t, 2t+1 free of bank conflicts.
+// Occupancy (H100: 228 KB shared memory, 64K registers per SM; 128 threads a block), smem per
+// block, fp32 / bf16: forward D64 69.6 / 36.9 KB, D128 67.6 / 69.6 KB; dq D64 69.6 / 55.3 KB,
+// D128 101.4 / 69.6 KB; dkv D64 70.1 / 56.3 KB, D128 101.6 / 70.1 KB — 2-3 blocks (8-12 warps)
+// an SM; registers are capped by __launch_bounds__ at the same counts (see attention.cu and
+// bench/cuda/NOTES.md for ptxas's report). The kernels need 16-byte aligned tensors, D 64 or
+// 128 and at least one key per row (always true: key 0 is visible to every query).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#ifndef COHORT_WARP_FN
+#error "include kernels/cuda/attention_mma.cuh (or the host emulation) before attention_flash.cuh"
+#endif
+
+namespace cohort::kernels::cuda::detail::flash {
+
+namespace wp = cohort::kernels::cuda::detail::mma;
+using bf16_t = __nv_bfloat16;
+
+constexpr int kThreads = 128;  // 4 warps; each warp owns 16 rows of the block's tile
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct ForwardArgs {
+  const void* qkv;  // [B, T, 3C]
+  void* out;        // [B, T, C]
+  float* lse;       // [B, H, T], natural log
+  int T, H, C;
+  float scale_log2;  // scale * log2(e)
+  bool causal;
+};
+
+struct BackwardArgs {
+  const void* qkv;     // [B, T, 3C]
+  const void* dout;    // [B, T, C]
+  const float* lse;    // [B, H, T] from the forward
+  const float* delta;  // [B, H, T] = rowsum(dO * O)
+  void* dqkv;          // [B, T, 3C]; dq_block writes the q third, dkv_block the k and v thirds
+  int T, H, C;
+  float scale, scale_log2;
+  bool causal;
+};
+
+COHORT_WARP_FN int imin(int a, int b) { return a < b ? a : b; }
+
+// Per storage type: the mma shape and the conversion of raw fragment registers.
+template <typename T>
+struct Mma;
+template <>
+struct Mma<float> {
+  static constexpr int kK = 8;    // reduction length of one mma (m16n8k8 TF32)
+  static constexpr int kVec = 4;  // elements in 16 bytes (half of kK)
+  static COHORT_WARP_FN void fix(uint32_t (&r)[4]) {
+    COHORT_UNROLL
+    for (int i = 0; i < 4; ++i) r[i] = wp::to_tf32(wp::bits_to_float(r[i]));
+  }
+  static COHORT_WARP_FN void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    wp::mma_tf32(d, a, b0, b1);
+  }
+};
+template <>
+struct Mma<bf16_t> {
+  static constexpr int kK = 16;  // m16n8k16 bf16
+  static constexpr int kVec = 8;
+  static COHORT_WARP_FN void fix(uint32_t (&)[4]) {}
+  static COHORT_WARP_FN void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    wp::mma_bf16(d, a, b0, b1);
+  }
+};
+
+// A shared-memory tile of rows of D elements, each row padded by 16 bytes.
+template <typename T, int D>
+struct Tile {
+  static_assert(D == 64 || D == 128, "tensor-core attention: head size 64 or 128");
+  static constexpr int kPitch = D + 16 / static_cast<int>(sizeof(T));
+  static constexpr int kChunks = D * static_cast<int>(sizeof(T)) / 16;  // 16-byte chunks a row
+};
+
+// Issues cp.async of rows [row0, row0 + R) of one head into `tile` (R x kPitch); `src` is the
+// head's row 0, `ld` elements apart; rows >= rows_total become zeros.
+template <typename T, int D, int R>
+COHORT_WARP_FN void load_tile(T* tile, const T* src, int64_t ld, int row0, int rows_total,
+                              int tid) {
+  using G = Tile<T, D>;
+  constexpr int kPer = 16 / static_cast<int>(sizeof(T));
+  static_assert((R * G::kChunks) % kThreads == 0, "a tile's chunks must divide over the block");
+  COHORT_UNROLL
+  for (int i = 0; i < R * G::kChunks / kThreads; ++i) {
+    const int idx = tid + i * kThreads, r = idx / G::kChunks, c = idx - r * G::kChunks;
+    const bool valid = row0 + r < rows_total;
+    const T* from = src + (valid ? static_cast<int64_t>(row0 + r) * ld : 0) + c * kPer;
+    wp::cp_async16(tile + r * G::kPitch + c * kPer, from, valid);
+  }
+}
+
+// A fragment of rows [row0, row0 + 16), columns [k0, k0 + kK) of a tile.
+template <typename T, int D>
+COHORT_WARP_FN void load_a(uint32_t (&a)[4], const T* tile, int row0, int k0, int lane) {
+  wp::ldmatrix_x4(a, tile + (row0 + (lane & 15)) * Tile<T, D>::kPitch + k0 +
+                         (lane >> 4) * Mma<T>::kVec);
+  Mma<T>::fix(a);
+}
+
+// B fragments of B(k, n) = tile[n][k] for n-tiles [n0, n0 + 8) (b[0], b[1]) and
+// [n0 + 8, n0 + 16) (b[2], b[3]), columns [k0, k0 + kK).
+template <typename T, int D>
+COHORT_WARP_FN void load_b_rows(uint32_t (&b)[4], const T* tile, int n0, int k0, int lane) {
+  wp::ldmatrix_x4(b, tile + (n0 + (lane & 7) + ((lane >> 4) << 3)) * Tile<T, D>::kPitch + k0 +
+                         ((lane >> 3) & 1) * Mma<T>::kVec);
+  Mma<T>::fix(b);
+}
+
+// acc (16 x N) += A B^T: A rows [a_row0, a_row0 + 16) of a_tile, B rows [0, N) of b_tile,
+// both D wide. acc[n] is the n-th 8-column tile; lane 4g+t holds columns 8n + 2t, 8n + 2t + 1.
+template <typename T, int D, int N>
+COHORT_WARP_FN void gemm_abt(float (&acc)[N / 8][4], const T* a_tile, int a_row0,
+                             const T* b_tile, int lane) {
+  COHORT_UNROLL
+  for (int k0 = 0; k0 < D; k0 += Mma<T>::kK) {
+    uint32_t a[4];
+    load_a<T, D>(a, a_tile, a_row0, k0, lane);
+    COHORT_UNROLL
+    for (int n = 0; n < N / 16; ++n) {
+      uint32_t b[4];
+      load_b_rows<T, D>(b, b_tile, 16 * n, k0, lane);
+      Mma<T>::run(acc[2 * n], a, b[0], b[1]);
+      Mma<T>::run(acc[2 * n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// The same with A already in registers (the forward's Q, one fragment per k step).
+template <typename T, int D, int N>
+COHORT_WARP_FN void gemm_abt(float (&acc)[N / 8][4], const uint32_t (&a)[D / Mma<T>::kK][4],
+                             const T* b_tile, int lane) {
+  COHORT_UNROLL
+  for (int s = 0; s < D / Mma<T>::kK; ++s) {
+    COHORT_UNROLL
+    for (int n = 0; n < N / 16; ++n) {
+      uint32_t b[4];
+      load_b_rows<T, D>(b, b_tile, 16 * n, s * Mma<T>::kK, lane);
+      Mma<T>::run(acc[2 * n], a[s], b[0], b[1]);
+      Mma<T>::run(acc[2 * n + 1], a[s], b[2], b[3]);
+    }
+  }
+}
+
+// acc (16 x D) += P B: P (16 x N) in accumulator layout (as gemm_abt leaves it), B rows [0, N)
+// of a tile D wide. TF32: acc column mapping as in the header (n-tile 4q+r, lane column n ->
+// d = 32q + 4n + r).
+template <int D, int N>
+COHORT_WARP_FN void gemm_pb(float (&acc)[D / 8][4], const float (&p)[N / 8][4], const float* tile,
+                            int lane) {
+  constexpr int P = Tile<float, D>::kPitch;
+  const int g = lane >> 2, t = lane & 3;
+  COHORT_UNROLL
+  for (int kk = 0; kk < N / 8; ++kk) {
+    const uint32_t a[4] = {wp::to_tf32(p[kk][0]), wp::to_tf32(p[kk][2]), wp::to_tf32(p[kk][1]),
+                           wp::to_tf32(p[kk][3])};
+    const float* row = tile + (8 * kk + 2 * t) * P + 4 * g;
+    COHORT_UNROLL
+    for (int q = 0; q < D / 32; ++q) {
+      const float4 v0 = wp::lds128(row + 32 * q), v1 = wp::lds128(row + P + 32 * q);
+      Mma<float>::run(acc[4 * q + 0], a, wp::to_tf32(v0.x), wp::to_tf32(v1.x));
+      Mma<float>::run(acc[4 * q + 1], a, wp::to_tf32(v0.y), wp::to_tf32(v1.y));
+      Mma<float>::run(acc[4 * q + 2], a, wp::to_tf32(v0.z), wp::to_tf32(v1.z));
+      Mma<float>::run(acc[4 * q + 3], a, wp::to_tf32(v0.w), wp::to_tf32(v1.w));
+    }
+  }
+}
+// bf16: two accumulator tiles form one A fragment; B through ldmatrix.trans (natural columns).
+template <int D, int N>
+COHORT_WARP_FN void gemm_pb(float (&acc)[D / 8][4], const float (&p)[N / 8][4],
+                            const bf16_t* tile, int lane) {
+  constexpr int P = Tile<bf16_t, D>::kPitch;
+  COHORT_UNROLL
+  for (int kk = 0; kk < N / 16; ++kk) {
+    const uint32_t a[4] = {
+        wp::pack_bf16(p[2 * kk][0], p[2 * kk][1]), wp::pack_bf16(p[2 * kk][2], p[2 * kk][3]),
+        wp::pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+        wp::pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    const bf16_t* rows =
+        tile + (16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3)) * P + ((lane >> 4) << 3);
+    COHORT_UNROLL
+    for (int n = 0; n < D / 16; ++n) {
+      uint32_t b[4];
+      wp::ldmatrix_x4_trans(b, rows + 16 * n);
+      Mma<bf16_t>::run(acc[2 * n], a, b[0], b[1]);
+      Mma<bf16_t>::run(acc[2 * n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Writes a warp's 16 x D accumulator (gemm_pb layout) times mul_lo / mul_hi to the rows lo
+// (accumulator row g) and hi (row g + 8); a null row is skipped (past T).
+template <int D>
+COHORT_WARP_FN void store_rows(float* lo, float* hi, const float (&acc)[D / 8][4], float mul_lo,
+                               float mul_hi, int lane) {
+  const int t = lane & 3;
+  COHORT_UNROLL
+  for (int q = 0; q < D / 32; ++q) {
+    const float(&x0)[4] = acc[4 * q];
+    const float(&x1)[4] = acc[4 * q + 1];
+    const float(&x2)[4] = acc[4 * q + 2];
+    const float(&x3)[4] = acc[4 * q + 3];
+    if (lo) {
+      wp::stg128(lo + 32 * q + 8 * t,
+                 float4{x0[0] * mul_lo, x1[0] * mul_lo, x2[0] * mul_lo, x3[0] * mul_lo});
+      wp::stg128(lo + 32 * q + 8 * t + 4,
+                 float4{x0[1] * mul_lo, x1[1] * mul_lo, x2[1] * mul_lo, x3[1] * mul_lo});
+    }
+    if (hi) {
+      wp::stg128(hi + 32 * q + 8 * t,
+                 float4{x0[2] * mul_hi, x1[2] * mul_hi, x2[2] * mul_hi, x3[2] * mul_hi});
+      wp::stg128(hi + 32 * q + 8 * t + 4,
+                 float4{x0[3] * mul_hi, x1[3] * mul_hi, x2[3] * mul_hi, x3[3] * mul_hi});
+    }
+  }
+}
+template <int D>
+COHORT_WARP_FN void store_rows(bf16_t* lo, bf16_t* hi, const float (&acc)[D / 8][4], float mul_lo,
+                               float mul_hi, int lane) {
+  const int t = lane & 3;
+  COHORT_UNROLL
+  for (int n = 0; n < D / 8; ++n) {
+    if (lo) wp::stg32(lo + 8 * n + 2 * t, wp::pack_bf16(acc[n][0] * mul_lo, acc[n][1] * mul_lo));
+    if (hi) wp::stg32(hi + 8 * n + 2 * t, wp::pack_bf16(acc[n][2] * mul_hi, acc[n][3] * mul_hi));
+  }
+}
+
+// Row r of a [rows, ld] tensor at column offset col, or null past `rows`.
+template <typename T>
+COHORT_WARP_FN T* row_or_null(T* base, int64_t ld, int r, int rows, int col) {
+  return r < rows ? base + static_cast<int64_t>(r) * ld + col : nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward.
+template <typename T, int D>
+struct ForwardConfig {
+  static constexpr int kBr = 64;                                       // queries a block
+  static constexpr int kBc = sizeof(T) == 4 && D == 128 ? 32 : 64;     // keys a tile
+  static constexpr int kPitch = Tile<T, D>::kPitch;
+  static constexpr int kStage = 2 * kBc * kPitch;                      // K rows, then V rows
+  static constexpr int kSmemBytes = 2 * kStage * static_cast<int>(sizeof(T));
+  static_assert(kBr <= 2 * kBc, "the Q tile borrows stage 1");
+  static int tiles(int T_) { return (T_ + kBr - 1) / kBr; }
+};
+
+// Online softmax over one tile of scores s (scaled here by scale_log2 into log2 units), for the
+// lane's two rows (row_lo and row_lo + 8): running max m, lane-partial sums l, output rows o
+// rescaled; on return s holds the unnormalised probabilities 2^(x - m). Masked scores (key past
+// T, or after the row with `causal`) count as -inf; col0 is the key of s[0][0].
+template <int N, int D>
+COHORT_WARP_FN void softmax_update(float (&s)[N / 8][4], float (&m)[2], float (&l)[2],
+                                   float (&o)[D / 8][4], float scale_log2, bool mask, int row_lo,
+                                   int col0, int T, bool causal) {
+  float mx[2] = {-INFINITY, -INFINITY};
+  COHORT_UNROLL
+  for (int n = 0; n < N / 8; ++n) {
+    COHORT_UNROLL
+    for (int c = 0; c < 4; ++c) {
+      float x = s[n][c] * scale_log2;
+      if (mask) {
+        const int col = col0 + 8 * n + (c & 1), row = row_lo + 8 * (c >> 1);
+        if (col >= T || (causal && col > row)) x = -INFINITY;
+      }
+      s[n][c] = x;
+      mx[c >> 1] = fmaxf(mx[c >> 1], x);
+    }
+  }
+  COHORT_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    const float m_new = fmaxf(m[r], wp::quad_max(mx[r]));
+    const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet stays at 0
+    const float corr = wp::exp2_approx(m[r] - base);
+    m[r] = m_new;
+    mx[r] = base;
+    l[r] *= corr;
+    COHORT_UNROLL
+    for (int n = 0; n < D / 8; ++n) {
+      o[n][2 * r] *= corr;
+      o[n][2 * r + 1] *= corr;
+    }
+  }
+  COHORT_UNROLL
+  for (int n = 0; n < N / 8; ++n) {
+    COHORT_UNROLL
+    for (int c = 0; c < 4; ++c) {
+      const float p = wp::exp2_approx(s[n][c] - mx[c >> 1]);
+      s[n][c] = p;
+      l[c >> 1] += p;
+    }
+  }
+}
+
+// One block: queries [tile * 64, tile * 64 + 64) of head bh = b * H + h.
+template <typename T, int D>
+COHORT_WARP_FN void forward_block(const ForwardArgs& a, int bh, int tile, int tid, T* smem) {
+  using Cfg = ForwardConfig<T, D>;
+  using M = Mma<T>;
+  constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, P = Cfg::kPitch;
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int b = bh / a.H, h = bh - b * a.H;
+  const int64_t ld = 3 * static_cast<int64_t>(a.C);
+  const T* q = static_cast<const T*>(a.qkv) + static_cast<int64_t>(b) * a.T * ld +
+               static_cast<int64_t>(h) * D;
+  const T* k = q + a.C;
+  const T* v = q + 2 * a.C;
+  const int i0 = tile * kBr;
+  const int keys = a.causal ? imin(i0 + kBr, a.T) : a.T;  // keys [0, keys) matter to the block
+  const int n_tiles = (keys + kBc - 1) / kBc;
+
+  // Q waits in stage 1 (free until tile 1) and goes to registers; tile 0 into stage 0.
+  load_tile<T, D, kBr>(smem + Cfg::kStage, q, ld, i0, a.T, tid);
+  wp::cp_async_commit();
+  load_tile<T, D, kBc>(smem, k, ld, 0, a.T, tid);
+  load_tile<T, D, kBc>(smem + kBc * P, v, ld, 0, a.T, tid);
+  wp::cp_async_commit();
+  wp::cp_async_wait<1>();
+  wp::block_sync();
+  uint32_t qa[D / M::kK][4];
+  COHORT_UNROLL
+  for (int s = 0; s < D / M::kK; ++s) load_a<T, D>(qa[s], smem + Cfg::kStage, 16 * warp, s * M::kK, lane);
+  wp::block_sync();
+
+  float o[D / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int row_lo = i0 + 16 * warp + g;
+  for (int j = 0; j < n_tiles; ++j) {
+    if (j + 1 < n_tiles) {  // stage (j+1)&1 was last read in iteration j-1, before its barrier
+      T* next = smem + ((j + 1) & 1) * Cfg::kStage;
+      load_tile<T, D, kBc>(next, k, ld, (j + 1) * kBc, a.T, tid);
+      load_tile<T, D, kBc>(next + kBc * P, v, ld, (j + 1) * kBc, a.T, tid);
+    }
+    wp::cp_async_commit();  // possibly empty: keeps one group per iteration
+    wp::cp_async_wait<1>();
+    wp::block_sync();
+    const T* sk = smem + (j & 1) * Cfg::kStage;
+    const int j0 = j * kBc;
+    if (!a.causal || j0 <= i0 + 16 * warp + 15) {  // else every key of the tile is after every row
+      float s[kBc / 8][4] = {};
+      gemm_abt<T, D, kBc>(s, qa, sk, lane);
+      const bool mask = (a.causal && j0 + kBc - 1 > i0) || j0 + kBc > a.T;
+      softmax_update<kBc, D>(s, m, l, o, a.scale_log2, mask, row_lo, j0 + 2 * t, a.T, a.causal);
+      gemm_pb<D, kBc>(o, s, sk + kBc * P, lane);
+    }
+    wp::block_sync();
+  }
+
+  float inv[2];
+  COHORT_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    const float sum = wp::quad_sum(l[r]);  // > 0: key 0 is in every row's first tile
+    inv[r] = 1.0f / sum;
+    const int row = row_lo + 8 * r;
+    if (t == 0 && row < a.T)
+      wp::stg(a.lse + static_cast<int64_t>(bh) * a.T + row, (m[r] + log2f(sum)) * kLn2);
+  }
+  T* out = static_cast<T*>(a.out) + static_cast<int64_t>(b) * a.T * a.C;
+  store_rows<D>(row_or_null(out, a.C, row_lo, a.T, h * D), row_or_null(out, a.C, row_lo + 8, a.T, h * D),
+                o, inv[0], inv[1], lane);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward, dQ: 64 queries a block, key tiles of kBc.
+template <typename T, int D>
+struct DqConfig {
+  static constexpr int kBr = 64;
+  static constexpr int kBc = sizeof(T) == 2 && D == 64 ? 64 : 32;
+  static constexpr int kStages = sizeof(T) == 4 && D == 128 ? 1 : 2;
+  static constexpr int kPitch = Tile<T, D>::kPitch;
+  static constexpr int kStage = 2 * kBc * kPitch;  // K rows, then V rows
+  static constexpr int kSmemBytes =
+      (2 * kBr * kPitch + kStages * kStage) * static_cast<int>(sizeof(T));
+  static int tiles(int T_) { return (T_ + kBr - 1) / kBr; }
+};
+
+template <typename T, int D>
+COHORT_WARP_FN void dq_block(const BackwardArgs& a, int bh, int tile, int tid, T* smem) {
+  using Cfg = DqConfig<T, D>;
+  constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, P = Cfg::kPitch;
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int b = bh / a.H, h = bh - b * a.H;
+  const int64_t ld = 3 * static_cast<int64_t>(a.C);
+  const T* q = static_cast<const T*>(a.qkv) + static_cast<int64_t>(b) * a.T * ld +
+               static_cast<int64_t>(h) * D;
+  const T* k = q + a.C;
+  const T* v = q + 2 * a.C;
+  const T* dout = static_cast<const T*>(a.dout) + static_cast<int64_t>(b) * a.T * a.C +
+                  static_cast<int64_t>(h) * D;
+  const int i0 = tile * kBr;
+  const int keys = a.causal ? imin(i0 + kBr, a.T) : a.T;
+  const int n_tiles = (keys + kBc - 1) / kBc;
+  T* sq = smem;
+  T* sg = smem + kBr * P;
+  T* stages = smem + 2 * kBr * P;
+
+  load_tile<T, D, kBr>(sq, q, ld, i0, a.T, tid);
+  load_tile<T, D, kBr>(sg, dout, a.C, i0, a.T, tid);
+  wp::cp_async_commit();
+  load_tile<T, D, kBc>(stages, k, ld, 0, a.T, tid);
+  load_tile<T, D, kBc>(stages + kBc * P, v, ld, 0, a.T, tid);
+  wp::cp_async_commit();
+
+  const int row_lo = i0 + 16 * warp + g;
+  float lse2[2], dl[2];  // the lane's two rows: lse in log2 units, delta
+  COHORT_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    const int row = row_lo + 8 * r;
+    const int64_t at = static_cast<int64_t>(bh) * a.T + row;
+    lse2[r] = row < a.T ? wp::ldg(a.lse + at) * kLog2e : 0.0f;
+    dl[r] = row < a.T ? wp::ldg(a.delta + at) : 0.0f;
+  }
+  float dq[D / 8][4] = {};
+  for (int j = 0; j < n_tiles; ++j) {
+    if (Cfg::kStages == 2) {
+      if (j + 1 < n_tiles) {
+        T* next = stages + ((j + 1) & 1) * Cfg::kStage;
+        load_tile<T, D, kBc>(next, k, ld, (j + 1) * kBc, a.T, tid);
+        load_tile<T, D, kBc>(next + kBc * P, v, ld, (j + 1) * kBc, a.T, tid);
+      }
+      wp::cp_async_commit();
+      wp::cp_async_wait<1>();
+    } else {
+      wp::cp_async_wait<0>();
+    }
+    wp::block_sync();
+    const T* sk = stages + (Cfg::kStages == 2 ? (j & 1) * Cfg::kStage : 0);
+    const int j0 = j * kBc;
+    if (!a.causal || j0 <= i0 + 16 * warp + 15) {
+      float s[kBc / 8][4] = {}, dp[kBc / 8][4] = {};
+      gemm_abt<T, D, kBc>(s, sq, 16 * warp, sk, lane);
+      gemm_abt<T, D, kBc>(dp, sg, 16 * warp, sk + kBc * P, lane);
+      const bool mask = (a.causal && j0 + kBc - 1 > i0) || j0 + kBc > a.T;
+      COHORT_UNROLL
+      for (int n = 0; n < kBc / 8; ++n) {
+        COHORT_UNROLL
+        for (int c = 0; c < 4; ++c) {
+          const int r = c >> 1;
+          float p = wp::exp2_approx(s[n][c] * a.scale_log2 - lse2[r]);
+          if (mask) {
+            const int col = j0 + 8 * n + 2 * t + (c & 1), row = row_lo + 8 * r;
+            if (col >= a.T || (a.causal && col > row)) p = 0.0f;
+          }
+          s[n][c] = p * (dp[n][c] - dl[r]);  // dS
+        }
+      }
+      gemm_pb<D, kBc>(dq, s, sk, lane);
+    }
+    wp::block_sync();
+    if (Cfg::kStages == 1 && j + 1 < n_tiles) {
+      load_tile<T, D, kBc>(stages, k, ld, (j + 1) * kBc, a.T, tid);
+      load_tile<T, D, kBc>(stages + kBc * P, v, ld, (j + 1) * kBc, a.T, tid);
+      wp::cp_async_commit();
+    }
+  }
+  T* dqkv = static_cast<T*>(a.dqkv) + static_cast<int64_t>(b) * a.T * ld;
+  store_rows<D>(row_or_null(dqkv, ld, row_lo, a.T, h * D),
+                row_or_null(dqkv, ld, row_lo + 8, a.T, h * D), dq, a.scale, a.scale, lane);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward, dK and dV: 64 keys a block, query tiles of kBr (with their lse and delta).
+template <typename T, int D>
+struct DkvConfig {
+  static constexpr int kBc = 64;
+  static constexpr int kBr = sizeof(T) == 2 && D == 64 ? 64 : 32;
+  static constexpr int kStages = sizeof(T) == 4 && D == 128 ? 1 : 2;
+  static constexpr int kPitch = Tile<T, D>::kPitch;
+  // A stage: Q rows, dO rows (kBr x kPitch of T each), then lse and delta (kBr floats each).
+  static constexpr int kStageBytes = 2 * kBr * kPitch * static_cast<int>(sizeof(T)) + 8 * kBr;
+  static constexpr int kSmemBytes =
+      2 * kBc * kPitch * static_cast<int>(sizeof(T)) + kStages * kStageBytes;
+  static_assert(2 * kBr <= kThreads, "one thread per lse / delta element");
+  static int tiles(int T_) { return (T_ + kBc - 1) / kBc; }
+};
+
+// Issues the loads of query tile [q0, q0 + kBr) into a dkv stage.
+template <typename T, int D>
+COHORT_WARP_FN void load_query_stage(unsigned char* stage, const BackwardArgs& a, const T* q,
+                                     const T* dout, int64_t ld, int bh, int q0, int tid) {
+  using Cfg = DkvConfig<T, D>;
+  constexpr int kBr = Cfg::kBr, P = Cfg::kPitch;
+  T* sq = reinterpret_cast<T*>(stage);
+  load_tile<T, D, kBr>(sq, q, ld, q0, a.T, tid);
+  load_tile<T, D, kBr>(sq + kBr * P, dout, a.C, q0, a.T, tid);
+  float* stats = reinterpret_cast<float*>(sq + 2 * kBr * P);  // lse [kBr], then delta [kBr]
+  if (tid < 2 * kBr) {
+    const int i = tid < kBr ? tid : tid - kBr;
+    const float* src = (tid < kBr ? a.lse : a.delta) + static_cast<int64_t>(bh) * a.T;
+    const bool valid = q0 + i < a.T;
+    wp::cp_async4(stats + tid, src + (valid ? q0 + i : 0), valid);
+  }
+}
+
+template <typename T, int D>
+COHORT_WARP_FN void dkv_block(const BackwardArgs& a, int bh, int tile, int tid, T* smem) {
+  using Cfg = DkvConfig<T, D>;
+  constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, P = Cfg::kPitch;
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int b = bh / a.H, h = bh - b * a.H;
+  const int64_t ld = 3 * static_cast<int64_t>(a.C);
+  const T* q = static_cast<const T*>(a.qkv) + static_cast<int64_t>(b) * a.T * ld +
+               static_cast<int64_t>(h) * D;
+  const T* k = q + a.C;
+  const T* v = q + 2 * a.C;
+  const T* dout = static_cast<const T*>(a.dout) + static_cast<int64_t>(b) * a.T * a.C +
+                  static_cast<int64_t>(h) * D;
+  const int j0 = tile * kBc;
+  const int q_first = a.causal ? j0 / kBr : 0;  // causal: queries before j0 see no key here
+  const int n_tiles = (a.T + kBr - 1) / kBr - q_first;
+  T* sk = smem;
+  T* sv = smem + kBc * P;
+  unsigned char* stages = reinterpret_cast<unsigned char*>(smem + 2 * kBc * P);
+
+  load_tile<T, D, kBc>(sk, k, ld, j0, a.T, tid);
+  load_tile<T, D, kBc>(sv, v, ld, j0, a.T, tid);
+  wp::cp_async_commit();
+  load_query_stage<T, D>(stages, a, q, dout, ld, bh, q_first * kBr, tid);
+  wp::cp_async_commit();
+
+  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+  const int key_lo = j0 + 16 * warp + g;  // keys of accumulator rows g and g + 8
+  for (int j = 0; j < n_tiles; ++j) {
+    const int q0 = (q_first + j) * kBr;
+    if (Cfg::kStages == 2) {
+      if (j + 1 < n_tiles)
+        load_query_stage<T, D>(stages + ((j + 1) & 1) * Cfg::kStageBytes, a, q, dout, ld, bh,
+                               q0 + kBr, tid);
+      wp::cp_async_commit();
+      wp::cp_async_wait<1>();
+    } else {
+      wp::cp_async_wait<0>();
+    }
+    wp::block_sync();
+    const T* sq = reinterpret_cast<const T*>(
+        stages + (Cfg::kStages == 2 ? (j & 1) * Cfg::kStageBytes : 0));
+    const T* sg = sq + kBr * P;
+    const float* sl = reinterpret_cast<const float*>(sg + kBr * P);
+    const float* sd = sl + kBr;
+    if (!a.causal || q0 + kBr - 1 >= j0 + 16 * warp) {  // else every query is before every key
+      float st[kBr / 8][4] = {}, dpt[kBr / 8][4] = {};  // S^T and dP^T: keys x queries
+      gemm_abt<T, D, kBr>(st, sk, 16 * warp, sq, lane);
+      gemm_abt<T, D, kBr>(dpt, sv, 16 * warp, sg, lane);
+      const bool mask = (a.causal && q0 < j0 + kBc - 1) || q0 + kBr > a.T;
+      COHORT_UNROLL
+      for (int n = 0; n < kBr / 8; ++n) {
+        const float2 lse = wp::lds64(sl + 8 * n + 2 * t), dl = wp::lds64(sd + 8 * n + 2 * t);
+        COHORT_UNROLL
+        for (int c = 0; c < 4; ++c) {
+          const float lse_c = (c & 1) ? lse.y : lse.x, dl_c = (c & 1) ? dl.y : dl.x;
+          float p = wp::exp2_approx(st[n][c] * a.scale_log2 - lse_c * kLog2e);
+          if (mask) {
+            const int col = q0 + 8 * n + 2 * t + (c & 1), row = key_lo + 8 * (c >> 1);
+            if (col >= a.T || (a.causal && col < row)) p = 0.0f;
+          }
+          st[n][c] = p;
+          dpt[n][c] = p * (dpt[n][c] - dl_c);  // dS^T
+        }
+      }
+      gemm_pb<D, kBr>(dv, st, sg, lane);
+      gemm_pb<D, kBr>(dk, dpt, sq, lane);
+    }
+    wp::block_sync();
+    if (Cfg::kStages == 1 && j + 1 < n_tiles) {
+      load_query_stage<T, D>(stages, a, q, dout, ld, bh, q0 + kBr, tid);
+      wp::cp_async_commit();
+    }
+  }
+  T* dqkv = static_cast<T*>(a.dqkv) + static_cast<int64_t>(b) * a.T * ld;
+  store_rows<D>(row_or_null(dqkv, ld, key_lo, a.T, a.C + h * D),
+                row_or_null(dqkv, ld, key_lo + 8, a.T, a.C + h * D), dk, a.scale, a.scale, lane);
+  store_rows<D>(row_or_null(dqkv, ld, key_lo, a.T, 2 * a.C + h * D),
+                row_or_null(dqkv, ld, key_lo + 8, a.T, 2 * a.C + h * D), dv, 1.0f, 1.0f, lane);
+}
+
+}  // namespace cohort::kernels::cuda::detail::flash
