@@ -22,12 +22,30 @@
 //   then owns 8 consecutive floats of a row).
 // Shared-memory rows are padded by 16 bytes (pitch = D*size + 16), which makes every ldmatrix
 // (8 rows of 16 bytes) and every float4 read of rows 2t, 2t+1 free of bank conflicts.
-// Occupancy (H100: 228 KB shared memory, 64K registers per SM; 128 threads a block), smem per
-// block, fp32 / bf16: forward D64 69.6 / 36.9 KB, D128 67.6 / 69.6 KB; dq D64 69.6 / 55.3 KB,
-// D128 101.4 / 69.6 KB; dkv D64 70.1 / 56.3 KB, D128 101.6 / 70.1 KB — 2-3 blocks (8-12 warps)
-// an SM; registers are capped by __launch_bounds__ at the same counts (see attention.cu and
-// bench/cuda/NOTES.md for ptxas's report). The kernels need 16-byte aligned tensors, D 64 or
-// 128 and at least one key per row (always true: key 0 is visible to every query).
+// Occupancy on an H100 (227 KB of shared memory and 64K registers an SM, 128 threads a block);
+// registers from ptxas for sm_90 (-Xptxas -v, no spills anywhere), capped by __launch_bounds__
+// at kMinBlocks; blocks an SM = min(by shared memory, by registers):
+//   kernel   type  D    tiles           smem KB  regs  blocks/SM
+//   forward  fp32  64   Br 64, Bc 64    68       228   2  (3 would spill)
+//   forward  fp32  128  Br 64, Bc 32    66       252   2
+//   forward  bf16  64   Br 64, Bc 64    36       167   3
+//   forward  bf16  128  Br 64, Bc 64    68       245   2
+//   dq       fp32  64   Br 64, Bc 32    68       144   3
+//   dq       fp32  128  Br 64, Bc 32 x1 99       206   2
+//   dq       bf16  64   Br 64, Bc 32    36       144   3
+//   dq       bf16  128  Br 64, Bc 32    68       216   2
+//   dkv      fp32  64   Bc 64, Br 32    68.5     166   3
+//   dkv      fp32  128  Bc 64, Br 32 x1 99.3     254   2
+//   dkv      bf16  64   Bc 64, Br 32    36.5     168   3
+//   dkv      bf16  128  Bc 64, Br 32    68.5     253   2
+// (x1: one shared-memory stage, the next tile loads after the barrier; else two.) With 8-12
+// warps an SM, latency is covered by independent work inside a warp (8-16 accumulator tiles,
+// each its own mma chain, per k step) and by the other blocks while one waits at a barrier.
+// Shared memory: an ldmatrix.x4 (or two LDS.128), 512 bytes a warp, feeds two mmas, and every
+// access pattern is conflict-free, so the 128 B a clock of an SM bound ~0.5 mma (1024 TF32
+// flops) a clock: ~230 TFLOP/s on 132 SMs at 1.75 GHz, above what mma.sync TF32 reaches.
+// The kernels need 16-byte aligned tensors, D 64 or 128, and at least one key per row (always
+// true: key 0 is visible to every query).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -123,8 +141,8 @@ COHORT_WARP_FN void load_tile(T* tile, const T* src, int64_t ld, int row0, int r
 // A fragment of rows [row0, row0 + 16), columns [k0, k0 + kK) of a tile.
 template <typename T, int D>
 COHORT_WARP_FN void load_a(uint32_t (&a)[4], const T* tile, int row0, int k0, int lane) {
-  wp::ldmatrix_x4(a, tile + (row0 + (lane & 15)) * Tile<T, D>::kPitch + k0 +
-                         (lane >> 4) * Mma<T>::kVec);
+  wp::ldmatrix_x4(
+      a, tile + (row0 + (lane & 15)) * Tile<T, D>::kPitch + k0 + (lane >> 4) * Mma<T>::kVec);
   Mma<T>::fix(a);
 }
 
@@ -140,8 +158,8 @@ COHORT_WARP_FN void load_b_rows(uint32_t (&b)[4], const T* tile, int n0, int k0,
 // acc (16 x N) += A B^T: A rows [a_row0, a_row0 + 16) of a_tile, B rows [0, N) of b_tile,
 // both D wide. acc[n] is the n-th 8-column tile; lane 4g+t holds columns 8n + 2t, 8n + 2t + 1.
 template <typename T, int D, int N>
-COHORT_WARP_FN void gemm_abt(float (&acc)[N / 8][4], const T* a_tile, int a_row0,
-                             const T* b_tile, int lane) {
+COHORT_WARP_FN void gemm_abt(float (&acc)[N / 8][4], const T* a_tile, int a_row0, const T* b_tile,
+                             int lane) {
   COHORT_UNROLL
   for (int k0 = 0; k0 < D; k0 += Mma<T>::kK) {
     uint32_t a[4];
@@ -197,15 +215,15 @@ COHORT_WARP_FN void gemm_pb(float (&acc)[D / 8][4], const float (&p)[N / 8][4], 
 }
 // bf16: two accumulator tiles form one A fragment; B through ldmatrix.trans (natural columns).
 template <int D, int N>
-COHORT_WARP_FN void gemm_pb(float (&acc)[D / 8][4], const float (&p)[N / 8][4],
-                            const bf16_t* tile, int lane) {
+COHORT_WARP_FN void gemm_pb(float (&acc)[D / 8][4], const float (&p)[N / 8][4], const bf16_t* tile,
+                            int lane) {
   constexpr int P = Tile<bf16_t, D>::kPitch;
   COHORT_UNROLL
   for (int kk = 0; kk < N / 16; ++kk) {
-    const uint32_t a[4] = {
-        wp::pack_bf16(p[2 * kk][0], p[2 * kk][1]), wp::pack_bf16(p[2 * kk][2], p[2 * kk][3]),
-        wp::pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-        wp::pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    const uint32_t a[4] = {wp::pack_bf16(p[2 * kk][0], p[2 * kk][1]),
+                           wp::pack_bf16(p[2 * kk][2], p[2 * kk][3]),
+                           wp::pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                           wp::pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
     const bf16_t* rows =
         tile + (16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3)) * P + ((lane >> 4) << 3);
     COHORT_UNROLL
@@ -265,11 +283,13 @@ COHORT_WARP_FN T* row_or_null(T* base, int64_t ld, int r, int rows, int col) {
 // Forward.
 template <typename T, int D>
 struct ForwardConfig {
-  static constexpr int kBr = 64;                                       // queries a block
-  static constexpr int kBc = sizeof(T) == 4 && D == 128 ? 32 : 64;     // keys a tile
+  static constexpr int kBr = 64;                                    // queries a block
+  static constexpr int kBc = sizeof(T) == 4 && D == 128 ? 32 : 64;  // keys a tile
   static constexpr int kPitch = Tile<T, D>::kPitch;
-  static constexpr int kStage = 2 * kBc * kPitch;                      // K rows, then V rows
+  static constexpr int kStage = 2 * kBc * kPitch;  // K rows, then V rows
   static constexpr int kSmemBytes = 2 * kStage * static_cast<int>(sizeof(T));
+  // For __launch_bounds__: fp32 D64 needs ~230 registers without spilling (2 blocks an SM).
+  static constexpr int kMinBlocks = D == 128 || sizeof(T) == 4 ? 2 : 3;
   static_assert(kBr <= 2 * kBc, "the Q tile borrows stage 1");
   static int tiles(int T_) { return (T_ + kBr - 1) / kBr; }
 };
@@ -348,7 +368,8 @@ COHORT_WARP_FN void forward_block(const ForwardArgs& a, int bh, int tile, int ti
   wp::block_sync();
   uint32_t qa[D / M::kK][4];
   COHORT_UNROLL
-  for (int s = 0; s < D / M::kK; ++s) load_a<T, D>(qa[s], smem + Cfg::kStage, 16 * warp, s * M::kK, lane);
+  for (int s = 0; s < D / M::kK; ++s)
+    load_a<T, D>(qa[s], smem + Cfg::kStage, 16 * warp, s * M::kK, lane);
   wp::block_sync();
 
   float o[D / 8][4] = {};
@@ -385,8 +406,8 @@ COHORT_WARP_FN void forward_block(const ForwardArgs& a, int bh, int tile, int ti
       wp::stg(a.lse + static_cast<int64_t>(bh) * a.T + row, (m[r] + log2f(sum)) * kLn2);
   }
   T* out = static_cast<T*>(a.out) + static_cast<int64_t>(b) * a.T * a.C;
-  store_rows<D>(row_or_null(out, a.C, row_lo, a.T, h * D), row_or_null(out, a.C, row_lo + 8, a.T, h * D),
-                o, inv[0], inv[1], lane);
+  store_rows<D>(row_or_null(out, a.C, row_lo, a.T, h * D),
+                row_or_null(out, a.C, row_lo + 8, a.T, h * D), o, inv[0], inv[1], lane);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -394,12 +415,13 @@ COHORT_WARP_FN void forward_block(const ForwardArgs& a, int bh, int tile, int ti
 template <typename T, int D>
 struct DqConfig {
   static constexpr int kBr = 64;
-  static constexpr int kBc = sizeof(T) == 2 && D == 64 ? 64 : 32;
+  static constexpr int kBc = 32;
   static constexpr int kStages = sizeof(T) == 4 && D == 128 ? 1 : 2;
   static constexpr int kPitch = Tile<T, D>::kPitch;
   static constexpr int kStage = 2 * kBc * kPitch;  // K rows, then V rows
   static constexpr int kSmemBytes =
       (2 * kBr * kPitch + kStages * kStage) * static_cast<int>(sizeof(T));
+  static constexpr int kMinBlocks = D == 128 ? 2 : 3;
   static int tiles(int T_) { return (T_ + kBr - 1) / kBr; }
 };
 
@@ -492,13 +514,14 @@ COHORT_WARP_FN void dq_block(const BackwardArgs& a, int bh, int tile, int tid, T
 template <typename T, int D>
 struct DkvConfig {
   static constexpr int kBc = 64;
-  static constexpr int kBr = sizeof(T) == 2 && D == 64 ? 64 : 32;
+  static constexpr int kBr = 32;
   static constexpr int kStages = sizeof(T) == 4 && D == 128 ? 1 : 2;
   static constexpr int kPitch = Tile<T, D>::kPitch;
   // A stage: Q rows, dO rows (kBr x kPitch of T each), then lse and delta (kBr floats each).
   static constexpr int kStageBytes = 2 * kBr * kPitch * static_cast<int>(sizeof(T)) + 8 * kBr;
   static constexpr int kSmemBytes =
       2 * kBc * kPitch * static_cast<int>(sizeof(T)) + kStages * kStageBytes;
+  static constexpr int kMinBlocks = D == 128 ? 2 : 3;
   static_assert(2 * kBr <= kThreads, "one thread per lse / delta element");
   static int tiles(int T_) { return (T_ + kBc - 1) / kBc; }
 };
@@ -561,8 +584,8 @@ COHORT_WARP_FN void dkv_block(const BackwardArgs& a, int bh, int tile, int tid, 
       wp::cp_async_wait<0>();
     }
     wp::block_sync();
-    const T* sq = reinterpret_cast<const T*>(
-        stages + (Cfg::kStages == 2 ? (j & 1) * Cfg::kStageBytes : 0));
+    const T* sq =
+        reinterpret_cast<const T*>(stages + (Cfg::kStages == 2 ? (j & 1) * Cfg::kStageBytes : 0));
     const T* sg = sq + kBr * P;
     const float* sl = reinterpret_cast<const float*>(sg + kBr * P);
     const float* sd = sl + kBr;

@@ -38,12 +38,14 @@ COHORT_WARP_FN float exp2_approx(float x) {
   return y;
 }
 
-// fp32 -> TF32 (10-bit mantissa), round to nearest with ties away from zero; low 13 bits zero.
-COHORT_WARP_FN uint32_t to_tf32(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
+// fp32 -> TF32 operand: adds half a TF32 ulp to the bit pattern. The tensor cores read only the
+// upper 19 bits of a .tf32 operand (CUTLASS's round-toward-zero tfloat32_t is a bare bit cast),
+// so the operand they use is x rounded to nearest, ties away from zero: what cvt.rna.tf32.f32
+// gives, in one integer add instead of its four instructions (a compare, a predicated add and
+// a mask in SASS) — conversions outnumber the mmas 2 to 1 here. For finite x (inf becomes NaN,
+// which the attention inputs never hold). The host emulation masks the low bits instead, so an
+// operand that skipped this conversion is caught there.
+COHORT_WARP_FN uint32_t to_tf32(float x) { return __float_as_uint(x) + 0x1000u; }
 
 // Two floats as a bf16 pair rounded to nearest even: `lo` in the low half (the lower index).
 COHORT_WARP_FN uint32_t pack_bf16(float lo, float hi) {
@@ -96,8 +98,7 @@ COHORT_WARP_FN void cp_async16(void* dst, const void* src, bool valid) {
 // 4 bytes, same contract (4-byte aligned).
 COHORT_WARP_FN void cp_async4(void* dst, const void* src, bool valid) {
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(src),
-               "r"(valid ? 4 : 0)
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(src), "r"(valid ? 4 : 0)
                : "memory");
 }
 COHORT_WARP_FN void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }

@@ -32,11 +32,11 @@ constexpr AttentionTolerance kAttnTolBf16{1e-2, 1e-5, 2e-2};
 constexpr AttentionTolerance kAttnTolFp32{1e-5, 1e-5, 1e-5};
 
 struct ErrorStats {
-  double rel_l2 = 0.0;   // ||got - ref|| / ||ref|| (infinite when a value is not finite)
-  double max_abs = 0.0;  // largest |got - ref|
-  size_t worst = 0;      // its index
-  size_t nonfinite = 0;  // elements that are NaN or inf where the reference is finite
-  double ref_norm = 0.0; // ||ref|| / sqrt(n): the typical magnitude
+  double rel_l2 = 0.0;    // ||got - ref|| / ||ref|| (infinite when a value is not finite)
+  double max_abs = 0.0;   // largest |got - ref|
+  size_t worst = 0;       // its index
+  size_t nonfinite = 0;   // elements that are NaN or inf where the reference is finite
+  double ref_norm = 0.0;  // ||ref|| / sqrt(n): the typical magnitude
 };
 
 inline ErrorStats error_stats(const std::vector<float>& got, const std::vector<double>& ref) {
@@ -83,7 +83,8 @@ inline std::string where_bht(size_t i, int64_t H, int64_t T) {
   const int64_t bh = static_cast<int64_t>(i) / T;
   char buf[64];
   std::snprintf(buf, sizeof buf, "b %lld h %lld t %lld", static_cast<long long>(bh / H),
-                static_cast<long long>(bh % H), static_cast<long long>(static_cast<int64_t>(i) % T));
+                static_cast<long long>(bh % H),
+                static_cast<long long>(static_cast<int64_t>(i) % T));
   return buf;
 }
 

@@ -105,8 +105,8 @@ void run_case(const Case& c, uint64_t seed, const AttentionTolerance& tol) {
   emu::register_global(delta.data(), delta.size() * 4);
 
   // Forward, with the launch geometry of attention.cu.
-  const fl::ForwardArgs fa{qkv.data(), out.data(), lse.data(), c.T, c.H, C,
-                           scale * fl::kLog2e, c.causal};
+  const fl::ForwardArgs fa{qkv.data(), out.data(), lse.data(),         c.T,
+                           c.H,        C,          scale * fl::kLog2e, c.causal};
   using Fwd = fl::ForwardConfig<T, D>;
   emu::Launch launch{c.B * c.H, Fwd::tiles(c.T), fl::kThreads, Fwd::kSmemBytes, seed};
   emu::run(launch, [&](int bx, int by, int tid, unsigned char* smem) {

@@ -85,8 +85,8 @@ State& st() {
 [[noreturn]] void fail(const std::string& what) {
   State& s = st();
   std::ostringstream m;
-  m << "block (" << s.bx << ", " << s.by << ") thread " << (s.current ? s.current->tid : -1)
-    << ": " << what;
+  m << "block (" << s.bx << ", " << s.by << ") thread " << (s.current ? s.current->tid : -1) << ": "
+    << what;
   throw std::runtime_error(m.str());
 }
 
@@ -171,14 +171,16 @@ std::string deadlock_report() {
   State& s = st();
   int done = 0, block = 0, warp = 0;
   for (const Fiber& f : s.fibers) {
-    if (f.done) ++done;
-    else if (f.waiting && std::strcmp(f.waiting, "block_sync") == 0) ++block;
-    else ++warp;
+    if (f.done)
+      ++done;
+    else if (f.waiting && std::strcmp(f.waiting, "block_sync") == 0)
+      ++block;
+    else
+      ++warp;
   }
   std::ostringstream m;
   m << "deadlock in block (" << s.bx << ", " << s.by << "): " << block
-    << " threads wait at block_sync, " << warp << " at a warp collective, " << done
-    << " finished";
+    << " threads wait at block_sync, " << warp << " at a warp collective, " << done << " finished";
   return m.str();
 }
 
@@ -238,7 +240,8 @@ void run(const Launch& launch,
   s.body = &body;
   s.threads = launch.threads;
   s.smem_bytes = std::max<size_t>(launch.smem_bytes, 16);
-  s.smem.reset(static_cast<unsigned char*>(std::aligned_alloc(128, (s.smem_bytes + 127) / 128 * 128)));
+  s.smem.reset(
+      static_cast<unsigned char*>(std::aligned_alloc(128, (s.smem_bytes + 127) / 128 * 128)));
   s.fibers.resize(static_cast<size_t>(launch.threads));
   s.warp_bar.resize(static_cast<size_t>(launch.threads / 32));
   s.slots.resize(static_cast<size_t>(launch.threads / 32));
@@ -281,8 +284,7 @@ uint32_t float_bits(float x) {
   return u;
 }
 float tf32_operand(uint32_t u, const char* what) {
-  if ((u & 0x1FFFu) != 0 && (u & 0x7F800000u) != 0x7F800000u)
-  {
+  if ((u & 0x1FFFu) != 0 && (u & 0x7F800000u) != 0x7F800000u) {
     std::ostringstream m;
     m << what << ": operand 0x" << std::hex << u << " not rounded to TF32 (low 13 bits set)";
     fail(m.str());
@@ -327,7 +329,7 @@ float exp2_approx(float x) { return std::exp2(x); }
 uint32_t to_tf32(float x) {
   uint32_t u = float_bits(x);
   if ((u & 0x7F800000u) == 0x7F800000u) return u;  // inf and NaN unchanged
-  u += 0x1000u;                                     // half an ulp of TF32: ties away from zero
+  u += 0x1000u;                                    // half an ulp of TF32: ties away from zero
   return u & ~0x1FFFu;
 }
 
@@ -355,7 +357,8 @@ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
     float acc = d[i];
     for (int k = 0; k < 8; ++k) {
-      const float av = tf32_operand(w.a[4 * (row % 8) + k % 4][(row >= 8) + 2 * (k >= 4)], "mma_tf32 A");
+      const float av =
+          tf32_operand(w.a[4 * (row % 8) + k % 4][(row >= 8) + 2 * (k >= 4)], "mma_tf32 A");
       const float bv = tf32_operand(w.b[4 * col + k % 4][k >= 4], "mma_tf32 B");
       acc += av * bv;
     }
@@ -379,7 +382,8 @@ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
     float acc = d[i];
     for (int k = 0; k < 16; ++k) {
-      const float av = bf16_half(w.a[4 * (row % 8) + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k & 1);
+      const float av =
+          bf16_half(w.a[4 * (row % 8) + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k & 1);
       const float bv = bf16_half(w.b[4 * col + (k % 8) / 2][k >= 8], k & 1);
       acc += av * bv;
     }
@@ -416,7 +420,8 @@ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) { ldmatrix(r, row, tru
 
 static void cp_async(void* dst, const void* src, int bytes, bool valid) {
   check_smem(dst, static_cast<size_t>(bytes), static_cast<size_t>(bytes), "cp.async dst");
-  if (valid) check_global(src, static_cast<size_t>(bytes), static_cast<size_t>(bytes), "cp.async src");
+  if (valid)
+    check_global(src, static_cast<size_t>(bytes), static_cast<size_t>(bytes), "cp.async src");
   emu::st().current->open.push_back({dst, src, bytes, valid});
 }
 void cp_async16(void* dst, const void* src, bool valid) { cp_async(dst, src, 16, valid); }
