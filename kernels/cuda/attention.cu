@@ -15,8 +15,9 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_mma.cuh"
-// The primitives above come first: attention_flash.cuh is written against them.
+// The primitives above come first: attention_flash*.cuh are written against them.
 #include "kernels/cuda/attention_flash.cuh"
+#include "kernels/cuda/attention_flash_backward.cuh"  // its configs: the shared memory to check
 
 namespace cohort::kernels::cuda {
 

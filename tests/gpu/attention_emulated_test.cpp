@@ -14,7 +14,7 @@
 
 #include "tests/gpu/warp_emulator.h"
 // The emulation above supplies the primitives the bodies are written against.
-#include "kernels/cuda/attention_flash.cuh"
+#include "kernels/cuda/attention_flash_backward.cuh"
 #include "tests/gpu/attention_check.h"
 #include "tests/gpu/check.h"
 #include "tests/gpu/reference.h"
