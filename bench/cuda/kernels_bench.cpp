@@ -98,6 +98,7 @@ void report_bw(const char* name, double ms, double bytes, double copy_gbs) {
 
 void bench_fused(double copy_gbs);  // below
 void bench_attention();             // below
+void bench_attention_tf32();        // below
 
 int main(int argc, char** argv) {
   double peak = 989.0;
@@ -146,6 +147,8 @@ int main(int argc, char** argv) {
   bench_fused(copy_gbs);
   alloc.release_all();
   bench_attention();
+  alloc.release_all();
+  bench_attention_tf32();
   return 0;
 }
 
@@ -337,4 +340,48 @@ void bench_attention() {
   }
   kc::attention_cudnn_set_mode(kc::CudnnAttention::kEnvironment);
   cohort::set_log_level(cohort::LogLevel::kWarn);
+}
+
+// Attention with fp32 storage on the tensor-core kernels (TF32 products, allow_tf32 = true):
+// the path of the fp32 training step when TF32 is allowed. The fp32 rows above time the exact
+// CUDA-core path. Anchor: torch_anchor.py's sdpa fp32 rows (the same shapes). FLOPs counted as
+// FlashAttention does: forward 4 B H T^2 D (half when causal), backward 2.5x the forward.
+void bench_attention_tf32() {
+  struct Shape {
+    int64_t B, T, H, D;
+    bool causal;
+  };
+  const Shape shapes[] = {{8, 1024, 12, 64, true}, {8, 1024, 12, 64, false}, {8, 1024, 6, 128, true}};
+  for (const Shape& s : shapes) {
+    kc::AttentionDims d;
+    d.B = s.B;
+    d.T = s.T;
+    d.H = s.H;
+    d.D = s.D;
+    d.causal = s.causal;
+    d.scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+    const int64_t C = s.H * s.D;
+    void* qkv = random_buffer(s.B * s.T * 3 * C, DType::kF32, 21);
+    void* dout = random_buffer(s.B * s.T * C, DType::kF32, 22);
+    void* out = g_alloc->allocate(s.B * s.T * C * 4);
+    void* dqkv = g_alloc->allocate(s.B * s.T * 3 * C * 4);
+    float* lse = static_cast<float*>(g_alloc->allocate(s.B * s.H * s.T * 4));
+    float* ws = static_cast<float*>(g_alloc->allocate(kc::attention_backward_workspace(d) * 4));
+    const double fwd = median_ms(
+        [&] { kc::attention_forward(DType::kF32, d, qkv, out, lse, nullptr, /*allow_tf32=*/true); });
+    const double bwd = median_ms([&] {
+      kc::attention_backward(DType::kF32, d, qkv, out, lse, dout, dqkv, ws, nullptr, true);
+    });
+    const double flops = 4.0 * s.B * s.H * s.T * s.T * s.D * (s.causal ? 0.5 : 1.0);
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "%s B%lld T%lld H%lld D%lld", s.causal ? "causal" : "full",
+                  (long long)s.B, (long long)s.T, (long long)s.H, (long long)s.D);
+    std::printf("attention fwd %-28s tf32 %8.3f ms  %7.1f TFLOP/s%s\n", shape, fwd,
+                flops / (fwd * 1e-3) / 1e12,
+                kc::attention_uses_tensor_cores(DType::kF32, d, true) ? "" : " (CUDA cores!)");
+    std::printf("attention bwd %-28s tf32 %8.3f ms  %7.1f TFLOP/s\n", shape, bwd,
+                2.5 * flops / (bwd * 1e-3) / 1e12);
+    for (void* q : {qkv, dout, out, dqkv, static_cast<void*>(lse), static_cast<void*>(ws)})
+      g_alloc->free(q);
+  }
 }

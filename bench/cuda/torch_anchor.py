@@ -130,5 +130,23 @@ def main():
     print_ratios(anchor)
 
 
+def attention_fp32_more():
+    """sdpa in fp32 for the shapes of kernels_bench's tf32 attention rows that main() lacks."""
+    for B, T, H, D, causal in [(8, 1024, 12, 64, False), (8, 1024, 6, 128, True)]:
+        q, k, v = (torch.randn(B, H, T, D, device="cuda") for _ in range(3))
+        f = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        flops = 4 * B * H * T * T * D * (0.5 if causal else 1.0)
+        name = f"{'causal' if causal else 'full'} B{B} T{T} H{H} D{D}"
+        ms = median_ms(f)
+        print(f"torch sdpa {name:28s} float32 {ms:8.3f} ms  {flops / ms / 1e9:7.1f} TFLOP/s")
+        for x in (q, k, v):
+            x.requires_grad_(True)
+        y = f()
+        g = torch.randn_like(y)
+        ms = median_ms(lambda: torch.autograd.grad(y, (q, k, v), g, retain_graph=True))
+        print(f"torch sdpa bwd {name:24s} float32 {ms:8.3f} ms  {2.5 * flops / ms / 1e9:7.1f} TFLOP/s")
+
+
 if __name__ == "__main__":
     main()
+    attention_fp32_more()

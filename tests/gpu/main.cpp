@@ -1,12 +1,14 @@
 // GPU kernel test driver: every kernels/cuda kernel against the plain references in reference.h
 // on fresh random inputs. Exits 0 with "no CUDA device visible: skipped" where no GPU is visible
-// (the ctest entry, label gpu, then passes). Usage: gpu_kernels_test [seed].
+// (the ctest entry, label gpu, then passes). Usage: gpu_kernels_test [seed [test,test...]]: the
+// second argument runs only the named tests (e.g. attention), for a quick rerun on a device.
 // Built by CMake (linked with cohort_kernels_cuda) and, on a GPU machine with nothing but the
 // CUDA toolkit, by tests/gpu/build_standalone.sh.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "core/base/error.h"
 #include "kernels/cuda/attention_cudnn.h"
@@ -60,7 +62,11 @@ int main(int argc, char** argv) {
   env.ctx.seed = seed;
   env.rng.seed(seed);
   env.alloc = &alloc;
+  const std::string only = argc > 2 ? "," + std::string(argv[2]) + "," : "";
+  int ran = 0;
   for (const Test& t : kTests) {
+    if (!only.empty() && only.find("," + std::string(t.name) + ",") == std::string::npos) continue;
+    ++ran;
     env.ctx.test = t.name;
     try {
       t.fn(env);
@@ -68,6 +74,10 @@ int main(int argc, char** argv) {
       ++env.ctx.failures;
       std::printf("  FAIL %-28s threw: %s\n", t.name, e.what());
     }
+  }
+  if (ran == 0) {
+    ++env.ctx.failures;
+    std::printf("  FAIL no test named in '%s'\n", argv[2]);
   }
   const auto st = alloc.stats();
   std::printf("allocator: peak %zu bytes, %llu cudaMalloc, %llu reuses\n", st.peak,

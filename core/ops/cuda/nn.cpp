@@ -118,7 +118,8 @@ void register_attention(OpRegistry& r) {
   set_cuda_kernel(r, "attention", "T>TF", [](KernelContext& k) {  // qkv -> out, lse
     const Tensor& qkv = k.inputs[0];
     kcu::attention_forward(storage_type(qkv, "attention"), attention_dims(k.attrs, qkv.shape()), qkv.raw(),
-                           k.outputs[0].raw(), k.outputs[1].data<float>(), compute_stream());
+                           k.outputs[0].raw(), k.outputs[1].data<float>(), compute_stream(),
+                           cuda_context().blas.allow_tf32());
   });
   set_cuda_kernel(r, "attention_grad", "TTFT>T", [](KernelContext& k) {  // (qkv, out, lse, dout) -> dqkv
     const Tensor& qkv = k.inputs[0];
@@ -126,7 +127,7 @@ void register_attention(OpRegistry& r) {
     CudaScratch ws(static_cast<size_t>(kcu::attention_backward_workspace(d)) * sizeof(float));
     kcu::attention_backward(storage_type(qkv, "attention_grad"), d, qkv.raw(), k.inputs[1].raw(),
                             k.inputs[2].data<float>(), k.inputs[3].raw(), k.outputs[0].raw(), ws.as<float>(),
-                            compute_stream());
+                            compute_stream(), cuda_context().blas.allow_tf32());
   });
 }
 
