@@ -34,6 +34,7 @@ while IFS= read -r -d '' f; do
   if [ -n "$rpath" ]; then
     IFS=: read -r -a entries <<<"$rpath:"
     for e in "${entries[@]}"; do
+      # shellcheck disable=SC2016  # a literal $ORIGIN
       [[ $e == '$ORIGIN'* ]] || fail "${f#"$prefix"/}: rpath '$rpath' has an entry not relative to \$ORIGIN: '$e'"
     done
   fi
@@ -58,7 +59,7 @@ cmake -S "$source_dir/examples/installed" -B "$work/example" -DCMAKE_PREFIX_PATH
 cmake --build "$work/example" >/dev/null
 "$work/example/hello_cohort"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
-# shellcheck disable=SC2086
+# shellcheck disable=SC2046,SC2086
 cc -std=c11 -Wall -Werror $extra_flags "$source_dir/examples/installed/hello_cohort.c" $(pkg-config --cflags --libs cohort) \
   -o "$work/hello_pc"
 LD_LIBRARY_PATH="$prefix/lib" "$work/hello_pc"
