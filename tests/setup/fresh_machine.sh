@@ -53,7 +53,10 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-log() { printf '[fresh_machine] %s\n' "$*" >&2; }
+# Messages go to fd 3, this script's stderr, also from a trap that runs while a job's output is
+# redirected to a log.
+exec 3>&2
+log() { printf '[fresh_machine] %s\n' "$*" >&3; }
 die() { log "error: $*"; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || die "needs root (mmdebstrap, chroot and mounts); run it with sudo"
@@ -98,7 +101,7 @@ cleanup() {
   if [ -d "$root" ]; then
     if findmnt -rn -o TARGET | grep -q "^$root\(/\|$\)"; then
       log "mounts remain under $root (listed below): not deleting it"
-      findmnt -rn -o TARGET | grep "^$root\(/\|$\)" >&2
+      findmnt -rn -o TARGET | grep "^$root\(/\|$\)" >&3
     elif [ "$keep" = 1 ]; then
       log "kept the root at $root"
     else
