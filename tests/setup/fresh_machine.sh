@@ -160,6 +160,9 @@ git -C "$root/root/cohort" -c advice.detachedHead=false checkout --quiet "$commi
 inner=$(cat <<'EOF'
 set -uo pipefail
 root=$1 cuda_real=$2 out=$3 train_s=$4 test_s=$5
+# The root onto itself first: a chroot whose / is no mount point cannot make mount namespaces
+# (unshare -m, ip netns exec: "mount --make-rslave /" fails), so tests that need them would skip.
+mount --bind "$root" "$root"
 mount -t proc proc "$root/proc"
 mount -t sysfs sysfs "$root/sys" 2>/dev/null || mount --rbind /sys "$root/sys"
 mount -t tmpfs -o mode=1777,nosuid,nodev shm "$root/dev/shm"
@@ -200,15 +203,29 @@ run_job timeout --kill-after=30 "$timeout_total" unshare --mount --propagation p
   "$((train_minutes * 60))" "$((test_minutes * 60))" || status=$?
 
 # ---- 3. the figures -------------------------------------------------------------------------
-{
+# A log without the seconds that start each line.
+plain() { sed -E 's/^ *[0-9]+s //' "$out/$1.log" 2>/dev/null; }
+# The seconds at which the first line matching a pattern was logged.
+seconds_at() { grep -m1 -E "^ *[0-9]+s $2" "$out/$1.log" 2>/dev/null | awk '{print $1 + 0}'; }
+figures() {
   echo "fresh Debian $suite root (mmdebstrap --variant=apt), commit $commit, CUDA toolkit: ${cuda_real:-not mounted}"
   cat "$out/summary.txt"
-  if [ -f "$out/test.log" ] && grep -q 'The following tests FAILED' "$out/test.log"; then
-    echo "failed tests:"
-    sed -n '/The following tests FAILED/,/^Errors while running/p' "$out/test.log" | grep -E '^\s+[0-9]+ - '
+  local built ready
+  built=$(seconds_at train '\[1/[0-9]+\] ')
+  if [ -n "$built" ]; then
+    ready=$(grep -E '^ *[0-9]+s \[[0-9]+/[0-9]+\] ' "$out/train.log" | tail -1 | awk '{print $1 + 0}')
+    echo "  train: packages and data until ${built} s, build until ${ready} s, then the training run"
   fi
-  grep -hE '^[0-9]+% tests passed' "$out/test.log" 2>/dev/null || true
-} | tee "$out/summary.tmp" >&2
+  plain train | grep -E 'accuracy' | tail -1 | sed 's/^/  train: /'
+  plain test | grep -E '^[0-9]+% tests passed' | sed 's/^/  test: /'
+  echo "  test: $(plain test | grep -cE '^\s+[0-9]+ - .*\(Skipped\)') skipped"
+  if plain test | grep -q 'The following tests FAILED'; then
+    echo "  failed tests:"
+    plain test | sed -n '/The following tests FAILED/,/^Errors while running/p' | grep -E '^\s+[0-9]+ - ' |
+      sed -E 's/  # GetParam.*//; s/^\s+/    /'
+  fi
+}
+figures | tee "$out/summary.tmp" >&3
 mv "$out/summary.tmp" "$out/summary.txt"
 log "logs in $out"
 exit "$status"
