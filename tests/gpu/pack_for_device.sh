@@ -2,8 +2,8 @@
 # Copies test and benchmark programs built here (with the whole project: oneDNN, UCX, FlatBuffers...) and the
 # shared libraries they need that a GPU machine's CUDA image lacks into .gpu-deps/{bin,lib}, so
 # run_on_device.sh can run them there without building the project (about 45 MB: carry
-# .gpu-deps). The C library, the CUDA runtime and the driver come from that machine; cuBLAS is
-# loaded at run time from its CUDA toolkit. Usage: tests/gpu/pack_for_device.sh [BUILD_DIR]
+# .gpu-deps). The C library and the driver come from that machine; the CUDA runtime is linked into
+# the programs statically; cuBLAS, cuDNN and NCCL are loaded at run time by soname from its system. Usage: tests/gpu/pack_for_device.sh [BUILD_DIR]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
