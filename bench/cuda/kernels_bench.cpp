@@ -275,12 +275,15 @@ double rel_l2(const void* a, const void* b, size_t n, DType type) {
 void attention_row(const char* impl, DType t, const kc::AttentionDims& d, void* qkv, void* dout,
                    void* out, float* lse, void* dqkv) {
   const bool cudnn = std::strcmp(impl, "cudnn") == 0;
+  // "tf32": fp32 storage with TF32 products on the tensor-core kernels, the fp32 training step's
+  // path when TF32 is allowed (as it is by default); "cohort" with f32 is the exact fp32 path.
+  const bool tf32 = std::strcmp(impl, "tf32") == 0;
   kc::attention_cudnn_set_mode(cudnn ? kc::CudnnAttention::kOn : kc::CudnnAttention::kOff);
   float* ws = static_cast<float*>(g_alloc->allocate(kc::attention_backward_workspace(d) * 4));
   const auto before = kc::attention_cudnn_stats();
-  const double fms = median_ms([&] { kc::attention_forward(t, d, qkv, out, lse, nullptr); });
+  const double fms = median_ms([&] { kc::attention_forward(t, d, qkv, out, lse, nullptr, tf32); });
   const double bms =
-      median_ms([&] { kc::attention_backward(t, d, qkv, out, lse, dout, dqkv, ws, nullptr); });
+      median_ms([&] { kc::attention_backward(t, d, qkv, out, lse, dout, dqkv, ws, nullptr, tf32); });
   const auto after = kc::attention_cudnn_stats();
   g_alloc->free(ws);
   char shape[64];
@@ -327,6 +330,7 @@ void bench_attention() {
                        g_alloc->allocate(d.B * d.T * 3 * C * es)};
       float* lse = static_cast<float*>(g_alloc->allocate(d.B * d.H * d.T * 4));
       attention_row("cohort", t, d, qkv, dout, out[0], lse, dqkv[0]);
+      if (t == DType::kF32) attention_row("tf32", t, d, qkv, dout, out[1], lse, dqkv[1]);
       if (t == DType::kBF16) {
         attention_row("cudnn", t, d, qkv, dout, out[1], lse, dqkv[1]);
         std::printf("attention check bf16 cudnn vs cohort T%lld: out rel_l2 %.2e, dqkv %.2e\n",

@@ -310,7 +310,7 @@ const cd::Api* usable(State& st, DType type, const AttentionDims& d, bool backwa
               str_cat("T = ", d.T, " is outside cuDNN attention's range [2, ", kMaxTokens, "]"));
     return nullptr;
   }
-  if (backward && api->version < kBackwardAnyTVersion && d.T % 128 != 0) {
+  if (backward && !attention_cudnn_backward_takes_length(api->version, d.T)) {
     note_skip(st, str_cat("cuDNN ", api->version, " backward needs T % 128 == 0 (T = ", d.T, ")"));
     return nullptr;
   }
@@ -448,6 +448,10 @@ bool attention_cudnn_backward(DType type, const AttentionDims& d, const void* qk
       "cuda attention_backward through cuDNN, " + describe_key(key));
   ++st.stats.backward_calls;
   return true;
+}
+
+bool attention_cudnn_backward_takes_length(size_t version, int64_t T) {
+  return version >= kBackwardAnyTVersion || T % 128 == 0;
 }
 
 AttentionCudnnStats attention_cudnn_stats() {

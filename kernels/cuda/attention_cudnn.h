@@ -42,6 +42,11 @@ bool attention_cudnn_backward(DType type, const AttentionDims& d, const void* qk
                               const float* lse, const void* dout, void* dqkv, float* workspace,
                               cudaStream_t stream);
 
+// Whether a cuDNN of `version` (cudnnGetVersion, 91900 for 9.19) runs the backward at this
+// sequence length: up to 9.15 its engines need T % 128 == 0 without a padding mask (cohort runs
+// its own kernel for the rest).
+bool attention_cudnn_backward_takes_length(size_t version, int64_t T);
+
 // Counters for tests and benchmarks (process-wide, since start).
 struct AttentionCudnnStats {
   int64_t forward_calls = 0;  // calls that ran on cuDNN

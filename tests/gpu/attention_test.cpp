@@ -9,6 +9,7 @@
 #include "kernels/cuda/attention.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -141,6 +142,16 @@ bool throws_unsupported(const kc::AttentionDims& d, bool tf32) {
 }  // namespace
 
 void test_attention(Env& env) {
+  // COHORT_GPU_TEST_QUICK=1: the small tensor-core cases only, for compute-sanitizer's racecheck,
+  // under which the CUDA-core kernels and the large grids take minutes.
+  if (const char* q = std::getenv("COHORT_GPU_TEST_QUICK"); q && *q == '1') {
+    for (Path p : {Path::kTf32, Path::kBf16}) {
+      attention_case(env, {p, 2, 77, 3, 64, true});
+      attention_case(env, {p, 1, 130, 2, 128, true});
+      attention_case(env, {p, 1, 200, 2, 64, false});
+    }
+    return;
+  }
   for (Path p : {Path::kTf32, Path::kBf16, Path::kExact}) {
     attention_case(env, {p, 2, 77, 3, 64, true});    // T not a multiple of any tile
     attention_case(env, {p, 1, 130, 2, 128, true});  // D128: single-stage backward pipelines

