@@ -208,10 +208,14 @@ COHORT_API cohort_status cohort_graph_stats(const cohort_graph* graph, int32_t* 
                                             int64_t* num_parameter_elements_out);
 
 /* Writes the graph (structure, attributes, initializers; not trained values) to `path` through
- * a temporary file and a rename, so an existing file is never left half-written. */
+ * a temporary file and a rename, so an existing file is never left half-written. The file ends
+ * with a CRC32C of all its other bytes. */
 COHORT_API cohort_status cohort_graph_save(const cohort_graph* graph, const char* path);
-/* Reads a graph file. A truncated, corrupted or inconsistent file returns CORRUPT (or NOT_FOUND
- * for an unknown operator) and creates nothing. */
+/* Reads a graph file. The checksum is verified before anything is parsed: a file with any byte
+ * changed, truncated or extended returns CORRUPT and creates nothing, as does an inconsistent one
+ * (NOT_FOUND for an unknown operator). A graph file written before files carried the checksum
+ * (cohort 0.1.0 builds before it was added) cannot be verified and is refused too: CORRUPT, the
+ * message saying the checksum is missing; save such a graph again from its builder. */
 COHORT_API cohort_status cohort_graph_load(const char* path, cohort_graph** graph_out);
 
 /* Names of the public operators, separated by ',' into buf (capacity buf_size, NUL-terminated).
