@@ -256,7 +256,12 @@ float Task::step() {
   check(cohort_dataset_next_batch(train_, train_sampler_, refs_, 2), "next batch");
   if (!o_.dump_batches.empty()) dump_batch(refs_);
   float loss = 0;
-  check(cohort_trainer_step(trainer_, refs_, 2, &loss), "training step");
+  const cohort_status st = cohort_trainer_step(trainer_, refs_, 2, &loss);
+  if (st == COHORT_ERR_NON_FINITE) {  // the trainer is unchanged: this batch is dropped
+    skip_reason_ = cohort_last_error();
+    return NAN;
+  }
+  check(st, "training step");
   return loss;
 }
 

@@ -98,6 +98,9 @@ class Loop {
   double smoothed_ = NAN, start_time_ = 0, window_time_ = 0;
   int64_t window_step_ = 0;
   double last_draw_ = 0;
+  // Steps the trainer skipped for NaN or Inf since the last good one; training stops at the limit.
+  static constexpr int kMaxSkippedInARow = 10;
+  int skipped_in_a_row_ = 0;
 };
 
 void Loop::resume(const std::string& path) {
@@ -230,12 +233,19 @@ void Loop::run() {
   const int64_t last = o_.stop_after > 0 ? std::min(total_, start_step_ + o_.stop_after) : total_;
   for (int64_t step = start_step_ + 1; step <= last; ++step) {
     loss = task_.step();
-    if (!std::isfinite(loss))
-      throw RuntimeError("the loss became " + std::to_string(loss) + " at step " + std::to_string(step) +
-                         " (try a smaller --lr)");
-    smoothed_ = std::isnan(smoothed_) ? loss : 0.95 * smoothed_ + 0.05 * loss;
-    if (loss_log_) std::fprintf(loss_log_, "%lld %.9g\n", static_cast<long long>(step), loss);
-    log_point(step, loss, step == total_);
+    if (std::isfinite(loss)) {
+      skipped_in_a_row_ = 0;
+      smoothed_ = std::isnan(smoothed_) ? loss : 0.95 * smoothed_ + 0.05 * loss;
+      if (loss_log_) std::fprintf(loss_log_, "%lld %.9g\n", static_cast<long long>(step), loss);
+    } else {  // skipped by the trainer, which is unchanged: report it and go on with the next batch
+      const std::string rank = task_.world() > 1 ? "rank " + std::to_string(task_.rank()) + ": " : "";
+      std::fprintf(stderr, "%swarning: step %lld skipped, its batch dropped: %s\n", rank.c_str(),
+                   static_cast<long long>(step), task_.skip_reason().c_str());
+      if (++skipped_in_a_row_ >= kMaxSkippedInARow)
+        throw RuntimeError("the loss or gradients were NaN or Inf at " + std::to_string(kMaxSkippedInARow) +
+                           " steps in a row, up to step " + std::to_string(step) + " (try a smaller --lr)");
+    }
+    log_point(step, loss, step == total_);  // every rank alike: evaluations may be collectives
     if (!o_.save.empty() && (step == last || (o_.save_every > 0 && step % o_.save_every == 0))) save(step);
   }
   if (!o_.parallel.empty() && last > start_step_) parallel_summary();

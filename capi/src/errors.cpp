@@ -75,7 +75,7 @@ COHORT_API const char* cohort_last_error(void) { return cohort::capi::t_last_err
 
 COHORT_API const char* cohort_status_name(cohort_status status) {
   const int s = cohort::capi::enum_int(status);
-  if (s < COHORT_OK || s > COHORT_ERR_INVALID_STATE) return "unknown status";
+  if (s < COHORT_OK || s > COHORT_ERR_NON_FINITE) return "unknown status";
   return status_name(static_cast<Status>(s));
 }
 

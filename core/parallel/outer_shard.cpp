@@ -62,7 +62,10 @@ void DataParallel::end_round_sharded(std::vector<Tensor>& params) {
     float v = static_cast<float>(local);
     return sum_over_ranks(&v, 1);
   };
-  stats_.last_momentum_norm = outer_.step(anchor_, result_.data(), 1.0, sum_scalar);
+  // A rank's NaN parameters reach the average here (ranks reduce parameters, not differences):
+  // every rank then skips the step alike and restarts from the unchanged anchor.
+  if (outer_finite(result_.data(), outer_block_))
+    stats_.last_momentum_norm = outer_.step(anchor_, result_.data(), 1.0, sum_scalar);
   comm_->all_gather(anchor_.data(), inflight_.data(), outer_block_, coll::DataType::kF32)->wait();
   note_blocking(start);
   unflatten(inflight_.data(), params);
@@ -113,6 +116,12 @@ void DataParallel::outer_step_block() {
   // x_{k-1}, and result_ the block of e_{k-1} once the reduce-scatter launched when round k-1
   // ended has landed.
   wait_outer();
+  if (!outer_finite(result_.data(), outer_block_)) {  // skipped on every rank: x_{k+1} = x_k
+    prev_anchor_ = anchor_;
+    launch_outer(comm_->all_gather(anchor_.data(), next_anchor_.data(), outer_block_, coll::DataType::kF32));
+    phase_ = OuterPhase::kGathering;
+    return;
+  }
   double scale = 1.0;
   if (plan_.outer.staleness_penalty) {
     // s_k from ||x_k - x_{k-1}||^2 and ||e_{k-1}||^2, each summed over the blocks.
@@ -155,6 +164,7 @@ void DataParallel::end_round_co2_sharded(std::vector<Tensor>& params) {
   // 2. e^{(i)}_k = (this rank's round start) - (its parameters now).
   flatten(params, inflight_.data());
   for (size_t i = 0; i < numel_; ++i) inflight_[i] = round_start_[i] - inflight_[i];
+  drop_if_not_finite(inflight_.data(), numel_, "the round's pseudo-gradient");
   // 3. Round k+1 starts from x_{k+1} - e^{(i)}_k, as in end_round_co2.
   for (size_t i = 0; i < numel_; ++i) round_start_[i] = next_anchor_[i] - inflight_[i];
   unflatten(round_start_.data(), params);

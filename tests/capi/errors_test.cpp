@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 #include "tests/support/capi_expect.h"
@@ -176,6 +177,36 @@ TEST(CapiGraph, OutputsLossLookupAndFiles) {
   cohort_graph_destroy(loaded);
   std::remove(junk.c_str());
   std::remove(good.c_str());
+}
+
+// Issue #25, item 7: a graph file with one changed byte, or cut short anywhere, never loads as
+// another model: cohort_graph_load refuses it with CORRUPT and creates nothing.
+TEST(CapiGraph, ChangedOrTruncatedFileIsCorrupt) {
+  Model m;
+  const std::string good = ::testing::TempDir() + "/flip_good.cohort", bad = ::testing::TempDir() + "/flip_bad.cohort";
+  ASSERT_EQ(cohort_graph_save(m.g, good.c_str()), COHORT_OK) << last();
+  std::ifstream in(good, std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 100u);
+  auto expect_refused = [&](const std::vector<char>& content, const std::string& what) {
+    std::ofstream(bad, std::ios::binary | std::ios::trunc).write(content.data(), static_cast<std::streamsize>(content.size()));
+    SCOPED_TRACE(what);
+    cohort_graph* loaded = nullptr;
+    EXPECT_STATUS(cohort_graph_load(bad.c_str(), &loaded), COHORT_ERR_CORRUPT, "flip_bad.cohort");
+    EXPECT_EQ(loaded, nullptr);
+    cohort_graph_destroy(loaded);
+  };
+  for (size_t pos = 0; pos < bytes.size(); ++pos)
+    for (unsigned mask : {0x01u, 0x80u, 0xffu}) {
+      std::vector<char> changed = bytes;
+      changed[pos] = static_cast<char>(changed[pos] ^ mask);
+      expect_refused(changed, "byte " + std::to_string(pos) + " xor " + std::to_string(mask));
+    }
+  for (size_t len = 0; len < bytes.size(); ++len)
+    expect_refused(std::vector<char>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(len)),
+                   "cut to " + std::to_string(len) + " bytes");
+  std::remove(good.c_str());
+  std::remove(bad.c_str());
 }
 
 TEST(CapiGraph, OpList) {

@@ -422,6 +422,62 @@ TEST(GpuTrainer, TheSameStepsTwiceGiveTheSameBits) {
   }
 }
 
+// NaN or Inf in a batch on the GPU (issue #25): the norm is measured on the device and the update
+// kernels skip a non-finite one there; the step reports kNonFinite like the CPU, changes no
+// parameter and no optimizer state, and the next good step matches a CPU run without the batch.
+TEST(GpuTrainer, NonFiniteBatchSkipsTheUpdateOnTheDeviceAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const char* kind : {"adamw", "sgd"}) {
+    SCOPED_TRACE(kind);
+    models::MlpConfig c;
+    c.batch = 16;
+    c.in_features = 40;
+    c.hidden = {64};
+    c.activation = "relu";
+    optim::OptimizerConfig oc;
+    oc.kind = std::string(kind) == "adamw" ? optim::OptimizerKind::kAdamW : optim::OptimizerKind::kSgd;
+    oc.lr = 0.01;
+    oc.momentum = oc.kind == optim::OptimizerKind::kSgd ? 0.9 : 0.0;
+    TrainerOptions o;
+    o.seed = 5;
+    Trainer cpu(models::build_mlp(c), oc, o);
+    o.device = Device::kCuda;
+    Trainer gpu(models::build_mlp(c), oc, o);
+    std::mt19937 rng(2);
+    std::normal_distribution<float> normal;
+    auto make_batch = [&] {
+      Tensor x = Tensor::empty({c.batch, c.in_features}, DType::kF32), y = Tensor::empty({c.batch}, DType::kI32);
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = normal(rng);
+      for (int64_t i = 0; i < c.batch; ++i) y.data<int32_t>()[i] = static_cast<int32_t>(rng() % c.classes);
+      return std::map<std::string, Tensor>{{"x", x}, {"y", y}};
+    };
+    const auto first = make_batch(), second = make_batch();
+    cpu.step(first);
+    gpu.step(first);
+    std::vector<std::vector<float>> params, state;
+    for (size_t i = 0; i < gpu.parameters().size(); ++i) {
+      params.push_back(host_values(gpu.parameters()[i]));
+      for (const auto& [name, t] : gpu.optimizer().state(i)) state.push_back(host_values(t));
+    }
+    for (float bad : {std::nanf(""), INFINITY}) {
+      auto poisoned = make_batch();
+      poisoned["x"].data<float>()[7] = bad;
+      expect_error([&] { gpu.step(poisoned); }, Status::kNonFinite, "the update was skipped");
+      EXPECT_EQ(gpu.step_count(), 1);
+      EXPECT_EQ(gpu.optimizer().step_count(), 1);
+      EXPECT_FALSE(std::isfinite(gpu.stats().grad_norm));
+      size_t k = 0;
+      for (size_t i = 0; i < gpu.parameters().size(); ++i) {
+        EXPECT_EQ(host_values(gpu.parameters()[i]), params[i]) << gpu.parameter_names()[i];
+        for (const auto& [name, t] : gpu.optimizer().state(i)) EXPECT_EQ(host_values(t), state[k++]) << name;
+      }
+    }
+    const float lc = cpu.step(second), lg = gpu.step(second);
+    EXPECT_NEAR(lg, lc, 5e-4 * std::fabs(lc));
+    expect_same_parameters(gpu, cpu, 1e-3);
+  }
+}
+
 // One rank: DDP's average is the rank's own gradient, so a DDP trainer on the GPU — buckets
 // reduced over NCCL in device memory, or through host copies over UCX — must step exactly as a
 // plain one: the average over one rank is the identity (NCCL's and UCX's both), the bucket copies

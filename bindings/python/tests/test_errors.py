@@ -275,6 +275,17 @@ class ErrorTest(unittest.TestCase):
         self.assertFails(cohort.InvalidArgumentError, "cohort_device_usable: device = 7 is not a cohort_device",
                          cohort.capi.cohort_device_usable, 7)
 
+    def test_non_finite_step(self):
+        self.trainer.step(x=self.x, y=self.y)
+        before = self.trainer.stats().step
+        x = array.array("f", self.x)
+        x[3] = float("nan")
+        error = self.assertFails(cohort.NonFiniteError, "the update was skipped", self.trainer.step, x=x, y=self.y)
+        self.assertIsInstance(error, ArithmeticError)
+        self.assertEqual(self.trainer.stats().step, before)  # the trainer is as before: go on
+        self.trainer.step(x=self.x, y=self.y)
+        self.assertEqual(self.trainer.stats().step, before + 1)
+
     def test_hierarchy(self):
         for status in cohort.Status:
             if status == cohort.Status.OK:

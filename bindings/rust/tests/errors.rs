@@ -341,7 +341,7 @@ fn the_binding_checks_what_c_cannot_see() {
 
 #[test]
 fn statuses_and_errors_behave_as_values() {
-    for code in 1..=13u32 {
+    for code in 1..=14u32 {
         let status = Status::from_raw(sys::cohort_status(code)).unwrap();
         assert_eq!(status.to_raw(), sys::cohort_status(code));
         assert!(!status.name().is_empty());
@@ -349,6 +349,8 @@ fn statuses_and_errors_behave_as_values() {
     assert_eq!(Status::from_raw(sys::cohort_status::COHORT_OK), None);
     assert_eq!(Status::from_raw(sys::cohort_status(99)), Some(Status::Other(99)));
     assert_eq!(Status::ShapeMismatch.name(), "shape mismatch");
+    assert_eq!(Status::from_raw(sys::cohort_status::COHORT_ERR_NON_FINITE), Some(Status::NonFinite));
+    assert_eq!(Status::NonFinite.name(), "non-finite values");
     // Usable with ? in functions returning Box<dyn Error>.
     fn boxed() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         Plan::new(&PlanOptions { tau: 0, ..PlanOptions::default() })?;

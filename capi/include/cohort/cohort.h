@@ -62,7 +62,10 @@ typedef enum cohort_status {
   COHORT_ERR_PEER_FAILED = 10,     /* a peer rank died or left: abort the communicator */
   COHORT_ERR_TIMEOUT = 11,         /* a wait passed its deadline: abort the communicator */
   COHORT_ERR_INVALID_PLAN = 12,    /* the parallel plan does not fit: rebuild the plan */
-  COHORT_ERR_INVALID_STATE = 13    /* called in the wrong state: nothing changed */
+  COHORT_ERR_INVALID_STATE = 13,   /* called in the wrong state: nothing changed */
+  COHORT_ERR_NON_FINITE = 14       /* a training step met NaN or Inf in its loss or gradients: its
+                                    * update was skipped and the trainer is as before the step
+                                    * (cohort_trainer_step says what exactly); skip the batch */
 } cohort_status;
 
 /* The message of the last failed call on this thread ("" if none). The pointer stays valid until
@@ -209,10 +212,14 @@ COHORT_API cohort_status cohort_graph_stats(const cohort_graph* graph, int32_t* 
                                             int64_t* num_parameter_elements_out);
 
 /* Writes the graph (structure, attributes, initializers; not trained values) to `path` through
- * a temporary file and a rename, so an existing file is never left half-written. */
+ * a temporary file and a rename, so an existing file is never left half-written. The file ends
+ * with a CRC32C of all its other bytes. */
 COHORT_API cohort_status cohort_graph_save(const cohort_graph* graph, const char* path);
-/* Reads a graph file. A truncated, corrupted or inconsistent file returns CORRUPT (or NOT_FOUND
- * for an unknown operator) and creates nothing. */
+/* Reads a graph file. The checksum is verified before anything is parsed: a file with any byte
+ * changed, truncated or extended returns CORRUPT and creates nothing, as does an inconsistent one
+ * (NOT_FOUND for an unknown operator). A graph file written before files carried the checksum
+ * (cohort 0.1.0 builds before it was added) cannot be verified and is refused too: CORRUPT, the
+ * message saying the checksum is missing; save such a graph again from its builder. */
 COHORT_API cohort_status cohort_graph_load(const char* path, cohort_graph** graph_out);
 
 /* Names of the public operators, separated by ',' into buf (capacity buf_size, NUL-terminated).
@@ -334,7 +341,22 @@ COHORT_API cohort_status cohort_trainer_destroy(cohort_trainer* trainer);
 
 /* One training step: forward, backward, optimizer update. `inputs` binds every graph input the
  * loss needs, by name (shape and dtype exactly as declared). The loss is written to loss_out
- * (may be NULL). On any error before the update (bad buffer, unknown name) nothing changed. */
+ * (may be NULL). On any error before the update (bad buffer, unknown name) nothing changed.
+ *
+ * NON_FINITE: the loss or a gradient held NaN or Inf (every operator passes NaN on, as PyTorch
+ * does; the gradient norm, measured on every step, tells). The update was skipped: every
+ * parameter, the optimizer state and the trainer's step count (so the learning-rate schedule and
+ * dropout's masks) are exactly as before the call, and the message names the loss, the gradient
+ * norm and the parameters whose gradients were not finite. loss_out is not written. The batch is
+ * the caller's to skip: the next step is the one a run without this batch would have taken.
+ * A data-parallel trainer (cohort_trainer_create_parallel): under DDP ("sync", ZeRO too) every
+ * rank updates from the averaged gradients, which carry every rank's NaN or Inf (its loss
+ * included), so all ranks return NON_FINITE for the same step and stay identical. Under local
+ * SGD / co2 a skipped step is this rank's alone; it still counts toward the outer round, so a
+ * call that ends a round still runs the round's outer step (the parameters then change as on the
+ * other ranks). A rank whose round ends with non-finite parameters contributes no progress for
+ * that round and restarts from the shared anchor; an outer step whose average is not finite is
+ * skipped on every rank. */
 COHORT_API cohort_status cohort_trainer_step(cohort_trainer* trainer, const cohort_tensor_ref* inputs,
                                              int32_t num_inputs, float* loss_out);
 
@@ -362,7 +384,8 @@ typedef struct cohort_trainer_stats {
   size_t size;                   /* sizeof(cohort_trainer_stats), set by the caller */
   int64_t step;                  /* completed training steps */
   double learning_rate;          /* used by the last step */
-  double grad_norm;              /* global gradient L2 norm of the last step (before clipping) */
+  double grad_norm;              /* global gradient L2 norm of the last step (before clipping); NaN or
+                                  * Inf after a step skipped for non-finite values (NON_FINITE) */
   int64_t peak_activation_bytes; /* largest live activation memory of any step so far */
   int64_t parameter_bytes;       /* parameters + gradients + optimizer state */
   double last_step_seconds;

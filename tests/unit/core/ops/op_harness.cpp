@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <set>
 #include <unordered_map>
@@ -307,7 +308,46 @@ void run_bf16_cuda_case(const OpCase& c, uint32_t seed) {
   }
 }
 
+// A NaN placed in a float input shows in every checked output exactly where the reference puts it
+// (PyTorch's semantics: relu, max pooling, max-reductions keep NaN): no kernel hides a NaN, which
+// would let a training step report a finite loss while its gradients are NaN (issue #25).
+void run_nan_case(const OpCase& c, uint32_t seed) {
+  const std::vector<DVec> clean = make_inputs(c, seed);
+  std::vector<Shape> shapes;
+  for (const auto& s : c.inputs) shapes.push_back(s.shape);
+  for (size_t i = 0; i < clean.size(); ++i) {
+    if (c.inputs[i].dtype == DType::kI32) continue;
+    for (size_t pos : {size_t{0}, clean[i].size() / 2, clean[i].size() - 1}) {
+      SCOPED_TRACE(str_cat(c.op, " ", c.label, " seed ", seed, ": NaN at element ", pos, " of input ", i));
+      std::vector<DVec> in = clean;
+      in[i][pos] = std::numeric_limits<double>::quiet_NaN();
+      const std::vector<DVec> ref = c.reference(in, shapes, c.attrs);
+      Built b = build(c, DType::kF32, false);
+      std::unordered_map<ValueId, Tensor> env;
+      for (size_t j = 0; j < in.size(); ++j) env[b.inputs[j]] = to_tensor(in[j], shapes[j], c.inputs[j].dtype);
+      Executor ex(b.graph, b.outputs);
+      RunOptions ro;
+      ro.seed = seed;
+      ro.training = c.training;
+      ex.run(env, ro);
+      for (int k : c.checked_outputs) {
+        const DVec got = to_dvec(env.at(b.outputs[static_cast<size_t>(k)]));
+        const DVec& want = ref[static_cast<size_t>(k)];
+        ASSERT_EQ(got.size(), want.size());
+        int bad = 0;
+        for (size_t e = 0; e < got.size() && bad < 5; ++e) {
+          if (std::isnan(got[e]) == std::isnan(want[e]) || (c.nan_may_spread && std::isnan(got[e]))) continue;
+          ADD_FAILURE() << "output " << k << " element " << e << ": got " << got[e] << ", reference " << want[e];
+          ++bad;
+        }
+      }
+    }
+  }
+}
+
 class OpHarness : public ::testing::TestWithParam<OpCase> {};
+
+TEST_P(OpHarness, NanPropagatesAsInTheReference) { run_nan_case(GetParam(), 5); }
 
 TEST_P(OpHarness, ForwardAndGradient) {
   for (uint32_t seed : {1u, 2u, 3u}) {

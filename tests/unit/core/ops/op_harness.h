@@ -42,6 +42,9 @@ struct OpCase {
   bool training = true;             // evaluation-mode forward when false
   int max_grad_elements = 48;       // finite differences on at most this many elements per input
   std::string cuda_refuses;         // why the CUDA kernel refuses this case (kUnsupported); "": it runs
+  // A NaN input may reach more outputs than the reference's (never fewer): e.g. causal attention,
+  // whose products span whole key blocks, masked keys weighted by 0 (0 * NaN is NaN).
+  bool nan_may_spread = false;
 };
 
 // Family case lists, each in tests/unit/core/ops/<family>_test.cpp.

@@ -1,15 +1,21 @@
 // Test support for data parallelism: a small MLP on synthetic data, and a single-process
 // reference that simulates R ranks (R model copies, each on its shard of the global batch) and
-// applies the outer rule written out again here, independently of core/parallel/outer.cpp.
+// applies the outer rule written out again here, independently of core/parallel/outer.cpp —
+// including what happens to NaN: a rank's step skipped for it (kNonFinite) leaves that rank's
+// model as it was, a rank whose round pseudo-gradient is not finite contributes zeros (but
+// under ZeRO 1 local SGD, which averages parameters), and a non-finite average skips the step.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/base/error.h"
 #include "core/device/device.h"
 #include "core/exec/trainer.h"
 #include "core/models/mlp.h"
@@ -89,19 +95,40 @@ class DpSimulation {
     momentum_.assign(anchor_.size(), 0.0f);
   }
 
+  // Called with each rank's batch before its step (tests that put NaN or Inf into one rank's
+  // batch), and with each rank's trainer after it (tests that make a rank's parameters NaN).
+  std::function<void(int64_t step, int rank, std::map<std::string, Tensor>& batch)> edit_batch;
+  std::function<void(int64_t step, int rank, Trainer& trainer)> after_step;
+  std::vector<std::vector<int64_t>> skipped;  // per rank: the steps its trainer skipped for NaN
+
   void step(int64_t step) {
     int ranks = static_cast<int>(trainers_.size());
-    for (int r = 0; r < ranks; ++r) trainers_[r]->step(dp_batch(step, r * kShard, kShard));
+    skipped.resize(static_cast<size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) {
+      std::map<std::string, Tensor> batch = dp_batch(step, r * kShard, kShard);
+      if (edit_batch) edit_batch(step, r, batch);
+      try {
+        trainers_[r]->step(batch);
+      } catch (const Error& e) {
+        if (e.status() != Status::kNonFinite) throw;
+        skipped[static_cast<size_t>(r)].push_back(step);
+      }
+      if (after_step) after_step(step, r, *trainers_[r]);
+    }
     if ((step + 1) % plan_.tau != 0) return;
     if (plan_.mode == parallel::SyncMode::kLocalSgd) {
       // The round's averaged pseudo-gradient: anchor minus the mean of the ranks' parameters,
       // applied at once; every rank restarts from the new anchor.
       std::vector<float> d(anchor_.size(), 0.0f);
       for (auto& t : trainers_) {
-        std::vector<float> x = dp_flat(*t);
-        for (size_t i = 0; i < x.size(); ++i) d[i] += (anchor_[i] - x[i]) / static_cast<float>(ranks);
+        std::vector<float> x = dp_flat(*t), mine(x.size());
+        for (size_t i = 0; i < x.size(); ++i) mine[i] = anchor_[i] - x[i];
+        // A rank's non-finite pseudo-gradient counts as no progress; under ZeRO 1 the ranks
+        // average parameters instead, so it reaches the average (and skips the step, below).
+        if (!all_finite(mine) && plan_.zero_stage == 0) std::fill(mine.begin(), mine.end(), 0.0f);
+        for (size_t i = 0; i < x.size(); ++i) d[i] += mine[i] / static_cast<float>(ranks);
       }
-      outer(d, 1.0);
+      if (all_finite(d)) outer(d, 1.0);  // a non-finite average: no outer step on any rank
       for (auto& t : trainers_) dp_set_flat(*t, anchor_);
       return;
     }
@@ -114,12 +141,17 @@ class DpSimulation {
       std::vector<float> x = dp_flat(*trainers_[static_cast<size_t>(r)]);
       std::vector<float>& er = e[static_cast<size_t>(r)];
       er.resize(x.size());
+      bool finite = true;
       for (size_t i = 0; i < x.size(); ++i) {
         er[i] = start_[static_cast<size_t>(r)][i] - x[i];
-        mean[i] += er[i] / static_cast<float>(ranks);
+        finite = finite && std::isfinite(er[i]);
       }
+      if (!finite) std::fill(er.begin(), er.end(), 0.0f);  // the rank's round is dropped
+      for (size_t i = 0; i < x.size(); ++i) mean[i] += er[i] / static_cast<float>(ranks);
     }
-    if (have_pending_) {
+    if (have_pending_ && !all_finite(pending_)) {
+      prev_ = anchor_;
+    } else if (have_pending_) {
       double gap = 0, dn = 0;
       for (size_t i = 0; i < anchor_.size(); ++i) {
         gap += (anchor_[i] - prev_[i]) * static_cast<double>(anchor_[i] - prev_[i]);
@@ -146,6 +178,9 @@ class DpSimulation {
   const std::vector<float>& anchor() const { return anchor_; }
 
  private:
+  static bool all_finite(const std::vector<float>& v) {
+    return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+  }
   void outer(const std::vector<float>& d, double s) {
     const auto& c = plan_.outer;
     double norm = 0;

@@ -50,6 +50,24 @@ class ErrorsTest {
   }
 
   @Test
+  void nonFiniteStep() {
+    try (Graph g = TestSupport.tinyClassifier(BATCH);
+        Optimizer sgd = new Optimizer(new OptimizerOptions());
+        Trainer t = new Trainer(g, sgd)) {
+      t.step(batch());
+      float[] x = TestSupport.features(BATCH, 1);
+      x[3] = Float.NaN;
+      Tensor[] bad = {Tensor.of("x", x, BATCH, TestSupport.FEATURES),
+          Tensor.of("y", TestSupport.labels(TestSupport.features(BATCH, 1), BATCH), BATCH)};
+      TestSupport.expectError(Status.NON_FINITE, () -> t.step(bad), "cohort_trainer_step",
+          "the update was skipped");
+      assertEquals(1, t.stats().step()); // the trainer is as before: go on
+      t.step(batch());
+      assertEquals(2, t.stats().step());
+    }
+  }
+
+  @Test
   void closedHandles() {
     Graph g = TestSupport.tinyClassifier(BATCH);
     Optimizer sgd = new Optimizer(new OptimizerOptions());
