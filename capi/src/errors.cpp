@@ -69,7 +69,7 @@ extern "C" {
 
 COHORT_API int cohort_abi_version(void) { return COHORT_ABI_VERSION; }
 
-COHORT_API const char* cohort_version_string(void) { return "0.1.0"; }
+COHORT_API const char* cohort_version_string(void) { return "0.2.0"; }
 
 COHORT_API const char* cohort_last_error(void) { return cohort::capi::t_last_error.c_str(); }
 

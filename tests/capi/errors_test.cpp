@@ -52,7 +52,7 @@ cohort_trainer* make_trainer(const Model& m) {
 
 TEST(CapiBasics, VersionAndNames) {
   EXPECT_EQ(cohort_abi_version(), COHORT_ABI_VERSION);
-  EXPECT_STREQ(cohort_version_string(), "0.1.0");
+  EXPECT_STREQ(cohort_version_string(), "0.2.0");
   EXPECT_STREQ(cohort_status_name(COHORT_ERR_SHAPE_MISMATCH), "shape mismatch");
   EXPECT_STREQ(cohort_status_name(static_cast<cohort_status>(999)), "unknown status");
   EXPECT_EQ(cohort_dtype_size(COHORT_BF16), 2u);

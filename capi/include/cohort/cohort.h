@@ -35,9 +35,9 @@ extern "C" {
 
 /* The ABI version this header describes: major * 10000 + minor * 100 + patch. A library with the
  * same major version accepts every call a program compiled against this header makes. */
-#define COHORT_ABI_VERSION 100
+#define COHORT_ABI_VERSION 200
 #define COHORT_VERSION_MAJOR 0
-#define COHORT_VERSION_MINOR 1
+#define COHORT_VERSION_MINOR 2
 #define COHORT_VERSION_PATCH 0
 
 /* The ABI version of the loaded library (compare with COHORT_ABI_VERSION). Never fails. */
