@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace cohort::kernels::cpu {
 
@@ -168,20 +169,6 @@ bool native_bf16() {
   return native;
 }
 
-float f32_from_bf16(uint16_t h) {
-  const uint32_t bits = uint32_t{h} << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t bf16_round(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu)) return 0x7fc0;  // NaN stays NaN
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);    // round to nearest even
-}
-
 // Calls fn(strided offset, dense offset) for every element of an operand, the dense offsets
 // counting up in row-major order of its dims.
 template <typename Fn>
@@ -210,7 +197,7 @@ std::vector<float> widen(const Operand& o, const void* p) {
   int64_t total = 1;
   for (int64_t e : o.dims) total *= e;
   std::vector<float> out(static_cast<size_t>(total));
-  for_each_element(o, [&](int64_t at, int64_t dense) { out[dense] = f32_from_bf16(src[at]); });
+  for_each_element(o, [&](int64_t at, int64_t dense) { out[dense] = widen_bf16(src[at]); });
   return out;
 }
 
@@ -240,7 +227,7 @@ void run_bf16_widened(memory::data_type c, const Operand& a, const void* pa, con
   run(f32, f32, dense_like(a), a32.data(), dense_like(b), b32.data(), dense_like(d), d32.data(), bias_ptr, alpha,
       beta);
   uint16_t* dst = static_cast<uint16_t*>(pd);
-  for_each_element(d, [&](int64_t at, int64_t dense) { dst[at] = bf16_round(d32[dense]); });
+  for_each_element(d, [&](int64_t at, int64_t dense) { dst[at] = round_bf16(d32[dense]); });
 }
 
 // d = alpha * a b (+ bias) + beta * d, where a: [..., M, K], b: [..., K, N], d: [..., M, N].
@@ -307,7 +294,7 @@ int64_t batch_numel(const Dims& shape) {
 }
 
 void bf16_from_f32(const float* in, uint16_t* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = bf16_round(in[i]);
+  for (int64_t i = 0; i < n; ++i) out[i] = round_bf16(in[i]);
 }
 
 }  // namespace

@@ -13,20 +13,6 @@ namespace cohort::kernels::cpu {
 
 namespace {
 constexpr int64_t kParallelMin = 1 << 15;
-
-inline uint16_t round_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu)) return 0x7fc0;
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
-inline float widen_bf16(uint16_t v) {
-  uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 }  // namespace
 
 namespace {
