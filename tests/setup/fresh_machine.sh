@@ -99,7 +99,7 @@ cleanup() {
     wait "$job" 2>/dev/null || true
   fi
   if [ -d "$root" ]; then
-    if findmnt -rn -o TARGET | grep -q "^$root\(/\|$\)"; then
+    if findmnt -rn -o TARGET | grep "^$root\(/\|$\)" >/dev/null; then
       log "mounts remain under $root (listed below): not deleting it"
       findmnt -rn -o TARGET | grep "^$root\(/\|$\)" >&3
     elif [ "$keep" = 1 ]; then
@@ -219,7 +219,8 @@ figures() {
   plain train | grep -E 'accuracy' | tail -1 | sed 's/^/  train: /'
   plain test | grep -E '^[0-9]+% tests passed' | sed 's/^/  test: /'
   echo "  test: $(plain test | grep -cE '^\s+[0-9]+ - .*\(Skipped\)') skipped"
-  if plain test | grep -q 'The following tests FAILED'; then
+  # grep without -q: under pipefail, a grep that stops early fails the pipeline through SIGPIPE.
+  if plain test | grep 'The following tests FAILED' >/dev/null; then
     echo "  failed tests:"
     plain test | sed -n '/The following tests FAILED/,/^Errors while running/p' | grep -E '^\s+[0-9]+ - ' |
       sed -E 's/  # GetParam.*//; s/^\s+/    /'
