@@ -28,7 +28,7 @@ DEB_PACKAGES=(
   python3-dev python3-numpy python3-venv python3-pip python3-setuptools python3-wheel
   cargo rustc bindgen libclang-dev
   zlib1g-dev
-  iproute2
+  iproute2 mount  # ip/tc and mount: tests that make network and mount namespaces
   dataset-fashion-mnist
   python3-torch
 )

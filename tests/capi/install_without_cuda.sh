@@ -14,6 +14,10 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "skipped: hiding $cuda_root needs a mount namespace, which needs root"
   exit 77
 fi
+if ! command -v mount >/dev/null; then
+  echo "skipped: no mount program (Debian: mount)"
+  exit 77
+fi
 if ! unshare -m true 2>/dev/null; then
   echo "skipped: unshare -m is not allowed here"
   exit 77

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Runs the README's two commands (./dev.sh train, ./dev.sh test) on a fresh Debian root, so that a
 # missing install step shows up here instead of on a new user's machine (issue #25: a build once
-# needed a package that only the developers' machine had). Opt-in and slow (about an hour: every
-# package is downloaded and everything is built from cold); not part of any test run.
+# needed a package that only the developers' machine had). Opt-in and slow (20 to 60 minutes on
+# 2 cores: every package is downloaded and everything is built from cold); not part of any test run.
 #
 # What it does: mmdebstrap builds a minimal Debian root (variant "apt": the essential packages
 # and apt, nothing else) from the mirrors this machine uses; a clean clone of the commit under
 # test (HEAD by default, never the working tree) goes to /root/cohort inside it; each command runs
-# there as root through chroot, with /proc, /sys, /dev/shm and /dev/pts mounted, under a time
+# there as root through chroot (the root bind-mounted onto itself, so that tests can make mount
+# and network namespaces inside; /proc, /sys, /run, /dev/shm and /dev/pts mounted), under a time
 # limit; the script prints pass/fail and the wall time of each, then deletes the root. All mounts
 # live in a private mount namespace and every process in a private PID namespace, so an
 # interrupted run (Ctrl-C, a time limit, a failure) leaves no mount and no process behind; a trap
@@ -38,7 +39,7 @@ test_minutes=60
 bootstrap_minutes=20
 suite=bookworm
 
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit "$1"; }
 while [ $# -gt 0 ]; do
   case $1 in
     --no-cuda) cuda= ;;
@@ -47,8 +48,8 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift ;;
     --train-minutes) train_minutes=$2; shift ;;
     --test-minutes) test_minutes=$2; shift ;;
-    -h | --help) usage ;;
-    *) echo "fresh_machine: unknown argument '$1'" >&2; usage ;;
+    -h | --help) usage 0 ;;
+    *) echo "fresh_machine: unknown argument '$1'" >&2; usage 2 ;;
   esac
   shift
 done
@@ -99,7 +100,7 @@ cleanup() {
     wait "$job" 2>/dev/null || true
   fi
   if [ -d "$root" ]; then
-    if findmnt -rn -o TARGET | grep -q "^$root\(/\|$\)"; then
+    if findmnt -rn -o TARGET | grep "^$root\(/\|$\)" >/dev/null; then
       log "mounts remain under $root (listed below): not deleting it"
       findmnt -rn -o TARGET | grep "^$root\(/\|$\)" >&3
     elif [ "$keep" = 1 ]; then
@@ -219,7 +220,8 @@ figures() {
   plain train | grep -E 'accuracy' | tail -1 | sed 's/^/  train: /'
   plain test | grep -E '^[0-9]+% tests passed' | sed 's/^/  test: /'
   echo "  test: $(plain test | grep -cE '^\s+[0-9]+ - .*\(Skipped\)') skipped"
-  if plain test | grep -q 'The following tests FAILED'; then
+  # grep without -q: under pipefail, a grep that stops early fails the pipeline through SIGPIPE.
+  if plain test | grep 'The following tests FAILED' >/dev/null; then
     echo "  failed tests:"
     plain test | sed -n '/The following tests FAILED/,/^Errors while running/p' | grep -E '^\s+[0-9]+ - ' |
       sed -E 's/  # GetParam.*//; s/^\s+/    /'
