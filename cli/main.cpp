@@ -16,6 +16,7 @@ namespace {
 void print_usage(FILE* f) {
   std::fprintf(f, "%s", cohort_cli::usage_text());
   std::fprintf(f, "       cohort --version | --help\n");
+  std::fprintf(f, "%s", cohort_cli::usage_notes());
 }
 
 int dispatch(int argc, char** argv) {

@@ -1,12 +1,15 @@
-// The parser of `cohort train` options: a table of flags, strict number parsing, and the
-// per-model defaults that reach the README's figures.
+// The parser of `cohort train` options: a table of flags with each number's range, strict
+// parsing, the checks of which flags apply to which model and mode, and the per-model defaults
+// that reach the README's figures.
 #include "cli/options.h"
 
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <utility>
 
 namespace cohort_cli {
 
@@ -32,64 +35,108 @@ double parse_double(const std::string& flag, const std::string& v) {
 
 using Setter = std::function<void(Options&, const std::string&, const std::string&)>;
 
-Setter int_field(int64_t Options::*field) {
-  return [field](Options& o, const std::string& f, const std::string& v) { o.*field = parse_int(f, v); };
+constexpr int64_t kNoLimit = INT64_MAX;
+
+// How a range reads in a message: ">= 1", "0 or 1", "0, 1, 2 or 3", "in 1..1048576".
+std::string range_text(int64_t lo, int64_t hi) {
+  if (hi == kNoLimit) return ">= " + std::to_string(lo);
+  if (hi - lo > 3) return "in " + std::to_string(lo) + ".." + std::to_string(hi);
+  std::string text;
+  for (int64_t x = lo; x <= hi; ++x)
+    text += std::to_string(x) + (x + 2 <= hi ? ", " : x + 1 == hi ? " or " : "");
+  return text;
 }
-Setter double_field(double Options::*field) {
-  return [field](Options& o, const std::string& f, const std::string& v) { o.*field = parse_double(f, v); };
-}
-Setter string_field(std::string Options::*field) {
-  return [field](Options& o, const std::string&, const std::string& v) { o.*field = v; };
-}
-// An integer or "auto" (kAuto).
-Setter int_or_auto_field(int64_t Options::*field) {
-  return [field](Options& o, const std::string& f, const std::string& v) {
-    o.*field = v == "auto" ? kAuto : parse_int(f, v);
+
+// An integer flag and its range [lo, hi]; Field is int64_t or std::optional<int64_t>.
+template <typename Field>
+Setter int_in(Field Options::*field, int64_t lo, int64_t hi) {
+  return [field, lo, hi](Options& o, const std::string& f, const std::string& v) {
+    const int64_t x = parse_int(f, v);
+    if (x < lo || x > hi) throw UsageError(f + " must be " + range_text(lo, hi) + ", got " + v);
+    o.*field = x;
   };
 }
 
+// A real flag whose values satisfy ok(), described as `range` ("> 0", "in [0, 1)").
+Setter number(std::optional<double> Options::*field, const char* range, bool (*ok)(double)) {
+  return [field, range, ok](Options& o, const std::string& f, const std::string& v) {
+    const double x = parse_double(f, v);
+    if (!ok(x)) throw UsageError(f + " must be " + range + ", got " + v);
+    o.*field = x;
+  };
+}
+// An integer flag in [lo, hi], or "auto" (kAuto).
+Setter int_in_or_auto(std::optional<int64_t> Options::*field, int64_t lo, int64_t hi) {
+  Setter number_only = int_in(field, lo, hi);
+  return [field, number_only, lo, hi](Options& o, const std::string& f, const std::string& v) {
+    if (v == "auto") {
+      o.*field = kAuto;
+      return;
+    }
+    try {
+      number_only(o, f, v);
+    } catch (const UsageError&) {
+      throw UsageError(f + " must be " + range_text(lo, hi) + " or auto, got '" + v + "'");
+    }
+  };
+}
+
+bool positive(double x) { return x > 0; }
+bool non_negative(double x) { return x >= 0; }
+
+Setter string_field(std::string Options::*field) {
+  return [field](Options& o, const std::string& f, const std::string& v) {
+    if (v.empty()) throw UsageError(f + " needs a value, got ''");
+    o.*field = v;
+  };
+}
+
+// Every numeric flag states its range here, at parse time: a typed value is either in range or
+// an error, so none can stand for "not given" (that is an empty std::optional).
 const std::map<std::string, Setter>& setters() {
   static const std::map<std::string, Setter> table = {
       {"--model", string_field(&Options::model)},
       {"--data", string_field(&Options::data)},
       {"--data-dir", string_field(&Options::data_dir)},
-      {"--epochs", int_field(&Options::epochs)},
-      {"--steps", int_field(&Options::steps)},
-      {"--batch", int_field(&Options::batch)},
-      {"--lr",
-       [](Options& o, const std::string& f, const std::string& v) {
-         o.lr = parse_double(f, v);
-         if (!(o.lr > 0)) throw UsageError("--lr must be > 0, got " + v);
-       }},
+      {"--epochs", int_in(&Options::epochs, 1, 1000000)},  // bounded: epochs x steps per epoch fits
+      {"--steps", int_in(&Options::steps, 1, kNoLimit)},
+      {"--batch", int_in(&Options::batch, 1, 1 << 20)},
+      {"--lr", number(&Options::lr, "> 0", positive)},
       {"--optimizer", string_field(&Options::optimizer)},
-      {"--warmup", int_field(&Options::warmup)},
-      {"--weight-decay", double_field(&Options::weight_decay)},
-      {"--clip", double_field(&Options::clip)},
-      {"--layers", int_field(&Options::layers)},
-      {"--width", int_field(&Options::width)},
-      {"--heads", int_field(&Options::heads)},
-      {"--context", int_field(&Options::context)},
-      {"--hidden", int_field(&Options::hidden)},
-      {"--eval-every", int_field(&Options::eval_every)},
-      {"--eval-examples", int_field(&Options::eval_examples)},
-      {"--log-every", int_field(&Options::log_every)},
+      {"--warmup", int_in(&Options::warmup, 0, kNoLimit)},
+      {"--weight-decay", number(&Options::weight_decay, ">= 0", non_negative)},
+      {"--clip", number(&Options::clip, ">= 0 (0: off)", non_negative)},
+      {"--layers", int_in(&Options::layers, 1, kNoLimit)},
+      {"--width", int_in(&Options::width, 1, kNoLimit)},
+      {"--heads", int_in(&Options::heads, 1, kNoLimit)},
+      {"--context", int_in(&Options::context, 1, kNoLimit)},
+      {"--hidden", int_in(&Options::hidden, 1, kNoLimit)},
+      {"--eval-every", int_in(&Options::eval_every, 0, kNoLimit)},
+      {"--eval-examples", int_in(&Options::eval_examples, 0, kNoLimit)},
+      {"--log-every", int_in(&Options::log_every, 1, kNoLimit)},
       {"--metrics", string_field(&Options::metrics)},
       {"--save", string_field(&Options::save)},
-      {"--save-every", int_field(&Options::save_every)},
+      {"--save-every", int_in(&Options::save_every, 0, kNoLimit)},
       {"--resume", string_field(&Options::resume)},
-      {"--threads", int_field(&Options::threads)},
+      {"--threads", int_in(&Options::threads, 0, 1024)},
       {"--device", string_field(&Options::device)},
+      {"--dtype", string_field(&Options::dtype)},
       {"--parallel", string_field(&Options::parallel)},
-      {"--tau", int_or_auto_field(&Options::tau)},
-      {"--zero", int_field(&Options::zero)},
-      {"--staleness-penalty", int_field(&Options::staleness_penalty)},
-      {"--outer-clip", double_field(&Options::outer_clip)},
-      {"--overlap", int_or_auto_field(&Options::overlap)},
-      {"--outer-bits", int_field(&Options::outer_bits)},
-      {"--noise-scaling", int_field(&Options::noise_scaling)},
-      {"--outer-lr", double_field(&Options::outer_lr)},
-      {"--outer-momentum", double_field(&Options::outer_momentum)},
-      {"--nesterov", int_field(&Options::nesterov)},
+      {"--tau", int_in_or_auto(&Options::tau, 1, kNoLimit)},
+      {"--overlap", int_in_or_auto(&Options::overlap, 1, kNoLimit)},  // <= tau: apply_defaults
+      {"--outer-bits",
+       [](Options& o, const std::string& f, const std::string& v) {
+         const int64_t b = parse_int(f, v);
+         if (b != 32 && b != 8 && b != 4) throw UsageError(f + " must be 32, 8 or 4, got " + v);
+         o.outer_bits = b;
+       }},
+      {"--zero", int_in(&Options::zero, 0, 3)},
+      {"--staleness-penalty", int_in(&Options::staleness_penalty, 0, 1)},
+      {"--outer-clip", number(&Options::outer_clip, ">= 0 (0: off)", non_negative)},
+      {"--noise-scaling", int_in(&Options::noise_scaling, 0, 1)},
+      {"--outer-lr", number(&Options::outer_lr, "> 0", positive)},
+      {"--outer-momentum", number(&Options::outer_momentum, "in [0, 1)", [](double x) { return x >= 0 && x < 1; })},
+      {"--nesterov", int_in(&Options::nesterov, 0, 1)},
       {"--seed",
        [](Options& o, const std::string& f, const std::string& v) {
          const int64_t s = parse_int(f, v);
@@ -99,7 +146,7 @@ const std::map<std::string, Setter>& setters() {
       {"--init-from", string_field(&Options::init_from)},
       {"--dump-batches", string_field(&Options::dump_batches)},
       {"--loss-log", string_field(&Options::loss_log)},
-      {"--stop-after", int_field(&Options::stop_after)},
+      {"--stop-after", int_in(&Options::stop_after, 0, kNoLimit)},
   };
   return table;
 }
@@ -111,19 +158,32 @@ void require(bool ok, const std::string& message) {
 }  // namespace
 
 const char* usage_text() {
-  return "usage: cohort train --model mlp|cnn|gpt --data fashion-mnist|brown [--data-dir DIR]\n"
+  return "usage: cohort train --model mlp|cnn|gpt [--data fashion-mnist|brown] [--data-dir DIR]\n"
          "         [--epochs N | --steps N] [--batch B] [--lr LR] [--optimizer sgd|adamw] [--warmup N]\n"
-         "         [--weight-decay W] [--clip NORM] [--hidden H (mlp)]\n"
-         "         [--layers L] [--width C] [--heads H] [--context T] (gpt)\n"
-         "         [--eval-every N] [--eval-examples N] [--log-every N] [--metrics FILE.jsonl]\n"
-         "         [--save PATH] [--save-every N] [--resume PATH] [--threads N] [--seed S] [--quiet]\n"
-         "         [--device cpu|cuda]"
-         "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N|auto]]  (under cohort-run -n N)\n"
-         "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco, co2 0-1)\n"
-         "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1] [--noise-scaling 0|1]  (not sync)\n"
+         "         [--weight-decay W] [--clip NORM (0: off)] [--hidden H (mlp only)]\n"
+         "         [--layers L] [--width C] [--heads H] [--context T] (gpt only)\n"
+         "         [--eval-every N] [--eval-examples N (with --eval-every)] [--log-every N] [--metrics FILE.jsonl]\n"
+         "         [--save PATH] [--save-every N] [--resume PATH] [--threads N (0: the default)] [--seed S] [--quiet]\n"
+         "         [--device cpu|cuda] [--dtype f32|bf16 (gpt only)]\n"
+         "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N|auto (not sync)]]  (under a launcher, below)\n"
+         "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco 0-1; co2 none)\n"
+         "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1] [--noise-scaling 0|1 (adamw)]  (not sync)\n"
          "         [--staleness-penalty 0|1] [--outer-clip C] [--overlap N|auto (1..tau)] [--outer-bits 32|8|4]\n"
-         "         (co2 only;"
-         " --tau auto = --overlap auto: chosen from the measured all-reduce and step times)\n";
+         "         (co2 only; --tau auto = --overlap auto: chosen from the measured all-reduce and step times)\n";
+}
+
+const char* usage_notes() {
+  return "Every number is range-checked. A flag the chosen model or mode does not read is an error, as it\n"
+         "would change what trains; one that only changes what is reported (--eval-examples without\n"
+         "--eval-every, --log-every with --quiet and no --metrics) is a warning. --save, --metrics and\n"
+         "--resume are checked before training starts.\n"
+         "--parallel runs one process per rank, started by a launcher (README.md, 'Launching'):\n"
+         "  cohort-run -n 4 -- cohort train ...   mpirun -np 4 cohort train ...   srun -n 4 cohort train ...\n"
+         "  torchrun --nproc_per_node 4 --no_python cohort train ...\n"
+         "Ranks on several machines need MASTER_ADDR (rank 0's host). cohort's store listens on\n"
+         "COHORT_MASTER_PORT, else MASTER_PORT + 1 (MASTER_PORT is PyTorch's store), else 29501. The job\n"
+         "token is COHORT_JOB_TOKEN, else derived from the launcher's job id (SLURM_JOB_ID, PMIX_NAMESPACE,\n"
+         "TORCHELASTIC_RUN_ID): not a secret, so set COHORT_JOB_TOKEN where others can reach the port.\n";
 }
 
 Options parse_train_options(int argc, char** argv, int first) {
@@ -142,7 +202,54 @@ Options parse_train_options(int argc, char** argv, int first) {
   return o;
 }
 
-void apply_defaults(Options& o) {
+namespace {
+
+// The flags that size each model, for messages.
+std::string size_flags(const std::string& model) {
+  if (model == "mlp") return "its size is --hidden";
+  if (model == "gpt") return "its size is --layers, --width, --heads and --context";
+  return "its shape is fixed";
+}
+
+// Model-shape flags change what is trained: one the chosen model does not read is an error.
+void check_model_flags(const Options& o) {
+  const std::pair<const char*, bool> gpt_flags[] = {{"--layers", o.layers.has_value()},
+                                                    {"--width", o.width.has_value()},
+                                                    {"--heads", o.heads.has_value()},
+                                                    {"--context", o.context.has_value()}};
+  for (const auto& [flag, given] : gpt_flags)
+    require(!given || o.model == "gpt",
+            std::string(flag) + " applies to --model gpt, not " + o.model + " (" + size_flags(o.model) + ")");
+  require(!o.hidden || o.model == "mlp", "--hidden applies to --model mlp, not " + o.model + " (" +
+                                             size_flags(o.model) + ")");
+}
+
+// Data-parallel flags change what is trained too: each needs the mode that reads it.
+void check_parallel_flags(const Options& o) {
+  require(o.parallel.empty() || o.parallel == "sync" || o.parallel == "localsgd" || o.parallel == "slowmo" ||
+              o.parallel == "diloco" || o.parallel == "co2",
+          "unknown --parallel '" + o.parallel + "' (expected sync, localsgd, slowmo, diloco or co2)");
+  require(o.zero == 0 || !o.parallel.empty(), "--zero needs --parallel (and several ranks)");
+  const bool local_steps = !o.parallel.empty() && o.parallel != "sync";
+  require(!o.tau || local_steps,
+          "--tau needs --parallel localsgd, slowmo, diloco or co2 (local steps; sync averages every step)");
+  require(o.noise_scaling == 0 || local_steps,
+          "--noise-scaling needs --parallel localsgd, slowmo, diloco or co2 (local steps)");
+  require(o.noise_scaling == 0 || o.optimizer == "adamw",
+          "--noise-scaling 1 applies to --optimizer adamw (it rescales AdamW's second moment), not sgd");
+  require((!o.outer_lr && !o.outer_momentum && !o.nesterov) || local_steps,
+          "--outer-lr, --outer-momentum and --nesterov need --parallel localsgd, slowmo, diloco or co2");
+  require((!o.staleness_penalty && !o.outer_clip && !o.overlap && o.outer_bits == 32) || o.parallel == "co2",
+          "--staleness-penalty, --outer-clip, --overlap and --outer-bits need --parallel co2");
+  require(!o.tau || *o.tau != kAuto || o.parallel == "co2", "--tau auto needs --parallel co2");
+  const int64_t tau = o.tau && *o.tau != kAuto ? *o.tau : 8;
+  require(!o.overlap || *o.overlap == kAuto || *o.overlap <= tau,
+          "--overlap must be in 1..tau (" + std::to_string(tau) + "), got " + std::to_string(o.overlap.value_or(0)));
+}
+
+}  // namespace
+
+std::vector<std::string> apply_defaults(Options& o) {
   require(!o.model.empty(), "--model is required (mlp, cnn or gpt)");
   require(o.model == "mlp" || o.model == "cnn" || o.model == "gpt",
           "unknown model '" + o.model + "' (expected mlp, cnn or gpt)");
@@ -153,57 +260,45 @@ void apply_defaults(Options& o) {
           "model '" + o.model + "' cannot train on '" + o.data + "' (gpt reads brown; mlp and cnn fashion-mnist)");
   require(o.optimizer == "adamw" || o.optimizer == "sgd",
           "unknown optimizer '" + o.optimizer + "' (expected sgd or adamw)");
-  require(!(o.epochs != 0 && o.steps != 0), "give either --epochs or --steps, not both");
-  require(o.epochs >= 0 && o.steps >= 0, "--epochs and --steps must be >= 1");
+  require(!(o.epochs && o.steps), "give either --epochs or --steps, not both");
+  require(o.device == "cpu" || o.device == "cuda", "unknown --device '" + o.device + "' (expected cpu or cuda)");
+  require(o.dtype == "f32" || o.dtype == "bf16", "unknown --dtype '" + o.dtype + "' (expected f32 or bf16)");
+  require(o.dtype == "f32" || o.model == "gpt", "--dtype bf16 is for --model gpt (the mlp and cnn builders are f32)");
+  check_model_flags(o);
+  check_parallel_flags(o);
+  require(o.save_every == 0 || !o.save.empty(), "--save-every needs --save PATH");
+
+  // Flags that only change what is reported are warned about, not refused.
+  std::vector<std::string> warnings;
+  if (o.eval_examples && o.eval_every == 0)
+    warnings.push_back("--eval-examples applies to the periodic evaluations of --eval-every N; the final "
+                       "evaluation reads the whole validation split");
+  if (o.log_every && o.quiet && o.metrics.empty())
+    warnings.push_back("--log-every has no effect with --quiet and no --metrics");
+
   const bool gpt = o.model == "gpt", cnn = o.model == "cnn";
   // The defaults reach the README's figures: MLP 1 epoch, CNN 3 epochs, GPT 2500 steps.
-  if (o.epochs == 0 && o.steps == 0) (gpt ? o.steps : o.epochs) = gpt ? 2500 : (cnn ? 3 : 1);
-  if (o.batch == kUnset) o.batch = gpt ? 8 : 32;
-  require(o.batch >= 1 && o.batch <= (1 << 20), "--batch must be in 1..1048576, got " + std::to_string(o.batch));
-  if (o.lr < 0) o.lr = o.optimizer == "sgd" ? 0.05 : (gpt ? 2e-3 : (cnn ? 2e-3 : 3e-3));
-  if (o.warmup < 0) o.warmup = gpt ? 100 : (cnn ? 100 : 50);
-  if (o.weight_decay < 0) o.weight_decay = gpt ? 0.1 : 0.01;
-  if (o.clip < 0) o.clip = gpt ? 1.0 : 0.0;
-  if (o.eval_examples < 0) o.eval_examples = gpt ? 2048 : 0;
-  require(o.hidden >= 1, "--hidden must be >= 1");
-  require(o.layers >= 1 && o.width >= 1 && o.heads >= 1 && o.context >= 1,
-          "--layers, --width, --heads and --context must be >= 1");
-  require(o.width % o.heads == 0, "--heads (" + std::to_string(o.heads) + ") must divide --width (" +
-                                      std::to_string(o.width) + ")");
-  require(o.eval_every >= 0 && o.save_every >= 0 && o.log_every >= 0 && o.eval_examples >= 0 && o.stop_after >= 0,
-          "--eval-every, --save-every, --log-every and --eval-examples must be >= 0");
-  require(o.threads >= 0 && o.threads <= 1024, "--threads must be in 0..1024");
-  require(o.device == "cpu" || o.device == "cuda", "unknown --device '" + o.device + "' (expected cpu or cuda)");
-  require(o.parallel.empty() || o.parallel == "sync" || o.parallel == "localsgd" || o.parallel == "slowmo" ||
-              o.parallel == "diloco" || o.parallel == "co2",
-          "unknown --parallel '" + o.parallel + "' (expected sync, localsgd, slowmo, diloco or co2)");
+  if (!o.epochs && !o.steps) (gpt ? o.steps : o.epochs) = gpt ? 2500 : (cnn ? 3 : 1);
+  if (!o.batch) o.batch = gpt ? 8 : 32;
+  if (!o.lr) o.lr = o.optimizer == "sgd" ? 0.05 : (gpt ? 2e-3 : (cnn ? 2e-3 : 3e-3));
+  if (!o.warmup) o.warmup = gpt ? 100 : (cnn ? 100 : 50);
+  if (!o.weight_decay) o.weight_decay = gpt ? 0.1 : 0.01;
+  if (!o.clip) o.clip = gpt ? 1.0 : 0.0;
+  if (!o.eval_examples) o.eval_examples = gpt ? 2048 : 0;
   if (o.tau == kAuto) {  // co2 picks its overlap, and tau from it, never below the default
-    require(o.parallel == "co2", "--tau auto needs --parallel co2");
     o.tau = 8;
     o.overlap = kAuto;
   }
-  require(o.tau >= 1, "--tau must be >= 1");
-  require(o.zero >= 0 && o.zero <= 3, "--zero must be 0, 1, 2 or 3, got " + std::to_string(o.zero));
-  require(o.zero == 0 || !o.parallel.empty(), "--zero needs --parallel (and several ranks)");
-  require(o.staleness_penalty >= -1 && o.staleness_penalty <= 1, "--staleness-penalty must be 0 or 1");
-  require(o.outer_clip == -1 || o.outer_clip >= 0, "--outer-clip must be >= 0");
-  require(o.outer_lr == -1 || o.outer_lr >= 0, "--outer-lr must be >= 0");
-  require(o.outer_momentum == -1 || (o.outer_momentum >= 0 && o.outer_momentum < 1),
-          "--outer-momentum must be in [0, 1)");
-  require(o.nesterov >= -1 && o.nesterov <= 1, "--nesterov must be 0 or 1");
-  require(o.noise_scaling == 0 || o.noise_scaling == 1, "--noise-scaling must be 0 or 1");
-  const bool local_steps = !o.parallel.empty() && o.parallel != "sync";
-  require(o.noise_scaling == 0 || local_steps,
-          "--noise-scaling needs --parallel localsgd, slowmo, diloco or co2 (local steps)");
-  require((o.outer_lr == -1 && o.outer_momentum == -1 && o.nesterov == -1) || local_steps,
-          "--outer-lr, --outer-momentum and --nesterov need --parallel localsgd, slowmo, diloco or co2");
-  require((o.staleness_penalty == -1 && o.outer_clip == -1 && o.overlap == 0 && o.outer_bits == 32) ||
-              o.parallel == "co2",
-          "--staleness-penalty, --outer-clip, --overlap and --outer-bits need --parallel co2");
-  require(o.outer_bits == 32 || o.outer_bits == 8 || o.outer_bits == 4, "--outer-bits must be 32, 8 or 4");
-  require(o.overlap == 0 || o.overlap == kAuto || (o.overlap >= 1 && o.overlap <= o.tau),
-          "--overlap must be in 1..tau (" + std::to_string(o.tau) + "), got " + std::to_string(o.overlap));
-  require(o.save_every == 0 || !o.save.empty(), "--save-every needs --save PATH");
+  if (!o.tau) o.tau = 8;
+  // Every model's shape is filled (only the chosen one is read), so no reader meets an empty one.
+  if (!o.hidden) o.hidden = 256;
+  if (!o.layers) o.layers = 4;
+  if (!o.width) o.width = 256;
+  if (!o.heads) o.heads = 4;
+  if (!o.context) o.context = 128;
+  require(*o.width % *o.heads == 0, "--heads (" + std::to_string(*o.heads) + ") must divide --width (" +
+                                        std::to_string(*o.width) + ")");
+  return warnings;
 }
 
 }  // namespace cohort_cli

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace cohort_cli {
 
@@ -18,46 +20,51 @@ struct RuntimeError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// "Not given on the command line" for numeric options that have model-dependent defaults.
-constexpr int64_t kUnset = INT64_MIN;
 // --tau auto, --overlap auto (cohort_plan_options.overlap_steps -1).
 constexpr int64_t kAuto = -1;
 
+// Flags whose default depends on the model or mode are std::optional: "not given" is nullopt,
+// never a value a user could type. apply_defaults() fills every one of them that the chosen model
+// and mode read, so code after it may dereference them.
 struct Options {
   std::string model;       // mlp | cnn | gpt
   std::string data;        // fashion-mnist | brown
   std::string data_dir;    // "" = the dataset's default location
-  int64_t epochs = 0;      // 0: not given
-  int64_t steps = 0;       // 0: not given (neither given: mlp 1 epoch, cnn 3, gpt 2500 steps)
-  int64_t batch = kUnset;  // the model's default unless given
-  double lr = -1;          // < 0: the model's default (a given value must be > 0)
+  std::optional<int64_t> epochs;  // at most one of epochs and steps is given; neither: mlp 1
+  std::optional<int64_t> steps;   // epoch, cnn 3, gpt 2500 steps (filled by apply_defaults)
+  std::optional<int64_t> batch;   // the model's default unless given
+  std::optional<double> lr;       // the model's and optimizer's default unless given
   std::string optimizer = "adamw";
-  int64_t warmup = -1;     // -1: the model's default
-  double weight_decay = -1;  // -1: the model's default
-  double clip = -1;        // -1: the model's default
-  int64_t layers = 4, width = 256, heads = 4, context = 128;  // gpt
-  int64_t hidden = 256;    // mlp
+  std::optional<int64_t> warmup;        // the model's default unless given
+  std::optional<double> weight_decay;   // the model's default unless given
+  std::optional<double> clip;           // the model's default unless given; 0 = off
+  std::optional<int64_t> layers, width, heads, context;  // gpt only: 4, 256, 4, 128
+  std::optional<int64_t> hidden;                         // mlp only: 256
   int64_t eval_every = 0;  // 0: only at the end
-  int64_t eval_examples = -1;  // periodic evaluations: -1 the model's default, 0 all
-  int64_t log_every = 0;   // metrics lines; 0: about 100 per run
+  std::optional<int64_t> eval_examples;  // periodic evaluations: the model's default, 0 all
+  std::optional<int64_t> log_every;      // metrics lines; not given: about 100 per run
   std::string metrics;     // JSON lines file
   std::string save;        // checkpoint path
   int64_t save_every = 0;  // 0: only at the end (when --save is given)
   std::string resume;      // checkpoint path
   int64_t threads = 0;     // 0: leave cohort's default
   std::string device = "cpu";  // cpu | cuda: where the trainer runs
+  std::string dtype = "f32";   // f32 | bf16: the gpt's parameters and activations (fp32 master copies)
   // Data parallelism over the ranks this process was launched with (cohort-run, torchrun, mpirun,
   // srun): "" = one process; sync | localsgd | slowmo | diloco | co2 (a cohort_plan_preset).
   std::string parallel;
-  int64_t tau = 8;         // inner steps per round for localsgd, slowmo, diloco and co2
+  std::optional<int64_t> tau;  // inner steps per round for localsgd, slowmo, diloco and co2: 8
   int64_t zero = 0;        // ZeRO stage: 1 shards optimizer (outer) state, 2 gradients, 3 parameters
-  int64_t staleness_penalty = -1;  // co2: 0 off, 1 on, -1 the preset's (off)
-  double outer_lr = -1;            // localsgd/slowmo/diloco/co2: outer learning rate, -1 the preset's
-  double outer_momentum = -1;      // outer momentum in [0, 1), -1 the preset's
-  int64_t nesterov = -1;           // 0 or 1, -1 the preset's
-  double outer_clip = -1;          // co2: outer momentum clip threshold, 0 off, -1 the preset's
-  int64_t outer_bits = 32;         // co2: 32, 8 or 4 bits per value of the pseudo-gradient sent
-  int64_t overlap = 0;             // co2: steps a round's average travels before its merge, 0 the preset's, kAuto
+  // Outer settings of the local-step modes; not given: the preset's value (cohort.h lists them).
+  std::optional<int64_t> staleness_penalty;  // co2: 0 off, 1 on
+  std::optional<double> outer_lr;            // localsgd/slowmo/diloco/co2: outer learning rate
+  std::optional<double> outer_momentum;      // outer momentum in [0, 1)
+  std::optional<int64_t> nesterov;           // 0 or 1
+  std::optional<double> outer_clip;          // co2: outer momentum clip threshold, 0 off
+  // co2: steps a round's average travels before its merge, 1..tau, or kAuto (chosen as it runs;
+  // also set by --tau auto). Not given: the preset's, 1.
+  std::optional<int64_t> overlap;
+  int64_t outer_bits = 32;                   // co2: 32, 8 or 4 bits per value of the pseudo-gradient sent
   int64_t noise_scaling = 0;       // localsgd/slowmo/diloco/co2 with adamw: cohort_plan_options::inner_noise_scaling
   uint64_t seed = 1;
   // Hidden flags for tests/parity: initial weights from a file, every step's batch to a file,
@@ -74,9 +81,14 @@ struct Options {
 // Parses argv[first..argc) after the subcommand. Throws UsageError.
 Options parse_train_options(int argc, char** argv, int first);
 
-// Fills the model-dependent defaults (batch, lr, warmup, ...) and checks combinations.
-void apply_defaults(Options& o);
+// Fills the model-dependent defaults (batch, lr, warmup, ...) and checks combinations: a flag
+// that would change what is trained but does not apply to the chosen model or mode is a
+// UsageError; one that only changes what is reported comes back as a warning for the caller to
+// print ("warning: ..." on stderr, rank 0 only).
+std::vector<std::string> apply_defaults(Options& o);
 
 const char* usage_text();
+// What --help prints after the usage lines: how flags are checked and how ranks are launched.
+const char* usage_notes();
 
 }  // namespace cohort_cli

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sys/stat.h>
 
@@ -50,7 +51,7 @@ Task::Task(const Options& options) : o_(options), text_(options.data == "brown")
   build_model();
   create_trainer();
   if (!o_.init_from.empty()) load_initial_weights(o_.init_from);
-  bind(o_.batch, fx_, ix_, y_, refs_, shape_x_, shape_y_);
+  bind(*o_.batch, fx_, ix_, y_, refs_, shape_x_, shape_y_);
 }
 
 Task::~Task() {
@@ -79,9 +80,9 @@ void Task::open_data() {
     if (!is_dir(dir))
       throw RuntimeError("Brown corpus directory '" + dir +
                          "' not found (run ./dev.sh build, set COHORT_DATA_DIR or pass --data-dir)");
-    check(cohort_dataset_open_brown(dir.c_str(), kValidationFraction, COHORT_SPLIT_TRAIN, o_.context, &train_),
+    check(cohort_dataset_open_brown(dir.c_str(), kValidationFraction, COHORT_SPLIT_TRAIN, *o_.context, &train_),
           "opening brown");
-    check(cohort_dataset_open_brown(dir.c_str(), kValidationFraction, COHORT_SPLIT_VALIDATION, o_.context,
+    check(cohort_dataset_open_brown(dir.c_str(), kValidationFraction, COHORT_SPLIT_VALIDATION, *o_.context,
                                     &valid_),
           "opening brown");
   } else {
@@ -91,13 +92,13 @@ void Task::open_data() {
   }
   int64_t n = 0;
   check(cohort_dataset_size(train_, &n), "dataset size");
-  if (n < o_.batch)
-    throw RuntimeError("batch " + std::to_string(o_.batch) + " is larger than the training split (" +
+  if (n < *o_.batch)
+    throw RuntimeError("batch " + std::to_string(*o_.batch) + " is larger than the training split (" +
                        std::to_string(n) + " examples)");
-  if (n / world_ < o_.batch)
-    throw RuntimeError("batch " + std::to_string(o_.batch) + " is larger than one rank's shard (" +
+  if (n / world_ < *o_.batch)
+    throw RuntimeError("batch " + std::to_string(*o_.batch) + " is larger than one rank's shard (" +
                        std::to_string(n / world_) + " examples)");
-  steps_per_epoch_ = n / world_ / o_.batch;
+  steps_per_epoch_ = n / world_ / *o_.batch;
   cohort_sampler_options so = cohort_sampler_options_default();
   so.seed = o_.seed;
   so.rank = rank_;
@@ -112,21 +113,22 @@ void Task::open_data() {
 void Task::build_model() {
   if (o_.model == "mlp") {
     cohort_model_mlp_options m = cohort_model_mlp_options_default();
-    m.batch = o_.batch;
-    m.hidden = &o_.hidden;
+    m.batch = *o_.batch;
+    m.hidden = &*o_.hidden;
     m.num_hidden = 1;
     check(cohort_graph_create_mlp(&m, &graph_), "building the mlp");
   } else if (o_.model == "cnn") {
     cohort_model_cnn_options m = cohort_model_cnn_options_default();
-    m.batch = o_.batch;
+    m.batch = *o_.batch;
     check(cohort_graph_create_cnn(&m, &graph_), "building the cnn");
   } else {
     cohort_model_gpt_options m = cohort_model_gpt_options_default();
-    m.batch = o_.batch;
-    m.context = o_.context;
-    m.layers = o_.layers;
-    m.width = o_.width;
-    m.heads = o_.heads;
+    m.batch = *o_.batch;
+    m.context = *o_.context;
+    m.layers = *o_.layers;
+    m.width = *o_.width;
+    m.heads = *o_.heads;
+    m.dtype = o_.dtype == "bf16" ? COHORT_BF16 : COHORT_F32;
     check(cohort_graph_create_gpt(&m, &graph_), "building the gpt");
   }
   check(cohort_graph_stats(graph_, nullptr, nullptr, nullptr, &parameter_count_), "graph stats");
@@ -135,14 +137,14 @@ void Task::build_model() {
 void Task::create_trainer() {
   cohort_optimizer_options oo = cohort_optimizer_options_default();
   oo.kind = o_.optimizer == "sgd" ? COHORT_OPTIM_SGD : COHORT_OPTIM_ADAMW;
-  oo.lr = o_.lr;
+  oo.lr = *o_.lr;
   oo.momentum = o_.optimizer == "sgd" ? 0.9 : 0.0;
-  oo.weight_decay = o_.weight_decay;
+  oo.weight_decay = *o_.weight_decay;
   oo.schedule = COHORT_SCHEDULE_WARMUP_COSINE;
-  oo.total_steps = o_.steps > 0 ? o_.steps : o_.epochs * steps_per_epoch_;
-  oo.warmup_steps = std::min(o_.warmup, oo.total_steps);
-  oo.min_lr = o_.lr * 0.1;
-  oo.clip_norm = o_.clip;
+  oo.total_steps = o_.steps ? *o_.steps : *o_.epochs * steps_per_epoch_;
+  oo.warmup_steps = std::min(*o_.warmup, oo.total_steps);
+  oo.min_lr = *o_.lr * 0.1;
+  oo.clip_norm = *o_.clip;
   cohort_optimizer* opt = nullptr;
   check(cohort_optimizer_create(&oo, &opt), "optimizer");
   cohort_trainer_options to = cohort_trainer_options_default();
@@ -158,13 +160,12 @@ void Task::create_trainer() {
                 : o_.parallel == "slowmo"   ? COHORT_PRESET_SLOWMO
                 : o_.parallel == "diloco"   ? COHORT_PRESET_DILOCO
                                             : COHORT_PRESET_CO2;
-    po.tau = o_.tau;
+    po.tau = *o_.tau;
     // co2 with SGD inner steps averages plainly (outer lr 1, no momentum): DiLoCo's Nesterov
     // constants, the preset's, lost 8-10 points on the CNN over SGD with momentum, blocking or not
     // (README, data-parallel accuracy).
     const bool co2_sgd = o_.parallel == "co2" && o_.optimizer == "sgd";
-    if (o_.staleness_penalty >= 0 || o_.outer_clip >= 0 || o_.outer_lr >= 0 || o_.outer_momentum >= 0 ||
-        o_.nesterov >= 0 || co2_sgd) {
+    if (o_.staleness_penalty || o_.outer_clip || o_.outer_lr || o_.outer_momentum || o_.nesterov || co2_sgd) {
       // A preset with some outer settings changed: spell them all out, starting from the
       // preset's values (cohort.h lists them), then apply the flags given.
       const bool co2 = o_.parallel == "co2";
@@ -174,16 +175,16 @@ void Task::create_trainer() {
       po.outer_lr = diloco ? 0.7 : 1.0;
       po.outer_momentum = diloco ? 0.9 : o_.parallel == "slowmo" ? 0.5 : 0.0;
       po.outer_nesterov = diloco ? 1 : 0;
-      po.staleness_penalty = co2 && o_.staleness_penalty == 1 ? 1 : 0;  // -1: the preset's (off)
+      po.staleness_penalty = co2 && o_.staleness_penalty.value_or(0) == 1 ? 1 : 0;  // the preset's: off
       po.penalty_constant = 1.0;
-      po.clip_threshold = co2 && o_.outer_clip >= 0 ? o_.outer_clip : 0.0;  // -1: the preset's (off)
-      if (o_.outer_lr >= 0) po.outer_lr = o_.outer_lr;
-      if (o_.outer_momentum >= 0) po.outer_momentum = o_.outer_momentum;
-      if (o_.nesterov >= 0) po.outer_nesterov = static_cast<int32_t>(o_.nesterov);
+      po.clip_threshold = co2 ? o_.outer_clip.value_or(0.0) : 0.0;  // the preset's: off
+      if (o_.outer_lr) po.outer_lr = *o_.outer_lr;
+      if (o_.outer_momentum) po.outer_momentum = *o_.outer_momentum;
+      if (o_.nesterov) po.outer_nesterov = static_cast<int32_t>(*o_.nesterov);
     }
     po.zero_stage = static_cast<int32_t>(o_.zero);
     po.inner_noise_scaling = static_cast<int32_t>(o_.noise_scaling);
-    po.overlap_steps = o_.overlap;  // 0: the default, 1; kAuto = -1: chosen as it runs
+    po.overlap_steps = o_.overlap.value_or(0);  // 0: the default, 1; kAuto = -1: chosen as it runs
     po.outer_bits = static_cast<int32_t>(o_.outer_bits);
     cohort_plan* plan = nullptr;
     st = cohort_plan_create(&po, &plan);
@@ -223,15 +224,15 @@ void Task::load_initial_weights(const std::string& path) {
 }
 
 // Items of one step summed over the ranks: the job's throughput.
-int64_t Task::items_per_step() const { return (text_ ? o_.batch * o_.context : o_.batch) * world_; }
+int64_t Task::items_per_step() const { return (text_ ? *o_.batch * *o_.context : *o_.batch) * world_; }
 
 void Task::bind(int64_t rows, std::vector<float>& fx, std::vector<int32_t>& ix, std::vector<int32_t>& y,
                 cohort_tensor_ref refs[2], int64_t shape_x[4], int64_t shape_y[2]) const {
   if (text_) {
-    ix.resize(static_cast<size_t>(rows * o_.context));
+    ix.resize(static_cast<size_t>(rows * *o_.context));
     y.resize(ix.size());
     shape_x[0] = shape_y[0] = rows;
-    shape_x[1] = shape_y[1] = o_.context;
+    shape_x[1] = shape_y[1] = *o_.context;
     refs[0] = {"tokens", COHORT_I32, 2, shape_x, ix.data(), ix.size() * sizeof(int32_t)};
     refs[1] = {"targets", COHORT_I32, 2, shape_y, y.data(), y.size() * sizeof(int32_t)};
     return;
@@ -262,7 +263,12 @@ float Task::step() {
   check(cohort_dataset_next_batch(train_, train_sampler_, refs_, 2), "next batch");
   if (!o_.dump_batches.empty()) dump_batch(refs_);
   float loss = 0;
-  check(cohort_trainer_step(trainer_, refs_, 2, &loss), "training step");
+  const cohort_status st = cohort_trainer_step(trainer_, refs_, 2, &loss);
+  if (st == COHORT_ERR_NON_FINITE) {  // the trainer is unchanged: this batch is dropped
+    skip_reason_ = cohort_last_error();
+    return NAN;
+  }
+  check(st, "training step");
   return loss;
 }
 
@@ -270,12 +276,27 @@ void Task::gather_parameters() {
   check(cohort_trainer_gather_parameters(trainer_), "gathering the parameters for evaluation");
 }
 
+std::string Task::agree_on_problem(const std::string& problem) {
+  if (!comm_ || world_ == 1) return problem;
+  const int32_t mine = problem.empty() ? 0 : rank_ + 1;
+  int32_t highest = 0;
+  check(cohort_comm_all_reduce(comm_, &mine, &highest, 1, COHORT_I32, COHORT_REDUCE_MAX, nullptr),
+        "agreeing on the checks before training");
+  if (highest == 0) return "";
+  // The message, cut to fit, from the rank that has it (bytes carried in i32 words).
+  std::vector<int32_t> words(256, 0);
+  if (rank_ == highest - 1) std::memcpy(words.data(), problem.data(), std::min(problem.size(), 4 * words.size() - 1));
+  check(cohort_comm_broadcast(comm_, words.data(), words.size(), COHORT_I32, highest - 1, nullptr),
+        "agreeing on the checks before training");
+  return "rank " + std::to_string(highest - 1) + ": " + reinterpret_cast<const char*>(words.data());
+}
+
 EvalResult Task::evaluate(int64_t max_examples) {
   int64_t n = 0;
   check(cohort_dataset_size(valid_, &n), "dataset size");
   if (max_examples > 0) n = std::min(n, max_examples);
   check(cohort_sampler_set_position(valid_sampler_, 0, 0), "validation sampler");
-  const int64_t chunk = text_ ? 4 * o_.batch : 500;
+  const int64_t chunk = text_ ? 4 * *o_.batch : 500;
   std::vector<float> fx, logits;
   std::vector<int32_t> ix, y;
   cohort_tensor_ref refs[2];

@@ -29,8 +29,11 @@ class Task {
   Task(const Task&) = delete;
   Task& operator=(const Task&) = delete;
 
-  // Draws the next batch from the training sampler and runs one training step.
+  // Draws the next batch from the training sampler and runs one training step. Returns the loss,
+  // or NaN when the trainer skipped the step for NaN or Inf in its loss or gradients (nothing
+  // changed; skip_reason() says what): the batch is used up, and training may go on.
   float step();
+  const std::string& skip_reason() const { return skip_reason_; }
   // Evaluates the first max_examples (0: all) validation examples, in order.
   EvalResult evaluate(int64_t max_examples);
 
@@ -43,6 +46,11 @@ class Task {
   // Makes the parameters whole on this rank (a collective under ZeRO 3: every rank calls it at
   // the same points, before rank 0 evaluates).
   void gather_parameters();
+  // Collective (every rank calls it at the same point): "" when every rank's `problem` is empty,
+  // else the problem of the highest rank that has one, prefixed "rank R: " in a world above one.
+  // Ranks agree on a failure before training, as one that left alone would keep its peers
+  // waiting in their first collective until the timeout.
+  std::string agree_on_problem(const std::string& problem);
   int rank() const { return rank_; }
   int world() const { return world_; }
   cohort_sampler* sampler() { return train_sampler_; }
@@ -67,6 +75,7 @@ class Task {
   cohort_graph* graph_ = nullptr;
   cohort_trainer* trainer_ = nullptr;
   cohort_comm* comm_ = nullptr;  // data parallelism only
+  std::string skip_reason_;      // of the last step skipped for NaN or Inf
   int rank_ = 0, world_ = 1;
   int64_t steps_per_epoch_ = 0;
   int64_t parameter_count_ = 0;

@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "cli/preflight.h"
 #include "cli/task.h"
 
 namespace cohort_cli {
@@ -65,8 +67,8 @@ std::string json_number(double v) {
 class Loop {
  public:
   Loop(const Options& o, Task& task) : o_(o), task_(task), metrics_(o.metrics), tty_(isatty(1) != 0) {
-    total_ = o.steps > 0 ? o.steps : o.epochs * task.steps_per_epoch();
-    log_every_ = o.log_every > 0 ? o.log_every : std::max<int64_t>(1, total_ / 100);
+    total_ = o.steps ? *o.steps : *o.epochs * task.steps_per_epoch();
+    log_every_ = o.log_every ? *o.log_every : std::max<int64_t>(1, total_ / 100);
     if (!o.loss_log.empty()) {
       loss_log_ = std::fopen(o.loss_log.c_str(), "w");
       if (!loss_log_) throw RuntimeError("cannot open --loss-log file '" + o.loss_log + "'");
@@ -98,6 +100,9 @@ class Loop {
   double smoothed_ = NAN, start_time_ = 0, window_time_ = 0;
   int64_t window_step_ = 0;
   double last_draw_ = 0;
+  // Steps the trainer skipped for NaN or Inf since the last good one; training stops at the limit.
+  static constexpr int kMaxSkippedInARow = 10;
+  int skipped_in_a_row_ = 0;
 };
 
 void Loop::resume(const std::string& path) {
@@ -137,7 +142,7 @@ void Loop::progress(int64_t step, double rate, bool newline) {
 
 std::string Loop::eval_fields(int64_t step, bool final_point) {
   const double t0 = now_seconds();
-  const EvalResult r = task_.evaluate(final_point ? 0 : o_.eval_examples);
+  const EvalResult r = task_.evaluate(final_point ? 0 : *o_.eval_examples);
   const double secs = now_seconds() - t0;
   std::string line = ",\"eval_loss\":" + json_number(r.loss) + ",\"eval_examples\":" + std::to_string(r.examples) +
                      ",\"eval_s\":" + json_number(secs);  // later lines' elapsed_s include it
@@ -249,12 +254,19 @@ void Loop::run() {
   const int64_t last = o_.stop_after > 0 ? std::min(total_, start_step_ + o_.stop_after) : total_;
   for (int64_t step = start_step_ + 1; step <= last; ++step) {
     loss = task_.step();
-    if (!std::isfinite(loss))
-      throw RuntimeError("the loss became " + std::to_string(loss) + " at step " + std::to_string(step) +
-                         " (try a smaller --lr)");
-    smoothed_ = std::isnan(smoothed_) ? loss : 0.95 * smoothed_ + 0.05 * loss;
-    if (loss_log_) std::fprintf(loss_log_, "%lld %.9g\n", static_cast<long long>(step), loss);
-    log_point(step, loss, step == total_);
+    if (std::isfinite(loss)) {
+      skipped_in_a_row_ = 0;
+      smoothed_ = std::isnan(smoothed_) ? loss : 0.95 * smoothed_ + 0.05 * loss;
+      if (loss_log_) std::fprintf(loss_log_, "%lld %.9g\n", static_cast<long long>(step), loss);
+    } else {  // skipped by the trainer, which is unchanged: report it and go on with the next batch
+      const std::string rank = task_.world() > 1 ? "rank " + std::to_string(task_.rank()) + ": " : "";
+      std::fprintf(stderr, "%swarning: step %lld skipped, its batch dropped: %s\n", rank.c_str(),
+                   static_cast<long long>(step), task_.skip_reason().c_str());
+      if (++skipped_in_a_row_ >= kMaxSkippedInARow)
+        throw RuntimeError("the loss or gradients were NaN or Inf at " + std::to_string(kMaxSkippedInARow) +
+                           " steps in a row, up to step " + std::to_string(step) + " (try a smaller --lr)");
+    }
+    log_point(step, loss, step == total_);  // every rank alike: evaluations may be collectives
     if (!o_.save.empty() && (step == last || (o_.save_every > 0 && step % o_.save_every == 0))) save(step);
   }
   if (!o_.parallel.empty() && last > start_step_) parallel_summary();
@@ -270,7 +282,7 @@ void Loop::run() {
 }  // namespace
 
 int run_train(Options o) {
-  apply_defaults(o);
+  const std::vector<std::string> warnings = apply_defaults(o);
   if (o.threads > 0) check(cohort_set_num_threads(static_cast<int>(o.threads)), "--threads");
   Task task(o);
   if (task.world() > 1) {
@@ -285,18 +297,20 @@ int run_train(Options o) {
     if (!o.save.empty()) o.save += suffix;
     if (!o.resume.empty()) o.resume += suffix;
   }
+  check_job_paths(o, task);  // before the first step: a run is not lost at its end to --save
+  if (task.rank() == 0) print_warnings(warnings, o, task.world());
   Loop loop(o, task);
-  const int64_t total = o.steps > 0 ? o.steps : o.epochs * task.steps_per_epoch();
+  const int64_t total = o.steps ? *o.steps : *o.epochs * task.steps_per_epoch();
   if (!o.quiet)
     std::printf("cohort %s: %s on %s, %lld parameters, batch %lld x %d rank(s)%s%s%s, %lld steps (%lld per epoch), "
                 "%s lr %g, warmup %lld\n",
                 cohort_version_string(), o.model.c_str(), o.data.c_str(), static_cast<long long>(task.parameter_count()),
-                static_cast<long long>(o.batch), task.world(), o.device == "cuda" ? " on the GPU" : "",
+                static_cast<long long>(*o.batch), task.world(), o.device == "cuda" ? " on the GPU" : "",
                 o.parallel.empty() ? "" : ", ",
-                o.parallel.empty() ? "" : (o.parallel + (o.parallel == "sync" ? "" : " tau " + std::to_string(o.tau)) +
+                o.parallel.empty() ? "" : (o.parallel + (o.parallel == "sync" ? "" : " tau " + std::to_string(*o.tau)) +
                                            (o.zero > 0 ? " zero " + std::to_string(o.zero) : "")).c_str(),
-                static_cast<long long>(total), static_cast<long long>(task.steps_per_epoch()), o.optimizer.c_str(), o.lr,
-                static_cast<long long>(o.warmup));
+                static_cast<long long>(total), static_cast<long long>(task.steps_per_epoch()), o.optimizer.c_str(), *o.lr,
+                static_cast<long long>(*o.warmup));
   if (!o.resume.empty()) loop.resume(o.resume);
   loop.run();
   return 0;

@@ -1,20 +1,29 @@
 // bench_cuda_kernels: cuBLAS gemm TFLOP/s (bf16, TF32, fp32) at 4096^3 and GPT-2-small shapes
-// (B*T = 8192, C = 768), and the fused kernels' achieved bandwidth, each printed as a ratio
-// against an anchor measured in the same run: the card's dense bf16 peak given on the command
-// line (default 989 TFLOP/s, H100 SXM) and a device-to-device cudaMemcpy (bytes read + written).
+// (B*T = 8192, C = 768), the fused kernels' achieved bandwidth, and attention TFLOP/s, each printed
+// as a ratio against an anchor measured in the same run: the card's dense bf16 peak given on the
+// command line (default 989 TFLOP/s, H100 SXM) and a device-to-device cudaMemcpy (bytes read +
+// written). Attention (causal, GPT-2 small's heads, T 1024/2048/4096 at 8192 tokens) is timed for
+// bf16 through cuDNN's fused SDPA and through cohort's kernel, and for fp32 (cohort's kernel); its
+// lines start with "attention " so that torch_anchor.py can run `bench_cuda_kernels --attention`
+// and print the ratios to PyTorch's scaled_dot_product_attention on the same shapes.
 // Times are the median of 20 event-timed repetitions after 3 warm-ups, on random inputs.
-// Usage: bench_cuda_kernels [peak_bf16_tflops]
+// Usage: bench_cuda_kernels [peak_bf16_tflops] [--attention (attention rows only)]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "core/base/log.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_cudnn.h"
+#include "kernels/cuda/cudnn_api.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/norm.h"
@@ -88,9 +97,16 @@ void report_bw(const char* name, double ms, double bytes, double copy_gbs) {
 }  // namespace
 
 void bench_fused(double copy_gbs);  // below
+void bench_attention();             // below
+void bench_attention_tf32();        // below
 
 int main(int argc, char** argv) {
-  const double peak = argc > 1 ? std::atof(argv[1]) : 989.0;
+  double peak = 989.0;
+  bool attention_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--attention") == 0) attention_only = true;
+    else peak = std::atof(argv[i]);
+  }
   if (kc::device_count() == 0) {
     std::printf("no CUDA device visible: skipped (%s)\n", kc::no_device_reason().c_str());
     return 0;
@@ -100,6 +116,10 @@ int main(int argc, char** argv) {
               info.name.c_str(), info.multiprocessors, info.l2_bytes >> 20, peak);
   kc::DeviceAllocator alloc;
   g_alloc = &alloc;
+  if (attention_only) {
+    bench_attention();
+    return 0;
+  }
   const size_t copy_bytes = size_t{1} << 30;
   void* src = alloc.allocate(copy_bytes);
   void* dst = alloc.allocate(copy_bytes);
@@ -125,6 +145,10 @@ int main(int argc, char** argv) {
   bench_gemm(blas, "fp32", DType::kF32, false, 4096, 4096, 4096, peak);
   alloc.release_all();
   bench_fused(copy_gbs);
+  alloc.release_all();
+  bench_attention();
+  alloc.release_all();
+  bench_attention_tf32();
   return 0;
 }
 
@@ -163,7 +187,7 @@ void bench_fused(double copy_gbs) {
               2.0 * LR * C * es, copy_gbs);
     std::snprintf(name, sizeof name, "layernorm bwd [32768, 768] %s", tn);
     report_bw(name, median_ms([&] {
-                kc::layernorm_backward(t, x, bias, mean, rstd, dy, y, dg, db, ws, LR, C, nullptr);
+                kc::layernorm_backward(t, x, bias, mean, rstd, dy, nullptr, y, dg, db, ws, LR, C, nullptr);
               }),
               3.0 * LR * C * es, copy_gbs);
     for (void* p : {x, dy, y, bias}) g_alloc->free(p);
@@ -218,29 +242,150 @@ void bench_fused(double copy_gbs) {
   for (void* q : {static_cast<void*>(p), static_cast<void*>(m), static_cast<void*>(v), g,
                   static_cast<void*>(pb)})
     g_alloc->free(q);
-  for (DType t : {DType::kBF16, DType::kF32}) {
+}
+
+namespace {
+// Relative L2 distance of two device buffers of n elements of `type`.
+double rel_l2(const void* a, const void* b, size_t n, DType type) {
+  auto host = [&](const void* p) {
+    std::vector<float> out(n);
+    if (type == DType::kF32) {
+      COHORT_CUDA_CHECK(cudaMemcpy(out.data(), p, n * 4, cudaMemcpyDeviceToHost));
+      return out;
+    }
+    std::vector<uint16_t> h(n);
+    COHORT_CUDA_CHECK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t bits = static_cast<uint32_t>(h[i]) << 16;
+      std::memcpy(&out[i], &bits, 4);
+    }
+    return out;
+  };
+  const auto x = host(a), y = host(b);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    num += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+    den += double(y[i]) * y[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// One implementation of attention at one shape: forward and backward, median ms and TFLOP/s.
+// `impl` is "cudnn" or "cohort"; outputs go to out/lse/dqkv.
+void attention_row(const char* impl, DType t, const kc::AttentionDims& d, void* qkv, void* dout,
+                   void* out, float* lse, void* dqkv) {
+  const bool cudnn = std::strcmp(impl, "cudnn") == 0;
+  // "tf32": fp32 storage with TF32 products on the tensor-core kernels, the fp32 training step's
+  // path when TF32 is allowed (as it is by default); "cohort" with f32 is the exact fp32 path.
+  const bool tf32 = std::strcmp(impl, "tf32") == 0;
+  kc::attention_cudnn_set_mode(cudnn ? kc::CudnnAttention::kOn : kc::CudnnAttention::kOff);
+  float* ws = static_cast<float*>(g_alloc->allocate(kc::attention_backward_workspace(d) * 4));
+  const auto before = kc::attention_cudnn_stats();
+  const double fms = median_ms([&] { kc::attention_forward(t, d, qkv, out, lse, nullptr, tf32); });
+  const double bms =
+      median_ms([&] { kc::attention_backward(t, d, qkv, out, lse, dout, dqkv, ws, nullptr, tf32); });
+  const auto after = kc::attention_cudnn_stats();
+  g_alloc->free(ws);
+  char shape[64];
+  std::snprintf(shape, sizeof shape, "B%lld T%lld H%lld D%lld %s", (long long)d.B, (long long)d.T,
+                (long long)d.H, (long long)d.D, d.causal ? "causal" : "full");
+  if (cudnn && (after.forward_calls == before.forward_calls ||
+                after.backward_calls == before.backward_calls)) {
+    std::printf("attention %s %s %-26s unavailable: %s\n", kc::dtype_name(t), impl, shape,
+                after.last_refusal.c_str());
+    return;
+  }
+  // Useful flops as FlashAttention counts them: the forward's two products are 4 B H T^2 D, half
+  // of it under a causal mask; the backward's five are 2.5x the forward.
+  const double fwd_flops = (d.causal ? 2.0 : 4.0) * d.B * d.H * d.T * d.T * d.D;
+  const char* row = "attention %s %-4s %-6s %-26s %8.3f ms  %7.1f TFLOP/s\n";
+  std::printf(row, "fwd", kc::dtype_name(t), impl, shape, fms, fwd_flops / (fms * 1e-3) / 1e12);
+  const double bwd_flops = 2.5 * fwd_flops;
+  std::printf(row, "bwd", kc::dtype_name(t), impl, shape, bms, bwd_flops / (bms * 1e-3) / 1e12);
+}
+}  // namespace
+
+void bench_attention() {
+  cohort::set_log_level(cohort::LogLevel::kInfo);  // each cuDNN plan's engine and build time
+  std::string why;
+  const kc::cudnn::Api* api = kc::cudnn::api_or_null(&why);
+  if (api)
+    std::printf("attention: cuDNN %zu (libcudnn.so.9)\n", api->version);
+  else
+    std::printf("attention: no cuDNN (%s)\n", why.c_str());
+  for (const int64_t T : {1024, 2048, 4096}) {
     kc::AttentionDims d;
-    d.B = 8;
-    d.T = 1024;
+    d.B = 8192 / T;  // 8192 tokens, as GPT-2 small's B8 T1024
+    d.T = T;
     d.H = 12;
     d.D = 64;
     d.scale = 0.125f;
-    void* qkv = random_buffer(d.B * d.T * 3 * 768, t, 13);
-    void* out = g_alloc->allocate(d.B * d.T * 768 * kc::dtype_size(t));
-    float* lse = static_cast<float*>(g_alloc->allocate(d.B * d.H * d.T * 4));
-    const double ms = median_ms([&] { kc::attention_forward(t, d, qkv, out, lse, nullptr); });
-    const double flops = 2.0 * d.B * d.H * d.T * d.T * d.D;  // causal: half of 4 B H T^2 D
-    std::printf("attention fwd causal B8 T1024 H12 D64 %-4s    %8.3f ms  %7.1f TFLOP/s\n",
-                kc::dtype_name(t), ms, flops / (ms * 1e-3) / 1e12);
-    void* dout = random_buffer(d.B * d.T * 768, t, 14);
-    void* dqkv = g_alloc->allocate(d.B * d.T * 3 * 768 * kc::dtype_size(t));
+    const int64_t C = d.H * d.D;
+    for (DType t : {DType::kBF16, DType::kF32}) {
+      const size_t es = kc::dtype_size(t);
+      void* qkv = random_buffer(d.B * d.T * 3 * C, t, 13);
+      void* dout = random_buffer(d.B * d.T * C, t, 14);
+      void* out[2] = {g_alloc->allocate(d.B * d.T * C * es), g_alloc->allocate(d.B * d.T * C * es)};
+      void* dqkv[2] = {g_alloc->allocate(d.B * d.T * 3 * C * es),
+                       g_alloc->allocate(d.B * d.T * 3 * C * es)};
+      float* lse = static_cast<float*>(g_alloc->allocate(d.B * d.H * d.T * 4));
+      attention_row("cohort", t, d, qkv, dout, out[0], lse, dqkv[0]);
+      if (t == DType::kF32) attention_row("tf32", t, d, qkv, dout, out[1], lse, dqkv[1]);
+      if (t == DType::kBF16) {
+        attention_row("cudnn", t, d, qkv, dout, out[1], lse, dqkv[1]);
+        std::printf("attention check bf16 cudnn vs cohort T%lld: out rel_l2 %.2e, dqkv %.2e\n",
+                    (long long)T, rel_l2(out[1], out[0], d.B * d.T * C, t),
+                    rel_l2(dqkv[1], dqkv[0], d.B * d.T * 3 * C, t));
+      }
+      for (void* p : {qkv, dout, out[0], out[1], dqkv[0], dqkv[1], static_cast<void*>(lse)})
+        g_alloc->free(p);
+      g_alloc->release_all();
+    }
+  }
+  kc::attention_cudnn_set_mode(kc::CudnnAttention::kEnvironment);
+  cohort::set_log_level(cohort::LogLevel::kWarn);
+}
+
+// Attention with fp32 storage on the tensor-core kernels (TF32 products, allow_tf32 = true):
+// the path of the fp32 training step when TF32 is allowed. The fp32 rows above time the exact
+// CUDA-core path. Anchor: torch_anchor.py's sdpa fp32 rows (the same shapes). FLOPs counted as
+// FlashAttention does: forward 4 B H T^2 D (half when causal), backward 2.5x the forward.
+void bench_attention_tf32() {
+  struct Shape {
+    int64_t B, T, H, D;
+    bool causal;
+  };
+  const Shape shapes[] = {{8, 1024, 12, 64, true}, {8, 1024, 12, 64, false}, {8, 1024, 6, 128, true}};
+  for (const Shape& s : shapes) {
+    kc::AttentionDims d;
+    d.B = s.B;
+    d.T = s.T;
+    d.H = s.H;
+    d.D = s.D;
+    d.causal = s.causal;
+    d.scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+    const int64_t C = s.H * s.D;
+    void* qkv = random_buffer(s.B * s.T * 3 * C, DType::kF32, 21);
+    void* dout = random_buffer(s.B * s.T * C, DType::kF32, 22);
+    void* out = g_alloc->allocate(s.B * s.T * C * 4);
+    void* dqkv = g_alloc->allocate(s.B * s.T * 3 * C * 4);
+    float* lse = static_cast<float*>(g_alloc->allocate(s.B * s.H * s.T * 4));
     float* ws = static_cast<float*>(g_alloc->allocate(kc::attention_backward_workspace(d) * 4));
-    const double bms =
-        median_ms([&] { kc::attention_backward(t, d, qkv, out, lse, dout, dqkv, ws, nullptr); });
-    // Useful flops as FlashAttention counts them: 2.5x the forward's (5 products of 4 T^2 D / 2).
-    std::printf("attention bwd causal B8 T1024 H12 D64 %-4s    %8.3f ms  %7.1f TFLOP/s\n",
-                kc::dtype_name(t), bms, 2.5 * flops / (bms * 1e-3) / 1e12);
-    for (void* q : {qkv, out, static_cast<void*>(lse), dout, dqkv, static_cast<void*>(ws)})
+    const double fwd = median_ms(
+        [&] { kc::attention_forward(DType::kF32, d, qkv, out, lse, nullptr, /*allow_tf32=*/true); });
+    const double bwd = median_ms([&] {
+      kc::attention_backward(DType::kF32, d, qkv, out, lse, dout, dqkv, ws, nullptr, true);
+    });
+    const double flops = 4.0 * s.B * s.H * s.T * s.T * s.D * (s.causal ? 0.5 : 1.0);
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "%s B%lld T%lld H%lld D%lld", s.causal ? "causal" : "full",
+                  (long long)s.B, (long long)s.T, (long long)s.H, (long long)s.D);
+    std::printf("attention fwd %-28s tf32 %8.3f ms  %7.1f TFLOP/s%s\n", shape, fwd,
+                flops / (fwd * 1e-3) / 1e12,
+                kc::attention_uses_tensor_cores(DType::kF32, d, true) ? "" : " (CUDA cores!)");
+    std::printf("attention bwd %-28s tf32 %8.3f ms  %7.1f TFLOP/s\n", shape, bwd,
+                2.5 * flops / (bwd * 1e-3) / 1e12);
+    for (void* q : {qkv, dout, out, dqkv, static_cast<void*>(lse), static_cast<void*>(ws)})
       g_alloc->free(q);
   }
 }

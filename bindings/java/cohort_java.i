@@ -217,6 +217,17 @@ typedef struct cohortj_refs {
   int32_t count;
 } cohortj_refs;
 
+/* Bytes of one element of a Java array of storage `kind`. */
+static size_t cohortj_element_size(jint kind) {
+  switch (kind) {
+    case COHORTJ_FLOATS:
+    case COHORTJ_INTS: return 4;
+    case COHORTJ_LONGS: return 8;
+    case COHORTJ_SHORTS: return 2;
+    default: return 1;
+  }
+}
+
 static void* cohortj_elements(JNIEnv* env, jint kind, jobject array) {
   switch (kind) {
     case COHORTJ_FLOATS:
@@ -362,6 +373,8 @@ static int cohortj_refs_acquire(JNIEnv* env, jobjectArray tensors, jobject singl
         break;
       }
     } else {
+      /* The bytes C may touch are the array's own, whatever the Tensor claims. */
+      ref->bytes = (size_t)(*env)->GetArrayLength(env, (jarray)data) * cohortj_element_size(kind);
       r->arrays[i] = data;
       ref->data = cohortj_elements(env, kind, data);
       if (ref->data == NULL) break; /* OutOfMemoryError pending */
@@ -483,7 +496,7 @@ JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM* vm, void* reserved) {
 
 /* ---- structs ------------------------------------------------------------------------------- */
 
-/* Stats structs are filled by C: the constructor sets `size` as the header asks. */
+/* Stats and description structs are filled by C: the constructor sets `size` as the header asks. */
 %define COHORT_STATS(TYPE)
 %extend TYPE {
   TYPE() {
@@ -495,6 +508,32 @@ JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM* vm, void* reserved) {
 %enddef
 COHORT_STATS(cohort_trainer_stats)
 COHORT_STATS(cohort_parallel_stats)
+COHORT_STATS(cohort_op_info)
+COHORT_STATS(cohort_op_attr_info)
+
+/* Operator descriptions: the name and default arrays are read by index (NULL / 0 outside them);
+ * every string points into libcohort's operator table and is copied into a Java String. */
+%ignore cohort_op_info::input_names;
+%ignore cohort_op_info::output_names;
+%ignore cohort_op_attr_info::default_ints;
+%ignore cohort_op_attr_info::default_floats;
+%extend cohort_op_info {
+  const char* input_name(int32_t k) {
+    return k >= 0 && k < $self->max_inputs ? $self->input_names[k] : NULL;
+  }
+  const char* output_name(int32_t k) {
+    const int32_t n = $self->num_outputs < 0 ? 1 : $self->num_outputs;
+    return k >= 0 && k < n ? $self->output_names[k] : NULL;
+  }
+}
+%extend cohort_op_attr_info {
+  int64_t default_int_at(int32_t k) {
+    return $self->default_ints != NULL && k >= 0 && k < $self->default_count ? $self->default_ints[k] : 0;
+  }
+  double default_float_at(int32_t k) {
+    return $self->default_floats != NULL && k >= 0 && k < $self->default_count ? $self->default_floats[k] : 0.0;
+  }
+}
 
 /* Replaced by the helpers below, which take the lists as Java arrays. */
 /* The header's version macros reach Java through cohortj_header_abi_version() instead. */

@@ -209,6 +209,10 @@ PYC_SEQUENCE_IN(double, pyc_read_doubles)
 %ignore cohort_set_log_callback;
 %ignore cohort_log_fn;
 %ignore cohort_op_list;
+%ignore cohort_op_describe;
+%ignore cohort_op_describe_attr;
+%ignore cohort_op_info;
+%ignore cohort_op_attr_info;
 %ignore cohort_tensor_ref;
 %ignore cohort_trainer_step;
 %ignore cohort_trainer_evaluate;
@@ -256,6 +260,7 @@ PYC_SEQUENCE_IN(double, pyc_read_doubles)
 %feature("nothreadallow") pyc_registered_type;
 %feature("nothreadallow") pyc_set_log_callback;
 %feature("nothreadallow") pyc_op_list;
+%feature("nothreadallow") pyc_op_describe;
 
 #define COHORT_API
 %include <cohort/cohort.h>

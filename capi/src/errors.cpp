@@ -69,13 +69,13 @@ extern "C" {
 
 COHORT_API int cohort_abi_version(void) { return COHORT_ABI_VERSION; }
 
-COHORT_API const char* cohort_version_string(void) { return "0.1.0"; }
+COHORT_API const char* cohort_version_string(void) { return "0.2.0"; }
 
 COHORT_API const char* cohort_last_error(void) { return cohort::capi::t_last_error.c_str(); }
 
 COHORT_API const char* cohort_status_name(cohort_status status) {
   const int s = cohort::capi::enum_int(status);
-  if (s < COHORT_OK || s > COHORT_ERR_INVALID_STATE) return "unknown status";
+  if (s < COHORT_OK || s > COHORT_ERR_NON_FINITE) return "unknown status";
   return status_name(static_cast<Status>(s));
 }
 

@@ -70,6 +70,12 @@ models::GptConfig to_config(const cohort_model_gpt_options& o) {
   c.tie_weights = o.tie_weights != 0;
   c.dropout = o.dropout;
   c.eps = o.eps;
+  if (o.size >= offsetof(cohort_model_gpt_options, dtype) + sizeof(o.dtype)) {
+    const int d = enum_int(o.dtype);
+    COHORT_CHECK(d == COHORT_F32 || d == COHORT_BF16, Status::kInvalidArgument, "options->dtype ", d,
+                 " is not COHORT_F32 or COHORT_BF16");
+    c.dtype = d == COHORT_BF16 ? DType::kBF16 : DType::kF32;
+  }
   return c;
 }
 
@@ -130,6 +136,7 @@ COHORT_API cohort_model_gpt_options cohort_model_gpt_options_default(void) {
   o.tie_weights = 1;
   o.dropout = 0.0;
   o.eps = 1e-5;
+  o.dtype = COHORT_F32;
   return o;
 }
 

@@ -11,6 +11,17 @@ constexpr const char* kType = "trainer";
 
 Trainer& trainer_of(cohort_trainer* t) { return *checked(t, kType, "trainer")->trainer; }
 const Trainer& trainer_of(const cohort_trainer* t) { return *checked(t, kType, "trainer")->trainer; }
+
+// A caller's buffer for parameter `name`: its shape, and a dtype that copy_from converts (the same,
+// or f32 for bf16 and back), checked before anything is copied.
+void check_parameter_buffer(const char* name, const Tensor& parameter, const Tensor& buffer) {
+  COHORT_CHECK(buffer.shape() == parameter.shape(), Status::kShapeMismatch, "parameter '", name, "' has shape ",
+               shape_str(parameter.shape()), ", the buffer ", shape_str(buffer.shape()));
+  auto f32_or_bf16 = [](DType d) { return d == DType::kF32 || d == DType::kBF16; };
+  COHORT_CHECK(buffer.dtype() == parameter.dtype() || (f32_or_bf16(buffer.dtype()) && f32_or_bf16(parameter.dtype())),
+               Status::kShapeMismatch, "parameter '", name, "' is ", dtype_name(parameter.dtype()),
+               ", but the buffer has dtype ", dtype_name(buffer.dtype()), " (f32 and bf16 convert to each other)");
+}
 }  // namespace
 
 namespace cohort::capi {
@@ -92,8 +103,7 @@ COHORT_API cohort_status cohort_trainer_get_parameter(cohort_trainer* trainer, c
     check_not_null(parameter, "parameter");
     Tensor dst = wrap_ref(*parameter, "parameter");
     Tensor& p = t.parameter(parameter->name);
-    COHORT_CHECK(dst.shape() == p.shape(), Status::kShapeMismatch, "parameter '", parameter->name,
-                 "' has shape ", shape_str(p.shape()), ", the buffer ", shape_str(dst.shape()));
+    check_parameter_buffer(parameter->name, p, dst);
     dst.copy_from(p);
   });
 }
@@ -108,8 +118,7 @@ COHORT_API cohort_status cohort_trainer_set_parameter(cohort_trainer* trainer, c
     check_not_null(parameter, "parameter");
     Tensor src = wrap_ref(*parameter, "parameter");
     Tensor& p = t.parameter(parameter->name);
-    COHORT_CHECK(src.shape() == p.shape(), Status::kShapeMismatch, "parameter '", parameter->name,
-                 "' has shape ", shape_str(p.shape()), ", the buffer ", shape_str(src.shape()));
+    check_parameter_buffer(parameter->name, p, src);
     p.copy_from(src);
   });
 }

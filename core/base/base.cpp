@@ -24,6 +24,7 @@ const char* status_name(Status s) {
     case Status::kTimeout: return "timeout";
     case Status::kInvalidPlan: return "invalid plan";
     case Status::kInvalidState: return "invalid state";
+    case Status::kNonFinite: return "non-finite values";
   }
   return "unknown status";
 }

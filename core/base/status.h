@@ -19,6 +19,8 @@ enum class Status : int {
   kTimeout = 11,         // a wait ran past its deadline; abort the communicator
   kInvalidPlan = 12,     // a parallel plan does not fit the model or the world; rebuild the plan
   kInvalidState = 13,    // a call made in the wrong state (e.g. before a required step)
+  kNonFinite = 14,       // a training step met NaN or Inf in its loss or gradients; its update was
+                         // skipped: the trainer is as before the step (see Trainer::step)
 };
 
 const char* status_name(Status s);

@@ -1,4 +1,5 @@
-// The checkpoint file layout shared by the writer and the reader, and the two hash functions.
+// The checkpoint file layout shared by the writer and the reader, and its two hash functions
+// (crc32c from core/base/checksum.h, shared with graph files; hash64).
 //
 // One file, little-endian:
 //   [0, 64)            header: magic "COHORTCK", u32 format version, u32 manifest length,
@@ -14,6 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "core/base/checksum.h"
 
 namespace cohort::checkpoint {
 
@@ -38,9 +41,7 @@ void encode_header(const Header& header, uint8_t* out);
 // Decodes in[kHeaderSize]; returns false with a reason when the magic or the CRC is wrong.
 bool decode_header(const uint8_t* in, Header* header, std::string* reason);
 
-// CRC32C (Castagnoli, reflected polynomial 0x82F63B78), chainable: crc32c(b, crc32c(a)) equals
-// the CRC of a followed by b. crc32c("123456789") == 0xE3069283.
-uint32_t crc32c(const void* data, size_t size, uint32_t crc = 0);
+using cohort::crc32c;  // core/base/checksum.h
 
 // FNV-1a, 64 bit, chainable like crc32c; identifies models (not a defence against forgery).
 uint64_t hash64(const void* data, size_t size, uint64_t h = 0xcbf29ce484222325ull);

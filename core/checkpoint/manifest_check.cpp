@@ -110,7 +110,7 @@ void check_model(const fb::Checkpoint* m, const Trainer& trainer, const std::str
   }
   if (entries.size() != params.size())
     other_model(what, str_cat("it has ", entries.size(), " parameters, this model ", params.size()));
-  const std::vector<uint8_t> graph = serialize_graph(trainer.forward_graph());
+  const std::vector<uint8_t> graph = encode_graph(trainer.forward_graph());
   if (m->graph_hash() != hash64(graph.data(), graph.size()))
     other_model(what, "the parameters agree but the forward graph differs (operators, attributes or inputs)");
   if (m->fingerprint() != model_fingerprint(trainer)) other_model(what, "the model fingerprint differs");

@@ -97,7 +97,7 @@ std::vector<uint8_t> encode_manifest(const Trainer& trainer, const CheckpointExt
   auto params = encode_tensors(b, items, 0, s.params);
   auto state = encode_tensors(b, items, s.params, s.state);
   auto ex = encode_extra(b, extra, items, s);
-  const std::vector<uint8_t> graph = serialize_graph(trainer.forward_graph());
+  const std::vector<uint8_t> graph = encode_graph(trainer.forward_graph());
   const optim::Optimizer& opt = trainer.optimizer();
   auto root = fb::CreateCheckpointDirect(b, kCheckpointFormatVersion, hash64(graph.data(), graph.size()),
                                          model_fingerprint(trainer), trainer.step_count(), trainer.seed(),
@@ -112,7 +112,7 @@ std::vector<uint8_t> encode_manifest(const Trainer& trainer, const CheckpointExt
 }  // namespace
 
 uint64_t model_fingerprint(const Trainer& trainer) {
-  const std::vector<uint8_t> graph = serialize_graph(trainer.forward_graph());
+  const std::vector<uint8_t> graph = encode_graph(trainer.forward_graph());
   uint64_t h = hash_value(hash64(nullptr, 0), hash64(graph.data(), graph.size()));
   const std::vector<Tensor>& params = trainer.parameters();
   for (size_t i = 0; i < params.size(); ++i) {

@@ -1,6 +1,7 @@
 // Trainer: step = bind inputs, run forward+backward, optimizer update.
 #include "core/exec/trainer.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "core/base/error.h"
@@ -88,6 +89,7 @@ float Trainer::step(const std::map<std::string, Tensor>& inputs) {
         hook_->on_gradient(i, grads_[i]);
       }
     ro.on_value = [this, &env](ValueId v) {
+      if (v == train_.loss()) return hook_->on_loss(env.at(v));
       auto it = grad_index_.find(v);
       if (it != grad_index_.end()) hook_->on_gradient(it->second, env.at(v));
     };
@@ -104,11 +106,52 @@ float Trainer::step(const std::map<std::string, Tensor>& inputs) {
     else grads_[i].fill(0.0f);
   }
   if (hook_) hook_->before_update(grads_);
-  if (!hook_ || !hook_->apply_update(params_, grads_)) optimizer_->step(params_, grads_);
-  ++step_;
+  // NaN or Inf in the loss or the gradients: the update is skipped. The optimizer (or the ZeRO
+  // hook, on the norm over every rank) decides for the gradients; a rank's own non-finite loss
+  // was folded into what DDP reduces (DataParallel::on_loss), so data-parallel ranks all decide
+  // alike. The hook's update is a collective: it runs even when this rank's loss is not finite.
+  const bool loss_finite = std::isfinite(loss);
+  bool applied = false, measured = true;  // measured: the gradient norm of this step is known
+  if (hook_ && hook_->apply_update(params_, grads_)) applied = std::isfinite(hook_->applied_grad_norm());
+  else if (loss_finite) applied = optimizer_->step(params_, grads_);
+  else {  // the loss alone decides: the norm is not measured, the stats report NaN for it
+    optimizer_->step(params_, grads_, std::nan(""));
+    measured = false;
+  }
+  COHORT_ASSERT(loss_finite || !applied, "step: an update was applied although the loss is ", loss);
+  if (applied) ++step_;
   if (hook_) hook_->after_update(params_, step_);
   last_step_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!applied) throw non_finite_error(loss, measured ? std::optional<double>(stats().grad_norm) : std::nullopt);
   return loss;
+}
+
+Error Trainer::non_finite_error(float loss, std::optional<double> grad_norm) const {
+  // Which gradients hold NaN or Inf (read from the device on this error path only).
+  std::string where;
+  int64_t others = 0;
+  for (size_t i = 0; i < grads_.size(); ++i) {
+    if (!grads_[i].defined()) continue;
+    const Tensor g = to_device(grads_[i], Device::kCpu);
+    int64_t bad = 0;
+    for (int64_t k = 0; k < g.numel(); ++k) {
+      const float v = g.dtype() == DType::kBF16 ? bf16_to_f32(g.data<uint16_t>()[k]) : g.data<float>()[k];
+      bad += !std::isfinite(v);
+    }
+    if (bad == 0) continue;
+    if (where.empty()) where = str_cat(bad, " of ", g.numel(), " elements of the gradient of '", param_names_[i],
+                                       "' are NaN or Inf");
+    else ++others;
+  }
+  if (others > 0) where += str_cat(" (and the gradients of ", others, " more parameters hold some)");
+  std::string what = str_cat("the loss is ", loss);
+  if (grad_norm) what += str_cat(", the gradient norm ", *grad_norm);
+  if (!where.empty()) what += str_cat("; ", where);
+  else if (grad_norm && !std::isfinite(*grad_norm) && hook_)
+    what += " (from another rank: the gradients averaged over the ranks carry its NaN or Inf)";
+  return Error(Status::kNonFinite,
+               str_cat("step: non-finite values (", what, "): the update was skipped; parameters, optimizer state "
+                       "and the step count are unchanged; skip this batch and go on"));
 }
 
 Trainer::EvalPlan& Trainer::eval_plan(int64_t batch, const std::vector<std::string>& outputs) {
@@ -159,6 +202,10 @@ void Trainer::evaluate(const std::map<std::string, Tensor>& inputs, std::map<std
     const TensorType& t = plan.graph.value(plan.graph.find(name)).type;
     COHORT_CHECK(dst.shape() == t.shape, Status::kShapeMismatch, "evaluate: output '", name,
                  "' buffer has shape ", shape_str(dst.shape()), ", expected ", shape_str(t.shape));
+    // Checked before running: copy_from converts only between f32 and bf16.
+    auto f32_or_bf16 = [](DType d) { return d == DType::kF32 || d == DType::kBF16; };
+    COHORT_CHECK(dst.dtype() == t.dtype || (f32_or_bf16(dst.dtype()) && f32_or_bf16(t.dtype)), Status::kShapeMismatch, "evaluate: output '", name, "' is ", dtype_name(t.dtype),
+                 ", but the buffer has dtype ", dtype_name(dst.dtype()));
   }
   RunOptions ro;
   ro.step = step_;
@@ -239,7 +286,7 @@ TrainerStats Trainer::stats() const {
   s.step = step_;
   s.learning_rate = optimizer_->lr_at(step_ > 0 ? step_ - 1 : 0);
   const double hook_norm = hook_ ? hook_->applied_grad_norm() : -1.0;
-  s.grad_norm = hook_norm >= 0 ? hook_norm : optimizer_->last_grad_norm();
+  s.grad_norm = !(hook_norm < 0) ? hook_norm : optimizer_->last_grad_norm();  // NaN: the hook skipped a step
   s.peak_activation_bytes = train_exec_->peak_activation_bytes();
   for (size_t i = 0; i < params_.size(); ++i) s.parameter_bytes += 2 * params_[i].nbytes();
   s.parameter_bytes += optimizer_->state_bytes();

@@ -7,9 +7,11 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/base/error.h"
 #include "core/exec/executor.h"
 #include "core/graph/graph.h"
 #include "core/optim/optimizer.h"
@@ -37,10 +39,12 @@ struct TrainerStats {
 
 // Observes and extends a training step; core/parallel implements it (DDP gradient averaging,
 // local SGD and CO2 outer steps). Calls happen on the thread running step(), in this order:
-// begin_step once the inputs are bound, on_gradient for every parameter as backward produces its gradient (parameters the loss does
-// not reach first, with zeros), before_update once backward is done, after_update after the
-// optimizer. An exception from a hook aborts the step: before before_update returns nothing
-// has changed; from after_update the inner update has been applied.
+// begin_step once the inputs are bound, on_gradient for every parameter as backward produces its
+// gradient (parameters the loss does not reach first, with zeros), on_loss once forward has
+// produced the loss (before any gradient of backward), before_update once backward is done,
+// apply_update, after_update after the optimizer — also when the update was skipped for NaN or
+// Inf (then the parameters are unchanged). An exception from a hook aborts the step: before
+// before_update returns nothing has changed; from after_update the inner update has been applied.
 class StepHook {
  public:
   virtual ~StepHook() = default;
@@ -48,16 +52,24 @@ class StepHook {
   virtual void begin_step() {}
   // grad (of parameter `index`) is final and stays valid and unmodified until before_update.
   virtual void on_gradient(size_t index, const Tensor& grad) = 0;
+  // The step's loss (a scalar on the trainer's device, possibly still being computed there),
+  // valid until before_update. The trainer skips the update when it is not finite; a hook whose
+  // ranks must agree on that (DDP) folds it into what they reduce.
+  virtual void on_loss(const Tensor& /*loss*/) {}
   // May overwrite grads in place (same shapes) — e.g. with their average over ranks.
   virtual void before_update(std::vector<Tensor>& grads) = 0;
-  // Applies the optimizer update itself and returns true (ZeRO: each rank steps only its shard
-  // of the parameters with its own optimizer, then gathers them), or returns false to let the
-  // trainer's optimizer step every parameter. Called between before_update and after_update.
+  // Takes over the optimizer update and returns true (ZeRO: each rank steps only its shard of
+  // the parameters with its own optimizer, then gathers them) — having applied it, or skipped it
+  // on every rank alike because the global gradient norm is not finite (applied_grad_norm() then
+  // says so) — or returns false to let the trainer's optimizer step every parameter. Called
+  // between before_update and after_update.
   virtual bool apply_update(std::vector<Tensor>& /*params*/, std::vector<Tensor>& /*grads*/) { return false; }
-  // The whole model's gradient norm its own update last used (when apply_update steps), else
-  // negative: the trainer's optimizer then has it.
+  // The whole model's gradient norm its own update last used (when apply_update steps; NaN or
+  // Inf when it skipped the update), else negative: the trainer's optimizer then has it.
   virtual double applied_grad_norm() const { return -1.0; }
-  // params: after this step's optimizer update; step: steps completed. May overwrite params.
+  // params: after this step's optimizer update, or unchanged when the update was skipped (NaN or
+  // Inf); step: steps completed (a skipped step does not count). Called for every step that
+  // reached the update, so that ranks count their calls alike. May overwrite params.
   virtual void after_update(std::vector<Tensor>& params, int64_t step) = 0;
 
   // A hook that releases parameter memory between uses (ZeRO stage 3) returns true here and
@@ -79,6 +91,10 @@ class Trainer {
   Trainer(const Graph& forward, const optim::OptimizerConfig& config, const TrainerOptions& options);
 
   // inputs: graph input name -> tensor (shape and dtype exactly as declared). Returns the loss.
+  // When the loss or any gradient (for DDP: the averaged gradients, which carry every rank's loss
+  // too) holds NaN or Inf, the update is skipped and kNonFinite thrown naming what was not
+  // finite: parameters, optimizer state and step count are as before the call (under local SGD /
+  // co2 the hook still counts the call, and a round that ends with it still runs its outer step).
   float step(const std::map<std::string, Tensor>& inputs);
   // Forward in evaluation mode; fills each requested output (name -> caller tensor of the right
   // shape). Dimension 0 of the inputs may differ from the declared batch.
@@ -131,6 +147,9 @@ class Trainer {
   void bind_inputs(const Graph& g, const std::map<std::string, Tensor>& inputs,
                    std::unordered_map<ValueId, Tensor>& env, const char* what, bool keep);
   EvalPlan& eval_plan(int64_t batch, const std::vector<std::string>& outputs);
+  // The kNonFinite error of a skipped step: the loss, the norm, the gradients holding NaN or Inf.
+  // grad_norm: this step's, when it reached the optimizer.
+  Error non_finite_error(float loss, std::optional<double> grad_norm) const;
 
   Graph forward_;
   Graph train_;  // forward + backward

@@ -1,8 +1,9 @@
-// Graph files, reading side. Order of defence: length, file identifier, FlatBuffers verifier
-// (structure), then meaning (ranges, references, operators), then the rebuild through the Graph
+// Graph files, reading side. Order of defence: length, file identifier, checksum (every byte),
+// FlatBuffers verifier (structure), then meaning (ranges, references, operators), then the rebuild through the Graph
 // API so that shape inference checks every node again. Nothing is returned unless all pass.
 #include <cmath>
 
+#include "core/base/checksum.h"
 #include "core/base/error.h"
 #include "core/graph/graph_generated.h"
 #include "core/graph/serialize.h"
@@ -20,7 +21,7 @@ constexpr int32_t kMaxOutputs = 64;
 
 [[noreturn]] void corrupt(const std::string& message) { throw Error(Status::kCorrupt, message); }
 
-// Length, identifier and structure. Returns the verified root.
+// Length, identifier, checksum and structure. Returns the verified root.
 const fb::GraphFile* verified_root(const uint8_t* data, size_t size) {
   if (data == nullptr || size == 0) corrupt("not a cohort graph file (empty)");
   // Checked before the verifier, which only asserts this limit.
@@ -32,9 +33,19 @@ const fb::GraphFile* verified_root(const uint8_t* data, size_t size) {
   if (!fb::SizePrefixedGraphFileBufferHasIdentifier(data)) corrupt("not a cohort graph file (wrong file identifier)");
   // The size prefix catches any truncation, even one that only cuts trailing padding.
   const size_t declared = flatbuffers::ReadScalar<flatbuffers::uoffset_t>(data);
-  if (declared != size - sizeof(flatbuffers::uoffset_t))
+  const size_t prefixed = declared + sizeof(flatbuffers::uoffset_t);  // the FlatBuffer's bytes
+  if (prefixed == size)
+    corrupt("not a verifiable cohort graph file (it ends without the checksum that graph files carry: written "
+            "by a cohort build from before graph files had one, or its last 4 bytes are missing); it cannot be "
+            "checked for corruption, so it is not loaded: save the graph again");
+  if (prefixed + kGraphChecksumBytes != size)
     corrupt(str_cat("not a cohort graph file (truncated or extended: ", size, " bytes, the header says ",
-                    declared + sizeof(flatbuffers::uoffset_t), ")"));
+                    prefixed + kGraphChecksumBytes, ")"));
+  uint32_t stored = 0;
+  for (size_t i = 0; i < kGraphChecksumBytes; ++i) stored |= static_cast<uint32_t>(data[prefixed + i]) << (8 * i);
+  if (crc32c(data, prefixed) != stored)
+    corrupt("the checksum does not match: the file is corrupted (a changed byte), nothing was loaded");
+  size = prefixed;
   flatbuffers::Verifier::Options options;
   options.max_tables = static_cast<flatbuffers::uoffset_t>(size / 4 + 16);  // every table takes >= 4 bytes
   flatbuffers::Verifier verifier(data, size, options);

@@ -1,7 +1,9 @@
-// Graph files, writing side: encoding the forward graph into a FlatBuffer, and the file I/O of
-// both directions (atomic write: temporary file, fsync, rename, fsync of the directory).
+// Graph files, writing side: encoding the forward graph into a FlatBuffer and sealing it with its
+// checksum, and the file I/O of both directions (atomic write: temporary file, fsync, rename,
+// fsync of the directory).
 #include "core/graph/serialize.h"
 
+#include "core/base/checksum.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
 #include "core/graph/graph_generated.h"
@@ -68,7 +70,7 @@ std::vector<int32_t> forward_index(const Graph& g) {
 
 }  // namespace
 
-std::vector<uint8_t> serialize_graph(const Graph& g) {
+std::vector<uint8_t> encode_graph(const Graph& g) {
   flatbuffers::FlatBufferBuilder b(1024);
   const std::vector<int32_t> index = forward_index(g);
   std::vector<flatbuffers::Offset<fb::Value>> values;
@@ -95,9 +97,21 @@ std::vector<uint8_t> serialize_graph(const Graph& g) {
   int32_t loss = g.loss() >= 0 ? index[static_cast<size_t>(g.loss())] : -1;
   fb::FinishSizePrefixedGraphFileBuffer(b, fb::CreateGraphFileDirect(b, kGraphFormatVersion, &values, &nodes,
                                                                      &outputs, loss));
-  COHORT_CHECK(b.GetSize() < static_cast<size_t>(FLATBUFFERS_MAX_BUFFER_SIZE), Status::kInvalidArgument,
+  COHORT_CHECK(b.GetSize() + kGraphChecksumBytes < static_cast<size_t>(FLATBUFFERS_MAX_BUFFER_SIZE),
+               Status::kInvalidArgument,
                "save graph: the graph needs ", b.GetSize(), " bytes, over the 2 GiB limit of a graph file");
   return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+}
+
+void append_graph_checksum(std::vector<uint8_t>& bytes) {
+  const uint32_t crc = crc32c(bytes.data(), bytes.size());
+  for (size_t i = 0; i < kGraphChecksumBytes; ++i) bytes.push_back(static_cast<uint8_t>(crc >> (8 * i)));
+}
+
+std::vector<uint8_t> serialize_graph(const Graph& g) {
+  std::vector<uint8_t> bytes = encode_graph(g);
+  append_graph_checksum(bytes);
+  return bytes;
 }
 
 void save_graph(const Graph& g, const std::string& path) {

@@ -70,6 +70,7 @@ OpSchema attention_op() {
   OpSchema s;
   s.name = "attention";
   s.inputs = {"qkv"};
+  s.outputs = {"out", "lse"};
   s.attrs = attention_attrs();
   s.infer = [](const ShapeContext& c) {
     const int64_t C = check_qkv(c);

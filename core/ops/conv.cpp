@@ -205,6 +205,7 @@ void register_pools(OpRegistry& r) {
   OpSchema mp;
   mp.name = "max_pool2d";  // outputs: y, argmax (i32, h * W + w within each plane)
   mp.inputs = {"x"};
+  mp.outputs = {"y", "argmax"};
   mp.attrs = pool_attrs();
   mp.infer = [](const ShapeContext& c) {
     Shape out = pool_out_shape(c);

@@ -238,6 +238,7 @@ OpSchema gelu_linear_schema() {
   OpSchema s;
   s.name = "gelu_linear";
   s.inputs = {"x", "weight", "bias"};
+  s.outputs = {"y", "gelu", "gelu_grad"};  // linear(gelu(x)), gelu(x), gelu'(x)
   s.optional_inputs = 1;
   s.infer = [](const ShapeContext& c) {
     std::vector<TensorType> t = linear_shape(c);

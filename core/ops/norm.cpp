@@ -79,6 +79,7 @@ void register_layernorm(OpRegistry& r) {
   OpSchema s;
   s.name = "layernorm";
   s.inputs = {"x", "gamma", "beta"};
+  s.outputs = {"y", "mean", "rstd"};
   s.attrs = {{"eps", AttrType::kFloat, false, 1e-5}};
   s.infer = [](const ShapeContext& c) {
     Shape stats = last_dim_norm_checks(c, 2);
@@ -114,6 +115,7 @@ void register_rmsnorm(OpRegistry& r) {
   OpSchema s;
   s.name = "rmsnorm";
   s.inputs = {"x", "gamma"};
+  s.outputs = {"y", "rstd"};
   s.attrs = {{"eps", AttrType::kFloat, false, 1e-6}};
   s.infer = [](const ShapeContext& c) {
     Shape stats = last_dim_norm_checks(c, 1);
@@ -147,6 +149,7 @@ void register_groupnorm(OpRegistry& r) {
   OpSchema s;
   s.name = "groupnorm";
   s.inputs = {"x", "gamma", "beta"};
+  s.outputs = {"y", "mean", "rstd"};
   s.attrs = {{"groups", AttrType::kInt, true, int64_t{1}}, {"eps", AttrType::kFloat, false, 1e-5}};
   s.infer = [](const ShapeContext& c) {
     expect_float(c, 0);

@@ -31,13 +31,16 @@ const OpRegistry& OpRegistry::global() {
 void OpRegistry::add(OpSchema schema) {
   COHORT_ASSERT(find(schema.name) == nullptr, "operator registered twice: ", schema.name);
   COHORT_ASSERT(static_cast<bool>(schema.infer), "operator without a shape rule: ", schema.name);
+  COHORT_ASSERT(!schema.outputs.empty() && (schema.outputs_from.empty() || schema.outputs.size() == 1),
+                "operator without output names: ", schema.name);
   ops_.push_back(std::make_unique<OpSchema>(std::move(schema)));
 }
 
-void OpRegistry::set_kernel(const std::string& op, Device device, KernelFn kernel) {
+void OpRegistry::set_kernel(const std::string& op, Device device, KernelFn kernel, std::string dtypes) {
   for (const auto& o : ops_)
     if (o->name == op) {
       o->kernels[static_cast<int>(device)] = std::move(kernel);
+      o->kernel_dtypes[static_cast<int>(device)] = std::move(dtypes);
       return;
     }
   COHORT_ASSERT(false, "kernel for an operator that is not registered: ", op);

@@ -98,8 +98,14 @@ struct OpSchema {
   std::vector<std::string> inputs;  // names, for messages; optional trailing inputs below
   int optional_inputs = 0;          // how many trailing inputs may be omitted (e.g. bias)
   std::vector<AttrSpec> attrs;
+  // Output names, for descriptions (cohort_op_describe): output 0 is the result, later ones hold
+  // what the backward pass needs. When outputs_from names a list attribute, there is one output
+  // per entry of it, all under the one name here (split).
+  std::vector<std::string> outputs = {"y"};
+  std::string outputs_from;
   ShapeFn infer;
   KernelFn kernels[2];              // indexed by Device: cpu, cuda (empty = not available)
+  std::string kernel_dtypes[2];     // the dtypes each kernel takes (kernel_dtypes.h); "" = undeclared
   BackwardFn backward;              // empty = not differentiable
   std::vector<int> nondiff_inputs;  // inputs that never get a gradient (labels, indices)
   bool internal = false;            // used only by backward rules; exempt from the public list
@@ -115,8 +121,9 @@ class OpRegistry {
   // The process-wide registry, filled with every built-in operator on first use.
   static const OpRegistry& global();
   void add(OpSchema schema);  // throws on a duplicate name
-  // Gives operator `op` (already added) its kernel for `device`; a backend adds its kernels so.
-  void set_kernel(const std::string& op, Device device, KernelFn kernel);
+  // Gives operator `op` (already added) its kernel for `device`; a backend adds its kernels so,
+  // with the dtypes the kernel takes (a signature of core/ops/kernel_dtypes.h, or "").
+  void set_kernel(const std::string& op, Device device, KernelFn kernel, std::string dtypes = "");
   const OpSchema* find(const std::string& name) const;  // nullptr when unknown
   std::vector<std::string> names(bool include_internal) const;
 

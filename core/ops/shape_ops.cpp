@@ -249,6 +249,8 @@ OpSchema split_op() {
   OpSchema s;
   s.name = "split";
   s.inputs = {"x"};
+  s.outputs = {"part"};
+  s.outputs_from = "sizes";
   s.attrs = {{"axis", AttrType::kInt, false, int64_t{0}},
              {"sizes", AttrType::kInts, true, std::vector<int64_t>{}}};
   s.bf16_kernel = true;

@@ -147,6 +147,7 @@ void register_cross_entropy(OpRegistry& r) {
   OpSchema s;
   s.name = "cross_entropy";  // (logits, labels) -> loss [], lse [rows] (saved for backward)
   s.inputs = {"logits", "labels"};
+  s.outputs = {"loss", "lse"};
   s.attrs = {{"ignore_index", AttrType::kInt, false, int64_t{-100}},
              {"reduction", AttrType::kString, false, std::string("mean")}};
   s.nondiff_inputs = {1};

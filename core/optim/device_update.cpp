@@ -55,10 +55,8 @@ double DeviceUpdate::apply(const std::vector<DeviceParamRefs>& params, const ker
   kcu::DeviceClip clip;
   if (!given_norm) {
     kcu::grad_sum_of_squares(s.table, sum_sq);
-    if (clip_norm > 0) {
-      clip.sum_sq = sum_sq;
-      clip.clip_norm = clip_norm;
-    }
+    clip.sum_sq = sum_sq;  // a non-finite sum skips the update on the device
+    clip.clip_norm = clip_norm;
   }
   if (sgd) kcu::sgd_update(s.table, *sgd, clip);
   else kcu::adamw_update(s.table, *adamw, clip);

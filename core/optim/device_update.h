@@ -31,8 +31,10 @@ class DeviceUpdate {
 
   // One update of every parameter (SGD with `sgd`, else AdamW with `adamw`). given_norm: the
   // global gradient norm from the caller (clipping, if any, already folded into the args'
-  // grad_scale); nullopt: the norm is measured on the device and, when clip_norm > 0, clipping
-  // applied from it there. Returns the norm used or measured (waiting for the device).
+  // grad_scale; the caller skips a non-finite one); nullopt: the norm is measured on the device
+  // and, when clip_norm > 0, clipping applied from it there, and when it is not finite the
+  // kernels write nothing (decided on the device: no host wait between norm and update).
+  // Returns the norm used or measured (waiting for the device); not finite: nothing changed.
   double apply(const std::vector<DeviceParamRefs>& params, const kernels::cpu::SgdArgs* sgd,
                const kernels::cpu::AdamWArgs* adamw, double clip_norm, std::optional<double> given_norm);
 

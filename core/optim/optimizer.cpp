@@ -191,8 +191,7 @@ kc::AdamWArgs Optimizer::adamw_args(double lr, float grad_scale) const {
   return a;
 }
 
-void Optimizer::update_one(Tensor& param, const Tensor& grad, Slot& slot, double lr, float grad_scale,
-                           double* grad_sum_sq) {
+void Optimizer::update_one(Tensor& param, const Tensor& grad, Slot& slot, double lr, float grad_scale) {
   const int64_t n = param.numel();
   const bool bf16 = param.dtype() == DType::kBF16;
   float* p = bf16 ? slot.master.data<float>() : param.data<float>();
@@ -205,14 +204,14 @@ void Optimizer::update_one(Tensor& param, const Tensor& grad, Slot& slot, double
   }
   if (config_.kind == OptimizerKind::kSgd) {
     kc::sgd_update(p, g, slot.momentum.defined() ? slot.momentum.data<float>() : nullptr, p16, n,
-                   sgd_args(lr, grad_scale), grad_sum_sq);
+                   sgd_args(lr, grad_scale));
     return;
   }
   kc::adamw_update(p, g, slot.exp_avg.data<float>(), slot.exp_avg_sq.data<float>(), p16, n,
-                   adamw_args(lr, grad_scale), grad_sum_sq);
+                   adamw_args(lr, grad_scale));
 }
 
-void Optimizer::apply_on_device(std::vector<Tensor>& params, std::vector<Tensor>& grads, double lr,
+bool Optimizer::apply_on_device(std::vector<Tensor>& params, std::vector<Tensor>& grads, double lr,
                                 float grad_scale, std::optional<double> norm) {
   if (!device_update_) device_update_ = std::make_unique<DeviceUpdate>();
   std::vector<DeviceParamRefs> refs(params.size());
@@ -228,6 +227,7 @@ void Optimizer::apply_on_device(std::vector<Tensor>& params, std::vector<Tensor>
     const kc::AdamWArgs a = adamw_args(lr, grad_scale);
     last_grad_norm_ = device_update_->apply(refs, nullptr, &a, config_.clip_norm, norm);
   }
+  return std::isfinite(last_grad_norm_);  // the device skipped the update otherwise
 }
 
 void Optimizer::prepare(std::vector<Tensor>& params, std::vector<Tensor>& grads) {
@@ -239,21 +239,35 @@ void Optimizer::prepare(std::vector<Tensor>& params, std::vector<Tensor>& grads)
   check_args(params, grads);
 }
 
-void Optimizer::step(std::vector<Tensor>& params, std::vector<Tensor>& grads) {
+bool Optimizer::step(std::vector<Tensor>& params, std::vector<Tensor>& grads) {
+  const bool had_state = initialized_;
   prepare(params, grads);
-  // Clipping needs the norm before any update; without it the norm is only reported, and the
-  // update kernels measure it as they read the gradients instead of a separate pass over them.
-  // On the device the norm is measured (and clipping applied) there, in the same queue.
-  if (config_.clip_norm > 0 && device_ == Device::kCpu) apply(params, grads, grad_norm(grads));
-  else apply(params, grads, std::nullopt);
+  // The norm comes first on every step, one vectorised pass over the gradients: it says whether
+  // they are finite before anything is written, and clipping needs it. On the device the norm is
+  // measured (and clipping applied, and a non-finite norm obeyed) there, in the same queue.
+  const bool applied = apply(params, grads, device_ == Device::kCpu ? std::optional(grad_norm(grads)) : std::nullopt);
+  if (!applied && !had_state) forget_state();
+  return applied;
 }
 
-void Optimizer::step(std::vector<Tensor>& params, std::vector<Tensor>& grads, double global_grad_norm) {
+bool Optimizer::step(std::vector<Tensor>& params, std::vector<Tensor>& grads, double global_grad_norm) {
+  const bool had_state = initialized_;
   prepare(params, grads);
-  apply(params, grads, global_grad_norm);
+  const bool applied = apply(params, grads, global_grad_norm);
+  if (!applied && !had_state) forget_state();
+  return applied;
 }
 
-void Optimizer::apply(std::vector<Tensor>& params, std::vector<Tensor>& grads, std::optional<double> norm) {
+void Optimizer::forget_state() {
+  slots_.clear();
+  initialized_ = false;
+}
+
+bool Optimizer::apply(std::vector<Tensor>& params, std::vector<Tensor>& grads, std::optional<double> norm) {
+  if (norm && !std::isfinite(*norm)) {  // NaN or Inf in some gradient: nothing is touched
+    last_grad_norm_ = *norm;
+    return false;
+  }
   float grad_scale = 1.0f;
   if (norm && config_.clip_norm > 0) {
     // As torch.nn.utils.clip_grad_norm_: the factor is applied only when it is below 1.
@@ -262,15 +276,15 @@ void Optimizer::apply(std::vector<Tensor>& params, std::vector<Tensor>& grads, s
   }
   const double lr = lr_at(step_count_);
   if (device_ != Device::kCpu) {
-    apply_on_device(params, grads, lr, grad_scale, norm);
+    if (!apply_on_device(params, grads, lr, grad_scale, norm)) return false;
     ++step_count_;
-    return;
+    return true;
   }
-  double measured = 0.0;
-  for (size_t i = 0; i < params.size(); ++i)
-    update_one(params[i], grads[i], slots_[i], lr, grad_scale, norm ? nullptr : &measured);
-  last_grad_norm_ = norm ? *norm : std::sqrt(measured);
+  COHORT_ASSERT(norm.has_value(), "optimizer: a CPU update without the gradient norm");
+  for (size_t i = 0; i < params.size(); ++i) update_one(params[i], grads[i], slots_[i], lr, grad_scale);
+  last_grad_norm_ = *norm;
   ++step_count_;
+  return true;
 }
 
 }  // namespace cohort::optim

@@ -4,6 +4,10 @@
 // updated through an fp32 master copy kept in the optimizer state and written back rounded.
 // Parameters on the CUDA device are updated there (core/optim/device_update.h: one launch for all
 // of them, the norm and clipping on the device); the state lives on the parameters' device.
+//
+// The one thing to know: every step measures the global gradient norm before it updates anything,
+// and a norm that is not finite (a NaN or an Inf in any gradient) skips the whole update —
+// parameters, state and step count stay exactly as they were, and step() returns false.
 #pragma once
 
 #include <cstdint>
@@ -56,14 +60,19 @@ class Optimizer {
   Optimizer& operator=(Optimizer&&) noexcept;
 
   // One update of params from grads (same count, shapes; contiguous; fp32 or bf16 params with
-  // grads of the same dtype; all on one device, the one the state was made on). Allocates the state on the first call (or after init_state).
-  // grads are read, not modified: clipping is applied as a factor inside the update.
+  // grads of the same dtype; all on one device, the one the state was made on). Allocates the
+  // state on the first call (or after init_state). grads are read, not modified: clipping is
+  // applied as a factor inside the update. Returns true when the update was applied, false when
+  // the gradients' global norm is not finite: then nothing changed (parameters, state, step
+  // count) and last_grad_norm() is that norm. On the CUDA device the norm is measured and the
+  // update skipped there; the norm comes back to the host as before.
   // Throws kInvalidArgument / kShapeMismatch naming the parameter index; nothing is updated then.
-  void step(std::vector<Tensor>& params, std::vector<Tensor>& grads);
+  bool step(std::vector<Tensor>& params, std::vector<Tensor>& grads);
   // The same update with the global gradient L2 norm given by the caller: when params/grads are
   // one shard of a model (ZeRO, core/parallel), clipping must use the norm over every shard,
-  // sqrt(sum over ranks of the shard sums of squares), which only the caller can reduce.
-  void step(std::vector<Tensor>& params, std::vector<Tensor>& grads, double global_grad_norm);
+  // sqrt(sum over ranks of the shard sums of squares), which only the caller can reduce. A
+  // non-finite global_grad_norm skips the update as above (returns false).
+  bool step(std::vector<Tensor>& params, std::vector<Tensor>& grads, double global_grad_norm);
 
   // Allocates zeroed state (and the fp32 master copy of bf16 params) on the parameters' device
   // without stepping, so that a checkpoint can be restored into state() before the first step.
@@ -76,7 +85,8 @@ class Optimizer {
 
   // The learning rate used by the update with 0-based index `step`.
   double lr_at(int64_t step) const;
-  // Global L2 norm of the gradients of the last step, before clipping (0 before any step).
+  // Global L2 norm of the gradients of the last step, before clipping (0 before any step; NaN or
+  // Inf when that step was skipped for it).
   double last_grad_norm() const { return last_grad_norm_; }
   // AdamW only: > 1 normalises each step by the second moment expected of the mean of this many
   // ranks' gradients (kernels/cpu/optim.cpp, adamw_mean_span); 1 (default) is plain AdamW. Set by
@@ -107,14 +117,17 @@ class Optimizer {
   };
   void check_args(const std::vector<Tensor>& params, const std::vector<Tensor>& grads) const;
   void prepare(std::vector<Tensor>& params, std::vector<Tensor>& grads);  // state, then checks
-  // The update of checked args with the global gradient norm, or without it (nullopt: no
-  // clipping, and the norm is measured during the update).
-  void apply(std::vector<Tensor>& params, std::vector<Tensor>& grads, std::optional<double> norm);
+  // Drops the state a skipped first step made, so that a skip leaves no trace.
+  void forget_state();
+  // The update of checked args with the global gradient norm (skipped when it is not finite), or
+  // without it on the CUDA device (nullopt: measured there). Returns whether it was applied.
+  bool apply(std::vector<Tensor>& params, std::vector<Tensor>& grads, std::optional<double> norm);
   double grad_norm(const std::vector<Tensor>& grads) const;
-  // One parameter's update; adds the sum of squares of its gradient to *grad_sum_sq when not null.
-  void update_one(Tensor& param, const Tensor& grad, Slot& slot, double lr, float grad_scale, double* grad_sum_sq);
-  // The update of parameters on the CUDA device (norm: as apply's).
-  void apply_on_device(std::vector<Tensor>& params, std::vector<Tensor>& grads, double lr, float grad_scale,
+  // One parameter's update.
+  void update_one(Tensor& param, const Tensor& grad, Slot& slot, double lr, float grad_scale);
+  // The update of parameters on the CUDA device (norm: as apply's); returns whether it was
+  // applied (the norm measured there is finite).
+  bool apply_on_device(std::vector<Tensor>& params, std::vector<Tensor>& grads, double lr, float grad_scale,
                        std::optional<double> norm);
   // The kernels' arguments of this step's update.
   kernels::cpu::SgdArgs sgd_args(double lr, float grad_scale) const;

@@ -2,11 +2,16 @@
 #include "core/parallel/data_parallel.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/base/error.h"
+#include "core/base/log.h"
 #include "core/device/device.h"
+#include "core/parallel/device_comm.h"
 #include "core/parallel/flat.h"
+#include "kernels/cpu/optim.h"
 
 namespace cohort::parallel {
 
@@ -192,7 +197,43 @@ void DataParallel::begin_step() {
     b.remaining = b.params.size();
   }
   step_wait_ = 0;
+  loss_ = Tensor();
+  loss_marked_ = false;
   if (plan_.zero_stage >= 3) begin_step_sharded();
+}
+
+void DataParallel::on_loss(const Tensor& loss) {
+  if (plan_.mode == SyncMode::kSync) loss_ = loss;
+}
+
+void DataParallel::mark_if_loss_not_finite(Bucket& b) {
+  // Forward made the loss before backward made any gradient, so it is here for every bucket but
+  // those whose parameters the loss does not reach (reduced before the step runs).
+  if (loss_marked_ || !loss_.defined()) return;
+  loss_marked_ = true;
+  if (b.dev.defined()) return mark_bucket_if_not_finite(b.dev.data<float>(), loss_);  // on the stream
+  // A host bucket: the loss is read where it is (a device loss costs one small copy; this path
+  // copies every gradient to the host anyway).
+  const Tensor l = to_device(loss_, Device::kCpu);
+  const float v = l.dtype() == DType::kBF16 ? bf16_to_f32(l.data<uint16_t>()[0]) : l.data<float>()[0];
+  if (!std::isfinite(v)) b.buf[0] = std::numeric_limits<float>::quiet_NaN();
+}
+
+bool DataParallel::outer_finite(const float* d, size_t n) {
+  float bad = std::isfinite(kernels::cpu::sum_of_squares(d, static_cast<int64_t>(n))) ? 0.0f : 1.0f;
+  if (outer_sharded()) sum_over_ranks(&bad, 1);
+  if (bad == 0.0f) return true;
+  log(LogLevel::kWarn, str_cat("data parallel: the averaged pseudo-gradient of outer round ", stats_.rounds + 1,
+                               " holds NaN or Inf; its outer step is skipped on every rank (anchor and outer "
+                               "momentum unchanged)"));
+  return false;
+}
+
+void DataParallel::drop_if_not_finite(float* d, size_t n, const char* what) {
+  if (std::isfinite(kernels::cpu::sum_of_squares(d, static_cast<int64_t>(n)))) return;
+  std::fill(d, d + n, 0.0f);
+  log(LogLevel::kWarn, str_cat("data parallel: ", what, " of this rank holds NaN or Inf (its parameters are not "
+                               "finite); its round is dropped and it restarts from the anchor"));
 }
 
 void DataParallel::on_gradient(size_t index, const Tensor& grad) {
@@ -208,7 +249,10 @@ void DataParallel::on_gradient(size_t index, const Tensor& grad) {
     device_copy(b.buf.data() + offset_of_[index], Device::kCpu, grad.raw(), grad.device(), grad.nbytes());
   }
   // Every gradient of the bucket is final: reduce the copy while backward goes on.
-  if (--b.remaining == 0) launch_reduction(b);
+  if (--b.remaining == 0) {
+    mark_if_loss_not_finite(b);
+    launch_reduction(b);
+  }
 }
 
 void DataParallel::before_update(std::vector<Tensor>& grads) {
@@ -268,10 +312,12 @@ void DataParallel::end_round_blocking(std::vector<Tensor>& params) {
   // d_k = x_k - avg_i x^{(i)}_{k,tau}: the local pseudo-gradient, averaged (blocking).
   flatten(params, inflight_.data());
   for (size_t i = 0; i < numel_; ++i) inflight_[i] = anchor_[i] - inflight_[i];
+  drop_if_not_finite(inflight_.data(), numel_, "the round's pseudo-gradient");
   Clock::time_point start = Clock::now();
   comm_->all_reduce(inflight_.data(), numel_, coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
   note_blocking(start);
-  stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0);
+  // The average is the same bytes on every rank: so is the decision to skip a non-finite one.
+  if (outer_finite(inflight_.data(), numel_)) stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0);
   unflatten(anchor_.data(), params);
   round_start_ = anchor_;
   ++stats_.rounds;
@@ -314,6 +360,7 @@ void DataParallel::end_round_co2(std::vector<Tensor>& params) {
   // 1. e^{(i)}_k = x_k - y^{(i)}_k, into inflight_ (free: the last merge consumed it).
   flatten(params, inflight_.data());
   for (size_t i = 0; i < numel_; ++i) inflight_[i] = anchor_[i] - inflight_[i];
+  drop_if_not_finite(inflight_.data(), numel_, "the round's pseudo-gradient");  // then sent as zeros
   // 2. The guess G^{(i)}: round k+1 starts there; round_start_ keeps it until the merge.
   const std::vector<float>& m = outer_.momentum();
   for (size_t i = 0; i < numel_; ++i) round_start_[i] = outer_.guess(anchor_[i], m[i], inflight_[i]);
@@ -348,10 +395,18 @@ void DataParallel::merge_co2(std::vector<Tensor>& params) {
   if (quant_ && !decoded_) decode_average();
   have_result_ = false;
   merge_pending_ = false;
-  stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0);
+  // The average is the same bytes on every rank: so is the decision to skip a non-finite one
+  // (x_{k+1} = x_k, the momentum unchanged).
+  if (outer_finite(inflight_.data(), numel_)) stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0);
   // 5. The steps since the guess carried over onto x_{k+1}: y <- x_{k+1} + s (y - G), s the
-  //    penalty's factor (1 when off). e_k is spent: inflight_ takes y.
+  //    penalty's factor (1 when off). e_k is spent: inflight_ takes y. Steps that left this
+  //    rank's parameters non-finite are dropped: it goes on from x_{k+1}.
   flatten(params, inflight_.data());
+  if (!std::isfinite(kernels::cpu::sum_of_squares(inflight_.data(), static_cast<int64_t>(numel_)))) {
+    log(LogLevel::kWarn, "data parallel: this rank's parameters hold NaN or Inf at the merge; its steps since the "
+                         "round began are dropped and it goes on from the new anchor");
+    std::copy(round_start_.begin(), round_start_.end(), inflight_.data());  // y - G = 0
+  }
   double scale = 1.0;
   if (plan_.outer.staleness_penalty) {  // progress y - G, made at distance x_{k+1} - G
     double gap = 0, progress = 0;

@@ -21,6 +21,17 @@
 // The one thing to know: a buffer being reduced is never touched. DDP reduces per-bucket copies
 // of the gradients; CO2 reduces a snapshot of the pseudo-gradient, never live parameters, and
 // only one round is in flight. A peer failure surfaces from step() as kPeerFailed / kTimeout.
+//
+// NaN and Inf (issue #25). DDP: every rank updates from the same averaged gradients, so every
+// rank must skip a step alike. A rank whose loss is not finite marks the first gradient bucket it
+// reduces with a NaN (on_loss), so the averaged gradients are non-finite on every rank whenever
+// any rank's loss or gradients are, and every rank's optimizer (or ZeRO's global norm) skips the
+// step. Local SGD / co2: an inner step skipped for NaN is this rank's alone, and still counts
+// toward the round, so the ranks' round ends stay matched. At a round end a rank whose own
+// pseudo-gradient holds NaN or Inf contributes zeros instead (its round is dropped: it restarts
+// from the anchor), and an outer step whose averaged pseudo-gradient still is not finite (only
+// ZeRO 1 local SGD, which averages parameters, or an overflow) is skipped on every rank: anchor
+// and outer momentum stay as they were.
 #pragma once
 
 #include <chrono>
@@ -95,6 +106,8 @@ class DataParallel : public StepHook {
 
   void begin_step() override;
   void on_gradient(size_t index, const Tensor& grad) override;
+  // DDP: keeps the loss to mark the first bucket reduced when it is not finite.
+  void on_loss(const Tensor& loss) override;
   void before_update(std::vector<Tensor>& grads) override;
   // ZeRO stage >= 1: steps this rank's shard and all-gathers the parameters (zero.cpp).
   bool apply_update(std::vector<Tensor>& params, std::vector<Tensor>& grads) override;
@@ -159,6 +172,16 @@ class DataParallel : public StepHook {
     size_t bucket, first, last;
   };
   void build_buckets(const std::vector<Tensor>& params);
+  // DDP: the first bucket of a step to be reduced after the loss exists gets element 0 set to
+  // NaN when this rank's loss is not finite.
+  void mark_if_loss_not_finite(Bucket& b);
+  // Local SGD / co2 (unsharded and sharded): zeros this rank's own pseudo-gradient of n floats
+  // when it holds NaN or Inf (logged), so that its round is dropped rather than spread.
+  void drop_if_not_finite(float* d, size_t n, const char* what);
+  // Whether the averaged pseudo-gradient d (n floats: all of it, or this rank's ZeRO 1 block) is
+  // finite, decided alike on every rank: unsharded, every rank holds the same bytes; a block
+  // takes one flag all-reduce. false is logged: the caller skips the outer step.
+  bool outer_finite(const float* d, size_t n);
   void poll();  // records completion times of collectives in flight (throws their failure)
   static double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
   // The training thread waited on communication from `start` until now: counted in the step's
@@ -263,6 +286,9 @@ class DataParallel : public StepHook {
   double round_compute_mark_ = 0;   // stats_.compute_seconds at the last round end
   Clock::time_point inflight_done_at_;  // unsharded: when poll() saw the average arrive
   int64_t inner_steps_ = 0;   // inner steps since attach (a round ends every tau)
+  // DDP: this step's loss (on_loss) and whether it was already folded into a bucket.
+  Tensor loss_;
+  bool loss_marked_ = false;
   // Statistics.
   ParallelStats stats_;
   Clock::time_point last_mark_;

@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/device/cuda_context.h"
+#include "kernels/cuda/finite.h"
 #include "transport/nccl/nccl_communicator.h"
 #endif
 
@@ -100,6 +101,20 @@ std::shared_ptr<coll::Communicator> make_device_communicator(coll::Communicator&
   return comm;
 #else
   return refuse(reason);  // not reached: no rank can
+#endif
+}
+
+void mark_bucket_if_not_finite(float* dst, const Tensor& loss) {
+  COHORT_CHECK(loss.defined() && loss.numel() == 1 && loss.device() == Device::kCuda &&
+                   (loss.dtype() == DType::kF32 || loss.dtype() == DType::kBF16),
+               Status::kInvalidArgument, "data parallel: the loss is not an f32 or bf16 scalar on the CUDA device");
+#if defined(COHORT_HAVE_NCCL)
+  namespace kcu = kernels::cuda;
+  kcu::poison_if_not_finite(dst, loss.raw(), loss.dtype() == DType::kBF16 ? kcu::DType::kBF16 : kcu::DType::kF32,
+                            cuda_context().compute());
+#else
+  (void)dst;
+  throw Error(Status::kUnsupported, "data parallel: this build has no NCCL, so no gradient bucket in device memory");
 #endif
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "core/tensor/tensor.h"
 #include "transport/bootstrap/store.h"
 #include "transport/coll/communicator.h"
 
@@ -26,5 +27,11 @@ bool device_communicator_available(std::string* why = nullptr);
 std::shared_ptr<transport::coll::Communicator> make_device_communicator(transport::coll::Communicator& host,
                                                                         std::shared_ptr<transport::Store> store,
                                                                         std::string* why = nullptr);
+
+// Queued on the compute stream, no host wait: *dst (f32, CUDA memory) becomes NaN when `loss` (a
+// CUDA scalar, f32 or bf16) is NaN or Inf. A DDP rank marks a gradient bucket it is about to
+// reduce with it, so that every rank sees its non-finite loss. Throws kUnsupported in builds
+// without NCCL (where no bucket lives in device memory).
+void mark_bucket_if_not_finite(float* dst, const Tensor& loss);
 
 }  // namespace cohort::parallel

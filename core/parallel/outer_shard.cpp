@@ -49,7 +49,10 @@ void DataParallel::end_round_sharded(std::vector<Tensor>& params) {
     float v = static_cast<float>(local);
     return sum_over_ranks(&v, 1);
   };
-  stats_.last_momentum_norm = outer_.step(anchor_, result_.data(), 1.0, sum_scalar);
+  // A rank's NaN parameters reach the average here (ranks reduce parameters, not differences):
+  // every rank then skips the step alike and restarts from the unchanged anchor.
+  if (outer_finite(result_.data(), outer_block_))
+    stats_.last_momentum_norm = outer_.step(anchor_, result_.data(), 1.0, sum_scalar);
   comm_->all_gather(anchor_.data(), inflight_.data(), outer_block_, coll::DataType::kF32)->wait();
   note_blocking(start);
   unflatten(inflight_.data(), params);

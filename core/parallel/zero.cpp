@@ -107,10 +107,12 @@ bool DataParallel::apply_update(std::vector<Tensor>& params, std::vector<Tensor>
   // in begin_step, before releasing the parameters.)
   if (plan_.zero_stage < 3)
     for (const Bucket& b : buckets_) copy_shard(b, params, shard_params_.data<float>() + b.shard_offset, false);
+  // A NaN or Inf in any rank's gradients (or loss: DDP marks a bucket for it) makes the global
+  // norm non-finite on every rank alike: every rank skips its shard's update and the gather.
   const double norm = global_grad_norm();
   std::vector<Tensor> p{shard_params_}, g{shard_grads_};
-  shard_optimizer_->step(p, g, norm);
-  if (plan_.zero_stage < 3) gather_parameters(params);  // stage 3: the next step gathers them
+  const bool applied = shard_optimizer_->step(p, g, norm);
+  if (applied && plan_.zero_stage < 3) gather_parameters(params);  // stage 3: the next step gathers them
   in_step_ = false;
   return true;
 }

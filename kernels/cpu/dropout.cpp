@@ -20,7 +20,8 @@ void dropout_apply(const float* x, float* out, int64_t n, float p, uint64_t key)
   const uint64_t threshold = dropout_threshold(p);
   const float keep = 1.0f - p;
 #pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = dropout_keeps(key, i, threshold) ? x[i] / keep : 0.0f;
+  // A dropped element is x * 0, not 0: NaN and Inf stay NaN there, as in PyTorch (x * mask).
+  for (int64_t i = 0; i < n; ++i) out[i] = dropout_keeps(key, i, threshold) ? x[i] / keep : x[i] * 0.0f;
 }
 
 }  // namespace cohort::kernels::cpu

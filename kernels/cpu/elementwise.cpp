@@ -134,9 +134,9 @@ COHORT_VECTOR_CLONES void tanh_span(const float* x, float* out, int64_t n) {
 
 void unary(UnaryOp op, const float* x, float* out, int64_t n) {
   switch (op) {
-    case UnaryOp::kRelu:
+    case UnaryOp::kRelu:  // NaN stays NaN, as in PyTorch: `x > 0 ? x : 0` would hide it as 0
 #pragma omp parallel for if (n > kParallelMin)
-      for (int64_t i = 0; i < n; ++i) out[i] = x[i] > 0.0f ? x[i] : 0.0f;
+      for (int64_t i = 0; i < n; ++i) out[i] = x[i] <= 0.0f ? 0.0f : x[i];
       break;
     case UnaryOp::kGelu:
       parallel_spans(n, kParallelMin, [&](int64_t b, int64_t e) { gelu_span(x + b, out + b, e - b); });
@@ -153,9 +153,9 @@ void gelu_with_grad(const float* x, float* y, float* dydx, int64_t n) {
 
 void unary_grad(UnaryOp op, const float* x, const float* dy, float* dx, int64_t n) {
   switch (op) {
-    case UnaryOp::kRelu:
+    case UnaryOp::kRelu:  // as PyTorch's threshold_backward: dy passes where x is NaN
 #pragma omp parallel for if (n > kParallelMin)
-      for (int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+      for (int64_t i = 0; i < n; ++i) dx[i] = x[i] <= 0.0f ? 0.0f : dy[i];
       break;
     case UnaryOp::kGelu:
       parallel_spans(n, kParallelMin, [&](int64_t b, int64_t e) { gelu_grad_span(x + b, dy + b, dx + b, e - b); });

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace cohort::kernels::cpu {
 
@@ -28,6 +29,7 @@ struct Operand {
 };
 
 std::atomic<bool> g_cache_enabled{true};
+std::atomic<bool> g_force_widening{false};
 
 memory::data_type dnnl_type(MatmulType t) {
   return t == MatmulType::kBF16 ? memory::data_type::bf16 : memory::data_type::f32;
@@ -151,10 +153,91 @@ Prepared& get_prepared(memory::data_type ab, memory::data_type c, const Operand&
   return cache.emplace(std::move(key), prepare(ab, c, a, b, d, bias, alpha, beta)).first->second;
 }
 
+// Whether oneDNN builds bf16 matmuls on this CPU. Its bf16 kernels need AVX-512 (emulated on
+// avx512_core, native with AVX512_BF16 or AMX); on an AVX2-only CPU every bf16 primitive
+// descriptor fails with "unimplemented". Probed once by building one small product.
+bool native_bf16() {
+  static const bool native = [] {
+    try {
+      const Operand m{{2, 2}, {2, 1}};
+      build(memory::data_type::bf16, memory::data_type::bf16, m, m, m, false, 1.0f, 0.0f, false);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return native;
+}
+
+// Calls fn(strided offset, dense offset) for every element of an operand, the dense offsets
+// counting up in row-major order of its dims.
+template <typename Fn>
+void for_each_element(const Operand& o, Fn&& fn) {
+  const size_t rank = o.dims.size();
+  int64_t total = 1;
+  for (int64_t e : o.dims) total *= e;
+  if (total == 0) return;
+  std::vector<int64_t> index(rank, 0);
+  int64_t at = 0;
+  for (int64_t dense = 0; dense < total; ++dense) {
+    fn(at, dense);
+    for (size_t k = rank; k-- > 0;) {  // odometer step over the dims, innermost first
+      at += o.strides[k];
+      if (++index[k] < o.dims[k]) break;
+      at -= o.strides[k] * o.dims[k];
+      index[k] = 0;
+    }
+  }
+}
+
+Operand dense_like(const Operand& o) { return Operand{o.dims, contiguous_strides(o.dims)}; }
+
+std::vector<float> widen(const Operand& o, const void* p) {
+  const uint16_t* src = static_cast<const uint16_t*>(p);
+  int64_t total = 1;
+  for (int64_t e : o.dims) total *= e;
+  std::vector<float> out(static_cast<size_t>(total));
+  for_each_element(o, [&](int64_t at, int64_t dense) { out[dense] = widen_bf16(src[at]); });
+  return out;
+}
+
+void run(memory::data_type ab, memory::data_type c, const Operand& a, const void* pa, const Operand& b,
+         const void* pb, const Operand& d, void* pd, const void* bias, float alpha, float beta);
+
+// bf16 operands on a CPU without oneDNN's bf16 kernels: widen them to fp32, multiply in fp32 and
+// round the result once, which is what the bf16 kernels compute (bf16 products, fp32
+// accumulation). Slower, and only reached where the native path cannot be built.
+void run_bf16_widened(memory::data_type c, const Operand& a, const void* pa, const Operand& b, const void* pb,
+                      const Operand& d, void* pd, const void* bias, float alpha, float beta) {
+  const std::vector<float> a32 = widen(a, pa), b32 = widen(b, pb);
+  std::vector<float> bias32;
+  if (bias) bias32 = widen(Operand{{d.dims.back()}, {1}}, bias);
+  const float* bias_ptr = bias ? bias32.data() : nullptr;
+  const memory::data_type f32 = memory::data_type::f32;
+  if (c == f32) {
+    run(f32, f32, dense_like(a), a32.data(), dense_like(b), b32.data(), d, pd, bias_ptr, alpha, beta);
+    return;
+  }
+  std::vector<float> d32 = beta != 0.0f ? widen(d, pd) : std::vector<float>();
+  if (beta == 0.0f) {
+    int64_t total = 1;
+    for (int64_t e : d.dims) total *= e;
+    d32.resize(static_cast<size_t>(total));
+  }
+  run(f32, f32, dense_like(a), a32.data(), dense_like(b), b32.data(), dense_like(d), d32.data(), bias_ptr, alpha,
+      beta);
+  uint16_t* dst = static_cast<uint16_t*>(pd);
+  for_each_element(d, [&](int64_t at, int64_t dense) { dst[at] = round_bf16(d32[dense]); });
+}
+
 // d = alpha * a b (+ bias) + beta * d, where a: [..., M, K], b: [..., K, N], d: [..., M, N].
 void run(memory::data_type ab, memory::data_type c, const Operand& a, const void* pa, const Operand& b,
          const void* pb, const Operand& d, void* pd, const void* bias, float alpha = 1.0f,
          float beta = 0.0f) {
+  if (ab == memory::data_type::bf16 && (g_force_widening.load(std::memory_order_relaxed) || !native_bf16())) {
+    run_bf16_widened(c, a, pa, b, pb, d, pd, bias, alpha, beta);
+    return;
+  }
   dnnl_call("matmul", [&] {
     Prepared& p = get_prepared(ab, c, a, b, d, bias != nullptr, alpha, beta);
     p.a.set_data_handle(const_cast<void*>(pa));
@@ -211,17 +294,16 @@ int64_t batch_numel(const Dims& shape) {
 }
 
 void bf16_from_f32(const float* in, uint16_t* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &in[i], 4);
-    bool nan = (bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu);
-    out[i] = nan ? 0x7fc0 : static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = round_bf16(in[i]);
 }
 
 }  // namespace
 
 void set_matmul_cache_enabled(bool on) { g_cache_enabled.store(on); }
+
+bool matmul_bf16_native() { return native_bf16(); }
+
+void set_matmul_bf16_widening(bool force) { g_force_widening.store(force); }
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {

@@ -1,6 +1,7 @@
 // Matrix products through oneDNN's matmul primitive: BLAS-style gemm / strided batched gemm for
 // other kernels (attention), and the N-d broadcasting product behind the matmul and linear ops.
-// All matrices are row-major. fp32 is the main path; bf16 inputs accumulate in fp32 (AVX512_BF16).
+// All matrices are row-major. fp32 is the main path; bf16 inputs accumulate in fp32 (oneDNN's bf16
+// kernels need AVX-512; on other CPUs bf16 operands are widened to fp32 and the result rounded once).
 // Primitives are kept, with their argument memory objects, in a small shape-keyed cache per
 // thread: oneDNN's own cache still pays for a primitive_desc per call, which dominates small
 // products (see bench/gemm). Each call runs on
@@ -58,5 +59,11 @@ void matmul_mul(const float* a, const float* b, const float* m, float* c, int64_
 
 // Primitive cache switch, for bench/gemm's comparison only (on by default).
 void set_matmul_cache_enabled(bool on);
+
+// Whether oneDNN has bf16 matmul kernels for this CPU (AVX-512 and up). Without them bf16 products
+// are computed by widening the operands to fp32; tests force that path everywhere with
+// set_matmul_bf16_widening(true) (off by default).
+bool matmul_bf16_native();
+void set_matmul_bf16_widening(bool force);
 
 }  // namespace cohort::kernels::cpu

@@ -13,20 +13,6 @@ namespace cohort::kernels::cpu {
 
 namespace {
 constexpr int64_t kParallelMin = 1 << 15;
-
-inline uint16_t round_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu)) return 0x7fc0;
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
-inline float widen_bf16(uint16_t v) {
-  uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 }  // namespace
 
 namespace {
@@ -127,8 +113,7 @@ void adamw_loop_bf16(float* param, const float* grad, float* exp_avg, float* exp
 }  // namespace
 
 void sgd_update(float* param, const float* grad, float* momentum_buf, uint16_t* param_bf16, int64_t n,
-                const SgdArgs& a, double* grad_sum_sq) {
-  if (grad_sum_sq) *grad_sum_sq += sum_of_squares(grad, n);
+                const SgdArgs& a) {
   const bool momentum = a.momentum != 0.0f, bf16 = param_bf16 != nullptr;
   if (!momentum) {
     (bf16 ? sgd_loop<false, false, true> : sgd_loop<false, false, false>)(param, grad, nullptr, param_bf16, n, a);
@@ -140,32 +125,15 @@ void sgd_update(float* param, const float* grad, float* momentum_buf, uint16_t* 
 }
 
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, uint16_t* param_bf16,
-                  int64_t n, const AdamWArgs& a, double* grad_sum_sq) {
+                  int64_t n, const AdamWArgs& a) {
   const bool mean = a.noise_ranks > 1;
   if (param_bf16) {
-    if (grad_sum_sq) *grad_sum_sq += sum_of_squares(grad, n);
     (mean ? adamw_loop_bf16<true> : adamw_loop_bf16<false>)(param, grad, exp_avg, exp_avg_sq, param_bf16, n, a);
     return;
   }
   const auto update = mean ? adamw_mean_span : adamw_span;
-  if (!grad_sum_sq) {
-    parallel_spans(n, kParallelMin, [&](int64_t b, int64_t e) {
-      update(param + b, grad + b, exp_avg + b, exp_avg_sq + b, e - b, a);
-    });
-    return;
-  }
-  // Measured in blocks that stay in L1 between the two loops, so the gradient is read from memory
-  // once: a separate pass over all gradients would cost as much memory traffic as a third of the
-  // update itself.
-  constexpr int64_t kBlock = 4096;
-  *grad_sum_sq += parallel_span_sum(n, kParallelMin, [&](int64_t b, int64_t e) {
-    double sum = 0.0;
-    for (int64_t c = b; c < e; c += kBlock) {
-      const int64_t m = std::min(kBlock, e - c);
-      sum += sum_of_squares_span(grad + c, m);
-      update(param + c, grad + c, exp_avg + c, exp_avg_sq + c, m, a);
-    }
-    return sum;
+  parallel_spans(n, kParallelMin, [&](int64_t b, int64_t e) {
+    update(param + b, grad + b, exp_avg + b, exp_avg_sq + b, e - b, a);
   });
 }
 

@@ -1,8 +1,8 @@
 // Optimizer update loops on contiguous fp32 buffers (OpenMP, vectorisable). Each loop reads the
 // gradient once, multiplied by grad_scale (the clipping factor), and updates in place. When
 // param_bf16 is not null, param is the fp32 master copy and the rounded result is also written
-// to param_bf16 in the same pass. When grad_sum_sq is not null, the sum of squares of grad (before
-// grad_scale) is added to it, measured as the update reads the gradient.
+// to param_bf16 in the same pass. The gradients' norm is measured before (sum_of_squares): it
+// decides whether the update runs at all (NaN or Inf skip it), so it cannot be measured inside.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,7 @@ struct SgdArgs {
   bool nesterov = false;
 };
 void sgd_update(float* param, const float* grad, float* momentum_buf, uint16_t* param_bf16, int64_t n,
-                const SgdArgs& args, double* grad_sum_sq = nullptr);
+                const SgdArgs& args);
 
 // PyTorch AdamW: p *= 1 - lr*weight_decay; m = beta1*m + (1-beta1)*g; v = beta2*v + (1-beta2)*g^2;
 // p -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps), where the caller passes
@@ -40,7 +40,7 @@ struct AdamWArgs {
   float bias_correction1 = 1;  // 1 - beta1^t, used when noise_ranks > 1
 };
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, uint16_t* param_bf16,
-                  int64_t n, const AdamWArgs& args, double* grad_sum_sq = nullptr);
+                  int64_t n, const AdamWArgs& args);
 
 // Sum of x[i]^2, accumulated in double.
 double sum_of_squares(const float* x, int64_t n);

@@ -1,9 +1,11 @@
 // Pooling loops. Windows are clipped to the real image once per output cell, so the inner
 // loops carry no padding tests. The max gradient scatters through the saved argmax, which keeps
-// the backward exact even where the forward had ties.
+// the backward exact even where the forward had ties. A NaN in a window is its maximum (as in
+// PyTorch), so max pooling never hides a NaN.
 #include "kernels/cpu/pool.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -37,7 +39,7 @@ void max_pool2d(const Pool2dGeometry& g, const float* x, float* y, int32_t* argm
         int64_t at = w.h0 * g.W + w.w0;
         for (int64_t h = w.h0; h < w.h1; ++h)
           for (int64_t c = w.w0; c < w.w1; ++c)
-            if (xp[h * g.W + c] > best) {
+            if (xp[h * g.W + c] > best || std::isnan(xp[h * g.W + c])) {  // NaN wins, as in PyTorch
               best = xp[h * g.W + c];
               at = h * g.W + c;
             }

@@ -19,6 +19,23 @@
 
 namespace cohort::kernels::cpu {
 
+// bf16 is the upper half of an fp32: widening is exact; narrowing rounds to nearest even and
+// keeps a NaN a NaN (a quiet one). The kernels' own copy of core/tensor's conversions (kernels
+// sit below core and do not include it).
+inline float widen_bf16(uint16_t v) {
+  const uint32_t bits = uint32_t{v} << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline uint16_t round_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu)) return 0x7fc0;
+  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
 // e^x for x <= 88 (softmax only ever needs x <= 0): 2^n * e^r with r = x - n ln2 in
 // [-ln2/2, ln2/2] and a degree-6 Taylor polynomial for e^r (relative error < 3e-7 on [-87, 0]);
 // x < -87 (including -inf) gives exactly 0; NaN stays NaN. Unlike std::exp it vectorises: the

@@ -1,15 +1,24 @@
-// Attention forward, a tiled kernel with fp32 CUDA-core math (no tensor cores yet). A block of
-// 128 threads owns a tile of query rows of one (b, h); each row is split over P = D / 16 adjacent
-// lanes holding 16 dims of q and of the output accumulator in registers. Keys and values stream
-// through shared memory 32 at a time; per tile each row computes its 32 scores (partial dots
-// joined by xor shuffles inside the P lanes), then one online-softmax rescale:
-//   m' = max(m, max_j s_j), l' = l e^(m - m') + sum_j e^(s_j - m'), o' = o e^(m - m') + sum_j
-//   e^(s_j - m') v_j
-// (Milakov & Gimelshein 2018; Dao et al. 2022 alg. 1). With a causal mask a block stops at its
-// last row's key. Next step: wgmma/mma tensor-core tiles (FlashAttention-2/3 style).
+// Attention forward. Two kernels:
+// - D 64 and 128 with bf16, or fp32 when TF32 is allowed: the tensor-core kernel of
+//   attention_flash.cuh (FlashAttention-2 tiles on mma.sync; fp32 products in TF32).
+// - Otherwise (D 16 and 32, or fp32 with exact products): a tiled kernel with fp32 CUDA-core
+//   math. A block of 128 threads owns a tile of query rows of one (b, h); each row is split
+//   over P = D / 16 adjacent lanes holding 16 dims of q and of the output accumulator in
+//   registers. Keys and values stream through shared memory 32 at a time; per tile each row
+//   computes its 32 scores (partial dots joined by xor shuffles inside the P lanes), then one
+//   online-softmax rescale:
+//     m' = max(m, max_j s_j), l' = l e^(m - m') + sum_j e^(s_j - m'), o' = o e^(m - m') + sum_j
+//     e^(s_j - m') v_j
+//   (Milakov & Gimelshein 2018; Dao et al. 2022 alg. 1). With a causal mask a block stops at
+//   its last row's key.
 #include "core/base/error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_cudnn.h"
+#include "kernels/cuda/attention_mma.cuh"
+// The primitives above come first: attention_flash*.cuh are written against them.
+#include "kernels/cuda/attention_flash.cuh"
+#include "kernels/cuda/attention_flash_backward.cuh"  // its configs: the shared memory to check
 
 namespace cohort::kernels::cuda {
 
@@ -72,18 +81,99 @@ __global__ void attention_forward_kernel(const T* qkv, T* out, float* lse, AttnS
   for (int t = 0; t < kDpt; ++t) orow[t] = detail::from_float<T>(o[t] * inv);
   if (part == 0) lse[(int64_t{b} * s.H + h) * s.T + i] = m + logf(l);
 }
+
+namespace flash = detail::flash;
+
+// Causal: the last query tiles see the most keys; blockIdx.y 0 takes the last (a shorter tail).
+template <typename T, int D>
+__global__ void __launch_bounds__(flash::kThreads, (flash::ForwardConfig<T, D>::kMinBlocks))
+    attention_flash_forward_kernel(const flash::ForwardArgs a) {
+  extern __shared__ __align__(16) unsigned char flash_smem[];
+  flash::forward_block<T, D>(a, static_cast<int>(blockIdx.x),
+                             static_cast<int>(gridDim.y - 1 - blockIdx.y),
+                             static_cast<int>(threadIdx.x), reinterpret_cast<T*>(flash_smem));
+}
+
+template <typename T, int D>
+void launch_flash_forward(const AttentionDims& d, const void* qkv, void* out, float* lse,
+                          cudaStream_t stream) {
+  using Cfg = flash::ForwardConfig<T, D>;
+  const flash::ForwardArgs a{qkv,
+                             out,
+                             lse,
+                             static_cast<int>(d.T),
+                             static_cast<int>(d.H),
+                             static_cast<int>(d.H * d.D),
+                             d.scale * flash::kLog2e,
+                             d.causal};
+  auto* kernel = attention_flash_forward_kernel<T, D>;
+  COHORT_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  const dim3 grid(static_cast<unsigned>(d.B * d.H),
+                  static_cast<unsigned>(Cfg::tiles(static_cast<int>(d.T))));
+  kernel<<<grid, flash::kThreads, Cfg::kSmemBytes, stream>>>(a);
+  COHORT_CUDA_CHECK_LAUNCH("attention_flash_forward_kernel");
+}
+
+template <typename T>
+void launch_flash_forward(const AttentionDims& d, const void* qkv, void* out, float* lse,
+                          cudaStream_t stream) {
+  if (d.D == 64)
+    launch_flash_forward<T, 64>(d, qkv, out, lse, stream);
+  else
+    launch_flash_forward<T, 128>(d, qkv, out, lse, stream);
+}
 }  // namespace
+
+namespace {
+// The most shared memory any of the three tensor-core kernels of (type, D) asks for.
+template <typename T, int D>
+int flash_smem_bytes() {
+  const int fwd = flash::ForwardConfig<T, D>::kSmemBytes, dq = flash::DqConfig<T, D>::kSmemBytes,
+            dkv = flash::DkvConfig<T, D>::kSmemBytes;
+  return fwd > dq ? (fwd > dkv ? fwd : dkv) : (dq > dkv ? dq : dkv);
+}
+}  // namespace
+
+bool attention_uses_tensor_cores(DType type, const AttentionDims& d, bool allow_tf32) {
+  if (!((d.D == 64 || d.D == 128) && (type == DType::kBF16 || allow_tf32) &&
+        d.T <= int64_t{65535} * 64 && d.H * d.D < (int64_t{1} << 30) &&
+        d.B * d.H < (int64_t{1} << 31)))
+    return false;
+  // Up to 99.3 KB a block: more than some GPUs allow (sm_86 opts in to 99 KB).
+  const int need =
+      type == DType::kF32
+          ? (d.D == 64 ? flash_smem_bytes<float, 64>() : flash_smem_bytes<float, 128>())
+          : (d.D == 64 ? flash_smem_bytes<bf16, 64>() : flash_smem_bytes<bf16, 128>());
+  int device = 0, optin = 0;
+  COHORT_CUDA_CHECK(cudaGetDevice(&device));
+  COHORT_CUDA_CHECK(
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return need <= optin;
+}
 
 bool attention_supports_head_size(int64_t D) { return D == 16 || D == 32 || D == 64 || D == 128; }
 
 void attention_forward(DType type, const AttentionDims& d, const void* qkv, void* out, float* lse,
-                       cudaStream_t stream) {
-  COHORT_CHECK(d.B >= 0 && d.T >= 0 && d.H > 0 && d.T < (int64_t{1} << 30) && d.B * d.H < 65536,
+                       cudaStream_t stream, bool allow_tf32) {
+  COHORT_CHECK(d.B >= 0 && d.T >= 0 && d.H > 0 && d.T < (int64_t{1} << 30),
                Status::kInvalidArgument, "cuda attention_forward: B = ", d.B, ", T = ", d.T,
                ", H = ", d.H);
   COHORT_CHECK(attention_supports_head_size(d.D), Status::kUnsupported,
                "cuda attention_forward: head size D = ", d.D, " (supported: 16, 32, 64, 128)");
   if (d.B == 0 || d.T == 0) return;
+  if (attention_cudnn_forward(type, d, qkv, out, lse, stream)) return;  // bf16 where cuDNN takes it
+  if (attention_uses_tensor_cores(type, d, allow_tf32) && detail::aligned16(qkv) &&
+      detail::aligned16(out)) {
+    if (type == DType::kF32)
+      launch_flash_forward<float>(d, qkv, out, lse, stream);
+    else
+      launch_flash_forward<bf16>(d, qkv, out, lse, stream);
+    return;
+  }
+  COHORT_CHECK(
+      d.B * d.H < 65536, Status::kUnsupported, "cuda attention_forward: B * H = ", d.B * d.H,
+      " needs the tensor-core kernel (D 64 or 128, bf16 or TF32 allowed, 16-byte aligned)");
   detail::AttnShape s{static_cast<int>(d.T),
                       static_cast<int>(d.H),
                       static_cast<int>(d.D),

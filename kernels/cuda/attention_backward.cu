@@ -1,16 +1,25 @@
-// Attention backward (Dao et al. 2022, FlashAttention, alg. 4, without atomics), fp32 CUDA-core
-// math. The probabilities are recomputed from the saved lse, P_ij = exp(scale q_i.k_j - lse_i):
-//   delta_i = sum_d dO_id O_id                       (attention_delta_kernel)
-//   dS_ij = P_ij (dO_i.v_j - delta_i)
-//   dQ_i = scale sum_j dS_ij k_j                      (attention_dq_kernel: one row per query,
-//                                                      keys streamed through shared memory)
-//   dK_j = scale sum_i dS_ij q_i, dV_j = sum_i P_ij dO_i (attention_dkv_kernel: one row per key,
-//                                                      queries streamed through shared memory)
-// Every output element has one writer, so the result is deterministic. Scores are computed
-// twice (once per side) — the price of no atomics; tensor-core tiles are the next step.
+// Attention backward (Dao et al. 2022, FlashAttention, alg. 4, without atomics). Every output
+// element has one writer, so the result is deterministic. The probabilities are recomputed from
+// the saved lse, P_ij = exp(scale q_i.k_j - lse_i):
+//   delta_i = sum_d dO_id O_id
+//   dS_ij = P_ij (dP_ij - delta_i), dP_ij = dO_i.v_j
+//   dQ_i = scale sum_j dS_ij k_j               (one pass over the keys per block of queries)
+//   dK_j = scale sum_i dS_ij q_i, dV_j = sum_i P_ij dO_i   (one pass over the queries per block
+//                                                            of keys)
+// Scores are computed twice (once per side) — the price of no atomics. As the forward: D 64 and
+// 128 with bf16, or fp32 when TF32 is allowed, run on tensor cores (attention_flash.cuh, with a
+// 16-byte vector delta kernel); otherwise fp32 CUDA-core kernels, one row per query
+// (attention_dq_kernel: keys streamed through shared memory) and one row per key
+// (attention_dkv_kernel: queries streamed).
+#include <algorithm>
+
 #include "core/base/error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_cudnn.h"
+#include "kernels/cuda/attention_mma.cuh"
+// The primitives above come first: attention_flash*.cuh are written against them.
+#include "kernels/cuda/attention_flash_backward.cuh"
 
 namespace cohort::kernels::cuda {
 
@@ -151,14 +160,113 @@ void launch_backward(const AttentionDims& d, const AttnShape& s, const void* qkv
       <<<grid, kAttnThreads, smem + 2 * kTile * sizeof(float), stream>>>(x, g, lse, delta, dx, s);
   COHORT_CUDA_CHECK_LAUNCH("attention_dkv_kernel");
 }
+
+namespace flash = detail::flash;
+
+// delta [B, H, T] with one thread per 16 bytes of out and dout: the G = D / kN threads of a
+// head's row are adjacent lanes (G divides 32) and join their sums by xor shuffles.
+template <typename T, int G>
+__global__ void attention_delta_vec_kernel(const T* out, const T* dout, float* delta,
+                                           int64_t chunks, int T_, int H, int D) {
+  constexpr int kN = detail::Vec<T>::kN;
+  const int64_t idx = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const bool valid = idx < chunks;
+  float acc = 0.0f;
+  if (valid) {
+    float o[kN], g[kN];
+    detail::load_vec(out + idx * kN, o);
+    detail::load_vec(dout + idx * kN, g);
+#pragma unroll
+    for (int i = 0; i < kN; ++i) acc += o[i] * g[i];
+  }
+#pragma unroll
+  for (int off = G / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (valid && idx % G == 0) {
+    const int64_t e = idx * kN, C = int64_t{H} * D, row = e / C, b = row / T_;
+    const int64_t h = (e - row * C) / D, t = row - b * T_;
+    delta[(b * H + h) * T_ + t] = acc;
+  }
+}
+
+// dQ: blockIdx.y 0 takes the last query tile (with a causal mask the longest).
+template <typename T, int D>
+__global__ void __launch_bounds__(flash::kThreads, (flash::DqConfig<T, D>::kMinBlocks))
+    attention_flash_dq_kernel(const flash::BackwardArgs a) {
+  extern __shared__ __align__(16) unsigned char flash_smem[];
+  flash::dq_block<T, D>(a, static_cast<int>(blockIdx.x),
+                        static_cast<int>(gridDim.y - 1 - blockIdx.y), static_cast<int>(threadIdx.x),
+                        reinterpret_cast<T*>(flash_smem));
+}
+
+// dK, dV: blockIdx.y 0 takes the first key block (with a causal mask the longest).
+template <typename T, int D>
+__global__ void __launch_bounds__(flash::kThreads, (flash::DkvConfig<T, D>::kMinBlocks))
+    attention_flash_dkv_kernel(const flash::BackwardArgs a) {
+  extern __shared__ __align__(16) unsigned char flash_smem[];
+  flash::dkv_block<T, D>(a, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y),
+                         static_cast<int>(threadIdx.x), reinterpret_cast<T*>(flash_smem));
+}
+
+template <typename Kernel>
+void launch_flash(Kernel* kernel, const char* name, const AttentionDims& d, int tiles, int smem,
+                  const flash::BackwardArgs& a, cudaStream_t stream) {
+  COHORT_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid(static_cast<unsigned>(d.B * d.H), static_cast<unsigned>(tiles));
+  kernel<<<grid, flash::kThreads, smem, stream>>>(a);
+  COHORT_CUDA_CHECK_LAUNCH(name);
+}
+
+template <typename T, int D>
+void launch_flash_backward(const AttentionDims& d, const void* qkv, const void* out,
+                           const float* lse, const void* dout, void* dqkv, float* delta,
+                           cudaStream_t stream) {
+  constexpr int kN = detail::Vec<T>::kN;
+  const int64_t chunks = d.B * d.T * d.H * D / kN;
+  attention_delta_vec_kernel<T, D / kN>
+      <<<static_cast<unsigned>((chunks + 255) / 256), 256, 0, stream>>>(
+          static_cast<const T*>(out), static_cast<const T*>(dout), delta, chunks,
+          static_cast<int>(d.T), static_cast<int>(d.H), D);
+  COHORT_CUDA_CHECK_LAUNCH("attention_delta_vec_kernel");
+  const flash::BackwardArgs a{qkv,
+                              dout,
+                              lse,
+                              delta,
+                              dqkv,
+                              static_cast<int>(d.T),
+                              static_cast<int>(d.H),
+                              static_cast<int>(d.H * D),
+                              d.scale,
+                              d.scale * flash::kLog2e,
+                              d.causal};
+  const int T_ = static_cast<int>(d.T);
+  using Dq = flash::DqConfig<T, D>;
+  using Dkv = flash::DkvConfig<T, D>;
+  launch_flash(attention_flash_dq_kernel<T, D>, "attention_flash_dq_kernel", d, Dq::tiles(T_),
+               Dq::kSmemBytes, a, stream);
+  launch_flash(attention_flash_dkv_kernel<T, D>, "attention_flash_dkv_kernel", d, Dkv::tiles(T_),
+               Dkv::kSmemBytes, a, stream);
+}
+
+template <typename T>
+void launch_flash_backward(const AttentionDims& d, const void* qkv, const void* out,
+                           const float* lse, const void* dout, void* dqkv, float* delta,
+                           cudaStream_t stream) {
+  if (d.D == 64)
+    launch_flash_backward<T, 64>(d, qkv, out, lse, dout, dqkv, delta, stream);
+  else
+    launch_flash_backward<T, 128>(d, qkv, out, lse, dout, dqkv, delta, stream);
+}
 }  // namespace
 
-int64_t attention_backward_workspace(const AttentionDims& d) { return d.B * d.H * d.T; }
+int64_t attention_backward_workspace(const AttentionDims& d) {
+  return std::max(d.B * d.H * d.T, attention_cudnn_backward_workspace(d));  // cuDNN's when it may run
+}
 
 void attention_backward(DType type, const AttentionDims& d, const void* qkv, const void* out,
                         const float* lse, const void* dout, void* dqkv, float* workspace,
-                        cudaStream_t stream) {
-  COHORT_CHECK(d.B >= 0 && d.T >= 0 && d.H > 0 && d.T < (int64_t{1} << 30) && d.B * d.H < 65536,
+                        cudaStream_t stream, bool allow_tf32) {
+  COHORT_CHECK(d.B >= 0 && d.T >= 0 && d.H > 0 && d.T < (int64_t{1} << 30),
                Status::kInvalidArgument, "cuda attention_backward: B = ", d.B, ", T = ", d.T,
                ", H = ", d.H);
   COHORT_CHECK(attention_supports_head_size(d.D), Status::kUnsupported,
@@ -166,6 +274,18 @@ void attention_backward(DType type, const AttentionDims& d, const void* qkv, con
   COHORT_CHECK(workspace != nullptr, Status::kInvalidArgument,
                "cuda attention_backward: null workspace");
   if (d.B == 0 || d.T == 0) return;
+  if (attention_cudnn_backward(type, d, qkv, out, lse, dout, dqkv, workspace, stream)) return;
+  if (attention_uses_tensor_cores(type, d, allow_tf32) && detail::aligned16(qkv) &&
+      detail::aligned16(out) && detail::aligned16(dout) && detail::aligned16(dqkv)) {
+    if (type == DType::kF32)
+      launch_flash_backward<float>(d, qkv, out, lse, dout, dqkv, workspace, stream);
+    else
+      launch_flash_backward<bf16>(d, qkv, out, lse, dout, dqkv, workspace, stream);
+    return;
+  }
+  COHORT_CHECK(
+      d.B * d.H < 65536, Status::kUnsupported, "cuda attention_backward: B * H = ", d.B * d.H,
+      " needs the tensor-core kernels (D 64 or 128, bf16 or TF32 allowed, 16-byte aligned)");
   const AttnShape s{static_cast<int>(d.T),
                     static_cast<int>(d.H),
                     static_cast<int>(d.D),

@@ -14,8 +14,10 @@ constexpr int kThreads = 256;
 template <typename T>
 __global__ void dropout_kernel(const T* x, T* out, int64_t n, uint64_t key, uint64_t threshold, float keep) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
-    out[i] = detail::from_float<T>(cpu::dropout_keeps(key, i, threshold) ? detail::to_float(x[i]) / keep : 0.0f);
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float v = detail::to_float(x[i]);  // dropped: v * 0, so NaN and Inf stay NaN (as the CPU)
+    out[i] = detail::from_float<T>(cpu::dropout_keeps(key, i, threshold) ? v / keep : v * 0.0f);
+  }
 }
 }  // namespace
 

@@ -47,10 +47,10 @@ __device__ __forceinline__ float apply(float a, float b, float d) {
     return gelu_grad(a + b);
   else if constexpr (M == kGeluBwd)
     return d * gelu_grad(a + b);
-  else if constexpr (M == kReluFwd)
-    return a > 0.0f ? a : 0.0f;
-  else if constexpr (M == kReluBwd)  // a: the forward's input
-    return a > 0.0f ? d : 0.0f;
+  else if constexpr (M == kReluFwd)  // NaN stays NaN, as in PyTorch
+    return a <= 0.0f ? 0.0f : a;
+  else if constexpr (M == kReluBwd)  // a: the forward's input; dy passes where it is NaN
+    return a <= 0.0f ? 0.0f : d;
   else if constexpr (M == kTanhFwd)
     return tanhf(a);
   else  // kTanhBwd, a: the forward's output

@@ -41,9 +41,12 @@ __global__ void layernorm_forward_kernel(const T* x, const T* gamma, const T* be
   }
 }
 
+// dx_add (may be null) is added in fp32 before the one rounding of dx; each element of dx is
+// written by the lane that read its dy and dx_add, after the row's sums: dx may alias either.
 template <typename T>
 __global__ void layernorm_dx_kernel(const T* x, const T* gamma, const float* mean,
-                                    const float* rstd, const T* dy, T* dx, int64_t rows, int C) {
+                                    const float* rstd, const T* dy, const T* dx_add, T* dx,
+                                    int64_t rows, int C) {
   const int64_t row = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -58,9 +61,12 @@ __global__ void layernorm_dx_kernel(const T* x, const T* gamma, const float* mea
   }
   const float a = detail::warp_sum(sum_g) / C, b = detail::warp_sum(sum_gx) / C;
   T* dxr = dx + row * C;
+  const T* addr = dx_add ? dx_add + row * C : nullptr;
   for (int c = lane; c < C; c += 32) {
     const float g = to_float(dyr[c]) * to_float(gamma[c]);
-    dxr[c] = detail::from_float<T>(r * (g - a - (to_float(xr[c]) - m) * r * b));
+    float d = r * (g - a - (to_float(xr[c]) - m) * r * b);
+    if (addr) d = to_float(addr[c]) + d;
+    dxr[c] = detail::from_float<T>(d);
   }
 }
 
@@ -96,7 +102,7 @@ __global__ void layernorm_param_partials(const T* x, const float* mean, const fl
   }
 }
 
-// P: the parameter gradients' storage type (fp32 for layer norm; the parameters' for RMS norm).
+// P: the parameter gradients' storage type (the parameters'; fp32 for sum_rows' bias sums).
 template <typename P>
 __global__ void layernorm_param_finish(const float* part, P* dgamma, P* dbeta, int chunks, int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -144,8 +150,8 @@ int64_t layernorm_backward_workspace(int64_t rows, int64_t C) {
 
 template <typename T>
 static void layernorm_backward_typed(const T* x, const T* gamma, const float* mean,
-                                     const float* rstd, const T* dy, T* dx, float* dgamma,
-                                     float* dbeta, float* workspace, int64_t rows, int C,
+                                     const float* rstd, const T* dy, const T* dx_add, T* dx,
+                                     T* dgamma, T* dbeta, float* workspace, int64_t rows, int C,
                                      cudaStream_t stream) {
   // Parameter sums first: they read dy, which dx may overwrite.
   if (dgamma || dbeta) {
@@ -155,20 +161,21 @@ static void layernorm_backward_typed(const T* x, const T* gamma, const float* me
           x, mean, rstd, dy, workspace, rows, C);
       COHORT_CUDA_CHECK_LAUNCH("layernorm_param_partials");
     }
-    layernorm_param_finish<float><<<(C + 255) / 256, 256, 0, stream>>>(workspace, dgamma, dbeta,
-                                                                       chunks, C);
+    layernorm_param_finish<T><<<(C + 255) / 256, 256, 0, stream>>>(workspace, dgamma, dbeta,
+                                                                   chunks, C);
     COHORT_CUDA_CHECK_LAUNCH("layernorm_param_finish");
   }
   if (dx && rows > 0) {
     layernorm_dx_kernel<T><<<row_blocks(rows), kWarpsPerBlock * 32, 0, stream>>>(
-        x, gamma, mean, rstd, dy, dx, rows, C);
+        x, gamma, mean, rstd, dy, dx_add, dx, rows, C);
     COHORT_CUDA_CHECK_LAUNCH("layernorm_dx_kernel");
   }
 }
 
 void layernorm_backward(DType type, const void* x, const void* gamma, const float* mean,
-                        const float* rstd, const void* dy, void* dx, float* dgamma, float* dbeta,
-                        float* workspace, int64_t rows, int64_t C, cudaStream_t stream) {
+                        const float* rstd, const void* dy, const void* dx_add, void* dx,
+                        void* dgamma, void* dbeta, float* workspace, int64_t rows, int64_t C,
+                        cudaStream_t stream) {
   check_shape("cuda layernorm_backward", rows, C);
   COHORT_CHECK(workspace || (!dgamma && !dbeta), Status::kInvalidArgument,
                "cuda layernorm_backward: dgamma/dbeta requested without a workspace");
@@ -176,14 +183,15 @@ void layernorm_backward(DType type, const void* x, const void* gamma, const floa
                "cuda layernorm_backward: rows = ", rows, " exceeds the partial-sum grid");
   const int c = static_cast<int>(C);
   if (type == DType::kF32) {
-    layernorm_backward_typed<float>(static_cast<const float*>(x), static_cast<const float*>(gamma),
-                                    mean, rstd, static_cast<const float*>(dy),
-                                    static_cast<float*>(dx), dgamma, dbeta, workspace, rows, c,
-                                    stream);
+    layernorm_backward_typed<float>(
+        static_cast<const float*>(x), static_cast<const float*>(gamma), mean, rstd,
+        static_cast<const float*>(dy), static_cast<const float*>(dx_add), static_cast<float*>(dx),
+        static_cast<float*>(dgamma), static_cast<float*>(dbeta), workspace, rows, c, stream);
   } else {
-    layernorm_backward_typed<bf16>(static_cast<const bf16*>(x), static_cast<const bf16*>(gamma),
-                                   mean, rstd, static_cast<const bf16*>(dy), static_cast<bf16*>(dx),
-                                   dgamma, dbeta, workspace, rows, c, stream);
+    layernorm_backward_typed<bf16>(
+        static_cast<const bf16*>(x), static_cast<const bf16*>(gamma), mean, rstd,
+        static_cast<const bf16*>(dy), static_cast<const bf16*>(dx_add), static_cast<bf16*>(dx),
+        static_cast<bf16*>(dgamma), static_cast<bf16*>(dbeta), workspace, rows, c, stream);
   }
 }
 

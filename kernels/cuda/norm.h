@@ -1,8 +1,8 @@
 // Layer norm and RMS norm over the last dim of [rows, C] and group norm over [N, C, HW] on the
 // GPU, with the semantics of kernels/cpu/norm.h (plus the column sum used for bias gradients).
 // Layer norm: y = (x - mean) * rstd * gamma + beta, mean and rstd saved per row (fp32) for the
-// backward. x, gamma, beta, y, dy, dx share one storage type; statistics are fp32, and so are
-// layer norm's parameter gradients (RMS norm's and group norm's have the parameters' type).
+// backward. x, gamma, beta, y, dy, dx and the parameter gradients share one storage type (a bf16
+// model's parameters are bf16, and so are their gradients); statistics are fp32.
 #pragma once
 
 #include <cstdint>
@@ -19,13 +19,16 @@ void layernorm_forward(DType type, const void* x, const void* gamma, const void*
 // Floats of workspace layernorm_backward needs for dgamma/dbeta partial sums.
 int64_t layernorm_backward_workspace(int64_t rows, int64_t C);
 
-// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma (overwritten; may be null;
-// may alias dy);
-// dgamma = sum_rows dy * xhat, dbeta = sum_rows dy (fp32, overwritten; null when not wanted,
-// then workspace may be null). The row sums run in an order fixed by the shape: deterministic.
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) + dx_add, g = dy * gamma (overwritten; may
+// be null; may alias dy or dx_add; dx_add may be null: nothing added, else added in fp32 before
+// dx is rounded once, as the CPU does);
+// dgamma = sum_rows dy * xhat, dbeta = sum_rows dy (in the storage type, overwritten; null when
+// not wanted, then workspace may be null). The row sums run in an order fixed by the shape:
+// deterministic.
 void layernorm_backward(DType type, const void* x, const void* gamma, const float* mean,
-                        const float* rstd, const void* dy, void* dx, float* dgamma, float* dbeta,
-                        float* workspace, int64_t rows, int64_t C, cudaStream_t stream);
+                        const float* rstd, const void* dy, const void* dx_add, void* dx,
+                        void* dgamma, void* dbeta, float* workspace, int64_t rows, int64_t C,
+                        cudaStream_t stream);
 
 // out[c] = sum over rows of x[r, c] (fp32, overwritten): the bias gradient of y = x W^T + b.
 // workspace: layernorm_backward_workspace(rows, C) floats. Deterministic, like dbeta above.

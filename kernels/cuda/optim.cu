@@ -28,6 +28,11 @@ __device__ __forceinline__ float grad_factor(const DeviceClip& clip, float grad_
   return grad_scale;
 }
 
+// The gradients hold NaN or Inf: the update writes nothing (the CPU optimizer skips it too).
+__device__ __forceinline__ bool skip_update(const DeviceClip& clip) {
+  return clip.sum_sq != nullptr && !isfinite(*clip.sum_sq);
+}
+
 // This block's parameter and element range [begin, end).
 struct ChunkRange {
   const OptimParam* p;
@@ -78,6 +83,7 @@ __global__ void final_sum_kernel(const double* partials, int64_t n, double* out)
 
 template <bool kMomentum, bool kNesterov>
 __global__ void sgd_kernel(const OptimParam* params, const OptimChunk* chunks, SgdArgs a, DeviceClip clip) {
+  if (skip_update(clip)) return;
   const ChunkRange r = chunk_range(params, chunks);
   const OptimParam p = *r.p;  // in registers: the stores below cannot alias it
   const float scale = grad_factor(clip, a.grad_scale);
@@ -98,6 +104,7 @@ __global__ void sgd_kernel(const OptimParam* params, const OptimChunk* chunks, S
 // mean of N ranks' gradients, v~ = m^2 + max(v^ - m^2, 0) / N on bias-corrected moments).
 template <bool kMean>
 __global__ void adamw_kernel(const OptimParam* params, const OptimChunk* chunks, AdamWArgs a, DeviceClip clip) {
+  if (skip_update(clip)) return;
   const ChunkRange r = chunk_range(params, chunks);
   const OptimParam p = *r.p;  // in registers: the stores below cannot alias it
   const float scale = grad_factor(clip, a.grad_scale);

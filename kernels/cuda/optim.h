@@ -6,7 +6,8 @@
 //
 // The one thing to know: clipping never reads the norm back to the host. The update kernels take
 // the device address of the squared norm and compute clip_grad_norm_'s factor themselves, so a
-// clipped step queues norm and update back to back on the stream with no host wait between.
+// clipped step queues norm and update back to back on the stream with no host wait between. The
+// same address lets them skip a step whose gradients hold NaN or Inf, again without a host wait.
 #pragma once
 
 #include <cstdint>
@@ -31,9 +32,11 @@ struct OptimParam {
   int64_t n = 0;
 };
 
-// Clipping as torch.nn.utils.clip_grad_norm_: when sum_sq is not null and clip_norm > 0, every
-// gradient is multiplied by clip_norm / (sqrt(*sum_sq) + 1e-6) where that is below 1 (the
-// update's own grad_scale is then replaced, as the CPU optimizer does).
+// When sum_sq is not null: a non-finite *sum_sq (NaN or Inf in some gradient) skips the whole
+// update — every block reads the same sum, so none writes anything — and, when clip_norm > 0,
+// clipping as torch.nn.utils.clip_grad_norm_: every gradient is multiplied by
+// clip_norm / (sqrt(*sum_sq) + 1e-6) where that is below 1 (the update's own grad_scale is then
+// replaced, as the CPU optimizer does).
 struct DeviceClip {
   const double* sum_sq = nullptr;  // device address, e.g. written by grad_sum_of_squares
   double clip_norm = 0.0;

@@ -47,7 +47,7 @@ __global__ void max_pool_kernel(Pool2dGeometry g, const T* x, T* y, int32_t* arg
     for (int64_t h = w.h0; h < w.h1; ++h)
       for (int64_t c = w.w0; c < w.w1; ++c) {
         const float v = to_float(xp[h * g.W + c]);
-        if (v > best) {  // strictly greater: the first maximum stays, NaN never replaces
+        if (v > best || isnan(v)) {  // strictly greater: the first maximum stays; NaN wins (PyTorch)
           best = v;
           at = h * g.W + c;
         }

@@ -46,7 +46,10 @@ __device__ float row_lse(const T* x, int64_t V, float* scratch) {
     }
   }
   const float bm = detail::block_max(m, scratch);
-  const float scaled = m == -INFINITY ? 0.0f : s * expf(m - bm);
+  // A thread that saw no element keeps s = 0 (and m = -inf): it adds nothing. A NaN element made
+  // s NaN while m may still be -inf (fmaxf and `>` pass over NaN): it must reach the sum, so the
+  // test is on s, not on m (a row holding NaN has lse NaN, as on the CPU).
+  const float scaled = s == 0.0f ? 0.0f : s * expf(m - bm);
   const float bs = detail::block_sum(scaled, scratch);
   return bm + logf(bs);
 }

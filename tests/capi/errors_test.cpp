@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 #include "tests/support/capi_expect.h"
@@ -51,7 +52,7 @@ cohort_trainer* make_trainer(const Model& m) {
 
 TEST(CapiBasics, VersionAndNames) {
   EXPECT_EQ(cohort_abi_version(), COHORT_ABI_VERSION);
-  EXPECT_STREQ(cohort_version_string(), "0.1.0");
+  EXPECT_STREQ(cohort_version_string(), "0.2.0");
   EXPECT_STREQ(cohort_status_name(COHORT_ERR_SHAPE_MISMATCH), "shape mismatch");
   EXPECT_STREQ(cohort_status_name(static_cast<cohort_status>(999)), "unknown status");
   EXPECT_EQ(cohort_dtype_size(COHORT_BF16), 2u);
@@ -176,6 +177,36 @@ TEST(CapiGraph, OutputsLossLookupAndFiles) {
   cohort_graph_destroy(loaded);
   std::remove(junk.c_str());
   std::remove(good.c_str());
+}
+
+// Issue #25, item 7: a graph file with one changed byte, or cut short anywhere, never loads as
+// another model: cohort_graph_load refuses it with CORRUPT and creates nothing.
+TEST(CapiGraph, ChangedOrTruncatedFileIsCorrupt) {
+  Model m;
+  const std::string good = ::testing::TempDir() + "/flip_good.cohort", bad = ::testing::TempDir() + "/flip_bad.cohort";
+  ASSERT_EQ(cohort_graph_save(m.g, good.c_str()), COHORT_OK) << last();
+  std::ifstream in(good, std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 100u);
+  auto expect_refused = [&](const std::vector<char>& content, const std::string& what) {
+    std::ofstream(bad, std::ios::binary | std::ios::trunc).write(content.data(), static_cast<std::streamsize>(content.size()));
+    SCOPED_TRACE(what);
+    cohort_graph* loaded = nullptr;
+    EXPECT_STATUS(cohort_graph_load(bad.c_str(), &loaded), COHORT_ERR_CORRUPT, "flip_bad.cohort");
+    EXPECT_EQ(loaded, nullptr);
+    cohort_graph_destroy(loaded);
+  };
+  for (size_t pos = 0; pos < bytes.size(); ++pos)
+    for (unsigned mask : {0x01u, 0x80u, 0xffu}) {
+      std::vector<char> changed = bytes;
+      changed[pos] = static_cast<char>(changed[pos] ^ mask);
+      expect_refused(changed, "byte " + std::to_string(pos) + " xor " + std::to_string(mask));
+    }
+  for (size_t len = 0; len < bytes.size(); ++len)
+    expect_refused(std::vector<char>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(len)),
+                   "cut to " + std::to_string(len) + " bytes");
+  std::remove(good.c_str());
+  std::remove(bad.c_str());
 }
 
 TEST(CapiGraph, OpList) {
@@ -307,8 +338,17 @@ TEST(CapiTrainer, StepEvaluateAndParameterErrors) {
   EXPECT_STATUS(cohort_trainer_evaluate(t, in, 1, &out, 1), COHORT_ERR_INVALID_ARGUMENT, "outputs[0] 'fc': buffer has 32 bytes");
   cohort_tensor_ref missing = {"nothing", COHORT_F32, 2, ls, logits, sizeof logits};
   EXPECT_STATUS(cohort_trainer_evaluate(t, in, 1, &missing, 1), COHORT_ERR_NOT_FOUND, "no value named 'nothing'");
+  // A buffer of another element type is refused by name before anything runs (it was an
+  // UNSUPPORTED "copy from f32 to i32" after the forward pass, naming nothing).
+  int32_t int_logits[8] = {0};
+  cohort_tensor_ref int_out = {"fc", COHORT_I32, 2, ls, int_logits, sizeof int_logits};
+  EXPECT_STATUS(cohort_trainer_evaluate(t, in, 1, &int_out, 1), COHORT_ERR_SHAPE_MISMATCH,
+                "cohort_trainer_evaluate: evaluate: output 'fc' is f32, but the buffer has dtype i32");
   out = {"fc", COHORT_F32, 2, ls, logits, sizeof logits};
   EXPECT_EQ(cohort_trainer_evaluate(t, in, 1, &out, 1), COHORT_OK) << last();
+  uint16_t bf16_logits[8] = {0};  // f32 results convert to a bf16 buffer
+  cohort_tensor_ref bf16_out = {"fc", COHORT_BF16, 2, ls, bf16_logits, sizeof bf16_logits};
+  EXPECT_EQ(cohort_trainer_evaluate(t, in, 1, &bf16_out, 1), COHORT_OK) << last();
 
   float w[6];
   int64_t ws[2] = {2, 3};
@@ -319,6 +359,12 @@ TEST(CapiTrainer, StepEvaluateAndParameterErrors) {
   int64_t ws_bad[2] = {3, 2};
   cohort_tensor_ref pb = {"w", COHORT_F32, 2, ws_bad, w, sizeof w};
   EXPECT_STATUS(cohort_trainer_set_parameter(t, &pb), COHORT_ERR_SHAPE_MISMATCH, "parameter 'w' has shape [2, 3]");
+  int32_t wi[6] = {0};
+  cohort_tensor_ref pi = {"w", COHORT_I32, 2, ws, wi, sizeof wi};
+  EXPECT_STATUS(cohort_trainer_set_parameter(t, &pi), COHORT_ERR_SHAPE_MISMATCH,
+                "cohort_trainer_set_parameter: parameter 'w' is f32, but the buffer has dtype i32");
+  EXPECT_STATUS(cohort_trainer_get_parameter(t, &pi), COHORT_ERR_SHAPE_MISMATCH,
+                "cohort_trainer_get_parameter: parameter 'w' is f32, but the buffer has dtype i32");
   st.size = 3;
   EXPECT_STATUS(cohort_trainer_get_stats(t, &st), COHORT_ERR_INVALID_ARGUMENT, "stats_out->size is 3");
   EXPECT_EQ(cohort_trainer_destroy(t), COHORT_OK);

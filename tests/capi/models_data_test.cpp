@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -108,6 +109,35 @@ TEST(CapiModels, GptBuildsAndValidates) {
   int32_t id = -1;
   EXPECT_EQ(cohort_graph_find(g, "h.3.mlp.c_proj.weight", &id), COHORT_OK);
   cohort_graph_destroy(g);
+}
+
+// dtype: bf16 parameters and activations; a caller compiled before the field (a smaller size)
+// gets f32; a dtype the model does not take is named.
+TEST(CapiModels, GptTakesBf16) {
+  auto param_dtype = [](const cohort_model_gpt_options& o) {
+    cohort_graph* g = nullptr;
+    EXPECT_EQ(cohort_graph_create_gpt(&o, &g), COHORT_OK) << last();
+    int32_t id = -1, rank = 0;
+    int64_t shape[2] = {0, 0};
+    cohort_dtype dtype = COHORT_I64;
+    EXPECT_EQ(cohort_graph_find(g, "h.0.ln_1.weight", &id), COHORT_OK);
+    EXPECT_EQ(cohort_graph_value_shape(g, id, shape, 2, &rank, &dtype), COHORT_OK);
+    cohort_graph_destroy(g);
+    return dtype;
+  };
+  cohort_model_gpt_options o = cohort_model_gpt_options_default();
+  EXPECT_EQ(o.dtype, COHORT_F32);
+  EXPECT_EQ(param_dtype(o), COHORT_F32);
+  o.dtype = COHORT_BF16;
+  EXPECT_EQ(param_dtype(o), COHORT_BF16);
+  o.size = offsetof(cohort_model_gpt_options, dtype);  // the struct before the field
+  EXPECT_EQ(param_dtype(o), COHORT_F32);
+  o = cohort_model_gpt_options_default();
+  o.dtype = COHORT_I32;
+  cohort_graph* g = kUntouched;
+  EXPECT_STATUS(cohort_graph_create_gpt(&o, &g), COHORT_ERR_INVALID_ARGUMENT,
+                "cohort_graph_create_gpt: options->dtype 2 is not COHORT_F32 or COHORT_BF16");
+  EXPECT_EQ(g, kUntouched);
 }
 
 // ---- datasets ----

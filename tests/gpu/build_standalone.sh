@@ -12,15 +12,17 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$out/obj"
 flags=(-std=c++17 -O3 -arch="$arch" -I"$root" --expt-relaxed-constexpr -Xcompiler=-Wall)
 srcs=("$root"/core/base/base.cpp "$root"/kernels/cuda/*.cpp "$root"/kernels/cuda/*.cu
-      "$root"/tests/gpu/{main,runtime_test,gemm_test,fused_test,attention_test,embedding_test}.cpp
+      "$root"/tests/gpu/{main,runtime_test,gemm_test,fused_test,attention_test,attention_cudnn_test,embedding_test}.cpp
       "$root"/bench/cuda/kernels_bench.cpp)
 pids=()
 for s in "${srcs[@]}"; do
   nvcc "${flags[@]}" -c "$s" -o "$out/obj/$(basename "$s").o" & pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
-lib=("$out"/obj/base.cpp.o "$out"/obj/runtime.cpp.o "$out"/obj/gemm.cpp.o "$out"/obj/cublas_api.cpp.o "$out"/obj/*.cu.o)
-nvcc -arch="$arch" -o "$out/gpu_kernels_test" "${lib[@]}" "$out"/obj/{main,runtime_test,gemm_test,fused_test,attention_test,embedding_test}.cpp.o -lcublas -ldl
+# cuDNN (attention_cudnn, cudnn_*) is loaded with dlopen: nothing to link, no header needed.
+lib=("$out"/obj/base.cpp.o "$out"/obj/runtime.cpp.o "$out"/obj/gemm.cpp.o "$out"/obj/cublas_api.cpp.o
+     "$out"/obj/cudnn_api.cpp.o "$out"/obj/cudnn_graph.cpp.o "$out"/obj/attention_cudnn.cpp.o "$out"/obj/*.cu.o)
+nvcc -arch="$arch" -o "$out/gpu_kernels_test" "${lib[@]}" "$out"/obj/{main,runtime_test,gemm_test,fused_test,attention_test,attention_cudnn_test,embedding_test}.cpp.o -lcublas -ldl
 nvcc -arch="$arch" -o "$out/bench_cuda_kernels" "${lib[@]}" "$out"/obj/kernels_bench.cpp.o -lcublas -ldl
 echo "built $out/gpu_kernels_test and $out/bench_cuda_kernels ($arch)"
 

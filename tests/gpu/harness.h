@@ -103,6 +103,7 @@ void test_layernorm(Env& env);
 void test_cross_entropy(Env& env);
 void test_adamw(Env& env);
 void test_attention(Env& env);
+void test_attention_cudnn(Env& env);
 void test_embedding(Env& env);
 void test_sum_rows(Env& env);
 

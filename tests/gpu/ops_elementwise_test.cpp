@@ -3,6 +3,7 @@
 // visible device.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -35,6 +36,43 @@ TEST(GpuOps, ActivationsMatchTheCpu) {
   for (const char* op : {"relu", "tanh", "gelu"}) {
     SCOPED_TRACE(op);
     expect_op_matches_cpu(op, {random_tensor({5, 33}, 4, -3.0f, 3.0f)}, Attrs(), OpCompare());
+  }
+}
+
+// NaN goes through every operator that could hide it (ReLU, max pooling, dropout's dropped
+// elements, the max-reductions of softmax and cross entropy) on the GPU exactly where it goes on
+// the CPU, which keeps it as PyTorch does (issue #25).
+TEST(GpuOps, NanReachesTheSameOutputsAsOnTheCpu) {
+  COHORT_NEEDS_GPU();
+  struct Case {
+    const char* op;
+    Shape shape;
+    Attrs attrs;
+  };
+  Attrs pool, drop, none;
+  pool.set("kernel", std::vector<int64_t>{2, 2});
+  pool.set("stride", std::vector<int64_t>{2, 2});
+  drop.set("p", 0.5);
+  const Case cases[] = {{"relu", {4, 33}, none},          {"gelu", {4, 33}, none},
+                        {"tanh", {4, 33}, none},          {"max_pool2d", {2, 3, 6, 6}, pool},
+                        {"dropout", {4, 33}, drop},       {"softmax", {4, 33}, none}};
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.op);
+    Tensor x = random_tensor(k.shape, 9, -2.0f, 2.0f);
+    for (int64_t i = 0; i < x.numel(); i += 7) x.data<float>()[i] = std::nanf("");
+    Graph g;
+    const ValueId in = g.add_input("x", DType::kF32, k.shape);
+    const ValueId out = g.add_op(k.op, "op", {in}, k.attrs).at(0);
+    OpCompare c;
+    const auto cpu = gpu_test::detail::run_op_graph(g, {out}, {}, {{in, x}}, Device::kCpu, c);
+    const auto gpu = gpu_test::detail::run_op_graph(g, {out}, {}, {{in, x}}, Device::kCuda, c);
+    const Tensor &a = cpu.outputs[0], &b = gpu.outputs[0];
+    int64_t nans = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      nans += std::isnan(a.data<float>()[i]);
+      ASSERT_EQ(std::isnan(a.data<float>()[i]), std::isnan(b.data<float>()[i])) << "element " << i;
+    }
+    EXPECT_GT(nans, 0) << "the CPU kept no NaN";
   }
 }
 

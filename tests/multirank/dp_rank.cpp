@@ -23,10 +23,23 @@
 //   dp_rank ddp-cuda | co2-cuda | ...   any compare mode with the trainers on the CUDA device
 //                        (DDP over NCCL where every rank has its own device, else through host
 //                        copies); exits 77 (skipped) without a visible device
+//   dp_rank ddp-nan | ddp-zero3-nan | localsgd-nan | co2-nan | ...   any compare mode where
+//                        the last rank's batch holds a NaN at one step and an Inf at a step that
+//                        ends a round: DDP ranks must all skip both steps (kNonFinite) and stay
+//                        identical; under local SGD / co2 only the last rank skips. Each is checked
+//                        against the reference given the same batches, skips included
+//   dp_rank co2-nanparam | localsgd-zero1-nanparam | ...   the last rank's parameters turn NaN
+//                        mid-round: it skips until the round ends, contributes no progress for
+//                        that round (ZeRO 1 local SGD: the average is not finite, and no rank
+//                        takes that outer step) and goes on from the anchor
+//   dp_rank co2-nanmerge   the same, poisoned one step after a round end: co2's merge meets the
+//                        NaN and drops the rank's steps since its guess (it goes on from the new
+//                        anchor); its round end then sends its finite progress
 // Each rank initialises with a different seed: attach must broadcast rank 0's weights.
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -48,13 +61,39 @@ constexpr int64_t kTau = 3;
 constexpr int64_t kSteps = 5 * kTau + 2;  // ends mid-round
 int64_t g_hidden = 16;  // 8192 in the -wide modes
 
+// -nan / -nanparam: what the last rank meets, and when.
+enum class Poison { kNone, kBatch, kParams };
+Poison g_poison = Poison::kNone;
+constexpr int64_t kNanStep = kTau + 1;      // mid-round
+constexpr int64_t kInfStep = 3 * kTau - 1;  // the last step of a round
+
+// The batch of `rank` (its first sample at `row` of the batch given) gets its NaN or Inf.
+void poison_batch(int64_t step, int rank, int world, std::map<std::string, Tensor>& batch, int64_t row) {
+  if (g_poison != Poison::kBatch || rank != world - 1) return;
+  float* x = batch.at("x").data<float>() + row * test::kFeatures;
+  if (step == kNanStep) x[0] = std::nanf("");
+  if (step == kInfStep) x[1] = INFINITY;
+}
+
+// The last rank's parameters turn NaN after its step g_param_nan_step: kNanStep (co2: just after
+// a merge), or kTau (-nanmerge: just before co2's merge, which then drops the rank's steps).
+int64_t g_param_nan_step = kNanStep;
+void poison_parameters(int64_t step, int rank, int world, Trainer& t) {
+  if (g_poison != Poison::kParams || rank != world - 1 || step != g_param_nan_step) return;
+  std::vector<float> flat = test::dp_flat(t);
+  flat[3] = std::nanf("");
+  test::dp_set_flat(t, flat);
+}
+
 parallel::PlanConfig plan_for(std::string mode) {
   using parallel::Preset;
-  const std::string zero = "-zero1";
-  if (mode.size() > zero.size() && mode.compare(mode.size() - zero.size(), zero.size(), zero) == 0) {
-    parallel::PlanConfig p = plan_for(mode.substr(0, mode.size() - zero.size()));
-    p.zero_stage = 1;
-    return p;
+  for (int stage : {1, 2, 3}) {  // "-zeroN": ZeRO stage N (1 only for the outer modes)
+    const std::string zero = "-zero" + std::to_string(stage);
+    if (mode.size() > zero.size() && mode.compare(mode.size() - zero.size(), zero.size(), zero) == 0) {
+      parallel::PlanConfig p = plan_for(mode.substr(0, mode.size() - zero.size()));
+      p.zero_stage = stage;
+      return p;
+    }
   }
   if (mode == "diloco-clip") {
     parallel::PlanConfig p = parallel::preset(Preset::kDiLoCo, kTau);
@@ -95,18 +134,32 @@ std::unique_ptr<Trainer> make_trainer(int rank, Device device = Device::kCpu) {
   return std::make_unique<Trainer>(test::dp_model(test::kShard, g_hidden), test::dp_inner_optimizer(), o);
 }
 
-std::vector<float> reference(const std::string& mode, int world, int rank, const parallel::PlanConfig& plan) {
+// *skipped: the steps the reference skipped for NaN or Inf on this rank.
+std::vector<float> reference(const std::string& mode, int world, int rank, const parallel::PlanConfig& plan,
+                             std::vector<int64_t>* skipped) {
   if (plan.mode == parallel::SyncMode::kSync) {
     // Single rank on the concatenated batch (ZeRO 1 steps the same update in shards).
     TrainerOptions o;
     o.seed = 1;
     o.num_threads = 1;
     Trainer t(test::dp_model(test::kShard * world, g_hidden), test::dp_inner_optimizer(), o);
-    for (int64_t s = 0; s < kSteps; ++s) t.step(test::dp_batch(s, 0, test::kShard * world));
+    for (int64_t s = 0; s < kSteps; ++s) {
+      std::map<std::string, Tensor> batch = test::dp_batch(s, 0, test::kShard * world);
+      poison_batch(s, world - 1, world, batch, (world - 1) * test::kShard);
+      try {
+        t.step(batch);
+      } catch (const Error& e) {
+        if (e.status() != Status::kNonFinite) throw;
+        skipped->push_back(s);
+      }
+    }
     return test::dp_flat(t);
   }
   test::DpSimulation sim(world, plan, 1, g_hidden);
+  sim.edit_batch = [world](int64_t s, int r, std::map<std::string, Tensor>& b) { poison_batch(s, r, world, b, 0); };
+  sim.after_step = [world](int64_t s, int r, Trainer& t) { poison_parameters(s, r, world, t); };
   for (int64_t s = 0; s < kSteps; ++s) sim.step(s);
+  *skipped = sim.skipped.at(static_cast<size_t>(rank));
   return test::dp_flat(sim.rank(rank));
 }
 
@@ -122,9 +175,35 @@ int run_compare(const std::string& mode, std::shared_ptr<coll::Communicator> com
                 device_name(device), device_comm ? "over NCCL in device memory" : ("through host copies: " + why).c_str());
   }
   auto dp = parallel::DataParallel::attach(*trainer, plan, comm, device_comm);
-  for (int64_t s = 0; s < kSteps; ++s) trainer->step(test::dp_batch(s, comm->rank() * test::kShard, test::kShard));
-  std::vector<float> want = reference(mode, comm->size(), comm->rank(), plan);
-  double diff = test::dp_max_diff(test::dp_flat(*trainer), want);
+  std::vector<int64_t> skipped, want_skipped;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    std::map<std::string, Tensor> batch = test::dp_batch(s, comm->rank() * test::kShard, test::kShard);
+    poison_batch(s, comm->rank(), comm->size(), batch, 0);
+    try {
+      trainer->step(batch);
+    } catch (const Error& e) {
+      if (e.status() != Status::kNonFinite) throw;
+      skipped.push_back(s);
+    }
+    poison_parameters(s, comm->rank(), comm->size(), *trainer);
+  }
+  std::vector<float> want = reference(mode, comm->size(), comm->rank(), plan, &want_skipped);
+  trainer->gather_parameters();  // ZeRO 3 keeps only shards between steps (a collective; elsewhere a no-op)
+  const std::vector<float> got = test::dp_flat(*trainer);
+  double diff = test::dp_max_diff(got, want);
+  if (g_poison != Poison::kNone) {
+    std::string seen, expected;
+    for (int64_t s : skipped) seen += " " + std::to_string(s);
+    for (int64_t s : want_skipped) expected += " " + std::to_string(s);
+    bool finite = true;
+    for (float v : got) finite = finite && std::isfinite(v);
+    std::printf("rank %d/%d %s: steps skipped for NaN/Inf:%s (reference:%s); parameters %s\n", comm->rank(),
+                comm->size(), mode.c_str(), seen.empty() ? " none" : seen.c_str(),
+                expected.empty() ? " none" : expected.c_str(), finite ? "finite" : "NOT FINITE");
+    // The last rank always meets the NaN; under DDP every rank skips with it.
+    const bool must_skip = comm->rank() == comm->size() - 1 || plan.mode == parallel::SyncMode::kSync;
+    if (skipped != want_skipped || skipped.empty() == must_skip || !finite) return 1;
+  }
   parallel::ParallelStats st = dp->stats();
   std::printf("rank %d/%d %s: max |param - reference| = %.3g; rounds %lld, compute %.4f s, comm %.4f s, wait %.4f s, "
               "hidden %.2f, buckets %lld, last penalty scale %.3f, last outer momentum norm %.3g\n",
@@ -277,6 +356,16 @@ int run_kill(const std::string& mode, std::shared_ptr<coll::Communicator> comm) 
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "co2";
+  for (auto [tail, poison] : {std::pair{"-nanparam", Poison::kParams}, std::pair{"-nanmerge", Poison::kParams},
+                              std::pair{"-nan", Poison::kBatch}}) {
+    const std::string t = tail;
+    if (mode.size() > t.size() && mode.compare(mode.size() - t.size(), t.size(), t) == 0) {
+      mode.resize(mode.size() - t.size());
+      g_poison = poison;
+      if (t == "-nanmerge") g_param_nan_step = kTau;
+      break;
+    }
+  }
   const size_t wide = mode.find("-wide");
   if (wide != std::string::npos) {
     mode.erase(wide, 5);

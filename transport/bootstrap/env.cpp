@@ -123,23 +123,83 @@ const char* first_set(const char* a, const char* b, const char** which) {
   return nullptr;
 }
 
+// The variable holding a job id that a launcher gives every rank of one job alike, and the
+// variables that qualify it; the job token is derived from them when COHORT_JOB_TOKEN is unset.
+// Only the launcher whose rank variables were read is asked, so every rank reads the same ones.
+struct JobId {
+  const char* source;
+  const char* id;
+  const char* qualifiers[2];
+};
+
+constexpr JobId kJobIds[] = {
+    // torchrun's run id is "none" unless --rdzv_id (or --standalone) names one; the address of
+    // its own store, which one job holds at a time, tells such jobs apart.
+    {"torchrun", "TORCHELASTIC_RUN_ID", {"MASTER_ADDR", "MASTER_PORT"}},
+    {"mpi", "PMIX_NAMESPACE", {nullptr, nullptr}},           // Open MPI 4 and 5, PMIx launchers
+    {"mpi", "OMPI_MCA_ess_base_jobid", {nullptr, nullptr}},  // Open MPI 3 and 4
+    {"slurm", "SLURM_JOB_ID", {"SLURM_STEP_ID", nullptr}},    // steps of one allocation differ
+};
+
+// COHORT_JOB_TOKEN, else a token derived from the launcher's job id, else none.
+void read_token(JobEnv* env) {
+  if (const char* token = env_value("COHORT_JOB_TOKEN")) {
+    env->token = token;
+    env->token_source = "COHORT_JOB_TOKEN";
+    return;
+  }
+  for (const JobId& j : kJobIds) {
+    const char* id = env_value(j.id);
+    if (env->source != j.source || !id) continue;
+    env->token = std::string(j.id) + "=" + id;
+    for (const char* q : j.qualifiers) {
+      if (const char* v = env_value(q)) env->token += std::string(",") + q + "=" + v;
+    }
+    env->token_source = j.id;
+    return;
+  }
+}
+
+// The job-id variables of this launcher, for the message when no token can be had.
+std::string job_id_variables(const std::string& source) {
+  std::string names;
+  for (const JobId& j : kJobIds) {
+    if (source == j.source) names += std::string(names.empty() ? "" : " or ") + j.id;
+  }
+  return names.empty() ? "" : " (or have the launcher set " + names + ", from which it is derived)";
+}
+
+// cohort's store port: COHORT_MASTER_PORT as given; else the port after MASTER_PORT, which
+// belongs to PyTorch — torchrun's static rendezvous hosts its own store there and a program's
+// init_process_group binds it on rank 0 — else the port after PyTorch's default.
+int store_port() {
+  if (const char* port = env_value("COHORT_MASTER_PORT")) return parse_int("COHORT_MASTER_PORT", port, 1, 65535);
+  const char* port = env_value("MASTER_PORT");
+  if (!port) return kTorchDefaultMasterPort + 1;
+  const int torch_port = parse_int("MASTER_PORT", port, 1, 65535);
+  COHORT_CHECK(torch_port < 65535, Status::kInvalidArgument, "detect_job_env: MASTER_PORT=65535 ",
+               "leaves no port after it for cohort's store (MASTER_PORT is PyTorch's own store): set ",
+               "COHORT_MASTER_PORT");
+  return torch_port + 1;
+}
+
 void read_master(JobEnv* env) {
   const char* which = nullptr;
   if (const char* addr = first_set("COHORT_MASTER_ADDR", "MASTER_ADDR", &which)) {
     env->master_addr = addr;
   }
-  if (const char* port = first_set("COHORT_MASTER_PORT", "MASTER_PORT", &which)) {
-    env->master_port = parse_int(which, port, 1, 65535);
-  }
-  if (const char* token = env_value("COHORT_JOB_TOKEN")) env->token = token;
-  if (env->world == 1) return;
-  if (env->master_port == 0) env->master_port = kDefaultMasterPort;
+  read_token(env);
+  if (env->world == 1) return;  // no store to reach: a MemoryStore
+  env->master_port = store_port();
+  // Every rank on this machine, by the launcher's own count: rank 0 is here too.
+  if (env->master_addr.empty() && env->local_world == env->world) env->master_addr = "127.0.0.1";
   COHORT_CHECK(!env->master_addr.empty(), Status::kInvalidArgument, "detect_job_env: world size ",
-               env->world, " (from ", env->source, " variables) needs the address of rank 0: ",
-               "set COHORT_MASTER_ADDR or MASTER_ADDR");
+               env->world, " (from ", env->source, " variables) on several machines needs the ",
+               "address of rank 0's host: set MASTER_ADDR (or COHORT_MASTER_ADDR) on every rank");
   COHORT_CHECK(!env->token.empty(), Status::kInvalidArgument, "detect_job_env: world size ",
                env->world, " (from ", env->source, " variables) needs a job token: set ",
-               "COHORT_JOB_TOKEN to the same secret on every rank (cohort-run sets it itself)");
+               "COHORT_JOB_TOKEN to the same value on every rank", job_id_variables(env->source),
+               "; cohort-run sets it itself");
 }
 
 }  // namespace

@@ -17,19 +17,29 @@ struct JobEnv {
   int local_rank = 0;       // rank among the processes of this machine
   int local_world = 1;      // processes of this job on this machine
   std::string master_addr;  // host of rank 0's store; empty only when world == 1
-  int master_port = 0;
-  std::string token;   // the job token; empty only when world == 1
+  int master_port = 0;      // the port of rank 0's store; 0 when world == 1
+  std::string token;         // the job token; empty only when world == 1
+  std::string token_source;  // the variable it came from: COHORT_JOB_TOKEN, SLURM_JOB_ID, ...
   std::string source;  // which launcher's variables were used: cohort, torchrun, mpi, slurm, none
 };
 
-// The default master port when a launcher gives an address but no port (as torchrun's default).
-constexpr int kDefaultMasterPort = 29500;
+// PyTorch's default MASTER_PORT (torchrun's --master_port). cohort's store never listens on
+// MASTER_PORT itself: see detect_job_env().
+constexpr int kTorchDefaultMasterPort = 29500;
 
 // Reads, in order of precedence, COHORT_* (set by cohort-run), torchrun's RANK/WORLD_SIZE/...,
-// Open MPI's OMPI_COMM_WORLD_*, Slurm's SLURM_PROCID/..., else a single rank of world 1. The
-// master address and port come from COHORT_MASTER_ADDR/PORT, else MASTER_ADDR/PORT; the token
-// from COHORT_JOB_TOKEN. Throws kInvalidArgument naming the variable when a value is malformed
-// or inconsistent, or when world > 1 lacks a master address or a job token.
+// Open MPI's OMPI_COMM_WORLD_*, MPICH's PMI_*, Slurm's SLURM_PROCID/..., else a single rank of
+// world 1. The same rules are told to users in README.md, "Launching":
+//  - rank 0's host: COHORT_MASTER_ADDR, else MASTER_ADDR, else 127.0.0.1 when the launcher says
+//    every rank runs on this machine (local world == world);
+//  - the store's port: COHORT_MASTER_PORT, else MASTER_PORT + 1 (MASTER_PORT is PyTorch's own
+//    store, which torchrun hosts itself), else 29501;
+//  - the job token: COHORT_JOB_TOKEN, else derived from the job id of the launcher whose ranks
+//    were read (TORCHELASTIC_RUN_ID with MASTER_ADDR/PORT; PMIX_NAMESPACE or
+//    OMPI_MCA_ess_base_jobid; SLURM_JOB_ID with SLURM_STEP_ID). A derived token keeps jobs apart
+//    but is no secret.
+// Throws kInvalidArgument naming the variable when a value is malformed or inconsistent, or when
+// world > 1 lacks a master address or a job token.
 JobEnv detect_job_env();
 
 // CPUs this process may run on (its affinity mask), at least 1: a host whose ranks outnumber

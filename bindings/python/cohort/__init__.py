@@ -20,11 +20,12 @@ import atexit as _atexit
 
 from . import capi
 from ._errors import (CorruptError, Error, InternalError, InvalidArgumentError, InvalidHandleError,
-                      InvalidPlanError, InvalidStateError, IOError, NotFoundError, OutOfMemoryError,
-                      PeerFailedError, ShapeMismatchError, Status, TimeoutError, UnsupportedError)
-from ._types import (BF16, F16, F32, I32, I64, Activation, Device, DType, InitKind, OptimizerKind, Preset,
-                     ReduceOp, Schedule, Split, SyncMode, Tensor, as_dtype, as_enum)
-from .graph import Attrs, Graph, GraphStats, Initializer, op_list
+                      InvalidPlanError, InvalidStateError, IOError, NonFiniteError, NotFoundError,
+                      OutOfMemoryError, PeerFailedError, ShapeMismatchError, Status, TimeoutError,
+                      UnsupportedError)
+from ._types import (BF16, F16, F32, I32, I64, Activation, AttrType, Device, DType, InitKind, OptimizerKind,
+                     Preset, ReduceOp, Schedule, Split, SyncMode, Tensor, as_dtype, as_enum)
+from .graph import Attrs, Graph, GraphStats, Initializer, OpAttr, OpInfo, op_describe, op_list
 from . import models
 from .train import Optimizer, ParallelStats, Trainer, TrainerStats
 from .data import Dataset, Sampler
@@ -80,11 +81,12 @@ _atexit.register(capi.pyc_set_log_callback, None)
 __version__ = version()
 
 __all__ = [
-    "ABI_VERSION", "Activation", "Attrs", "BF16", "Comm", "CorruptError", "DType", "Dataset", "Device", "Error",
+    "ABI_VERSION", "Activation", "AttrType", "Attrs", "BF16", "Comm", "CorruptError", "DType", "Dataset", "Device", "Error",
     "F16", "F32", "Graph", "GraphStats", "I32", "I64", "InitKind", "Initializer", "InternalError",
-    "InvalidArgumentError", "InvalidHandleError", "InvalidPlanError", "InvalidStateError", "NotFoundError",
-    "Optimizer", "OptimizerKind", "OutOfMemoryError", "ParallelStats", "PeerFailedError", "Plan", "Preset",
-    "ReduceOp", "RegisteredBuffer", "Sampler", "Schedule", "ShapeMismatchError", "Split", "Status", "SyncMode",
-    "Tensor", "Trainer", "TrainerStats", "UnsupportedError", "Work", "abi_version", "device_usable",
-    "dtype_size", "models", "op_list", "set_log_callback", "set_log_level", "set_num_threads", "version",
+    "InvalidArgumentError", "InvalidHandleError", "InvalidPlanError", "InvalidStateError", "NonFiniteError",
+    "NotFoundError", "OpAttr", "OpInfo", "Optimizer", "OptimizerKind", "OutOfMemoryError", "ParallelStats",
+    "PeerFailedError", "Plan", "Preset", "ReduceOp", "RegisteredBuffer", "Sampler", "Schedule",
+    "ShapeMismatchError", "Split", "Status", "SyncMode", "Tensor", "Trainer", "TrainerStats", "UnsupportedError",
+    "Work", "abi_version", "device_usable", "dtype_size", "models", "op_describe", "op_list", "set_log_callback",
+    "set_log_level", "set_num_threads", "version",
 ]  # IOError and TimeoutError stay out: `import *` must not shadow the built-ins

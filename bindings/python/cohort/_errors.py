@@ -2,7 +2,8 @@
 after its status, with cohort's own message (which names the call and the caller's objects).
 
 Subclasses also derive from the closest built-in exception where one fits (ValueError for bad
-arguments and shapes, LookupError for unknown names, OSError for I/O, MemoryError, TimeoutError),
+arguments and shapes, LookupError for unknown names, OSError for I/O, MemoryError, TimeoutError,
+ArithmeticError for a step that met NaN or Inf),
 so code that already catches those keeps working.
 """
 import builtins
@@ -28,6 +29,7 @@ class Status(enum.IntEnum):
     TIMEOUT = _capi.COHORT_ERR_TIMEOUT
     INVALID_PLAN = _capi.COHORT_ERR_INVALID_PLAN
     INVALID_STATE = _capi.COHORT_ERR_INVALID_STATE
+    NON_FINITE = _capi.COHORT_ERR_NON_FINITE
 
     @property
     def description(self):
@@ -114,10 +116,16 @@ class InvalidStateError(Error):
     status = Status.INVALID_STATE
 
 
+class NonFiniteError(Error, ArithmeticError):
+    """A training step met NaN or Inf in its loss or gradients; its update was skipped and the
+    trainer is as before the step: skip the batch and go on."""
+    status = Status.NON_FINITE
+
+
 _CLASSES = (
     InvalidArgumentError, InvalidHandleError, ShapeMismatchError, NotFoundError, IOError, CorruptError,
     OutOfMemoryError, UnsupportedError, InternalError, PeerFailedError, TimeoutError, InvalidPlanError,
-    InvalidStateError)
+    InvalidStateError, NonFiniteError)
 _BY_STATUS = {cls.status: cls for cls in _CLASSES}
 for _cls in (Error,) + _CLASSES:
     _cls.__module__ = "cohort"  # tracebacks say cohort.ShapeMismatchError

@@ -9,8 +9,9 @@ from . import capi as _capi
 
 
 class DType(enum.IntEnum):
-    """cohort_dtype. Buffers carry theirs in their format ('f', 'i', 'q', 'e'); bf16 has none
-    (pass uint16 data with dtype=BF16, or raw bytes where the graph declares the dtype)."""
+    """cohort_dtype. Buffers carry theirs in their format ('f', 'i', 'q', 'e'), and a buffer of
+    another element type (uint8, float64, ...) is refused; bf16 has none (pass uint16 data with
+    dtype=BF16, or bytes / bytearray where the graph declares the dtype)."""
 
     F32 = _capi.COHORT_F32
     BF16 = _capi.COHORT_BF16
@@ -45,6 +46,16 @@ def as_dtype(value):
     if isinstance(name, str) and name.lower() in _DTYPE_NAMES:
         return _DTYPE_NAMES[name.lower()]
     raise ValueError(f"not a cohort dtype: {value!r} (use cohort.F32, BF16, I32, I64 or F16)")
+
+
+class AttrType(enum.IntEnum):
+    """cohort_attr_type: what an operator attribute holds (op_describe). FLOAT takes an int too,
+    FLOATS a list of ints."""
+    INT = _capi.COHORT_ATTR_INT
+    FLOAT = _capi.COHORT_ATTR_FLOAT
+    STRING = _capi.COHORT_ATTR_STRING
+    INTS = _capi.COHORT_ATTR_INTS
+    FLOATS = _capi.COHORT_ATTR_FLOATS
 
 
 class Device(enum.IntEnum):
@@ -121,7 +132,9 @@ def as_enum(cls, value):
 class Tensor(collections.namedtuple("Tensor", "data dtype shape")):
     """A buffer with an explicit dtype and/or shape, where the buffer's own are not the ones to
     use: Tensor(uint16_array, dtype=cohort.BF16), Tensor(flat, shape=(8, 784)). Either may be
-    None (taken from the buffer, or from what the graph declares for the name)."""
+    None (taken from the buffer, or from what the graph declares for the name). A dtype reads a
+    buffer of one-byte elements as raw bytes; typed elements must already be of that dtype
+    (Tensor(float64_array, dtype=F32) is refused, not reinterpreted)."""
 
     __slots__ = ()
 

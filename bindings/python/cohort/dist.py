@@ -8,7 +8,7 @@
 
 Collectives on one communicator must be issued from one thread at a time, in the same order on
 every rank. Counts follow from the buffers; the dtype from their format (pass dtype= for raw
-bytes or bf16 as uint16). An asynchronous collective returns a Work that keeps its buffers
+bytes or bf16 as uint16; a dtype= that disagrees with typed elements, e.g. float64, is refused). An asynchronous collective returns a Work that keeps its buffers
 referenced (and, for a strided buffer, copies results back) until the operation completes.
 
 Registered memory (like NCCL's registered buffers) comes from Comm.alloc:

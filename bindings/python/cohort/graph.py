@@ -15,14 +15,30 @@ import numbers
 
 from . import capi as _capi
 from ._handle import Handle
-from ._types import InitKind, as_dtype, as_enum
+from ._types import AttrType, InitKind, as_dtype, as_enum
 
 GraphStats = collections.namedtuple("GraphStats", "num_values num_nodes num_parameters num_parameter_elements")
+OpInfo = collections.namedtuple("OpInfo", "name inputs min_inputs outputs outputs_from attrs")
+OpInfo.__doc__ = """What Graph.add_op accepts for one operator (op_describe). inputs: the input names in order,
+of which the first min_inputs must be given; outputs: the output names (output 0 is the result; later ones
+hold what the backward pass needs); outputs_from: None, or the list attribute with one output per entry,
+all named outputs[0] (split's "sizes"); attrs: OpAttr tuples."""
+OpAttr = collections.namedtuple("OpAttr", "name type required default")
+OpAttr.__doc__ = """One attribute: its cohort.AttrType, whether add_op fails without it, and the value used
+when it is not given (None when required; lists as tuples)."""
 
 
 def op_list():
     """The names of the public operators."""
     return _capi.pyc_op_list()
+
+
+def op_describe(name):
+    """The inputs, outputs and attributes of the public operator `name` as an OpInfo, read from
+    cohort's operator registry; NotFoundError for a name op_list() does not give."""
+    name_, inputs, min_inputs, outputs, outputs_from, attrs = _capi.pyc_op_describe(name)
+    return OpInfo(name_, inputs, min_inputs, outputs, outputs_from,
+                  tuple(OpAttr(n, AttrType(t), required, default) for n, t, required, default in attrs))
 
 
 class Attrs(Handle):

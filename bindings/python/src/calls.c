@@ -1,6 +1,6 @@
 /*
  * calls.c — the cohort calls that take caller buffers (training steps, evaluation, parameters,
- * batches, collectives), plus the log callback and the operator list.
+ * batches, collectives), plus the log callback, the operator list and its descriptions.
  *
  * Every call that may block runs without the GIL; buffers stay held (pyc_tensor) until cohort
  * is done with them. For an asynchronous collective that is after the call returns: the
@@ -298,6 +298,65 @@ PyObject* pyc_op_list(void) {
   PyObject* names = status == COHORT_OK ? split_commas(big) : pyc_raise(status);
   PyMem_Free(big);
   return names;
+}
+
+/* A tuple of `count` str from C strings (NULL entries as None). */
+static PyObject* str_tuple(const char* const* names, int32_t count) {
+  PyObject* t = PyTuple_New(count > 0 ? count : 0);
+  for (int32_t i = 0; t != NULL && i < count; ++i) {
+    PyObject* s = names[i] ? PyUnicode_FromString(names[i]) : Py_NewRef(Py_None);
+    if (s == NULL) Py_CLEAR(t);
+    else PyTuple_SET_ITEM(t, i, s);
+  }
+  return t;
+}
+
+/* An attribute's default as the Python value of its type; None when it is required. */
+static PyObject* attr_default(const cohort_op_attr_info* a) {
+  if (a->required) Py_RETURN_NONE;
+  switch (a->type) {
+    case COHORT_ATTR_INT: return PyLong_FromLongLong(a->default_int);
+    case COHORT_ATTR_FLOAT: return PyFloat_FromDouble(a->default_float);
+    case COHORT_ATTR_STRING: return PyUnicode_FromString(a->default_string ? a->default_string : "");
+    case COHORT_ATTR_INTS:
+    case COHORT_ATTR_FLOATS: {
+      PyObject* t = PyTuple_New(a->default_count);
+      for (int32_t i = 0; t != NULL && i < a->default_count; ++i) {
+        PyObject* v = a->type == COHORT_ATTR_INTS ? PyLong_FromLongLong(a->default_ints[i])
+                                                  : PyFloat_FromDouble(a->default_floats[i]);
+        if (v == NULL) Py_CLEAR(t);
+        else PyTuple_SET_ITEM(t, i, v);
+      }
+      return t;
+    }
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* pyc_op_describe(const char* op) {
+  cohort_op_info info;
+  memset(&info, 0, sizeof info);
+  info.size = sizeof info;
+  cohort_status status = cohort_op_describe(op, &info);
+  if (status != COHORT_OK) return pyc_raise(status);
+  PyObject* attrs = PyTuple_New(info.num_attrs);
+  for (int32_t i = 0; attrs != NULL && i < info.num_attrs; ++i) {
+    cohort_op_attr_info a;
+    memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    status = cohort_op_describe_attr(op, i, &a);
+    if (status != COHORT_OK) {
+      Py_DECREF(attrs);
+      return pyc_raise(status);
+    }
+    PyObject* entry = Py_BuildValue("(siNN)", a.name, (int)a.type, PyBool_FromLong(a.required), attr_default(&a));
+    if (entry == NULL) Py_CLEAR(attrs);
+    else PyTuple_SET_ITEM(attrs, i, entry);
+  }
+  if (attrs == NULL) return NULL;
+  const int32_t outputs = info.num_outputs < 0 ? 1 : info.num_outputs;
+  return Py_BuildValue("(sNiNzN)", info.name, str_tuple(info.input_names, info.max_inputs), (int)info.min_inputs,
+                       str_tuple(info.output_names, outputs), info.outputs_attr, attrs);
 }
 
 /* Every callable ever registered: a cohort thread may be about to call one already replaced. */

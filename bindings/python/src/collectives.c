@@ -169,8 +169,8 @@ static int acquire_buffers(pyc_work* w, int kind, PyObject* in, PyObject* out, i
     *tout = &w->tensors[w->count++];
   }
   if (*tin && *tout && (*tin)->dtype != (*tout)->dtype) {
-    pyc_raise_msg(COHORT_ERR_SHAPE_MISMATCH, "%s: in is dtype %d but out is dtype %d", fn, (int)(*tin)->dtype,
-                  (int)(*tout)->dtype);
+    pyc_raise_msg(COHORT_ERR_SHAPE_MISMATCH, "%s: in holds %s elements but out %s", fn, pyc_dtype_name((*tin)->dtype),
+                  pyc_dtype_name((*tout)->dtype));
     return -1;
   }
   return 0;

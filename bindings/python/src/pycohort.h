@@ -25,7 +25,8 @@ PyObject* pyc_set_error_classes(PyObject* classes);
  * protocol, or a tuple (data, dtype, shape) (cohort.Tensor) whose dtype / shape (None: inferred)
  * override what the buffer says. `declared` maps a graph value's name to (dtype, shape) as the
  * graph declares it, or None when unknown; a flat (1-D) buffer takes the declared shape, with
- * dimension 0 following from its length, and a buffer of raw bytes takes the declared dtype. */
+ * dimension 0 following from its length, and untyped memory (bytes, bytearray) takes the declared
+ * dtype; any other buffer brings its element type in its format, which must fit. */
 PyObject* pyc_trainer_step(cohort_trainer* trainer, PyObject* inputs, PyObject* declared);
 /* Returns a dict name -> buffer: the caller's buffer where `outputs` gives one for a name,
  * otherwise a new memoryview shaped like the declared output (dimension 0 = the input batch). */
@@ -87,6 +88,10 @@ PyObject* pyc_comm_status(cohort_comm* comm);
 PyObject* pyc_set_log_callback(PyObject* fn);
 /* The public operator names as a list of str. */
 PyObject* pyc_op_list(void);
+/* cohort_op_describe and every cohort_op_describe_attr of `op` as a tuple (name, input names,
+ * min_inputs, output names, outputs_attr or None, ((attr name, cohort_attr_type, required,
+ * default or None), ...)); list defaults are tuples. */
+PyObject* pyc_op_describe(const char* op);
 
 /* ---- shared by tensor_args.c, calls.c, collectives.c and registered.c ------------------------ */
 #ifndef SWIG
@@ -124,6 +129,9 @@ int pyc_parse_declared(PyObject* declared, cohort_dtype* dtype, int64_t* shape, 
 int pyc_registered_check(PyObject* value, const char* fn, const char* what);
 /* The cohort_dtype of a cohort.RegisteredBuffer, or -1 for any other object. */
 int pyc_registered_dtype(PyObject* value);
+
+/* "f32", "bf16", "i32", "i64", "f16": cohort's name for a dtype, as its messages spell it. */
+const char* pyc_dtype_name(cohort_dtype dtype);
 
 /* Raises the class registered for `status` with cohort_last_error() as message; returns NULL. */
 PyObject* pyc_raise(cohort_status status);

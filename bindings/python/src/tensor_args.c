@@ -4,8 +4,11 @@
  * A buffer is used in place whenever it is C-contiguous (array.array, bytearray, memoryview,
  * contiguous numpy arrays); a strided one is copied into a contiguous block for the call and, if
  * cohort writes it, copied back when released. Element types come from the buffer's struct
- * format ('f' f32, 'e' f16, 'i'/'l'/'q' of 4 or 8 bytes i32/i64); raw bytes ('B', 'b', 'c') and
- * 16-bit words ('H', how bf16 travels without numpy support) take the graph's declared dtype.
+ * format ('f' f32, 'e' f16, 'i'/'l'/'q' of 4 or 8 bytes i32/i64), never from its byte count: a
+ * uint8 or float64 array is refused, naming the dtype wanted. Only untyped memory (bytes,
+ * bytearray, 'c') takes the graph's declared dtype, and uint16 words ('H', how bf16 travels
+ * without numpy support) a declared bf16 or f16; cohort.Tensor(data, dtype) reads any one-byte
+ * buffer as raw bytes of that dtype.
  */
 #include "pycohort.h"
 
@@ -83,31 +86,89 @@ static int reraise_buffer_error(const char* fn, const char* what) {
   return -1;
 }
 
-/* 1: the format names a cohort dtype (written to *out); 0: raw bytes or 16-bit words whose
- * dtype must come from elsewhere; -1: a format cohort cannot read. */
-static int format_dtype(const char* f, Py_ssize_t itemsize, cohort_dtype* out) {
-  if (f == NULL) f = "B";
-  if (*f == '@' || *f == '=' || *f == '<') {
-    ++f;
-  } else if (*f == '>' || *f == '!') {
-    if (itemsize > 1) return -1; /* big-endian data would need byte swapping */
-    ++f;
-  }
-  if (f[0] == '\0' || f[1] != '\0') return -1;
+/* What a buffer's format says about its elements. */
+enum element_kind {
+  kTyped,   /* a cohort dtype: 'f' f32, 'e' f16, 'i'/'l'/'q' of 4 or 8 bytes i32/i64 */
+  kBytes,   /* one-byte elements: 'B' uint8, 'b' int8, 'c' char */
+  kWords,   /* 'H' uint16: how bf16 and f16 travel where there is no such format */
+  kForeign  /* anything else: float64, bool, unsigned 32-bit, big-endian data, ... */
+};
+
+/* The format without its byte-order prefix, or NULL for big-endian multi-byte data. */
+static const char* native_format(const char* f, Py_ssize_t itemsize) {
+  if (f == NULL) return "B";
+  if (*f == '@' || *f == '=' || *f == '<') return f + 1;
+  if (*f == '>' || *f == '!') return itemsize > 1 ? NULL : f + 1;
+  return f;
+}
+
+static enum element_kind element_kind_of(const char* format, Py_ssize_t itemsize, cohort_dtype* out) {
+  const char* f = native_format(format, itemsize);
+  if (f == NULL || f[0] == '\0' || f[1] != '\0') return kForeign;
   switch (f[0]) {
-    case 'f': *out = COHORT_F32; return itemsize == 4 ? 1 : -1;
-    case 'e': *out = COHORT_F16; return itemsize == 2 ? 1 : -1;
+    case 'f': *out = COHORT_F32; return itemsize == 4 ? kTyped : kForeign;
+    case 'e': *out = COHORT_F16; return itemsize == 2 ? kTyped : kForeign;
     case 'i':
     case 'l':
     case 'q':
-      if (itemsize != 4 && itemsize != 8) return -1;
+      if (itemsize != 4 && itemsize != 8) return kForeign;
       *out = itemsize == 4 ? COHORT_I32 : COHORT_I64;
-      return 1;
+      return kTyped;
     case 'B':
     case 'b':
-    case 'c':
-    case 'H': return 0;
-    default: return -1;
+    case 'c': return kBytes;
+    case 'H': return kWords;
+    default: return kForeign;
+  }
+}
+
+/* numpy's name for the elements of a struct format (messages only); NULL when it has none. */
+static const char* element_name(const char* format, Py_ssize_t itemsize) {
+  const char* f = native_format(format, itemsize);
+  if (f == NULL) return "big-endian";
+  if (f[0] == '\0' || f[1] != '\0') return NULL;
+  const int wide = itemsize == 8;
+  switch (f[0]) {
+    case 'b': return "int8";
+    case 'B': return "uint8";
+    case 'c': return "char";
+    case '?': return "bool";
+    case 'h': return "int16";
+    case 'H': return "uint16";
+    case 'i':
+    case 'l':
+    case 'q':
+    case 'n': return wide ? "int64" : "int32";
+    case 'I':
+    case 'L':
+    case 'Q':
+    case 'N': return wide ? "uint64" : "uint32";
+    case 'e': return "float16";
+    case 'f': return "float32";
+    case 'd': return "float64";
+    default: return NULL;
+  }
+}
+
+const char* pyc_dtype_name(cohort_dtype dtype) {
+  switch (dtype) {
+    case COHORT_F32: return "f32";
+    case COHORT_BF16: return "bf16";
+    case COHORT_I32: return "i32";
+    case COHORT_I64: return "i64";
+    case COHORT_F16: return "f16";
+  }
+  return "an unknown dtype";
+}
+
+/* numpy's name for a cohort dtype, for the hint in messages; NULL for bf16, which it lacks. */
+static const char* numpy_name(cohort_dtype dtype) {
+  switch (dtype) {
+    case COHORT_F32: return "float32";
+    case COHORT_I32: return "int32";
+    case COHORT_I64: return "int64";
+    case COHORT_F16: return "float16";
+    default: return NULL;
   }
 }
 
@@ -171,36 +232,87 @@ static void fit_declared_shape(pyc_tensor* t, int64_t count, const int64_t* shap
   }
 }
 
-/* Resolves t->dtype from an explicit dtype, the buffer's format or the declared dtype. */
-static int resolve_dtype(pyc_tensor* t, PyObject* explicit_dtype, int have_declared, cohort_dtype declared,
-                         const char* fn, const char* what) {
-  cohort_dtype from_format = COHORT_F32;
-  const int kind = format_dtype(t->view.format, t->view.itemsize, &from_format);
+/* "uint8 elements (format 'B')": what the buffer holds, for messages (a new reference). */
+static PyObject* describe_elements(const Py_buffer* view, int raw) {
+  const char* format = view->format ? view->format : "B";
+  const char* name = element_name(format, view->itemsize);
+  const int registered = pyc_registered_dtype(view->obj);
+  if (registered >= 0)
+    return PyUnicode_FromFormat("%s elements (a cohort.RegisteredBuffer)", pyc_dtype_name((cohort_dtype)registered));
+  if (raw) return PyUnicode_FromFormat("raw bytes (%s)", Py_TYPE(view->obj)->tp_name);
+  if (name == NULL) return PyUnicode_FromFormat("elements of format '%s'", format);
+  return PyUnicode_FromFormat("%s elements (format '%s')", name, format);
+}
+
+/* Resolves t->dtype from an explicit dtype, the buffer's elements or the declared dtype. The
+ * elements decide wherever the buffer says what they are: its format (a RegisteredBuffer's own
+ * dtype, bf16 and f16 included), never its byte count. Only untyped memory — bytes, bytearray,
+ * 'c' — takes the declared dtype; uint16 words take a declared bf16 or f16. An explicit dtype
+ * must agree with typed elements; it reads one-byte elements (uint8 too) as raw bytes. */
+static int resolve_dtype(pyc_tensor* t, PyObject* data, PyObject* explicit_dtype, int have_declared,
+                         cohort_dtype declared, const char* fn, const char* what) {
+  cohort_dtype typed = COHORT_F32;
+  enum element_kind kind = element_kind_of(t->view.format, t->view.itemsize, &typed);
+  const int registered = pyc_registered_dtype(data);
+  if (registered >= 0) {
+    kind = kTyped;
+    typed = (cohort_dtype)registered;
+  }
+  const char* format = native_format(t->view.format, t->view.itemsize);
+  const int raw = kind == kBytes && (PyBytes_Check(data) || PyByteArray_Check(data) || (format && *format == 'c'));
+  const int half = have_declared && (declared == COHORT_BF16 || declared == COHORT_F16);
+
   if (explicit_dtype != Py_None) {
-    long value = PyLong_AsLong(explicit_dtype);
+    const long value = PyLong_AsLong(explicit_dtype);
     if (value == -1 && PyErr_Occurred()) return reraise_buffer_error(fn, what);
-    t->dtype = (cohort_dtype)value;
-  } else if (kind == 1) {
-    t->dtype = from_format;
-  } else if (kind == 0 && have_declared) {
+    const cohort_dtype dtype = (cohort_dtype)value;
+    if (cohort_dtype_size(dtype) == 0) {
+      pyc_raise_msg(COHORT_ERR_INVALID_ARGUMENT, "%s: %s: unknown dtype %ld", fn, what, value);
+      return -1;
+    }
+    const int agrees = kind == kBytes || (kind == kTyped && typed == dtype) ||
+                       (kind == kWords && (dtype == COHORT_BF16 || dtype == COHORT_F16));
+    if (!agrees) {
+      PyObject* given = describe_elements(&t->view, 0);
+      if (given != NULL)
+        pyc_raise_msg(COHORT_ERR_SHAPE_MISMATCH,
+                      "%s: %s: dtype %s was given, but the buffer holds %U (only raw bytes are reinterpreted)",
+                      fn, what, pyc_dtype_name(dtype), given);
+      Py_XDECREF(given);
+      return -1;
+    }
+    t->dtype = dtype;
+    return 0;
+  }
+  /* f32 for a bf16 value is left to cohort, which converts parameters and names the rest. */
+  if (kind == kTyped && (!have_declared || typed == declared || (typed == COHORT_F32 && declared == COHORT_BF16))) {
+    t->dtype = typed;
+    return 0;
+  }
+  if (have_declared && (raw || (kind == kWords && half))) {
     t->dtype = declared;
-  } else if (kind == 0) {
-    pyc_raise_msg(COHORT_ERR_SHAPE_MISMATCH,
-                  "%s: %s: a buffer of format '%s' needs a dtype: pass cohort.Tensor(data, dtype=...)", fn, what,
-                  t->view.format ? t->view.format : "B");
-    return -1;
+    return 0;
+  }
+
+  PyObject* given = describe_elements(&t->view, raw);
+  if (given == NULL) return -1;
+  if (have_declared) {
+    const char* numpy = numpy_name(declared);
+    pyc_raise_msg(COHORT_ERR_SHAPE_MISMATCH, "%s: %s is %s, but the buffer holds %U: convert the data%s%s%s%s", fn,
+                  what, pyc_dtype_name(declared), given, numpy ? " (numpy: .astype('" : "", numpy ? numpy : "",
+                  numpy ? "'))" : " (bf16: uint16 bits)",
+                  kind == kBytes ? ", or wrap raw bytes as cohort.Tensor(data, dtype=...)" : "");
+  } else if (raw) {
+    pyc_raise_msg(COHORT_ERR_SHAPE_MISMATCH, "%s: %s: %U need a dtype: pass cohort.Tensor(data, dtype=...)", fn,
+                  what, given);
   } else {
     pyc_raise_msg(COHORT_ERR_SHAPE_MISMATCH,
-                  "%s: %s: buffer format '%s' is not a cohort dtype (float32 'f', float16 'e', int32 'i', "
-                  "int64 'q'; raw bytes or uint16 with an explicit or declared dtype)",
-                  fn, what, t->view.format ? t->view.format : "B");
-    return -1;
+                  "%s: %s: the buffer holds %U, which is no cohort dtype (float32 'f', float16 'e', int32 'i', "
+                  "int64 'q'; bf16 or f16 as uint16 'H' with dtype=...; raw bytes with dtype=...)",
+                  fn, what, given);
   }
-  if (cohort_dtype_size(t->dtype) == 0) {
-    pyc_raise_msg(COHORT_ERR_INVALID_ARGUMENT, "%s: %s: unknown dtype %d", fn, what, (int)t->dtype);
-    return -1;
-  }
-  return 0;
+  Py_DECREF(given);
+  return -1;
 }
 
 int pyc_tensor_acquire(pyc_tensor* t, PyObject* value, PyObject* declared, int writable, const char* fn,
@@ -230,7 +342,7 @@ int pyc_tensor_acquire(pyc_tensor* t, PyObject* value, PyObject* declared, int w
   if (PyObject_GetBuffer(data, &t->view, flags) < 0) return reraise_buffer_error(fn, what);
   t->held = 1;
   t->writable = writable;
-  if (resolve_dtype(t, explicit_dtype, have_declared, declared_dtype, fn, what) < 0) goto fail;
+  if (resolve_dtype(t, data, explicit_dtype, have_declared, declared_dtype, fn, what) < 0) goto fail;
 
   const size_t element = cohort_dtype_size(t->dtype);
   t->bytes = (size_t)t->view.len;

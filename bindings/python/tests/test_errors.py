@@ -37,7 +37,7 @@ class ErrorTest(unittest.TestCase):
                          self.trainer.step, x=array.array("f", bytes(4 * 9)), y=self.y)
         self.assertFails(cohort.ShapeMismatchError, "cohort_graph_add_op: matmul", self.graph.add_op,
                          "matmul", ["x", "out"])
-        error = self.assertFails(cohort.ShapeMismatchError, "buffer format 'd' is not a cohort dtype",
+        error = self.assertFails(cohort.ShapeMismatchError, "input 'x' is f32, but the buffer holds float64 elements (format 'd')",
                                  self.trainer.step, x=array.array("d", bytes(8 * 32)), y=self.y)
         self.assertIsInstance(error, ValueError)
         self.assertEqual(error.status_name, "shape mismatch")
@@ -277,6 +277,17 @@ class ErrorTest(unittest.TestCase):
                 cohort.device_usable(bad)
         self.assertFails(cohort.InvalidArgumentError, "cohort_device_usable: device = 7 is not a cohort_device",
                          cohort.capi.cohort_device_usable, 7)
+
+    def test_non_finite_step(self):
+        self.trainer.step(x=self.x, y=self.y)
+        before = self.trainer.stats().step
+        x = array.array("f", self.x)
+        x[3] = float("nan")
+        error = self.assertFails(cohort.NonFiniteError, "the update was skipped", self.trainer.step, x=x, y=self.y)
+        self.assertIsInstance(error, ArithmeticError)
+        self.assertEqual(self.trainer.stats().step, before)  # the trainer is as before: go on
+        self.trainer.step(x=self.x, y=self.y)
+        self.assertEqual(self.trainer.stats().step, before + 1)
 
     def test_hierarchy(self):
         for status in cohort.Status:

@@ -25,6 +25,31 @@ class ModuleTest(unittest.TestCase):
         for op in ("linear", "relu", "cross_entropy", "matmul", "attention"):
             self.assertIn(op, ops)
 
+    def test_op_describe(self):
+        linear = cohort.op_describe("linear")
+        self.assertEqual((linear.name, linear.inputs, linear.min_inputs, linear.outputs, linear.outputs_from),
+                         ("linear", ("x", "weight", "bias"), 2, ("y",), None))
+        split = cohort.op_describe("split")
+        self.assertEqual((split.outputs, split.outputs_from), (("part",), "sizes"))
+        sizes = {a.name: a for a in split.attrs}["sizes"]
+        self.assertEqual((sizes.type, sizes.required, sizes.default), (cohort.AttrType.INTS, True, None))
+        reduction = {a.name: a for a in cohort.op_describe("cross_entropy").attrs}["reduction"]
+        self.assertEqual(reduction, cohort.OpAttr("reduction", cohort.AttrType.STRING, False, "mean"))
+        stride = {a.name: a for a in cohort.op_describe("conv2d").attrs}["stride"]
+        self.assertEqual(stride.default, (1, 1))
+        # Every public operator is described; the description's required attributes build a node
+        # (split needs sizes that fit its input, which the capi completeness test covers).
+        for op in cohort.op_list():
+            info = cohort.op_describe(op)
+            self.assertEqual(info.name, op)
+            self.assertGreaterEqual(len(info.inputs), info.min_inputs)
+        with classifier() as g:
+            required = {a.name for a in cohort.op_describe("transpose").attrs if a.required}
+            self.assertEqual(required, {"perm"})
+            g.add_op("transpose", ["x"], perm=[1, 0], name="xt")
+        with self.assertRaisesRegex(cohort.NotFoundError, "cohort_op_describe: no public operator is named 'nope'"):
+            cohort.op_describe("nope")
+
     def test_enums_take_names(self):
         self.assertIs(cohort.Tensor(b"", "bfloat16").dtype, int(cohort.BF16))
         with self.assertRaisesRegex(ValueError, "not a Schedule"):

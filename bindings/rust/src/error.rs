@@ -39,6 +39,9 @@ pub enum Status {
     InvalidPlan,
     /// Called in the wrong state: nothing changed.
     InvalidState,
+    /// A training step met NaN or Inf in its loss or gradients: its update was skipped and the
+    /// trainer is as before the step; skip the batch and go on.
+    NonFinite,
     /// A status this binding does not know (from a newer library).
     Other(u32),
 }
@@ -61,6 +64,7 @@ impl Status {
             sys::cohort_status::COHORT_ERR_TIMEOUT => Status::Timeout,
             sys::cohort_status::COHORT_ERR_INVALID_PLAN => Status::InvalidPlan,
             sys::cohort_status::COHORT_ERR_INVALID_STATE => Status::InvalidState,
+            sys::cohort_status::COHORT_ERR_NON_FINITE => Status::NonFinite,
             other => Status::Other(other.0),
         })
     }
@@ -81,6 +85,7 @@ impl Status {
             Status::Timeout => sys::cohort_status::COHORT_ERR_TIMEOUT,
             Status::InvalidPlan => sys::cohort_status::COHORT_ERR_INVALID_PLAN,
             Status::InvalidState => sys::cohort_status::COHORT_ERR_INVALID_STATE,
+            Status::NonFinite => sys::cohort_status::COHORT_ERR_NON_FINITE,
             Status::Other(code) => sys::cohort_status(code),
         }
     }

@@ -95,7 +95,34 @@ mod sealed {
     impl Sealed for super::F16 {}
 }
 
-/// A Rust type whose memory layout is one of cohort's dtypes.
+/// A Rust type whose memory layout is one of cohort's dtypes. Tensors, collectives and
+/// registered memory take slices of these only, so the element type always is the dtype the
+/// library is told: a slice of another type (bytes, f64) is refused when the program compiles,
+/// never read by its byte count as another dtype. Convert first (`x as f32`).
+///
+/// ```
+/// let x = vec![0f32; 4 * 784];
+/// let t = cohort::Tensor::new("x", &x, &[4, 784]);
+/// assert_eq!(t.dtype(), cohort::DType::F32);
+/// ```
+///
+/// ```compile_fail
+/// let pixels = vec![0u8; 4 * 784];
+/// let t = cohort::Tensor::new("x", &pixels, &[4, 784]); // error: u8 is not an Element
+/// ```
+///
+/// ```compile_fail
+/// let x = vec![0f64; 4 * 784];
+/// let t = cohort::Tensor::new("x", &x, &[4, 784]); // error: f64 is not an Element
+/// ```
+///
+/// ```compile_fail
+/// # fn main() -> cohort::Result<()> {
+/// let comm = cohort::Comm::from_env(&Default::default())?;
+/// let mut counts = vec![0u8; 16];
+/// comm.all_reduce_in_place(&mut counts, cohort::ReduceOp::Sum) // error: u8 is not an Element
+/// # }
+/// ```
 pub trait Element: Copy + Send + Sync + 'static + sealed::Sealed {
     const DTYPE: DType;
 }

@@ -84,6 +84,37 @@ fn wrong_size_slices_are_reported_by_the_library() {
     assert_eq!(t.stats().unwrap().step, 0, "no failed step may change the trainer");
 }
 
+/// Issue #25: a slice whose element type is not the input's dtype is refused naming the input,
+/// the dtype expected and the one given (u8 or f64 slices do not compile: see `Element`).
+#[test]
+fn element_types_other_than_the_inputs_are_refused_by_name() {
+    let mut t = trainer(8, 4, 1);
+    let (x, y) = batch(&mut Lcg(1), 8);
+    let x_as_i32: Vec<i32> = x.iter().map(|v| *v as i32).collect();
+    let x_shape = [8, FEATURES as i64];
+    expect_error(
+        t.step(&[Tensor::new("x", &x_as_i32, &x_shape), Tensor::new("y", &y, &[8])]),
+        Status::ShapeMismatch,
+        &["cohort_trainer_step", "input 'x' has dtype i32, expected f32"],
+    );
+    let y_as_i64: Vec<i64> = y.iter().map(|v| *v as i64).collect();
+    expect_error(
+        t.step(&[Tensor::new("x", &x, &x_shape), Tensor::new("y", &y_as_i64, &[8])]),
+        Status::ShapeMismatch,
+        &["input 'y' has dtype i64, expected i32"],
+    );
+    let mut logits = vec![0i32; 8 * CLASSES];
+    expect_error(
+        t.evaluate(
+            &[Tensor::new("x", &x, &x_shape)],
+            &mut [TensorMut::new("logits", &mut logits, &[8, CLASSES as i64])],
+        ),
+        Status::ShapeMismatch,
+        &["cohort_trainer_evaluate", "logits", "i32"],
+    );
+    assert_eq!(t.stats().unwrap().step, 0, "no refused step may change the trainer");
+}
+
 #[test]
 fn null_and_destroyed_handles_are_invalid_handle() {
     // NULL: the library names the function and the argument, and check() maps it.
@@ -310,7 +341,7 @@ fn the_binding_checks_what_c_cannot_see() {
 
 #[test]
 fn statuses_and_errors_behave_as_values() {
-    for code in 1..=13u32 {
+    for code in 1..=14u32 {
         let status = Status::from_raw(sys::cohort_status(code)).unwrap();
         assert_eq!(status.to_raw(), sys::cohort_status(code));
         assert!(!status.name().is_empty());
@@ -318,6 +349,8 @@ fn statuses_and_errors_behave_as_values() {
     assert_eq!(Status::from_raw(sys::cohort_status::COHORT_OK), None);
     assert_eq!(Status::from_raw(sys::cohort_status(99)), Some(Status::Other(99)));
     assert_eq!(Status::ShapeMismatch.name(), "shape mismatch");
+    assert_eq!(Status::from_raw(sys::cohort_status::COHORT_ERR_NON_FINITE), Some(Status::NonFinite));
+    assert_eq!(Status::NonFinite.name(), "non-finite values");
     // Usable with ? in functions returning Box<dyn Error>.
     fn boxed() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         Plan::new(&PlanOptions { tau: 0, ..PlanOptions::default() })?;

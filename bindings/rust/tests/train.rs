@@ -209,3 +209,45 @@ fn version_and_operator_list() {
     assert_eq!(DType::F32.size(), 4);
     assert_eq!(DType::Bf16.size(), 2);
 }
+
+#[test]
+fn operators_describe_what_add_op_accepts() {
+    use cohort::{op_describe, AttrType, AttrValue, OpAttr};
+    let linear = op_describe("linear").unwrap();
+    assert_eq!(linear.inputs, ["x", "weight", "bias"]);
+    assert_eq!((linear.min_inputs, linear.outputs.as_slice()), (2, &["y".to_owned()][..]));
+    assert_eq!(linear.outputs_from, None);
+    let split = op_describe("split").unwrap();
+    assert_eq!(
+        (split.outputs, split.outputs_from.as_deref()),
+        (vec!["part".to_owned()], Some("sizes"))
+    );
+    let reduction = OpAttr {
+        name: "reduction".into(),
+        kind: AttrType::String,
+        required: false,
+        default: Some(AttrValue::String("mean".into())),
+    };
+    assert!(op_describe("cross_entropy").unwrap().attrs.contains(&reduction));
+    let stride =
+        op_describe("conv2d").unwrap().attrs.into_iter().find(|a| a.name == "stride").unwrap();
+    assert_eq!(stride.default, Some(AttrValue::Ints(vec![1, 1])));
+    for op in cohort::op_list().unwrap() {
+        assert_eq!(op_describe(&op).unwrap().name, op);
+    }
+    // The required attribute the description names is what builds the node.
+    let perm = &op_describe("transpose").unwrap().attrs[0];
+    assert!(perm.required && perm.kind == AttrType::Ints);
+    let mut g = Graph::new().unwrap();
+    let x = g.add_input("x", DType::F32, &[2, 3]).unwrap();
+    let mut attrs = Attrs::new().unwrap();
+    attrs.set_ints(&perm.name, &[1, 0]).unwrap();
+    g.add_op("transpose", "xt", &[x], Some(&attrs)).unwrap();
+    let e = op_describe("nope").unwrap_err();
+    assert_eq!(e.status(), cohort::Status::NotFound);
+    assert!(
+        e.message().contains("cohort_op_describe: no public operator is named 'nope'"),
+        "{}",
+        e.message()
+    );
+}

@@ -35,9 +35,9 @@ extern "C" {
 
 /* The ABI version this header describes: major * 10000 + minor * 100 + patch. A library with the
  * same major version accepts every call a program compiled against this header makes. */
-#define COHORT_ABI_VERSION 100
+#define COHORT_ABI_VERSION 200
 #define COHORT_VERSION_MAJOR 0
-#define COHORT_VERSION_MINOR 1
+#define COHORT_VERSION_MINOR 2
 #define COHORT_VERSION_PATCH 0
 
 /* The ABI version of the loaded library (compare with COHORT_ABI_VERSION). Never fails. */
@@ -62,7 +62,10 @@ typedef enum cohort_status {
   COHORT_ERR_PEER_FAILED = 10,     /* a peer rank died or left: abort the communicator */
   COHORT_ERR_TIMEOUT = 11,         /* a wait passed its deadline: abort the communicator */
   COHORT_ERR_INVALID_PLAN = 12,    /* the parallel plan does not fit: rebuild the plan */
-  COHORT_ERR_INVALID_STATE = 13    /* called in the wrong state: nothing changed */
+  COHORT_ERR_INVALID_STATE = 13,   /* called in the wrong state: nothing changed */
+  COHORT_ERR_NON_FINITE = 14       /* a training step met NaN or Inf in its loss or gradients: its
+                                    * update was skipped and the trainer is as before the step
+                                    * (cohort_trainer_step says what exactly); skip the batch */
 } cohort_status;
 
 /* The message of the last failed call on this thread ("" if none). The pointer stays valid until
@@ -178,7 +181,8 @@ COHORT_API cohort_status cohort_graph_add_parameter(cohort_graph* graph, const c
                                                     const int64_t* shape, int32_t rank,
                                                     const cohort_initializer* init, int32_t* id_out);
 
-/* Adds operator `op` (see cohort_op_list) named `name` (NULL or "" picks "<op>_<n>") reading
+/* Adds operator `op` (see cohort_op_list; cohort_op_describe gives its inputs, outputs and
+ * attributes) named `name` (NULL or "" picks "<op>_<n>") reading
  * `inputs` (value ids). `attrs` may be NULL. The ids of its first min(count, max_outputs)
  * outputs are written to outputs_out and the operator's output count to num_outputs_out (may be
  * NULL). Output 0 is the result; some operators add outputs that hold what their backward pass
@@ -208,16 +212,78 @@ COHORT_API cohort_status cohort_graph_stats(const cohort_graph* graph, int32_t* 
                                             int64_t* num_parameter_elements_out);
 
 /* Writes the graph (structure, attributes, initializers; not trained values) to `path` through
- * a temporary file and a rename, so an existing file is never left half-written. */
+ * a temporary file and a rename, so an existing file is never left half-written. The file ends
+ * with a CRC32C of all its other bytes. */
 COHORT_API cohort_status cohort_graph_save(const cohort_graph* graph, const char* path);
-/* Reads a graph file. A truncated, corrupted or inconsistent file returns CORRUPT (or NOT_FOUND
- * for an unknown operator) and creates nothing. */
+/* Reads a graph file. The checksum is verified before anything is parsed: a file with any byte
+ * changed, truncated or extended returns CORRUPT and creates nothing, as does an inconsistent one
+ * (NOT_FOUND for an unknown operator). A graph file written before files carried the checksum
+ * (cohort 0.1.0 builds before it was added) cannot be verified and is refused too: CORRUPT, the
+ * message saying the checksum is missing; save such a graph again from its builder. */
 COHORT_API cohort_status cohort_graph_load(const char* path, cohort_graph** graph_out);
 
 /* Names of the public operators, separated by ',' into buf (capacity buf_size, NUL-terminated).
  * *needed_out (may be NULL) receives the size needed including the NUL; INVALID_ARGUMENT if
  * buf is too small (nothing written then). */
 COHORT_API cohort_status cohort_op_list(char* buf, size_t buf_size, size_t* needed_out);
+
+/* ---- operator descriptions ---------------------------------------------------------------- */
+/* What cohort_graph_add_op accepts for each public operator, read from the operator registry
+ * itself: its inputs, outputs and attributes. Every pointer these calls write points into the
+ * library's operator table, which never changes: valid until the library is unloaded, not to be
+ * written or freed. Thread safety: any thread, concurrently. */
+
+/* The type of an attribute: the cohort_attrs_set_* call that gives it. */
+typedef enum cohort_attr_type {
+  COHORT_ATTR_INT = 0,    /* cohort_attrs_set_int */
+  COHORT_ATTR_FLOAT = 1,  /* cohort_attrs_set_float (cohort_attrs_set_int is accepted too) */
+  COHORT_ATTR_STRING = 2, /* cohort_attrs_set_string */
+  COHORT_ATTR_INTS = 3,   /* cohort_attrs_set_ints */
+  COHORT_ATTR_FLOATS = 4  /* cohort_attrs_set_floats (cohort_attrs_set_ints is accepted too) */
+} cohort_attr_type;
+
+typedef struct cohort_op_info {
+  size_t size;                     /* sizeof(cohort_op_info), set by the caller */
+  const char* name;                /* the operator, as cohort_graph_add_op takes it */
+  int32_t min_inputs;              /* add_op takes min_inputs..max_inputs input ids, in order */
+  int32_t max_inputs;
+  const char* const* input_names;  /* max_inputs names; the inputs from min_inputs on may be left
+                                      out (a bias; concat's parts after the second) */
+  int32_t num_outputs;             /* outputs of each node; -1: one per entry of the list
+                                      attribute outputs_attr (split's "sizes") */
+  const char* const* output_names; /* num_outputs names (one name shared by all when -1). Output 0
+                                      is the result; later ones hold what the backward pass needs
+                                      (cross_entropy's "lse") and may be ignored */
+  const char* outputs_attr;        /* NULL unless num_outputs is -1 */
+  int32_t num_attrs;               /* attributes: cohort_op_describe_attr(op, 0..num_attrs-1) */
+} cohort_op_info;
+
+/* Describes operator `op` (a name from cohort_op_list) into *info_out. Fields a later version
+ * appends are written only when info_out->size covers them; nothing is written on failure.
+ * Returns OK; INVALID_ARGUMENT (op or info_out NULL, info_out->size smaller than this
+ * version's struct); NOT_FOUND naming op when no public operator has that name (operators used
+ * only inside backward passes are not described). */
+COHORT_API cohort_status cohort_op_describe(const char* op, cohort_op_info* info_out);
+
+typedef struct cohort_op_attr_info {
+  size_t size;                  /* sizeof(cohort_op_attr_info), set by the caller */
+  const char* name;
+  cohort_attr_type type;
+  int32_t required;             /* nonzero: add_op fails without it; the default fields are then
+                                   0 / NULL */
+  /* The value add_op uses when the attribute is not given, in the field of its type: */
+  int64_t default_int;          /* INT */
+  double default_float;         /* FLOAT */
+  const char* default_string;   /* STRING */
+  const int64_t* default_ints;  /* INTS: default_count values (NULL when 0) */
+  const double* default_floats; /* FLOATS: default_count values (NULL when 0) */
+  int32_t default_count;
+} cohort_op_attr_info;
+
+/* Describes attribute `index` (0..num_attrs-1 of cohort_op_describe) of operator `op` into
+ * *attr_out, under the same rules as cohort_op_describe; INVALID_ARGUMENT also for an index
+ * outside that range (the message gives the range). */
+COHORT_API cohort_status cohort_op_describe_attr(const char* op, int32_t index, cohort_op_attr_info* attr_out);
 
 /* ---- optimizers --------------------------------------------------------------------------- */
 
@@ -275,18 +341,36 @@ COHORT_API cohort_status cohort_trainer_destroy(cohort_trainer* trainer);
 
 /* One training step: forward, backward, optimizer update. `inputs` binds every graph input the
  * loss needs, by name (shape and dtype exactly as declared). The loss is written to loss_out
- * (may be NULL). On any error before the update (bad buffer, unknown name) nothing changed. */
+ * (may be NULL). On any error before the update (bad buffer, unknown name) nothing changed.
+ *
+ * NON_FINITE: the loss or a gradient held NaN or Inf (every operator passes NaN on, as PyTorch
+ * does; the gradient norm, measured on every step, tells). The update was skipped: every
+ * parameter, the optimizer state and the trainer's step count (so the learning-rate schedule and
+ * dropout's masks) are exactly as before the call, and the message names the loss, the gradient
+ * norm and the parameters whose gradients were not finite. loss_out is not written. The batch is
+ * the caller's to skip: the next step is the one a run without this batch would have taken.
+ * A data-parallel trainer (cohort_trainer_create_parallel): under DDP ("sync", ZeRO too) every
+ * rank updates from the averaged gradients, which carry every rank's NaN or Inf (its loss
+ * included), so all ranks return NON_FINITE for the same step and stay identical. Under local
+ * SGD / co2 a skipped step is this rank's alone; it still counts toward the outer round, so a
+ * call that ends a round still runs the round's outer step (the parameters then change as on the
+ * other ranks). A rank whose round ends with non-finite parameters contributes no progress for
+ * that round and restarts from the shared anchor; an outer step whose average is not finite is
+ * skipped on every rank. */
 COHORT_API cohort_status cohort_trainer_step(cohort_trainer* trainer, const cohort_tensor_ref* inputs,
                                              int32_t num_inputs, float* loss_out);
 
 /* Forward only, evaluation mode (dropout off), no update. Binds `inputs` like step (dimension 0
  * may differ from the declared batch), and writes each requested output (by name: a marked
- * output or the loss) into the caller's buffer in `outputs`, whose shape must match. */
+ * output or the loss) into the caller's buffer in `outputs`, whose shape must match and whose
+ * dtype must be the output's (f32 and bf16 convert to each other): SHAPE_MISMATCH otherwise,
+ * before anything runs. */
 COHORT_API cohort_status cohort_trainer_evaluate(cohort_trainer* trainer, const cohort_tensor_ref* inputs,
                                                  int32_t num_inputs, cohort_tensor_ref* outputs,
                                                  int32_t num_outputs);
 
-/* Copies a parameter's current values out / in (by name; f32 buffers convert to/from bf16).
+/* Copies a parameter's current values out / in (by name; f32 buffers convert to/from bf16; a
+ * buffer of another shape or dtype is SHAPE_MISMATCH, nothing copied).
  * Under ZeRO stage 3 these and evaluate first make the parameters whole (below). */
 COHORT_API cohort_status cohort_trainer_get_parameter(cohort_trainer* trainer, cohort_tensor_ref* parameter);
 COHORT_API cohort_status cohort_trainer_set_parameter(cohort_trainer* trainer, const cohort_tensor_ref* parameter);
@@ -300,7 +384,8 @@ typedef struct cohort_trainer_stats {
   size_t size;                   /* sizeof(cohort_trainer_stats), set by the caller */
   int64_t step;                  /* completed training steps */
   double learning_rate;          /* used by the last step */
-  double grad_norm;              /* global gradient L2 norm of the last step (before clipping) */
+  double grad_norm;              /* global gradient L2 norm of the last step (before clipping); NaN or
+                                  * Inf after a step skipped for non-finite values (NON_FINITE) */
   int64_t peak_activation_bytes; /* largest live activation memory of any step so far */
   int64_t parameter_bytes;       /* parameters + gradients + optimizer state */
   double last_step_seconds;
@@ -414,8 +499,13 @@ typedef struct cohort_model_gpt_options {
   int32_t tie_weights; /* nonzero: logits = ln_f(x) wte^T */
   double dropout;      /* [0, 1); 0 adds no dropout node */
   double eps;          /* layernorm */
+  /* COHORT_F32, or COHORT_BF16: bf16 parameters, activations and gradients (statistics fp32; the
+   * optimizer keeps an fp32 master copy of each parameter and rounds it into the parameter after
+   * every step). Read only when `size` covers it; older callers get COHORT_F32. */
+  cohort_dtype dtype;
 } cohort_model_gpt_options;
-/* batch 8, context 128, vocab 256 (bytes), 4 layers, width 256, 4 heads, tied, dropout 0, eps 1e-5. */
+/* batch 8, context 128, vocab 256 (bytes), 4 layers, width 256, 4 heads, tied, dropout 0, eps 1e-5,
+ * COHORT_F32. */
 COHORT_API cohort_model_gpt_options cohort_model_gpt_options_default(void);
 COHORT_API cohort_status cohort_graph_create_gpt(const cohort_model_gpt_options* options, cohort_graph** graph_out);
 
@@ -515,7 +605,9 @@ COHORT_API cohort_comm_options cohort_comm_options_default(void);
 
 /* Joins the job this process was started in — by cohort-run, torchrun (RANK, WORLD_SIZE,
  * MASTER_ADDR, MASTER_PORT), mpirun or srun; with none of their variables, a world of one.
- * Collective: every rank of the job calls it. options may be NULL. */
+ * Rank 0's store listens on COHORT_MASTER_PORT, else MASTER_PORT + 1 (MASTER_PORT is PyTorch's),
+ * else 29501; the job token is COHORT_JOB_TOKEN, else derived from the launcher's job id
+ * (README.md, "Launching"). Collective: every rank of the job calls it. options may be NULL. */
 COHORT_API cohort_status cohort_comm_create_from_env(const cohort_comm_options* options, cohort_comm** comm_out);
 /* Destroys a communicator; waits (bounded by its timeout) for operations still in flight. */
 COHORT_API cohort_status cohort_comm_destroy(cohort_comm* comm);

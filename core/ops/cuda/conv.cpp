@@ -73,12 +73,6 @@ kcu::Pool2dGeometry pool_geometry(const Shape& x, const Attrs& a) {
   return g;
 }
 
-// The storage type of t, which must be `type` (the operator's first input's).
-void expect_type(const Tensor& t, kcu::DType type, const char* op, const char* what) {
-  COHORT_CHECK(storage_type(t, op) == type, Status::kUnsupported, op, " on cuda: ", what, " of dtype ",
-               dtype_name(t.dtype()), " beside an input of dtype ", kcu::dtype_name(type));
-}
-
 const void* offset(const void* p, int64_t elements, kcu::DType type) {
   return static_cast<const char*>(p) + elements * static_cast<int64_t>(kcu::dtype_size(type));
 }
@@ -137,8 +131,6 @@ void conv2d_kernel(KernelContext& k) {
   const Tensor* bias = k.inputs.size() > 2 ? &k.inputs[2] : nullptr;
   Tensor& y = k.outputs[0];
   const kcu::DType type = storage_type(x, "conv2d");
-  expect_type(w, type, "conv2d", "weight");
-  if (bias) expect_type(*bias, type, "conv2d", "bias");
   const kcu::Conv2dGeometry g = conv_geometry(x.shape(), w.shape(), k.attrs);
   if (y.numel() == 0) return;
   const ConvDims d = conv_dims(g);
@@ -163,8 +155,6 @@ void conv2d_grad_input_kernel(KernelContext& k) {
   const Tensor &dy = k.inputs[0], &w = k.inputs[1];
   Tensor& dx = k.outputs[0];
   const kcu::DType type = storage_type(dy, "conv2d_grad_input");
-  expect_type(w, type, "conv2d_grad_input", "weight");
-  expect_type(dx, type, "conv2d_grad_input", "dx");
   const kcu::Conv2dGeometry g = conv_geometry(k.attrs.get_ints("input_shape"), w.shape(), k.attrs);
   if (dx.numel() == 0) return;
   const ConvDims d = conv_dims(g);
@@ -198,8 +188,6 @@ void conv2d_grad_weight_kernel(KernelContext& k) {
   const Tensor &x = k.inputs[0], &dy = k.inputs[1];
   Tensor& dw = k.outputs[0];
   const kcu::DType type = storage_type(x, "conv2d_grad_weight");
-  expect_type(dy, type, "conv2d_grad_weight", "dy");
-  expect_type(dw, type, "conv2d_grad_weight", "dweight");
   const kcu::Conv2dGeometry g = conv_geometry(x.shape(), k.attrs.get_ints("weight_shape"), k.attrs);
   if (dw.numel() == 0) return;
   const ConvDims d = conv_dims(g);
@@ -230,37 +218,34 @@ void conv2d_grad_bias_kernel(KernelContext& k) {
   const Tensor& dy = k.inputs[0];
   Tensor& db = k.outputs[0];
   const kcu::DType type = storage_type(dy, "conv2d_grad_bias");
-  expect_type(db, type, "conv2d_grad_bias", "db");
   kcu::conv_bias_grad(type, dy.raw(), db.raw(), dy.dim(0), dy.dim(1), dy.dim(2) * dy.dim(3), compute_stream());
 }
 
 }  // namespace
 
 void register_conv(OpRegistry& r) {
-  r.set_kernel("conv2d", Device::kCuda, conv2d_kernel);
-  r.set_kernel("conv2d_grad_input", Device::kCuda, conv2d_grad_input_kernel);
-  r.set_kernel("conv2d_grad_weight", Device::kCuda, conv2d_grad_weight_kernel);
-  r.set_kernel("conv2d_grad_bias", Device::kCuda, conv2d_grad_bias_kernel);
+  set_cuda_kernel(r, "conv2d", "TTT>T", conv2d_kernel);
+  set_cuda_kernel(r, "conv2d_grad_input", "TT>T", conv2d_grad_input_kernel);
+  set_cuda_kernel(r, "conv2d_grad_weight", "TT>T", conv2d_grad_weight_kernel);
+  set_cuda_kernel(r, "conv2d_grad_bias", "T>T", conv2d_grad_bias_kernel);
 
-  r.set_kernel("max_pool2d", Device::kCuda, [](KernelContext& k) {  // x -> y, argmax (i32)
+  set_cuda_kernel(r, "max_pool2d", "T>TI", [](KernelContext& k) {  // x -> y, argmax (i32)
     const Tensor& x = k.inputs[0];
     kcu::max_pool2d(pool_geometry(x.shape(), k.attrs), storage_type(x, "max_pool2d"), x.raw(), k.outputs[0].raw(),
                     k.outputs[1].data<int32_t>(), compute_stream());
   });
-  r.set_kernel("max_pool2d_grad", Device::kCuda, [](KernelContext& k) {  // (dy, argmax) -> dx
+  set_cuda_kernel(r, "max_pool2d_grad", "TI>T", [](KernelContext& k) {  // (dy, argmax) -> dx
     const Tensor& dy = k.inputs[0];
-    COHORT_CHECK(k.inputs[1].dtype() == DType::kI32, Status::kUnsupported,
-                 "max_pool2d_grad on cuda: argmax of dtype ", dtype_name(k.inputs[1].dtype()), " (i32 only)");
     kcu::max_pool2d_grad(pool_geometry(k.attrs.get_ints("input_shape"), k.attrs),
                          storage_type(dy, "max_pool2d_grad"), dy.raw(), k.inputs[1].data<int32_t>(),
                          k.outputs[0].raw(), compute_stream());
   });
-  r.set_kernel("avg_pool2d", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "avg_pool2d", "T>T", [](KernelContext& k) {
     const Tensor& x = k.inputs[0];
     kcu::avg_pool2d(pool_geometry(x.shape(), k.attrs), storage_type(x, "avg_pool2d"), x.raw(), k.outputs[0].raw(),
                     compute_stream());
   });
-  r.set_kernel("avg_pool2d_grad", Device::kCuda, [](KernelContext& k) {  // dy -> dx
+  set_cuda_kernel(r, "avg_pool2d_grad", "T>T", [](KernelContext& k) {  // dy -> dx
     const Tensor& dy = k.inputs[0];
     kcu::avg_pool2d_grad(pool_geometry(k.attrs.get_ints("input_shape"), k.attrs),
                          storage_type(dy, "avg_pool2d_grad"), dy.raw(), k.outputs[0].raw(), compute_stream());

@@ -30,8 +30,8 @@ void run_dropout(KernelContext& k, int64_t node_id, const char* name) {
 }  // namespace
 
 void register_dropout(OpRegistry& r) {
-  r.set_kernel("dropout", Device::kCuda, [](KernelContext& k) { run_dropout(k, k.node_id, "dropout"); });
-  r.set_kernel("dropout_grad", Device::kCuda,
+  set_cuda_kernel(r, "dropout", "T>T", [](KernelContext& k) { run_dropout(k, k.node_id, "dropout"); });
+  set_cuda_kernel(r, "dropout_grad", "T>T",
                [](KernelContext& k) { run_dropout(k, k.attrs.get_int("node"), "dropout_grad"); });
 }
 

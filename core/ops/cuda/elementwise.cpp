@@ -29,50 +29,50 @@ void reduce(const Tensor& x, Tensor& out, float divisor, const char* name) {
 }  // namespace
 
 void register_elementwise(OpRegistry& r) {
-  r.set_kernel("add", Device::kCuda, binary_kernel(kcu::BinaryOp::kAdd, "add"));
-  r.set_kernel("sub", Device::kCuda, binary_kernel(kcu::BinaryOp::kSub, "sub"));
-  r.set_kernel("mul", Device::kCuda, binary_kernel(kcu::BinaryOp::kMul, "mul"));
+  set_cuda_kernel(r, "add", "TT>T", binary_kernel(kcu::BinaryOp::kAdd, "add"));
+  set_cuda_kernel(r, "sub", "TT>T", binary_kernel(kcu::BinaryOp::kSub, "sub"));
+  set_cuda_kernel(r, "mul", "TT>T", binary_kernel(kcu::BinaryOp::kMul, "mul"));
 
-  r.set_kernel("scale", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "scale", "T>T", [](KernelContext& k) {
     const Tensor& x = k.inputs[0];
     kcu::scale(storage_type(x, "scale"), x.raw(), static_cast<float>(k.attrs.get_float("factor")), k.outputs[0].raw(),
                x.numel(), compute_stream());
   });
 
-  r.set_kernel("sum", Device::kCuda, [](KernelContext& k) { reduce(k.inputs[0], k.outputs[0], 1.0f, "sum"); });
-  r.set_kernel("mean", Device::kCuda, [](KernelContext& k) {  // the fp32 sum divided by the count, as on the CPU
+  set_cuda_kernel(r, "sum", "T>T", [](KernelContext& k) { reduce(k.inputs[0], k.outputs[0], 1.0f, "sum"); });
+  set_cuda_kernel(r, "mean", "T>T", [](KernelContext& k) {  // the fp32 sum divided by the count, as on the CPU
     reduce(k.inputs[0], k.outputs[0], static_cast<float>(k.inputs[0].numel()), "mean");
   });
-  r.set_kernel("sum_to", Device::kCuda, [](KernelContext& k) { reduce(k.inputs[0], k.outputs[0], 1.0f, "sum_to"); });
+  set_cuda_kernel(r, "sum_to", "T>T", [](KernelContext& k) { reduce(k.inputs[0], k.outputs[0], 1.0f, "sum_to"); });
 
-  r.set_kernel("broadcast_to", Device::kCuda, [](KernelContext& k) {  // 0 + x, as on the CPU
+  set_cuda_kernel(r, "broadcast_to", "T>T", [](KernelContext& k) {  // 0 + x, as on the CPU
     const Tensor &x = k.inputs[0], &out = k.outputs[0];
     kcu::broadcast_to(storage_type(out, "broadcast_to"), x.raw(), x.shape(), out.raw(), out.shape(),
                       compute_stream());
   });
 
-  r.set_kernel("fill_like", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "fill_like", "T>T", [](KernelContext& k) {
     const Tensor& out = k.outputs[0];
     kcu::fill(storage_type(out, "fill_like"), out.raw(), static_cast<float>(k.attrs.get_float("value")), out.numel(),
               compute_stream());
   });
 
-  r.set_kernel("gelu", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "gelu", "T>T", [](KernelContext& k) {
     const Tensor& x = k.inputs[0];
     kcu::gelu_forward(storage_type(x, "gelu"), x.raw(), nullptr, k.outputs[0].raw(), x.numel(), 1, compute_stream());
   });
-  r.set_kernel("gelu_grad", Device::kCuda, [](KernelContext& k) {  // (x, dy) -> dx
+  set_cuda_kernel(r, "gelu_grad", "TT>T", [](KernelContext& k) {  // (x, dy) -> dx
     const Tensor& x = k.inputs[0];
     kcu::gelu_backward(storage_type(x, "gelu_grad"), x.raw(), nullptr, k.inputs[1].raw(), k.outputs[0].raw(),
                        x.numel(), 1, compute_stream());
   });
   for (auto [name, act] : {std::pair{"relu", kcu::Activation::kRelu}, std::pair{"tanh", kcu::Activation::kTanh}}) {
-    r.set_kernel(name, Device::kCuda, [name = name, act = act](KernelContext& k) {
+    set_cuda_kernel(r, name, "T>T", [name = name, act = act](KernelContext& k) {
       const Tensor& x = k.inputs[0];
       kcu::activation_forward(act, storage_type(x, name), x.raw(), k.outputs[0].raw(), x.numel(), compute_stream());
     });
     const std::string grad = std::string(name) + "_grad";
-    r.set_kernel(grad, Device::kCuda, [grad, act = act](KernelContext& k) {  // (saved, dy) -> dx
+    set_cuda_kernel(r, grad, "TT>T", [grad, act = act](KernelContext& k) {  // (saved, dy) -> dx
       const Tensor& saved = k.inputs[0];
       kcu::activation_backward(act, storage_type(saved, grad.c_str()), saved.raw(), k.inputs[1].raw(),
                                k.outputs[0].raw(), saved.numel(), compute_stream());

@@ -1,5 +1,6 @@
 // CUDA kernels of the matrix products, through cuBLAS (kernels/cuda/gemm.h): matmul (one
-// operand shared by the batch, or equal batches), matmul_sum_batch, linear, gelu_linear and
+// operand shared by the batch or equal batches in one batched call; other broadcasts one product
+// per output batch entry), matmul_sum_batch, linear, gelu_linear and
 // matmul_mul. fp32 products use TF32 tensor cores only when the Blas allows it.
 #include "core/base/error.h"
 #include "core/device/cuda_context.h"
@@ -33,6 +34,21 @@ Operands operands(const KernelContext& k) {
   return o;
 }
 
+// The entry of batch shape `s` (broadcast against `out`, aligned at the last dim) that output
+// batch entry `i` reads.
+int64_t broadcast_index(int64_t i, const Shape& s, const Shape& out) {
+  int64_t index = 0, stride = 1;
+  for (size_t k = 0; k < out.size(); ++k) {
+    const int64_t extent = out[out.size() - 1 - k], at = i % extent;
+    i /= extent;
+    if (k >= s.size()) continue;
+    const int64_t own = s[s.size() - 1 - k];
+    if (own != 1) index += at * stride;
+    stride *= own;
+  }
+  return index;
+}
+
 void matmul_kernel(KernelContext& k) {
   const Tensor &a = k.inputs[0], &b = k.inputs[1], &c = k.outputs[0];
   const kcu::DType type = storage_type(a, "matmul");
@@ -49,11 +65,22 @@ void matmul_kernel(KernelContext& k) {
     return;
   }
   const bool a_full = o.batch_a == batch_c, b_full = o.batch_b == batch_c;
-  COHORT_CHECK((a_full || o.batch_a == 1) && (b_full || o.batch_b == 1), Status::kUnsupported,
-               "matmul on cuda: batch dims of ", shape_str(a.shape()), " and ", shape_str(b.shape()),
-               " broadcast partially (only equal batches or one operand shared)");
-  blas.gemm_batched(type, o.ta, o.tb, batch_c, o.M, o.N, o.K, 1.0f, a.raw(), o.lda, a_full ? o.M * o.K : 0, b.raw(),
-                    o.ldb, b_full ? o.K * o.N : 0, 0.0f, c.raw(), o.N, o.M * o.N);
+  if ((a_full || o.batch_a == 1) && (b_full || o.batch_b == 1)) {
+    blas.gemm_batched(type, o.ta, o.tb, batch_c, o.M, o.N, o.K, 1.0f, a.raw(), o.lda, a_full ? o.M * o.K : 0,
+                      b.raw(), o.ldb, b_full ? o.K * o.N : 0, 0.0f, c.raw(), o.N, o.M * o.N);
+    return;
+  }
+  // Batch dims broadcast partially (a [2, 1, ...] with b [1, 3, ...]): one product per output
+  // batch entry, each operand's entry found as NumPy broadcasting finds it.
+  const Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2),
+      cb(c.shape().begin(), c.shape().end() - 2);
+  const size_t esize = dtype_size(a.dtype());
+  for (int64_t i = 0; i < batch_c; ++i) {
+    const int64_t ia = broadcast_index(i, ab, cb), ib = broadcast_index(i, bb, cb);
+    blas.gemm(type, o.ta, o.tb, o.M, o.N, o.K, 1.0f, static_cast<const char*>(a.raw()) + ia * o.M * o.K * esize,
+              o.lda, static_cast<const char*>(b.raw()) + ib * o.K * o.N * esize, o.ldb, 0.0f,
+              static_cast<char*>(c.raw()) + i * o.M * o.N * esize, o.N);
+  }
 }
 
 // c = sum over the batch of op(a_i) op(b_i).
@@ -77,32 +104,31 @@ void matmul_sum_batch_kernel(KernelContext& k) {
               static_cast<const char*>(b.raw()) + i * o.K * o.N * esize, o.ldb, i == 0 ? 0.0f : 1.0f, c.raw(), o.N);
 }
 
-// y[M, N] = x[M, K] W[N, K]^T (+ bias[N]).
+// y[M, N] = x[M, K] W[N, K]^T (+ bias[N]). With a bias, y starts as the bias in every row and
+// the product is added to it (beta = 1): y is rounded once, as the CPU rounds its fp32 result
+// (a separate add would round a bf16 y twice), for the same passes over y.
 void linear_into(kcu::DType type, const void* x, const Tensor& w, const Tensor* bias, void* y, int64_t M) {
   const int64_t N = w.dim(0), K = w.dim(1);
   if (M * N == 0) return;
-  if (K == 0) {
-    kcu::fill(type, y, 0.0f, M * N, compute_stream());
-  } else {
-    cuda_context().blas.gemm(type, false, true, M, N, K, 1.0f, x, K, w.raw(), K, 0.0f, y, N);
-  }
-  if (bias) kcu::binary(kcu::BinaryOp::kAdd, type, y, M * N, bias->raw(), N, y, compute_stream());
+  if (bias) kcu::broadcast_to(type, bias->raw(), {N}, y, {M, N}, compute_stream());
+  else if (K == 0) kcu::fill(type, y, 0.0f, M * N, compute_stream());
+  if (K > 0) cuda_context().blas.gemm(type, false, true, M, N, K, 1.0f, x, K, w.raw(), K, bias ? 1.0f : 0.0f, y, N);
 }
 
 }  // namespace
 
 void register_matmul(OpRegistry& r) {
-  r.set_kernel("matmul", Device::kCuda, matmul_kernel);
-  r.set_kernel("matmul_sum_batch", Device::kCuda, matmul_sum_batch_kernel);
+  set_cuda_kernel(r, "matmul", "TT>T", matmul_kernel);
+  set_cuda_kernel(r, "matmul_sum_batch", "TT>T", matmul_sum_batch_kernel);
 
-  r.set_kernel("linear", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "linear", "TTT>T", [](KernelContext& k) {
     const Tensor& x = k.inputs[0];
     linear_into(storage_type(x, "linear"), x.raw(), k.inputs[1], k.inputs.size() > 2 ? &k.inputs[2] : nullptr,
                 k.outputs[0].raw(), rows_of(x));
   });
 
   // (x, W[, b]) -> y = gelu(x) W^T + b, a = gelu(x), g = gelu'(x).
-  r.set_kernel("gelu_linear", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "gelu_linear", "TTT>TTT", [](KernelContext& k) {
     const Tensor& x = k.inputs[0];
     const kcu::DType type = storage_type(x, "gelu_linear");
     void *a = k.outputs[1].raw(), *g = k.outputs[2].raw();
@@ -112,7 +138,7 @@ void register_matmul(OpRegistry& r) {
   });
 
   // (a [..., K], b [K, N], m [..., N]) -> (a b) * m.
-  r.set_kernel("matmul_mul", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "matmul_mul", "TTT>T", [](KernelContext& k) {
     const Tensor &a = k.inputs[0], &b = k.inputs[1], &c = k.outputs[0];
     const kcu::DType type = storage_type(a, "matmul_mul");
     const int64_t K = a.shape().back(), N = b.dim(1), M = rows_of(a);

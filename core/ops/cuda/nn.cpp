@@ -1,7 +1,7 @@
 // CUDA kernels of layernorm, cross_entropy, softmax / log_softmax, attention and embedding (and
-// their gradients), over
-// the fused kernels of kernels/cuda. Nothing here waits for the device: labels and ids are
-// checked on it and reported at the end of the run with the CPU's error; the loss and the
+// their gradients), over the fused kernels of kernels/cuda, in f32 and bf16 (parameters and
+// their gradients in the parameters' type). Nothing here waits for the device: labels and ids
+// are checked on it and reported at the end of the run with the CPU's error; the loss and the
 // gradient's scale are computed there too.
 #include <cmath>
 #include <limits>
@@ -15,7 +15,6 @@
 #include "kernels/cuda/index_check.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/softmax.h"
-#include "kernels/cuda/elementwise.h"
 
 namespace cohort::cuda_ops {
 
@@ -38,32 +37,28 @@ void check_labels_later(const Tensor& labels, int64_t V, int64_t ignore) {
 }
 
 void register_layernorm(OpRegistry& r) {
-  r.set_kernel("layernorm", Device::kCuda, [](KernelContext& k) {  // (x, gamma, beta) -> y, mean, rstd
+  set_cuda_kernel(r, "layernorm", "TTT>TFF", [](KernelContext& k) {  // (x, gamma, beta) -> y, mean, rstd
     const Tensor& x = k.inputs[0];
     kcu::layernorm_forward(storage_type(x, "layernorm"), x.raw(), k.inputs[1].raw(), k.inputs[2].raw(),
                            k.outputs[0].raw(), k.outputs[1].data<float>(), k.outputs[2].data<float>(), rows_of(x),
                            x.shape().back(), static_cast<float>(k.attrs.get_float("eps")), compute_stream());
   });
-  // (x, gamma, mean, rstd, dy[, dx_add]) -> dx (+ dx_add), dgamma, dbeta
-  r.set_kernel("layernorm_grad", Device::kCuda, [](KernelContext& k) {
+  // (x, gamma, mean, rstd, dy[, dx_add]) -> dx (+ dx_add), dgamma, dbeta: the parameter
+  // gradients in the parameters' type, dx_add added before dx is rounded (as on the CPU).
+  set_cuda_kernel(r, "layernorm_grad", "TTFFTT>TTT", [](KernelContext& k) {
     const Tensor& x = k.inputs[0];
-    const kcu::DType type = storage_type(x, "layernorm_grad");
-    expect_f32(k.inputs[1], "layernorm_grad", "gamma");
     const int64_t rows = rows_of(x), C = x.shape().back();
     CudaScratch ws(static_cast<size_t>(kcu::layernorm_backward_workspace(rows, C)) * sizeof(float));
-    Tensor& dx = k.outputs[0];
-    kcu::layernorm_backward(type, x.raw(), k.inputs[1].raw(), k.inputs[2].data<float>(), k.inputs[3].data<float>(),
-                            k.inputs[4].raw(), dx.raw(), k.outputs[1].data<float>(), k.outputs[2].data<float>(),
-                            ws.as<float>(), rows, C, compute_stream());
-    if (k.inputs.size() > 5)
-      kcu::binary(kcu::BinaryOp::kAdd, type, dx.raw(), dx.numel(), k.inputs[5].raw(), dx.numel(), dx.raw(),
-                  compute_stream());
+    kcu::layernorm_backward(storage_type(x, "layernorm_grad"), x.raw(), k.inputs[1].raw(), k.inputs[2].data<float>(),
+                            k.inputs[3].data<float>(), k.inputs[4].raw(),
+                            k.inputs.size() > 5 ? k.inputs[5].raw() : nullptr, k.outputs[0].raw(),
+                            k.outputs[1].raw(), k.outputs[2].raw(), ws.as<float>(), rows, C, compute_stream());
   });
 }
 
 void register_cross_entropy(OpRegistry& r) {
   // (logits, labels) -> loss [], lse [rows]
-  r.set_kernel("cross_entropy", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "cross_entropy", "TI>TF", [](KernelContext& k) {
     const Tensor &x = k.inputs[0], &labels = k.inputs[1];
     const int64_t V = x.shape().back(), N = rows_of(x);
     const int64_t ignore = k.attrs.get_int("ignore_index");
@@ -77,7 +72,7 @@ void register_cross_entropy(OpRegistry& r) {
                             k.outputs[0].raw(), compute_stream());
   });
   // (logits, labels, lse, dloss) -> dlogits
-  r.set_kernel("cross_entropy_grad", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "cross_entropy_grad", "TIFT>T", [](KernelContext& k) {
     const Tensor &x = k.inputs[0], &labels = k.inputs[1];
     const int64_t V = x.shape().back(), N = rows_of(x);
     const int64_t ignore = k.attrs.get_int("ignore_index");
@@ -104,13 +99,13 @@ void register_softmax(OpRegistry& r) {
   };
   for (const bool log : {false, true}) {
     const std::string name = log ? "log_softmax" : "softmax", grad = name + "_grad";
-    r.set_kernel(name, Device::kCuda, [name, log, split](KernelContext& k) {  // x -> y
+    set_cuda_kernel(r, name, "T>T", [name, log, split](KernelContext& k) {  // x -> y
       const Tensor& x = k.inputs[0];
       const Split p = split(x, k.attrs);
       kcu::softmax_forward(storage_type(x, name.c_str()), x.raw(), k.outputs[0].raw(), p.outer, p.n, p.inner, log,
                            compute_stream());
     });
-    r.set_kernel(grad, Device::kCuda, [grad, log, split](KernelContext& k) {  // (y, dy) -> dx
+    set_cuda_kernel(r, grad, "TT>T", [grad, log, split](KernelContext& k) {  // (y, dy) -> dx
       const Tensor& y = k.inputs[0];
       const Split p = split(y, k.attrs);
       kcu::softmax_backward(storage_type(y, grad.c_str()), y.raw(), k.inputs[1].raw(), k.outputs[0].raw(), p.outer,
@@ -120,35 +115,37 @@ void register_softmax(OpRegistry& r) {
 }
 
 void register_attention(OpRegistry& r) {
-  r.set_kernel("attention", Device::kCuda, [](KernelContext& k) {  // qkv -> out, lse
+  set_cuda_kernel(r, "attention", "T>TF", [](KernelContext& k) {  // qkv -> out, lse
     const Tensor& qkv = k.inputs[0];
     kcu::attention_forward(storage_type(qkv, "attention"), attention_dims(k.attrs, qkv.shape()), qkv.raw(),
-                           k.outputs[0].raw(), k.outputs[1].data<float>(), compute_stream());
+                           k.outputs[0].raw(), k.outputs[1].data<float>(), compute_stream(),
+                           cuda_context().blas.allow_tf32());
   });
-  r.set_kernel("attention_grad", Device::kCuda, [](KernelContext& k) {  // (qkv, out, lse, dout) -> dqkv
+  set_cuda_kernel(r, "attention_grad", "TTFT>T", [](KernelContext& k) {  // (qkv, out, lse, dout) -> dqkv
     const Tensor& qkv = k.inputs[0];
     const kcu::AttentionDims d = attention_dims(k.attrs, qkv.shape());
     CudaScratch ws(static_cast<size_t>(kcu::attention_backward_workspace(d)) * sizeof(float));
     kcu::attention_backward(storage_type(qkv, "attention_grad"), d, qkv.raw(), k.inputs[1].raw(),
                             k.inputs[2].data<float>(), k.inputs[3].raw(), k.outputs[0].raw(), ws.as<float>(),
-                            compute_stream());
+                            compute_stream(), cuda_context().blas.allow_tf32());
   });
 }
 
 void register_embedding(OpRegistry& r) {
-  r.set_kernel("embedding", Device::kCuda, [](KernelContext& k) {  // (weight [V, C], ids) -> out
+  set_cuda_kernel(r, "embedding", "TI>T", [](KernelContext& k) {  // (weight [V, C], ids) -> out
     const Tensor &w = k.inputs[0], &ids = k.inputs[1];
     check_ids_later(ids, w.dim(0));
     kcu::embedding_forward(storage_type(w, "embedding"), w.raw(), ids.data<int32_t>(), k.outputs[0].raw(),
                            ids.numel(), w.dim(0), w.dim(1), compute_stream());
   });
-  r.set_kernel("embedding_grad", Device::kCuda, [](KernelContext& k) {  // (ids, dy) -> dweight [V, C]
+  // (ids, dy) -> dweight [V, C] in dy's type: deterministic (kernels/cuda/embedding.h).
+  set_cuda_kernel(r, "embedding_grad", "IT>T", [](KernelContext& k) {
     const Tensor &ids = k.inputs[0], &dy = k.inputs[1];
     Tensor& dw = k.outputs[0];
-    expect_f32(dw, "embedding_grad", "weight gradient");
-    kcu::fill(kcu::DType::kF32, dw.raw(), 0.0f, dw.numel(), compute_stream());
-    kcu::embedding_backward(storage_type(dy, "embedding_grad"), ids.data<int32_t>(), dy.raw(), dw.data<float>(),
-                            ids.numel(), dw.dim(0), dw.dim(1), compute_stream());
+    const size_t bytes = kcu::embedding_backward_workspace(ids.numel(), dw.dim(0));
+    CudaScratch ws(bytes);
+    kcu::embedding_backward(storage_type(dy, "embedding_grad"), ids.data<int32_t>(), dy.raw(), dw.raw(), ids.numel(),
+                            dw.dim(0), dw.dim(1), ws.as<void>(), bytes, compute_stream());
   });
 }
 

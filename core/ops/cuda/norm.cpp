@@ -13,32 +13,19 @@ namespace {
 
 float eps_attr(const Attrs& a) { return static_cast<float>(a.get_float("eps")); }
 
-// The tensors of an operator's float data (not its statistics) share the first one's type.
-kcu::DType common_type(const std::vector<const Tensor*>& ts, const char* op) {
-  const kcu::DType type = storage_type(*ts[0], op);
-  for (const Tensor* t : ts)
-    COHORT_CHECK(storage_type(*t, op) == type, Status::kUnsupported, op, " on cuda: dtypes ",
-                 dtype_name(ts[0]->dtype()), " and ", dtype_name(t->dtype()), " mixed");
-  return type;
-}
-
 void register_rmsnorm(OpRegistry& r) {
-  r.set_kernel("rmsnorm", Device::kCuda, [](KernelContext& k) {  // (x, gamma) -> y, rstd
+  set_cuda_kernel(r, "rmsnorm", "TT>TF", [](KernelContext& k) {  // (x, gamma) -> y, rstd
     const Tensor &x = k.inputs[0], &gamma = k.inputs[1];
-    const kcu::DType type = common_type({&x, &gamma, &k.outputs[0]}, "rmsnorm");
-    expect_f32(k.outputs[1], "rmsnorm", "rstd");
+    const kcu::DType type = storage_type(x, "rmsnorm");
     kcu::rmsnorm_forward(type, x.raw(), gamma.raw(), k.outputs[0].raw(), k.outputs[1].data<float>(), rows_of(x),
                          x.shape().back(), eps_attr(k.attrs), compute_stream());
   });
   // (x, gamma, rstd, dy[, dx_add]) -> dx (+ dx_add), dgamma
-  r.set_kernel("rmsnorm_grad", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "rmsnorm_grad", "TTFTT>TT", [](KernelContext& k) {
     const Tensor &x = k.inputs[0], &gamma = k.inputs[1], &rstd = k.inputs[2], &dy = k.inputs[3];
     const Tensor* dx_add = k.inputs.size() > 4 ? &k.inputs[4] : nullptr;
     Tensor &dx = k.outputs[0], &dgamma = k.outputs[1];
-    std::vector<const Tensor*> data = {&x, &gamma, &dy, &dx, &dgamma};
-    if (dx_add) data.push_back(dx_add);
-    const kcu::DType type = common_type(data, "rmsnorm_grad");
-    expect_f32(rstd, "rmsnorm_grad", "rstd");
+    const kcu::DType type = storage_type(x, "rmsnorm_grad");
     const int64_t rows = rows_of(x), C = x.shape().back();
     CudaScratch ws(static_cast<size_t>(kcu::layernorm_backward_workspace(rows, C)) * sizeof(float));
     kcu::rmsnorm_backward(type, x.raw(), gamma.raw(), rstd.data<float>(), dy.raw(), dx_add ? dx_add->raw() : nullptr,
@@ -47,22 +34,17 @@ void register_rmsnorm(OpRegistry& r) {
 }
 
 void register_groupnorm(OpRegistry& r) {
-  r.set_kernel("groupnorm", Device::kCuda, [](KernelContext& k) {  // (x, gamma, beta) -> y, mean, rstd
+  set_cuda_kernel(r, "groupnorm", "TTT>TFF", [](KernelContext& k) {  // (x, gamma, beta) -> y, mean, rstd
     const Tensor& x = k.inputs[0];
-    const kcu::DType type = common_type({&x, &k.inputs[1], &k.inputs[2], &k.outputs[0]}, "groupnorm");
-    expect_f32(k.outputs[1], "groupnorm", "mean");
-    expect_f32(k.outputs[2], "groupnorm", "rstd");
+    const kcu::DType type = storage_type(x, "groupnorm");
     kcu::groupnorm_forward(type, x.raw(), k.inputs[1].raw(), k.inputs[2].raw(), k.outputs[0].raw(),
                            k.outputs[1].data<float>(), k.outputs[2].data<float>(), x.dim(0), x.dim(1),
                            x.dim(2) * x.dim(3), k.attrs.get_int("groups"), eps_attr(k.attrs), compute_stream());
   });
   // (x, gamma, mean, rstd, dy) -> dx, dgamma, dbeta
-  r.set_kernel("groupnorm_grad", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "groupnorm_grad", "TTFFT>TTT", [](KernelContext& k) {
     const Tensor &x = k.inputs[0], &gamma = k.inputs[1], &dy = k.inputs[4];
-    const kcu::DType type =
-        common_type({&x, &gamma, &dy, &k.outputs[0], &k.outputs[1], &k.outputs[2]}, "groupnorm_grad");
-    expect_f32(k.inputs[2], "groupnorm_grad", "mean");
-    expect_f32(k.inputs[3], "groupnorm_grad", "rstd");
+    const kcu::DType type = storage_type(x, "groupnorm_grad");
     kcu::groupnorm_backward(type, x.raw(), gamma.raw(), k.inputs[2].data<float>(), k.inputs[3].data<float>(),
                             dy.raw(), k.outputs[0].raw(), k.outputs[1].raw(), k.outputs[2].raw(), x.dim(0),
                             x.dim(1), x.dim(2) * x.dim(3), k.attrs.get_int("groups"), compute_stream());

@@ -21,18 +21,18 @@ void run_concat(KernelContext& k, const std::vector<const void*>& parts, const s
 }  // namespace
 
 void register_shape_ops(OpRegistry& r) {
-  r.set_kernel("transpose", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "transpose", "A>A", [](KernelContext& k) {
     const Tensor& x = k.inputs[0];
     kcu::transpose(x.raw(), x.shape(), k.attrs.get_ints("perm"), dtype_size(x.dtype()), k.outputs[0].raw(),
                    compute_stream());
   });
 
-  r.set_kernel("concat", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "concat", "A*>A", [](KernelContext& k) {
     ConcatParts p = concat_parts(k);
     run_concat(k, p.parts, p.extents);
   });
 
-  r.set_kernel("split", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "split", "A>A*", [](KernelContext& k) {
     const Tensor& x = k.inputs[0];
     const int64_t axis = normalize_axis(k.attrs.get_int("axis"), x.rank(), "axis");
     std::vector<void*> parts;
@@ -42,7 +42,7 @@ void register_shape_ops(OpRegistry& r) {
   });
 
   // The gradients that exist, concatenated, with zeros where present[i] == 0.
-  r.set_kernel("split_grad", Device::kCuda, [](KernelContext& k) {
+  set_cuda_kernel(r, "split_grad", "A*>A", [](KernelContext& k) {
     ConcatParts p = split_grad_parts(k);
     run_concat(k, p.parts, p.extents);
   });

@@ -1,7 +1,8 @@
 // Devices on a machine without a GPU (and in builds without CUDA): the CUDA device is refused
 // with its reason before anything runs, host copies go through device_copy, and, in a CUDA
-// build, every operator of a GPT training step has a CUDA kernel (so the GPU executor accepts
-// it; tests/gpu runs it against the CPU where a GPU is visible).
+// build, every operator of a GPT training step (f32 or bf16) has a CUDA kernel that takes its
+// dtypes (so the GPU executor accepts it; tests/gpu runs it against the CPU where a GPU is
+// visible).
 #include <gtest/gtest.h>
 
 #include <set>
@@ -14,6 +15,7 @@
 #include "core/models/cnn.h"
 #include "core/models/gpt.h"
 #include "core/models/mlp.h"
+#include "core/ops/kernel_dtypes.h"
 #include "core/ops/schema.h"
 #include "tests/support/expect_error.h"
 
@@ -22,8 +24,10 @@ namespace {
 
 using ::cohort::test::expect_error;
 
-models::GptConfig small_gpt_config(double dropout = 0.0) {
+models::GptConfig small_gpt_config(double dropout = 0.0, DType dtype = DType::kF32, bool tie = true) {
   models::GptConfig c;
+  c.dtype = dtype;
+  c.tie_weights = tie;
   c.batch = 2;
   c.context = 16;
   c.vocab = 32;
@@ -35,8 +39,8 @@ models::GptConfig small_gpt_config(double dropout = 0.0) {
 }
 
 // The forward and backward graph of a small GPT.
-Graph small_gpt(double dropout = 0.0) {
-  Graph g = models::build_gpt(small_gpt_config(dropout));
+Graph small_gpt(double dropout = 0.0, DType dtype = DType::kF32, bool tie = true) {
+  Graph g = models::build_gpt(small_gpt_config(dropout, dtype, tie));
   build_backward(g, g.loss(), g.parameters());
   return g;
 }
@@ -94,12 +98,21 @@ TEST(Device, HostToHostCopyAndSynchronize) {
   }
 }
 
-// The operators of g (a training graph) without a CUDA kernel, and how many have one.
+// The operators of g (a training graph) without a CUDA kernel that takes their nodes' dtypes
+// (each with the reason), and how many have one.
 std::pair<std::set<std::string>, size_t> cuda_coverage(const Graph& g) {
   std::set<std::string> missing, covered;
   for (const Node& n : g.nodes()) {
     if (n.op->alias_input0) continue;
-    (n.op->kernels[static_cast<int>(Device::kCuda)] ? covered : missing).insert(n.op->name);
+    const int cuda = static_cast<int>(Device::kCuda);
+    std::vector<DType> in, out;
+    for (ValueId v : n.inputs) in.push_back(g.value(v).type.dtype);
+    for (ValueId v : n.outputs) out.push_back(g.value(v).type.dtype);
+    const std::string why = !n.op->kernels[cuda]            ? "no kernel"
+                            : n.op->kernel_dtypes[cuda].empty() ? "no dtypes declared"
+                                                                : kernel_dtype_mismatch(n.op->kernel_dtypes[cuda], in, out);
+    if (why.empty()) covered.insert(n.op->name);
+    else missing.insert(n.op->name + " (" + why + ")");
   }
   return {missing, covered.size()};
 }
@@ -120,11 +133,18 @@ TEST(Device, EveryOperatorOfAnMlpTrainingStepHasACudaKernel) {
   }
 }
 
+// In f32 and in bf16 (bf16 parameters, their gradients and activations), tied or not.
 TEST(Device, EveryOperatorOfAGptTrainingStepHasACudaKernel) {
   if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA backend";
-  for (const double dropout : {0.0, 0.1}) {
-    SCOPED_TRACE(str_cat("dropout ", dropout));
-    const Graph g = small_gpt(dropout);
+  struct Variant {
+    DType dtype;
+    bool tie;
+    double dropout;
+  };
+  for (const Variant& v : {Variant{DType::kF32, true, 0.0}, Variant{DType::kF32, false, 0.1},
+                           Variant{DType::kBF16, true, 0.0}, Variant{DType::kBF16, false, 0.1}}) {
+    SCOPED_TRACE(str_cat(dtype_name(v.dtype), v.tie ? " tied" : " untied", " dropout ", v.dropout));
+    const Graph g = small_gpt(v.dropout, v.dtype, v.tie);
     const auto [missing, covered] = cuda_coverage(g);
     std::string list;
     for (const std::string& m : missing) list += m + " ";
@@ -132,7 +152,7 @@ TEST(Device, EveryOperatorOfAGptTrainingStepHasACudaKernel) {
     EXPECT_GE(covered, 12u);  // embedding, layernorm, linear, attention, ..., and their gradients
     std::set<std::string> ops;
     for (const Node& n : g.nodes()) ops.insert(n.op->name);
-    EXPECT_EQ(ops.count("dropout") + ops.count("dropout_grad"), dropout > 0.0 ? 2u : 0u);
+    EXPECT_EQ(ops.count("dropout") + ops.count("dropout_grad"), v.dropout > 0.0 ? 2u : 0u);
   }
 }
 

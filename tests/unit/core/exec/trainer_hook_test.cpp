@@ -1,7 +1,12 @@
 // The executor's value-produced callback and the trainer's StepHook: every gradient is reported
-// once, before before_update; a hook that rewrites the gradients changes the update.
+// once, before before_update; a hook that rewrites the gradients changes the update; the loss is
+// reported before any gradient, and a step skipped for NaN still reaches after_update.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+
+#include "core/base/error.h"
 #include "core/exec/trainer.h"
 #include "core/models/mlp.h"
 
@@ -10,8 +15,15 @@ namespace {
 
 struct Recorder : StepHook {
   std::vector<size_t> seen;
-  int before = 0, after = 0;
-  bool zero_grads = false;
+  int before = 0, after = 0, losses = 0;
+  int64_t last_step = 0;
+  bool zero_grads = false, nan_grads = false;
+  void begin_step() override { seen.clear(); }
+  void on_loss(const Tensor& loss) override {
+    EXPECT_TRUE(seen.empty()) << "the loss comes before any gradient of backward";
+    EXPECT_EQ(loss.numel(), 1);
+    ++losses;
+  }
   void on_gradient(size_t index, const Tensor& grad) override {
     EXPECT_EQ(before, after);  // within this step, before before_update
     EXPECT_TRUE(grad.defined());
@@ -21,8 +33,12 @@ struct Recorder : StepHook {
     ++before;
     if (zero_grads)
       for (Tensor& g : grads) g.fill(0.0f);
+    if (nan_grads) grads.back().data<float>()[0] = std::nanf("");  // as another rank's NaN would arrive
   }
-  void after_update(std::vector<Tensor>&, int64_t step) override { EXPECT_EQ(step, ++after); }
+  void after_update(std::vector<Tensor>&, int64_t step) override {
+    ++after;
+    last_step = step;
+  }
 };
 
 std::map<std::string, Tensor> batch() {
@@ -46,11 +62,30 @@ TEST(TrainerHook, ReportsEveryGradientOnceInBackwardOrder) {
   ASSERT_EQ(hook->seen.size(), t.parameters().size());
   EXPECT_EQ(hook->before, 1);
   EXPECT_EQ(hook->after, 1);
+  EXPECT_EQ(hook->losses, 1);
+  EXPECT_EQ(hook->last_step, 1);
   // Backward reaches the last layer first.
   EXPECT_GT(hook->seen.front(), hook->seen.back());
   std::vector<float> w(t.parameters()[0].data<float>(), t.parameters()[0].data<float>() + t.parameters()[0].numel());
   hook->zero_grads = true;
   t.step(batch());
+  EXPECT_EQ(0, std::memcmp(w.data(), t.parameters()[0].raw(), w.size() * sizeof(float)));
+  // Gradients that turn NaN in the hook (a DDP average carrying another rank's NaN): the update
+  // is skipped and reported, after_update still runs (ranks count their calls alike), the step
+  // count stays.
+  hook->zero_grads = false;
+  hook->nan_grads = true;
+  const int64_t steps = t.step_count();
+  try {
+    t.step(batch());
+    ADD_FAILURE() << "no error for NaN gradients";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kNonFinite) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the update was skipped"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(t.step_count(), steps);
+  EXPECT_EQ(hook->after, 3);
+  EXPECT_EQ(hook->last_step, steps);
   EXPECT_EQ(0, std::memcmp(w.data(), t.parameters()[0].raw(), w.size() * sizeof(float)));
 }
 

@@ -1,5 +1,6 @@
 // Graph file tests: lossless round trips, and rejection (right status, clear message, no crash)
-// of truncated, bit-flipped, empty, random, forward-referencing and unknown-operator files.
+// of truncated, bit-flipped, empty, random, unchecksummed, forward-referencing and
+// unknown-operator files.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -233,18 +234,26 @@ TEST(GraphFile, EveryTruncationIsRejected) {
     std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(len));
     SCOPED_TRACE(len);
     expect_error([&] { deserialize_graph(cut.data(), cut.size(), "cut"); }, Status::kCorrupt,
-                 {"cut: not a cohort graph file"});
+                 {len + kGraphChecksumBytes == bytes.size() ? "cut: not a verifiable cohort graph file"
+                                                             : "cut: not a cohort graph file"});
   }
 }
 
 // Flips bits at every position of bytes; each result is a clean error or a graph that
-// serializes again. Returns {rejected, loaded}.
-std::pair<int, int> flip_everywhere(const std::vector<uint8_t>& bytes) {
+// serializes again. With reseal, the checksum is made to match the flipped bytes first, so that
+// the checks behind it (verifier, ranges, shape inference) meet the damage. Returns {rejected,
+// loaded}.
+std::pair<int, int> flip_everywhere(const std::vector<uint8_t>& bytes, bool reseal) {
   int rejected = 0, loaded = 0;
-  for (size_t pos = 0; pos < bytes.size(); ++pos) {
+  const size_t body = bytes.size() - kGraphChecksumBytes;
+  for (size_t pos = 0; pos < (reseal ? body : bytes.size()); ++pos) {
     for (uint8_t mask : {uint8_t{0x01}, uint8_t{0x10}, uint8_t{0x80}, uint8_t{0xff}}) {
       std::vector<uint8_t> bad = bytes;
       bad[pos] ^= mask;
+      if (reseal) {
+        bad.resize(body);
+        append_graph_checksum(bad);
+      }
       try {
         Graph back = deserialize_graph(bad.data(), bad.size(), "flipped");
         (void)serialize_graph(back);
@@ -262,16 +271,60 @@ std::pair<int, int> flip_everywhere(const std::vector<uint8_t>& bytes) {
   return {rejected, loaded};
 }
 
-TEST(GraphFile, FlippedBytesNeverCrash) {
+Graph relu_graph() {
   Graph g;
   ValueId x = g.add_input("x", DType::kF32, {2, 3});
   ValueId r = g.add_op("relu", "r", {x}, Attrs()).at(0);
   g.set_loss(g.add_op("mean", "loss", {g.add_op("scale", "s", {r}, attrs_of({{"factor", 2.0}})).at(0)}, Attrs()).at(0));
-  for (const std::vector<uint8_t>& bytes : {serialize_graph(g), serialize_graph(sample_graph())}) {
-    auto [rejected, loaded] = flip_everywhere(bytes);
+  return g;
+}
+
+// Issue #25, item 7: without a checksum, 49 of 1104 single-byte changes of a small graph file
+// loaded as a different model (a renamed parameter, another ignore_index). Every one is refused now.
+TEST(GraphFile, EveryChangedByteIsRefusedAsCorrupt) {
+  Graph g;
+  ValueId x = g.add_input("x", DType::kF32, {4, 6});
+  ValueId y = g.add_input("y", DType::kI32, {4});
+  ValueId w = g.add_parameter("fc.weight", DType::kF32, {6, 5}, Initializer{InitKind::kNormal, 0, 0.02, 0});
+  ValueId logits = g.add_op("matmul", "fc", {x, w}, Attrs()).at(0);
+  g.set_loss(g.add_op("cross_entropy", "loss", {logits, y}, attrs_of({{"ignore_index", int64_t{-100}}})).at(0));
+  for (const std::vector<uint8_t>& bytes : {serialize_graph(g), serialize_graph(relu_graph())}) {
+    for (size_t pos = 0; pos < bytes.size(); ++pos)
+      for (int mask = 1; mask < 256; ++mask) {  // every other value of the byte
+        std::vector<uint8_t> bad = bytes;
+        bad[pos] ^= static_cast<uint8_t>(mask);
+        SCOPED_TRACE(::testing::Message() << "byte " << pos << " xor " << mask);
+        expect_error([&] { deserialize_graph(bad.data(), bad.size(), "flipped"); }, Status::kCorrupt, {"flipped: "});
+      }
+  }
+}
+
+TEST(GraphFile, FlippedBytesNeverCrash) {
+  for (const std::vector<uint8_t>& bytes : {serialize_graph(relu_graph()), serialize_graph(sample_graph())}) {
+    auto [rejected, loaded] = flip_everywhere(bytes, false);
+    EXPECT_EQ(rejected, 4 * static_cast<int>(bytes.size()));  // the checksum catches every one
+    EXPECT_EQ(loaded, 0);
+    // Damage that comes with a matching checksum (made on purpose) meets the structural checks.
+    std::tie(rejected, loaded) = flip_everywhere(bytes, true);
     EXPECT_GT(rejected, 0);
     EXPECT_GT(loaded, 0);  // e.g. flips inside a float attribute, a seed or padding
   }
+}
+
+TEST(GraphFile, FileWithoutChecksumIsRefusedWithTheReason) {
+  // The bytes a build before the checksum wrote: the FlatBuffer alone.
+  const std::vector<uint8_t> old = encode_graph(sample_graph());
+  TempDir dir;
+  const std::string path = dir.file("old.cgraph");
+  write_bytes(path, old);
+  expect_error([&] { load_graph(path); }, Status::kCorrupt,
+               {"graph file '" + path + "': not a verifiable cohort graph file", "without the checksum",
+                "save the graph again"});
+  std::vector<uint8_t> sealed = old;
+  append_graph_checksum(sealed);
+  EXPECT_EQ(sealed, serialize_graph(sample_graph()));
+  write_bytes(path, sealed);
+  expect_same_graph(sample_graph(), load_graph(path));
 }
 
 TEST(GraphFile, OversizedLengthIsRejectedBeforeReading) {
@@ -289,12 +342,14 @@ TEST(GraphFile, RandomGarbageIsRejected) {
     std::vector<uint8_t> junk(rng() % 512);
     for (uint8_t& b : junk) b = static_cast<uint8_t>(rng());
     if (trial % 3 != 0 && junk.size() >= 12) std::memcpy(junk.data() + 8, "CHGF", 4);  // past the identifier
-    if (trial % 3 == 2 && junk.size() >= 12) {  // and past the length check, on to the verifier
-      const uint32_t n = static_cast<uint32_t>(junk.size() - 4);
+    if (trial % 3 == 2 && junk.size() >= 16) {  // and past the length and checksum, on to the verifier
+      const uint32_t n = static_cast<uint32_t>(junk.size() - 8);
       std::memcpy(junk.data(), &n, 4);
+      junk.resize(junk.size() - kGraphChecksumBytes);
+      append_graph_checksum(junk);
     }
     expect_error([&] { deserialize_graph(junk.data(), junk.size(), "junk"); }, Status::kCorrupt,
-                 {"junk: not a cohort graph file"});
+                 {"junk: not a "});
   }
   std::vector<uint8_t> other(64, 0);
   std::memcpy(other.data() + 8, "XXXX", 4);
@@ -318,7 +373,9 @@ struct FileBuilder {
   std::vector<uint8_t> finish(uint32_t version = kGraphFormatVersion, int32_t loss = -1) {
     std::vector<int32_t> outputs;
     fb::FinishSizePrefixedGraphFileBuffer(b, fb::CreateGraphFileDirect(b, version, &values, &nodes, &outputs, loss));
-    return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+    std::vector<uint8_t> bytes(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+    append_graph_checksum(bytes);
+    return bytes;
   }
 };
 

@@ -3,6 +3,7 @@
 // that the gradient regenerates the forward mask.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <unordered_map>
 
 #include "core/base/error.h"
@@ -71,6 +72,20 @@ DropoutRun run_dropout(const std::vector<float>& x, double p, int64_t attr_seed,
   r.y.assign(env.at(y).data<float>(), env.at(y).data<float>() + x.size());
   r.dx.assign(env.at(dx).data<float>(), env.at(dx).data<float>() + x.size());
   return r;
+}
+
+// A dropped NaN or Inf stays non-finite (x * 0 is NaN), as with PyTorch's x * mask: dropout must
+// not hide a NaN that would otherwise reach the loss (issue #25).
+TEST(DropoutTraining, DroppedNanAndInfStayNonFinite) {
+  std::vector<float> x(1000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = i % 2 ? INFINITY : std::nanf("");
+  const DropoutRun r = run_dropout(x, 0.5, 7, 42, 5, true);
+  size_t dropped = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_FALSE(std::isfinite(r.y[i])) << "element " << i << " became " << r.y[i];
+    dropped += r.dx[i] == 0.0f;
+  }
+  EXPECT_GT(dropped, 400u);  // the mask did drop about half of them
 }
 
 TEST(DropoutTraining, MaskStatisticsScalingAndReproducibility) {

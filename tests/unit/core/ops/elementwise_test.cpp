@@ -90,7 +90,7 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
 
     c.op = "relu";
     c.attrs = Attrs();
-    c.reference = unary_ref([](double x, const Attrs&) { return x > 0 ? x : 0; });
+    c.reference = unary_ref([](double x, const Attrs&) { return x <= 0 ? 0 : x; });  // NaN stays NaN
     out.push_back(c);
 
     c.op = "gelu";

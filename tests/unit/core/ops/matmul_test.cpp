@@ -366,5 +366,94 @@ TEST(MatmulKernel, SumBatchTransposedMatchesLoops) {
     }
 }
 
+
+// The bf16 path of CPUs without oneDNN's bf16 kernels (AVX2 and older): operands widened to fp32,
+// one rounding of the result. Forced here on every CPU, over transposes, broadcast batches, a
+// bias, the batch sum with accumulation (c in fp32, beta 1) and the contracted-rows sum. Where
+// the CPU has native bf16 kernels, the widened results are within one bf16 ulp of theirs (both
+// round an fp32-accumulated sum of exact bf16 products; only the summation order differs);
+// everywhere they match a double loop to bf16 precision.
+TEST(MatmulKernel, Bf16WidenedToF32MatchesNativeAndLoops) {
+  namespace kc = kernels::cpu;
+  struct Case { Shape a, b, c; int ta, tb; };
+  const Case cases[] = {{{3, 67, 129}, {129, 75}, {3, 67, 75}, 0, 0}, {{2, 129, 33}, {2, 45, 129}, {2, 33, 45}, 1, 1},
+                        {{4, 1, 31, 70}, {1, 3, 70, 50}, {4, 3, 31, 50}, 0, 0}, {{5, 7}, {9, 7}, {5, 9}, 0, 1}};
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> u(-1, 1);
+  auto bf16_vec = [&](int64_t n, std::vector<float>& f) {
+    std::vector<uint16_t> h;
+    for (int64_t j = 0; j < n; ++j) {
+      h.push_back(f32_to_bf16(u(rng)));
+      f.push_back(bf16_to_f32(h.back()));
+    }
+    return h;
+  };
+  struct Widening {
+    explicit Widening(bool on) { kc::set_matmul_bf16_widening(on); }
+    ~Widening() { kc::set_matmul_bf16_widening(false); }
+  };
+  for (const Case& cs : cases) {
+    std::vector<float> fa, fb;
+    const std::vector<uint16_t> a = bf16_vec(numel(cs.a), fa), b = bf16_vec(numel(cs.b), fb);
+    Attrs at;
+    at.set("transpose_a", int64_t{cs.ta});
+    at.set("transpose_b", int64_t{cs.tb});
+    const DVec want = matmul_ref({DVec(fa.begin(), fa.end()), DVec(fb.begin(), fb.end())}, {cs.a, cs.b}, at)[0];
+    std::vector<uint16_t> widened(want.size()), native(want.size());
+    {
+      Widening w(true);
+      kc::matmul(kc::MatmulType::kBF16, a.data(), cs.a, cs.ta != 0, b.data(), cs.b, cs.tb != 0, widened.data(), cs.c);
+    }
+    if (kc::matmul_bf16_native())
+      kc::matmul(kc::MatmulType::kBF16, a.data(), cs.a, cs.ta != 0, b.data(), cs.b, cs.tb != 0, native.data(), cs.c);
+    for (size_t j = 0; j < want.size(); ++j) {
+      ASSERT_NEAR(bf16_to_f32(widened[j]), want[j], 1e-2 * std::max(1.0, std::fabs(want[j])))
+          << shape_str(cs.a) << " x " << shape_str(cs.b) << " element " << j;
+      if (kc::matmul_bf16_native()) {
+        ASSERT_LE(std::abs(int{widened[j]} - int{native[j]}), 1) << shape_str(cs.a) << " element " << j;
+      }
+    }
+  }
+  // linear with a bias: y = x W^T + b.
+  const int64_t M = 13, N = 11, K = 17;
+  std::vector<float> fx, fw, fbias;
+  const std::vector<uint16_t> x = bf16_vec(M * K, fx), w = bf16_vec(N * K, fw), bias = bf16_vec(N, fbias);
+  std::vector<uint16_t> y(static_cast<size_t>(M * N));
+  {
+    Widening wide(true);
+    kc::linear(kc::MatmulType::kBF16, x.data(), w.data(), bias.data(), y.data(), M, N, K);
+  }
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double want = fbias[static_cast<size_t>(n)];
+      for (int64_t k = 0; k < K; ++k) want += double{fx[static_cast<size_t>(m * K + k)]} * fw[static_cast<size_t>(n * K + k)];
+      ASSERT_NEAR(bf16_to_f32(y[static_cast<size_t>(m * N + n)]), want, 1e-2 * std::max(1.0, std::fabs(want)))
+          << "linear at " << m << ", " << n;
+    }
+  // Sum over a batch, both branches: rows contracted (one product) and batch by batch (fp32
+  // accumulation with beta = 1 into an fp32 buffer).
+  for (bool ta : {true, false}) {
+    const Shape as = ta ? Shape{3, 9, 8} : Shape{3, 8, 9}, bs = {3, 9, 6};
+    std::vector<float> f0, f1;
+    const std::vector<uint16_t> a = bf16_vec(numel(as), f0), b = bf16_vec(numel(bs), f1);
+    std::vector<uint16_t> c(8 * 6);
+    {
+      Widening wide(true);
+      kc::matmul_sum_batch(kc::MatmulType::kBF16, a.data(), as, ta, b.data(), bs, false, c.data());
+    }
+    for (int64_t m = 0; m < 8; ++m)
+      for (int64_t n = 0; n < 6; ++n) {
+        double want = 0;
+        for (int64_t i = 0; i < 3; ++i)
+          for (int64_t k = 0; k < 9; ++k) {
+            const double av = ta ? f0[static_cast<size_t>((i * 9 + k) * 8 + m)] : f0[static_cast<size_t>((i * 8 + m) * 9 + k)];
+            want += av * f1[static_cast<size_t>((i * 9 + k) * 6 + n)];
+          }
+        ASSERT_NEAR(bf16_to_f32(c[static_cast<size_t>(m * 6 + n)]), want, 1e-2 * std::max(1.0, std::fabs(want)))
+            << (ta ? "contracted rows" : "batch by batch") << " at " << m << ", " << n;
+      }
+  }
+}
+
 }  // namespace
 }  // namespace cohort::test

@@ -1,7 +1,9 @@
 // The one operator harness: every public operator has cases here. Each case checks the forward
 // pass against a plain double-precision reference, the gradient of every float input against
-// central finite differences of that reference, and the bf16 forward against the reference.
-// An operator registered without cases fails the completeness test.
+// central finite differences of that reference, and the bf16 forward against the reference; the
+// same on the CUDA device where one is visible (bf16 gradients there against the CPU's).
+// An operator registered without cases fails the completeness test, and so does a CUDA kernel
+// whose declared dtypes do not take every dtype a case's graph gives it.
 #pragma once
 
 #include <functional>
@@ -39,6 +41,10 @@ struct OpCase {
   bool check_bf16 = true;
   bool training = true;             // evaluation-mode forward when false
   int max_grad_elements = 48;       // finite differences on at most this many elements per input
+  std::string cuda_refuses;         // why the CUDA kernel refuses this case (kUnsupported); "": it runs
+  // A NaN input may reach more outputs than the reference's (never fewer): e.g. causal attention,
+  // whose products span whole key blocks, masked keys weighted by 0 (0 * NaN is NaN).
+  bool nan_may_spread = false;
 };
 
 // Family case lists, each in tests/unit/core/ops/<family>_test.cpp.

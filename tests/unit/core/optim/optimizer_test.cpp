@@ -261,10 +261,10 @@ TEST(Optimizer, NoClipBelowThreshold) {
   EXPECT_FLOAT_EQ(params[0].data<float>()[1], -4.0f);
 }
 
-TEST(Optimizer, WithoutClippingTheNormIsMeasuredDuringTheUpdate) {
-  // Without clipping the kernels measure the norm as they read the gradients (in blocks, on the
-  // OpenMP path for the large tensor): the updates and the norm must equal those of a clipping
-  // optimizer whose threshold is never reached, which measures in a separate pass first.
+TEST(Optimizer, WithoutClippingTheNormIsStillMeasured) {
+  // Without clipping the norm is still measured before the update (it decides whether the update
+  // runs; on the OpenMP path for the large tensor): the norm must be the gradients' and the
+  // updates those of a clipping optimizer whose threshold is never reached.
   for (const OptimizerConfig& base : {sgd(0.1, 0.9), adamw(0.01, 0.1)}) {
     OptimizerConfig measured = base, clipped = base;
     clipped.clip_norm = 1e30;
@@ -293,6 +293,54 @@ TEST(Optimizer, WithoutClippingTheNormIsMeasuredDuringTheUpdate) {
           ASSERT_EQ(pa[k].data<float>()[i], pb[k].data<float>()[i]) << "parameter " << k << " element " << i;
     }
   }
+}
+
+// Issue #25: a NaN or Inf in any gradient — here in the last element of the last tensor, after
+// every other parameter would already have been updated by a loop that only noticed it on the
+// way — skips the whole update: parameters, state and step count stay bit for bit as they were.
+TEST(Optimizer, NonFiniteGradientsSkipTheWholeUpdate) {
+  auto bits = [](const Tensor& t) {
+    const auto* b = static_cast<const uint8_t*>(t.raw());
+    return std::vector<uint8_t>(b, b + t.nbytes());
+  };
+  OptimizerConfig clipped_adamw = adamw(0.01, 0.1);
+  clipped_adamw.clip_norm = 1.0;
+  for (DType dtype : {DType::kF32, DType::kBF16})
+    for (const OptimizerConfig& c : {sgd(0.1, 0.9), adamw(0.01, 0.1), clipped_adamw})
+      for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " kind " << static_cast<int>(c.kind) << " clip "
+                                          << c.clip_norm << " bad " << bad);
+        auto tensor = [&](const std::vector<double>& v) {
+          Tensor f = make(v), t = Tensor::empty(f.shape(), dtype);
+          t.copy_from(f);
+          return t;
+        };
+        Optimizer opt(c);
+        std::vector<Tensor> params = {tensor({0.5, -1.2, 2.0}), tensor({0.3, -0.7})};
+        std::vector<Tensor> grads = {tensor({0.1, 0.2, -0.3}), tensor({0.4, -0.5})};
+        ASSERT_TRUE(opt.step(params, grads));
+        std::vector<std::vector<uint8_t>> before;
+        for (const Tensor& p : params) before.push_back(bits(p));
+        for (size_t i = 0; i < params.size(); ++i)
+          for (const auto& [name, t] : opt.state(i)) before.push_back(bits(t));
+        auto unchanged = [&] {
+          size_t k = 0;
+          for (const Tensor& p : params) EXPECT_EQ(bits(p), before[k++]) << "a parameter changed";
+          for (size_t i = 0; i < params.size(); ++i)
+            for (const auto& [name, t] : opt.state(i)) EXPECT_EQ(bits(t), before[k++]) << "state '" << name << "' changed";
+          EXPECT_EQ(opt.step_count(), 1);
+        };
+        std::vector<Tensor> poisoned = {tensor({0.1, 0.2, -0.3}), tensor({0.4, bad})};
+        EXPECT_FALSE(opt.step(params, poisoned));
+        EXPECT_FALSE(std::isfinite(opt.last_grad_norm()));
+        unchanged();
+        // The same for a norm the caller gives (ZeRO: the norm over every rank's shard).
+        EXPECT_FALSE(opt.step(params, grads, static_cast<double>(bad)));
+        unchanged();
+        EXPECT_TRUE(opt.step(params, grads));
+        EXPECT_EQ(opt.step_count(), 2);
+        EXPECT_NE(bits(params[0]), before[0]);
+      }
 }
 
 TEST(Optimizer, Bf16ParametersKeepAnFp32Master) {

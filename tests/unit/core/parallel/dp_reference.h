@@ -1,16 +1,21 @@
 // Test support for data parallelism: a small MLP on synthetic data, and a single-process
 // reference that simulates R ranks (R model copies, each on its shard of the global batch) and
-// applies the outer rule written out again here, independently of core/parallel/outer.cpp.
+// applies the outer rule written out again here, independently of core/parallel/outer.cpp —
+// including what happens to NaN: a rank's step skipped for it (kNonFinite) leaves that rank's
+// model as it was, a rank whose round pseudo-gradient is not finite contributes zeros (but
+// under ZeRO 1 local SGD, which averages parameters), and a non-finite average skips the step.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/base/error.h"
 #include "core/device/device.h"
 #include "core/exec/trainer.h"
 #include "core/models/mlp.h"
@@ -92,44 +97,79 @@ class DpSimulation {
     guess_.assign(static_cast<size_t>(ranks), x_);
   }
 
+  // Called with each rank's batch before its step (tests that put NaN or Inf into one rank's
+  // batch), and with each rank's trainer after the step and its round end or merge (tests that
+  // make a rank's parameters NaN).
+  std::function<void(int64_t step, int rank, std::map<std::string, Tensor>& batch)> edit_batch;
+  std::function<void(int64_t step, int rank, Trainer& trainer)> after_step;
+  std::vector<std::vector<int64_t>> skipped;  // per rank: the steps its trainer skipped for NaN
+
   void step(int64_t step) {
     int ranks = static_cast<int>(trainers_.size());
-    for (int r = 0; r < ranks; ++r) trainers_[r]->step(dp_batch(step, r * kShard, kShard));
-    if (plan_.mode == parallel::SyncMode::kCo2) return co2_after(step + 1);
-    if ((step + 1) % plan_.tau != 0) return;
+    skipped.resize(static_cast<size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) {
+      std::map<std::string, Tensor> batch = dp_batch(step, r * kShard, kShard);
+      if (edit_batch) edit_batch(step, r, batch);
+      try {
+        trainers_[r]->step(batch);
+      } catch (const Error& e) {
+        if (e.status() != Status::kNonFinite) throw;
+        skipped[static_cast<size_t>(r)].push_back(step);
+      }
+    }
+    // The engine's round end and merge run inside the trainer's step, before its caller sees it.
+    if (plan_.mode == parallel::SyncMode::kCo2) co2_after(step + 1);
+    else localsgd_after(step + 1);
+    if (after_step)
+      for (int r = 0; r < ranks; ++r) after_step(step, r, *trainers_[r]);
+  }
+
+  void localsgd_after(int64_t steps) {
+    if (steps % plan_.tau != 0) return;
+    const int ranks = static_cast<int>(trainers_.size());
     // The round's averaged pseudo-gradient: anchor minus the mean of the ranks' parameters,
     // applied at once; every rank restarts from the new anchor.
     std::vector<float> d(anchor_.size(), 0.0f);
     for (auto& t : trainers_) {
-      std::vector<float> x = dp_flat(*t);
-      for (size_t i = 0; i < x.size(); ++i) d[i] += (anchor_[i] - x[i]) / static_cast<float>(ranks);
+      std::vector<float> x = dp_flat(*t), mine(x.size());
+      for (size_t i = 0; i < x.size(); ++i) mine[i] = anchor_[i] - x[i];
+      // A rank's non-finite pseudo-gradient counts as no progress; under ZeRO 1 the ranks
+      // average parameters instead, so it reaches the average (and skips the step, below).
+      if (!all_finite(mine) && plan_.zero_stage == 0) std::fill(mine.begin(), mine.end(), 0.0f);
+      for (size_t i = 0; i < x.size(); ++i) d[i] += mine[i] / static_cast<float>(ranks);
     }
-    outer(d, 1.0);
+    if (all_finite(d)) outer(d, 1.0);  // a non-finite average: no outer step on any rank
     for (auto& t : trainers_) dp_set_flat(*t, anchor_);
   }
 
   // co2 written from its definition (core/parallel/data_parallel.cpp derives it), in double.
-  // At a round end every rank sends anchor - parameters and moves to its guess, the anchor the
-  // outer step would reach were the average its own (the momentum left as it is); `overlap` steps later the anchor takes
-  // DiLoCo's outer step with the average, and each rank lands on it plus what it moved since its
-  // guess (times the penalty's factor when that is on).
+  // At a round end every rank sends anchor - parameters (zeros when not finite) and moves to its
+  // guess, the anchor the outer step would reach were the average its own (the momentum left as
+  // it is); `overlap` steps later the anchor takes DiLoCo's outer step with the average (none
+  // when the average is not finite), and each rank lands on it plus what it moved since its
+  // guess (times the penalty's factor when that is on; nothing when its parameters are not finite).
   void co2_after(int64_t steps) {
     const auto& c = plan_.outer;
     const size_t ranks = trainers_.size(), n = x_.size();
     if (pending_ && steps % plan_.tau == plan_.overlap % plan_.tau) {
-      double norm = 0;
-      for (size_t i = 0; i < n; ++i) {
-        m_[i] = c.momentum * m_[i] + mean_[i];
-        norm += m_[i] * m_[i];
-      }
-      norm = std::sqrt(norm);
-      const double keep = c.clip_threshold > 0 && norm > c.clip_threshold ? c.clip_threshold / norm : 1.0;
-      for (size_t i = 0; i < n; ++i) {
-        m_[i] *= keep;
-        x_[i] -= c.lr * (c.nesterov ? mean_[i] + c.momentum * m_[i] : m_[i]);
+      bool finite = true;
+      for (double v : mean_) finite = finite && std::isfinite(v);
+      if (finite) {
+        double norm = 0;
+        for (size_t i = 0; i < n; ++i) {
+          m_[i] = c.momentum * m_[i] + mean_[i];
+          norm += m_[i] * m_[i];
+        }
+        norm = std::sqrt(norm);
+        const double keep = c.clip_threshold > 0 && norm > c.clip_threshold ? c.clip_threshold / norm : 1.0;
+        for (size_t i = 0; i < n; ++i) {
+          m_[i] *= keep;
+          x_[i] -= c.lr * (c.nesterov ? mean_[i] + c.momentum * m_[i] : m_[i]);
+        }
       }
       for (size_t r = 0; r < ranks; ++r) {
         std::vector<float> y = dp_flat(*trainers_[r]);
+        if (!all_finite(y)) y.assign(guess_[r].begin(), guess_[r].end());  // no progress carried over
         double gap = 0, moved = 0;
         for (size_t i = 0; i < n; ++i) {
           gap += (x_[i] - guess_[r][i]) * (x_[i] - guess_[r][i]);
@@ -151,6 +191,10 @@ class DpSimulation {
       std::vector<float> y = dp_flat(*trainers_[r]);
       std::vector<float> start(n), sent(n);
       for (size_t i = 0; i < n; ++i) sent[i] = static_cast<float>(x_[i] - y[i]);
+      if (!all_finite(sent)) {  // the rank's round is dropped: it sends zeros
+        std::fill(sent.begin(), sent.end(), 0.0f);
+        for (size_t i = 0; i < n; ++i) y[i] = static_cast<float>(x_[i]);
+      }
       if (plan_.outer_bits < 32) add_low_bit(sent, plan_.outer_bits, low_bit_sum);
       for (size_t i = 0; i < n; ++i) {
         const double e = x_[i] - y[i];
@@ -184,6 +228,9 @@ class DpSimulation {
   const std::vector<float>& anchor() const { return anchor_; }
 
  private:
+  static bool all_finite(const std::vector<float>& v) {
+    return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+  }
   void outer(const std::vector<float>& d, double s) {
     const auto& c = plan_.outer;
     double norm = 0;

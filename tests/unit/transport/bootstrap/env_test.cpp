@@ -43,7 +43,12 @@ const char* const kAllVars[] = {"COHORT_RANK",
                                 "SLURM_NODEID",
                                 "SLURM_NTASKS_PER_NODE",
                                 "SLURM_STEP_TASKS_PER_NODE",
-                                "SLURM_TASKS_PER_NODE"};
+                                "SLURM_TASKS_PER_NODE",
+                                "SLURM_JOB_ID",
+                                "SLURM_STEP_ID",
+                                "TORCHELASTIC_RUN_ID",
+                                "PMIX_NAMESPACE",
+                                "OMPI_MCA_ess_base_jobid"};
 
 // Clears every launcher variable for the test and restores the originals afterwards.
 class JobEnvTest : public ::testing::Test {
@@ -124,7 +129,7 @@ TEST_F(JobEnvTest, Torchrun) {
   EXPECT_EQ(env.local_rank, 1);
   EXPECT_EQ(env.local_world, 2);
   EXPECT_EQ(env.master_addr, "node0");
-  EXPECT_EQ(env.master_port, 29400);
+  EXPECT_EQ(env.master_port, 29401);  // the port after torchrun's own store
 }
 
 TEST_F(JobEnvTest, OpenMpiWithDefaultPort) {
@@ -140,7 +145,7 @@ TEST_F(JobEnvTest, OpenMpiWithDefaultPort) {
   EXPECT_EQ(env.world, 6);
   EXPECT_EQ(env.local_rank, 2);
   EXPECT_EQ(env.local_world, 3);
-  EXPECT_EQ(env.master_port, kDefaultMasterPort);
+  EXPECT_EQ(env.master_port, kTorchDefaultMasterPort + 1);
 }
 
 TEST_F(JobEnvTest, MpichPmi) {
@@ -201,6 +206,84 @@ TEST_F(JobEnvTest, WorldAboveOneNeedsMasterAndToken) {
   setenv("MASTER_ADDR", "h", 1);
   std::string missing_token = error_of_detect();
   EXPECT_NE(missing_token.find("COHORT_JOB_TOKEN"), std::string::npos) << missing_token;
+}
+
+// torchrun's static rendezvous hosts its own store on MASTER_PORT (so does PyTorch's env://
+// init on rank 0): cohort's store takes the next port, unless COHORT_MASTER_PORT names one.
+TEST_F(JobEnvTest, StorePortIsNotPytorchsMasterPort) {
+  set({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"},
+       {"COHORT_JOB_TOKEN", "t"}});
+  EXPECT_EQ(detect_job_env().master_port, 29501);
+  setenv("COHORT_MASTER_PORT", "41000", 1);
+  EXPECT_EQ(detect_job_env().master_port, 41000);
+  unsetenv("COHORT_MASTER_PORT");
+  unsetenv("MASTER_PORT");
+  EXPECT_EQ(detect_job_env().master_port, 29501);  // after PyTorch's default
+  setenv("MASTER_PORT", "65535", 1);
+  std::string no_next = error_of_detect();
+  EXPECT_NE(no_next.find("MASTER_PORT=65535"), std::string::npos) << no_next;
+  EXPECT_NE(no_next.find("COHORT_MASTER_PORT"), std::string::npos) << no_next;
+}
+
+// Without COHORT_JOB_TOKEN the token comes from the job id of the launcher whose ranks were read:
+// equal on every rank of one job, different between jobs, and COHORT_JOB_TOKEN still wins.
+TEST_F(JobEnvTest, TokenDerivedFromTheLaunchersJobId) {
+  struct Case {
+    std::map<std::string, std::string> ranks;  // rank 1 of 2 under this launcher
+    const char* id;                            // its job-id variable
+  };
+  const Case cases[] = {
+      {{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}}, "TORCHELASTIC_RUN_ID"},
+      {{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}}, "PMIX_NAMESPACE"},
+      {{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}},
+       "OMPI_MCA_ess_base_jobid"},
+      {{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"MASTER_ADDR", "h"}}, "SLURM_JOB_ID"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.id);
+    for (const char* name : kAllVars) unsetenv(name);
+    set(c.ranks);
+    EXPECT_NE(error_of_detect().find(c.id), std::string::npos);  // the message names it
+    setenv(c.id, "4711", 1);
+    JobEnv job = detect_job_env();
+    EXPECT_EQ(job.token_source, c.id);
+    EXPECT_NE(job.token.find("4711"), std::string::npos) << job.token;
+    setenv(c.id, "4712", 1);
+    EXPECT_NE(detect_job_env().token, job.token);
+    setenv(c.id, "4711", 1);
+    EXPECT_EQ(detect_job_env().token, job.token);
+    setenv("COHORT_JOB_TOKEN", "given", 1);
+    EXPECT_EQ(detect_job_env().token, "given");
+    EXPECT_EQ(detect_job_env().token_source, "COHORT_JOB_TOKEN");
+  }
+  // Two steps of one Slurm allocation are two jobs.
+  for (const char* name : kAllVars) unsetenv(name);
+  set({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"MASTER_ADDR", "h"}, {"SLURM_JOB_ID", "9"},
+       {"SLURM_STEP_ID", "0"}});
+  std::string step0 = detect_job_env().token;
+  setenv("SLURM_STEP_ID", "1", 1);
+  EXPECT_NE(detect_job_env().token, step0);
+  // Another launcher's job id is not read: ranks started by torchrun inside a Slurm allocation
+  // may not all see the same SLURM_STEP_ID.
+  for (const char* name : kAllVars) unsetenv(name);
+  set({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"SLURM_JOB_ID", "9"}});
+  EXPECT_NE(error_of_detect().find("COHORT_JOB_TOKEN"), std::string::npos);
+}
+
+// mpirun -np 2 on one machine needs no variables at all: the launcher says every rank is local.
+TEST_F(JobEnvTest, EveryRankOnThisMachineMeetsOnLoopback) {
+  set({{"OMPI_COMM_WORLD_RANK", "1"},
+       {"OMPI_COMM_WORLD_SIZE", "2"},
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+       {"PMIX_NAMESPACE", "prterun-host-1234@1"}});
+  JobEnv env = detect_job_env();
+  EXPECT_EQ(env.master_addr, "127.0.0.1");
+  EXPECT_EQ(env.master_port, kTorchDefaultMasterPort + 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1", 1);  // ranks on two machines: rank 0's host is needed
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1);
+  std::string missing = error_of_detect();
+  EXPECT_NE(missing.find("MASTER_ADDR"), std::string::npos) << missing;
 }
 
 TEST_F(JobEnvTest, ConnectJobStoreJoinsRanksThroughRankZero) {

@@ -1,6 +1,7 @@
 package org.cohort;
 
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
@@ -75,5 +76,56 @@ public final class Cohort {
     CohortException.check(status);
     String all = new String(buf, 0, (int) needed[0] - 1, StandardCharsets.UTF_8);
     return all.isEmpty() ? List.of() : Collections.unmodifiableList(Arrays.asList(all.split(",")));
+  }
+
+  /**
+   * The inputs, outputs and attributes of the public operator {@code op} (one of {@link #ops}),
+   * from cohort's operator registry. NOT_FOUND naming it for any other name.
+   */
+  public static OpInfo describeOp(String op) {
+    cohort_op_info info = new cohort_op_info();
+    try {
+      CohortException.check(CohortC.cohort_op_describe(op, info));
+      List<String> inputs = new ArrayList<>();
+      for (int k = 0; k < info.getMax_inputs(); ++k) inputs.add(info.input_name(k));
+      List<String> outputs = new ArrayList<>();
+      for (int k = 0; k < Math.max(info.getNum_outputs(), 1); ++k) outputs.add(info.output_name(k));
+      List<OpInfo.Attr> attrs = new ArrayList<>();
+      for (int k = 0; k < info.getNum_attrs(); ++k) attrs.add(describeAttr(op, k));
+      return new OpInfo(info.getName(), List.copyOf(inputs), info.getMin_inputs(),
+          List.copyOf(outputs), info.getOutputs_attr(), List.copyOf(attrs));
+    } finally {
+      info.delete();
+    }
+  }
+
+  private static OpInfo.Attr describeAttr(String op, int index) {
+    cohort_op_attr_info a = new cohort_op_attr_info();
+    try {
+      CohortException.check(CohortC.cohort_op_describe_attr(op, index, a));
+      OpInfo.AttrType type = OpInfo.AttrType.values()[a.getType()];
+      boolean required = a.getRequired() != 0;
+      Object value = null;
+      if (!required) {
+        switch (type) {
+          case INT -> value = a.getDefault_int();
+          case FLOAT -> value = a.getDefault_float();
+          case STRING -> value = a.getDefault_string();
+          case INTS -> {
+            List<Long> list = new ArrayList<>();
+            for (int k = 0; k < a.getDefault_count(); ++k) list.add(a.default_int_at(k));
+            value = List.copyOf(list);
+          }
+          case FLOATS -> {
+            List<Double> list = new ArrayList<>();
+            for (int k = 0; k < a.getDefault_count(); ++k) list.add(a.default_float_at(k));
+            value = List.copyOf(list);
+          }
+        }
+      }
+      return new OpInfo.Attr(a.getName(), type, required, value);
+    } finally {
+      a.delete();
+    }
   }
 }

@@ -32,7 +32,12 @@ public enum Status {
   /** The parallel plan does not fit: rebuild the plan. */
   INVALID_PLAN(cohort_status.COHORT_ERR_INVALID_PLAN),
   /** Called in the wrong state: nothing changed. */
-  INVALID_STATE(cohort_status.COHORT_ERR_INVALID_STATE);
+  INVALID_STATE(cohort_status.COHORT_ERR_INVALID_STATE),
+  /**
+   * A training step met NaN or Inf in its loss or gradients: its update was skipped and the
+   * trainer is as before the step; skip the batch and go on.
+   */
+  NON_FINITE(cohort_status.COHORT_ERR_NON_FINITE);
 
   private static final Status[] BY_CODE = new Status[values().length];
 

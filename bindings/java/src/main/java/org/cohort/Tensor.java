@@ -68,15 +68,22 @@ public final class Tensor {
         name, dtype, data, data == null ? 0 : data.length, cohortj_storage.COHORTJ_SHORTS, shape);
   }
 
-  /** Elements of any dtype as raw bytes in a Java array (platform byte order). */
+  /**
+   * Elements of any dtype as raw bytes in a Java array (platform byte order): the array is
+   * untyped, so {@code dtype} says what its bytes are, and they must be exactly the shape's
+   * elements of it (uint8 data is not converted: four bytes are one f32).
+   */
   public static Tensor of(String name, byte[] data, DType dtype, long... shape) {
-    return array(
-        name, dtype, data, data == null ? 0 : data.length, cohortj_storage.COHORTJ_BYTES, shape);
+    if (data == null) throw CohortException.invalid("Tensor '" + name + "'", "the array is null");
+    return new Tensor(name, dtype, checkedShape(name, shape), data, cohortj_storage.COHORTJ_BYTES,
+        data.length);
   }
 
   /**
-   * Elements in a direct buffer: a ByteBuffer of any dtype, or a typed buffer of its own dtype
-   * (FloatBuffer f32, IntBuffer i32, LongBuffer i64, ShortBuffer bf16/f16).
+   * Elements in a direct buffer: a ByteBuffer of any dtype (untyped bytes: {@code dtype} says what
+   * they are, and its capacity must hold exactly the shape's elements of it), or a typed buffer
+   * of its own dtype (FloatBuffer f32, IntBuffer i32, LongBuffer i64, ShortBuffer bf16/f16);
+   * any other element type (a DoubleBuffer, an IntBuffer for f32) is INVALID_ARGUMENT.
    */
   public static Tensor of(String name, Buffer buffer, DType dtype, long... shape) {
     checkBuffer("Tensor '" + name + "'", buffer, dtype);
@@ -239,6 +246,7 @@ public final class Tensor {
     return null;
   }
 
+  /** A typed Java array, whose element size is the dtype's. */
   private static Tensor array(
       String name, DType dtype, Object data, long length, int storage, long[] shape) {
     if (data == null) throw CohortException.invalid("Tensor '" + name + "'", "the array is null");

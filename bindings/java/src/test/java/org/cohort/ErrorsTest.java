@@ -50,6 +50,24 @@ class ErrorsTest {
   }
 
   @Test
+  void nonFiniteStep() {
+    try (Graph g = TestSupport.tinyClassifier(BATCH);
+        Optimizer sgd = new Optimizer(new OptimizerOptions());
+        Trainer t = new Trainer(g, sgd)) {
+      t.step(batch());
+      float[] x = TestSupport.features(BATCH, 1);
+      x[3] = Float.NaN;
+      Tensor[] bad = {Tensor.of("x", x, BATCH, TestSupport.FEATURES),
+          Tensor.of("y", TestSupport.labels(TestSupport.features(BATCH, 1), BATCH), BATCH)};
+      TestSupport.expectError(Status.NON_FINITE, () -> t.step(bad), "cohort_trainer_step",
+          "the update was skipped");
+      assertEquals(1, t.stats().step()); // the trainer is as before: go on
+      t.step(batch());
+      assertEquals(2, t.stats().step());
+    }
+  }
+
+  @Test
   void closedHandles() {
     Graph g = TestSupport.tinyClassifier(BATCH);
     Optimizer sgd = new Optimizer(new OptimizerOptions());
@@ -257,6 +275,73 @@ class ErrorsTest {
     TestSupport.expectError(Status.INVALID_ARGUMENT,
         () -> CohortException.check(CohortC.cohort_device_usable(7, new int[1], new byte[64])),
         "cohort_device_usable", "device = 7 is not a cohort_device");
+  }
+
+  /**
+   * Issue #25: an element type that does not match the value's dtype is refused, never read by
+   * its byte count. Java arrays and typed buffers carry their element type; a byte[] or a
+   * ByteBuffer is untyped, so its dtype is the one named with it and its byte count must hold the
+   * shape exactly.
+   */
+  @Test
+  void elementTypesMustMatchTheGraph() {
+    final int n = (int) (BATCH * TestSupport.FEATURES);
+    try (Graph g = TestSupport.tinyClassifier(BATCH);
+         Optimizer sgd = new Optimizer(new OptimizerOptions()); Trainer t = new Trainer(g, sgd)) {
+      Tensor x = Tensor.of("x", new float[n], BATCH, TestSupport.FEATURES);
+      Tensor y = Tensor.of("y", new int[(int) BATCH], BATCH);
+      TestSupport.expectError(Status.SHAPE_MISMATCH,
+          () -> t.step(Tensor.of("x", new int[n], BATCH, TestSupport.FEATURES), y),
+          "cohort_trainer_step", "input 'x' has dtype i32, expected f32");
+      TestSupport.expectError(Status.SHAPE_MISMATCH,
+          () -> t.step(x, Tensor.of("y", new long[(int) BATCH], BATCH)),
+          "input 'y' has dtype i64, expected i32");
+      TestSupport.expectError(Status.SHAPE_MISMATCH,
+          () -> t.step(x, Tensor.of("y", new float[(int) BATCH], BATCH)),
+          "input 'y' has dtype f32, expected i32");
+      // uint8 pixels named f32: the byte count cannot hold the shape, and the message says so
+      // (a byte[] once counted dtype-size bytes per array element: C read, and for outputs
+      // wrote, past the array).
+      Tensor pixels = Tensor.of("x", new byte[n], DType.F32, BATCH, TestSupport.FEATURES);
+      assertEquals(n, pixels.bytes());
+      TestSupport.expectError(Status.INVALID_ARGUMENT, () -> t.step(pixels, y), "'x'",
+          "buffer has " + n + " bytes, but shape [" + BATCH + ", " + TestSupport.FEATURES
+              + "] of f32 needs " + 4 * n);
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          ()
+              -> t.getParameter(Tensor.of(
+                  "fc.bias", new byte[TestSupport.CLASSES], DType.F32, TestSupport.CLASSES)),
+          "cohort_trainer_get_parameter", "buffer has " + TestSupport.CLASSES + " bytes");
+      byte[] biasBytes = new byte[4 * TestSupport.CLASSES];
+      t.getParameter(Tensor.of("fc.bias", biasBytes, DType.F32, TestSupport.CLASSES));
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          ()
+              -> Tensor.of("x",
+                  ByteBuffer.allocateDirect(8 * n).order(ByteOrder.nativeOrder()).asDoubleBuffer(),
+                  DType.F32, BATCH, TestSupport.FEATURES),
+          "Tensor 'x'", "a DoubleBuffer cannot hold f32");
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          ()
+              -> t.getParameter(Tensor.of("fc.bias",
+                  ByteBuffer.allocateDirect(TestSupport.CLASSES * 8)
+                      .order(ByteOrder.nativeOrder())
+                      .asLongBuffer(),
+                  DType.F32, TestSupport.CLASSES)),
+          "a LongBuffer cannot hold f32");
+      // Raw bytes of the right dtype and size train like the float[] they hold.
+      ByteBuffer raw = ByteBuffer.allocateDirect(4 * n).order(ByteOrder.nativeOrder());
+      assertTrue(Float.isFinite(t.step(Tensor.of("x", raw, DType.F32, BATCH, TestSupport.FEATURES), y)));
+    }
+    try (Comm comm = Comm.fromEnv()) {
+      ByteBuffer bytes = ByteBuffer.allocateDirect(32).order(ByteOrder.nativeOrder());
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          () -> comm.allReduce(bytes.asDoubleBuffer(), bytes.asDoubleBuffer(), 4, DType.F32,
+              Comm.ReduceOp.SUM),
+          "cohort_comm_all_reduce: in", "a DoubleBuffer cannot hold f32");
+      TestSupport.expectError(Status.INVALID_ARGUMENT,
+          () -> comm.send(bytes.asFloatBuffer(), 4, DType.I32, 0),
+          "cohort_comm_send: buf", "a FloatBuffer cannot hold i32");
+    }
   }
 
   @Test

@@ -232,4 +232,35 @@ class TrainingTest {
     assertEquals(2, DType.BF16.size());
     assertEquals("shape mismatch", Status.SHAPE_MISMATCH.cName());
   }
+
+  @Test
+  void operatorsDescribeWhatAddOpAccepts() {
+    OpInfo linear = Cohort.describeOp("linear");
+    assertEquals(List.of("x", "weight", "bias"), linear.inputs());
+    assertEquals(2, linear.minInputs());
+    assertEquals(List.of("y"), linear.outputs());
+    assertNull(linear.outputsFrom());
+    OpInfo split = Cohort.describeOp("split");
+    assertEquals(List.of("part"), split.outputs());
+    assertEquals("sizes", split.outputsFrom());
+    assertTrue(split.attrs().contains(new OpInfo.Attr("sizes", OpInfo.AttrType.INTS, true, null)));
+    assertTrue(Cohort.describeOp("cross_entropy")
+                   .attrs()
+                   .contains(new OpInfo.Attr("reduction", OpInfo.AttrType.STRING, false, "mean")));
+    assertTrue(Cohort.describeOp("conv2d").attrs().contains(
+        new OpInfo.Attr("stride", OpInfo.AttrType.INTS, false, List.of(1L, 1L))));
+    for (String op : Cohort.ops()) assertEquals(op, Cohort.describeOp(op).name());
+    // The required attribute the description names is what builds the node.
+    try (Graph g = new Graph(); Attrs perm = new Attrs()) {
+      int x = g.addInput("x", DType.F32, 2, 3);
+      OpInfo.Attr required = Cohort.describeOp("transpose").attrs().get(0);
+      assertTrue(required.required());
+      perm.setInts(required.name(), 1, 0);
+      g.addOp("transpose", "xt", perm, x);
+    }
+    TestSupport.expectError(Status.NOT_FOUND, () -> Cohort.describeOp("nope"),
+        "cohort_op_describe: no public operator is named 'nope'");
+    TestSupport.expectError(
+        Status.INVALID_ARGUMENT, () -> Cohort.describeOp(null), "cohort_op_describe: op is NULL");
+  }
 }
