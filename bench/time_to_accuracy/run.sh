@@ -96,6 +96,7 @@ for model in "${MODEL_LIST[@]}"; do
       for seed in "${SEED_LIST[@]}"; do
         name="$model-$rate-$mode-s$seed"
         rc=0
+        rm -f "$OUT/$name.jsonl"  # cohort train appends to a metrics file (a resumed run continues it)
         "$NETNS" run "$RANKS" --rate "$rate" --timeout "$TIMEOUT" --name tta -- "$CLI" train --model "$model" \
           --steps "$steps" --threads 1 --seed "$seed" --eval-every "$every" "${extra[@]}" \
           --metrics "$OUT/$name.jsonl" "${args[@]}" >"$OUT/$name.log" 2>&1 || rc=$?

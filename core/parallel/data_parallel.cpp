@@ -85,7 +85,7 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
   if (plan.inner_noise_scaling) trainer.optimizer().set_noise_ranks(comm->size());
   dp->round_tau_ = plan.tau;
   dp->merge_overlap_ = plan.overlap;
-  dp->last_mark_ = Clock::now();
+  dp->last_mark_ = dp->step_began_ = Clock::now();
   trainer.set_step_hook(dp);
   return dp;
 }
@@ -188,6 +188,15 @@ void DataParallel::settle(coll::WorkPtr& work) {
 }
 
 void DataParallel::begin_step() {
+  // Time between steps (an evaluation, a checkpoint, the caller loading data) is not training
+  // time: co2's average in flight across it has its launch moved by it, so that overlap auto
+  // measures travel in the steps' time (an evaluation of several seconds once read as a slow
+  // link and raised tau to 490 on the CNN), and the step time below leaves it out.
+  step_began_ = Clock::now();
+  if (plan_.mode == SyncMode::kCo2 && inflight_work_ && !have_result_) {
+    inflight_launched_ += step_began_ - last_mark_;
+    poll();  // arrived during the pause: its travel ends where the pause began
+  }
   // Buckets left half-done by a step that failed (an error in backward or in a collective):
   // let their reductions end before their buffers are reused. A failed collective leaves the
   // communicator's sticky error, which the next collective reports.
@@ -303,7 +312,7 @@ void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
     }
   }
   Clock::time_point now = Clock::now();
-  stats_.compute_seconds += std::max(0.0, seconds(now - last_mark_) - step_wait_);
+  stats_.compute_seconds += std::max(0.0, seconds(now - step_began_) - step_wait_);
   last_mark_ = now;
   step_wait_ = 0;
 }
@@ -464,13 +473,25 @@ void DataParallel::update_round_shape() {
     timing_work_.reset();
   }
   if (timing_.size() < 2) return;  // no round has ended since attach or a load
-  // The travel time is held: it decays by a fifth per round unless a newer one is longer, so one
-  // quick round on a noisy link does not shrink the overlap the next slow one needs (at 100 Mbit,
-  // 4 ranks on 2 cores, travel times of one run ranged 0.6-3.3 s).
-  held_comm_seconds_ = std::max(static_cast<double>(timing_[0]), 0.8 * held_comm_seconds_);
-  stats_.outer_comm_seconds = held_comm_seconds_;
+  // The travel time decided on is the median of the last five (the upper one of an even count):
+  // shaped links have outliers both ways — at 100 Mbit, 4 ranks on 2 cores, most averages took
+  // 0.15-0.4 s and one in a few dozen 6 s (a TCP retransmission). A maximum held over rounds,
+  // tried first, let one such outlier keep tau at its cap for hundreds of steps and cost the CNN
+  // 1-2 points; the median waits once for it, and follows a link that stays slower within three
+  // rounds.
+  if (timing_[0] > 0) {  // 0: not measured (a resumed merge)
+    if (travel_history_.size() == kTravelHistory) travel_history_.erase(travel_history_.begin());
+    travel_history_.push_back(timing_[0]);
+  }
+  double travel = 0;
+  if (!travel_history_.empty()) {
+    std::vector<float> sorted = travel_history_;
+    std::sort(sorted.begin(), sorted.end());
+    travel = sorted[sorted.size() / 2];
+  }
+  stats_.outer_comm_seconds = travel;
   stats_.step_seconds = timing_[1];
-  const RoundShape r = choose_round_shape(held_comm_seconds_, timing_[1], merge_overlap_, plan_.tau, round_pos_);
+  const RoundShape r = choose_round_shape(travel, timing_[1], merge_overlap_, plan_.tau, round_pos_);
   merge_overlap_ = r.overlap;
   round_tau_ = r.tau;
 }
@@ -489,12 +510,13 @@ void DataParallel::save_co2_state(checkpoint::CheckpointExtra& extra) {
     note_blocking(start);
     timing_work_.reset();
   }
-  // The slowest rank's times; this rank's last travel time; the held one.
-  Tensor timing = Tensor::zeros({4}, DType::kF32);
+  // The slowest rank's times; this rank's last travel time; the travel history.
+  Tensor timing = Tensor::zeros({static_cast<int64_t>(3 + kTravelHistory)}, DType::kF32);
   if (timing_.size() == 2) std::memcpy(timing.raw(), timing_.data(), 2 * sizeof(float));
   timing.data<float>()[2] = static_cast<float>(merged_comm_seconds_);
-  timing.data<float>()[3] = static_cast<float>(held_comm_seconds_);
+  std::copy(travel_history_.begin(), travel_history_.end(), timing.data<float>() + 3);
   extra.tensors["parallel.co2.timing"] = timing;
+  extra.ints["parallel.co2.travel_count"] = static_cast<int64_t>(travel_history_.size());
   extra.ints["parallel.co2.have_timing"] = timing_.size() == 2 ? 1 : 0;
   extra.ints["parallel.co2.round_pos"] = round_pos_;
   extra.ints["parallel.co2.round_tau"] = round_tau_;
@@ -524,19 +546,23 @@ std::function<void()> DataParallel::load_co2_state(const checkpoint::CheckpointE
     return it->second;
   };
   const int64_t pos = ints("parallel.co2.round_pos"), tau = ints("parallel.co2.round_tau"),
-                overlap = ints("parallel.co2.merge_overlap"), have_timing = ints("parallel.co2.have_timing");
+                overlap = ints("parallel.co2.merge_overlap"), have_timing = ints("parallel.co2.have_timing"),
+                travels = ints("parallel.co2.travel_count");
+  COHORT_CHECK(travels >= 0 && travels <= static_cast<int64_t>(kTravelHistory), Status::kInvalidArgument,
+               "data parallel: the checkpoint's co2 travel history holds ", travels, " times (at most ",
+               kTravelHistory, ")");
   COHORT_CHECK(pos >= 0 && pos < tau && overlap >= 1 && overlap <= tau && tau >= plan_.tau &&
                    (plan_.overlap_auto || (tau == plan_.tau && overlap == plan_.overlap)),
                Status::kInvalidArgument, "data parallel: the checkpoint's co2 round (step ", pos, " of ", tau,
                ", merge after ", overlap, ") does not fit this plan (tau ", plan_.tau, ", overlap ",
                plan_.overlap_auto ? std::string("auto") : std::to_string(plan_.overlap), ")");
-  const Tensor& timing = tensor("parallel.co2.timing", 4);
-  return [this, &timing, pos, tau, overlap, have_timing] {
+  const Tensor& timing = tensor("parallel.co2.timing", 3 + kTravelHistory);
+  return [this, &timing, pos, tau, overlap, have_timing, travels] {
     const float* t = timing.data<float>();
     timing_.clear();
     if (have_timing) timing_.assign(t, t + 2);
     merged_comm_seconds_ = t[2];
-    held_comm_seconds_ = t[3];
+    travel_history_.assign(t + 3, t + 3 + travels);
     round_pos_ = pos;
     round_tau_ = tau;
     merge_overlap_ = overlap;

@@ -282,7 +282,10 @@ class DataParallel : public StepHook {
   std::vector<float> timing_;
   transport::coll::WorkPtr timing_work_;
   double merged_comm_seconds_ = 0;  // this rank's: the last merged average's travel time
-  double held_comm_seconds_ = 0;    // the slowest rank's, held (update_round_shape)
+  // The slowest rank's travel times of the last kTravelHistory merges, oldest first; overlap
+  // auto decides on their median (update_round_shape).
+  static constexpr size_t kTravelHistory = 5;
+  std::vector<float> travel_history_;
   double round_compute_mark_ = 0;   // stats_.compute_seconds at the last round end
   Clock::time_point inflight_done_at_;  // unsharded: when poll() saw the average arrive
   int64_t inner_steps_ = 0;   // inner steps since attach (a round ends every tau)
@@ -291,7 +294,8 @@ class DataParallel : public StepHook {
   bool loss_marked_ = false;
   // Statistics.
   ParallelStats stats_;
-  Clock::time_point last_mark_;
+  Clock::time_point last_mark_;   // the end of the last step (after_update), or attach
+  Clock::time_point step_began_;  // begin_step of the step running
   double step_wait_ = 0;
 };
 

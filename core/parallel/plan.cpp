@@ -48,8 +48,9 @@ RoundShape choose_round_shape(double comm_seconds, double step_seconds, int64_t 
   r.overlap = overlap;
   if (comm_seconds > 0 && step_seconds > 0)
     r.overlap = static_cast<int64_t>(std::ceil(std::min(1.5 * comm_seconds / step_seconds, double{kMaxOverlap})));
-  r.overlap = std::clamp<int64_t>(r.overlap, 1, kMaxOverlap);
-  r.tau = std::max({tau_floor, 2 * r.overlap, round_pos + 1});
+  const int64_t tau_cap = std::max(kMaxTauGrowth * tau_floor, round_pos + 1);
+  r.overlap = std::clamp<int64_t>(r.overlap, 1, std::max<int64_t>(1, std::min(kMaxOverlap, tau_cap / 2)));
+  r.tau = std::min(std::max({tau_floor, 2 * r.overlap, round_pos + 1}), tau_cap);
   return r;
 }
 

@@ -180,13 +180,14 @@ class Plan(Handle):
     "localsgd", "co2"), tau, outer_lr, outer_momentum, outer_nesterov, staleness_penalty,
     penalty_constant, clip_threshold, zero_stage (0..3), bucket_bytes, inner_noise_scaling (localsgd,
     co2 with AdamW: local steps normalised for the group's averaged gradient), overlap_steps (co2:
-    steps a round's average travels before its merge, 0 = 1, -1 = chosen from measured times)."""
+    steps a round's average travels before its merge, 0 = 1, -1 = chosen from measured times),
+    outer_bits (co2: 32, or 8 / 4 for block-scaled low-bit pseudo-gradients; 0 = 32)."""
 
     __slots__ = ()
     _destroy = staticmethod(_capi.cohort_plan_destroy)
     FIELDS = ("data_parallel", "mode", "tau", "outer_lr", "outer_momentum", "outer_nesterov", "staleness_penalty",
               "penalty_constant", "clip_threshold", "zero_stage", "bucket_bytes", "inner_noise_scaling",
-              "overlap_steps")
+              "overlap_steps", "outer_bits")
 
     def __init__(self, preset="none", **options):
         o = _capi.cohort_plan_options_default()

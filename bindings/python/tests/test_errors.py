@@ -183,6 +183,9 @@ class ErrorTest(unittest.TestCase):
         self.assertFails(cohort.InvalidPlanError, "overlap = 3 must be in [1, tau = 2]", cohort.Plan, "co2", tau=2,
                          overlap_steps=3)
         cohort.Plan("co2", tau=2, overlap_steps=-1).close()  # auto
+        self.assertFails(cohort.InvalidPlanError, "outer bits = 6", cohort.Plan, "co2", tau=2, outer_bits=6)
+        self.assertFails(cohort.InvalidPlanError, "outer bits = 8", cohort.Plan, "diloco", tau=2, outer_bits=8)
+        cohort.Plan("co2", tau=2, outer_bits=4).close()
         with cohort.Plan("ddp") as plan:
             self.assertFalse(plan.closed)
 

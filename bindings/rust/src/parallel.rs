@@ -64,6 +64,12 @@ pub struct PlanOptions {
     /// localsgd, co2 with AdamW: normalise local steps by the second moment expected of the
     /// group's averaged gradient (no preset sets it; INVALID_PLAN under DDP).
     pub inner_noise_scaling: bool,
+    /// co2: inner steps a round's average travels before it is merged, 1..=tau; 0 means 1, -1
+    /// chosen (and re-chosen) from the measured all-reduce and step times.
+    pub overlap_steps: i64,
+    /// co2: bits per value of the pseudo-gradient each rank sends: 32 (0 means 32), 8 or 4
+    /// (block-scaled integers averaged in fp32).
+    pub outer_bits: i32,
 }
 
 impl Default for PlanOptions {
@@ -99,6 +105,8 @@ impl Default for PlanOptions {
             zero_stage: raw.zero_stage,
             bucket_bytes: raw.bucket_bytes,
             inner_noise_scaling: raw.inner_noise_scaling != 0,
+            overlap_steps: raw.overlap_steps,
+            outer_bits: raw.outer_bits,
         }
     }
 }
@@ -133,6 +141,8 @@ impl PlanOptions {
         raw.zero_stage = self.zero_stage;
         raw.bucket_bytes = self.bucket_bytes;
         raw.inner_noise_scaling = i32::from(self.inner_noise_scaling);
+        raw.overlap_steps = self.overlap_steps;
+        raw.outer_bits = self.outer_bits;
         raw
     }
 }

@@ -171,6 +171,13 @@ fn invalid_plans() {
     };
     Plan::new(&co2).expect("co2 takes inner noise scaling");
     expect_error(
+        Plan::new(&PlanOptions { outer_bits: 6, ..co2 }),
+        Status::InvalidPlan,
+        &["outer bits = 6"],
+    );
+    expect_error(Plan::new(&PlanOptions { overlap_steps: 3, ..co2 }), Status::InvalidPlan, &["overlap"]);
+    Plan::new(&PlanOptions { tau: 4, overlap_steps: -1, outer_bits: 4, ..co2 }).expect("co2 takes overlap auto and 4 bits");
+    expect_error(
         Plan::new(&PlanOptions {
             mode: SyncMode::Co2,
             tau: 2,

@@ -2,6 +2,9 @@
 // penalty) on hand-checked numbers, and a world-1 DataParallel against the simulated reference.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "core/base/error.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/quantize.h"
@@ -112,14 +115,22 @@ TEST(Plan, Co2RoundShapeHidesTheMeasuredAllReduce) {
   RoundShape r = choose_round_shape(0.25, 0.1, 1, 8, 1);
   EXPECT_EQ(r.overlap, 4);
   EXPECT_EQ(r.tau, 8);
-  // The link slows tenfold: 38 steps, and tau raised to 76 to keep half the round after them.
+  // The link slows fourfold: 15 steps, and tau raised to 30 to keep half the round after them.
+  r = choose_round_shape(1.0, 0.1, 4, 8, 4);
+  EXPECT_EQ(r.overlap, 15);
+  EXPECT_EQ(r.tau, 30);
+  // Tenfold: 38 steps would hide it, but tau stops at 4 x 8 = 32 and the merge at 16 (it waits).
   r = choose_round_shape(2.5, 0.1, 4, 8, 4);
-  EXPECT_EQ(r.overlap, 38);
-  EXPECT_EQ(r.tau, 76);
-  // Fast again: back to 1 step, but the round now 38 steps in ends no earlier than step 39.
-  r = choose_round_shape(0.01, 0.1, 38, 8, 38);
+  EXPECT_EQ(r.overlap, 16);
+  EXPECT_EQ(r.tau, 32);
+  // Fast again: back to 1 step, but the round now 30 steps in ends no earlier than step 31.
+  r = choose_round_shape(0.01, 0.1, 15, 8, 30);
   EXPECT_EQ(r.overlap, 1);
-  EXPECT_EQ(r.tau, 39);
+  EXPECT_EQ(r.tau, 31);
+  // A round already past the cap (a checkpoint of a longer round) ends where it is.
+  r = choose_round_shape(2.5, 0.1, 4, 8, 40);
+  EXPECT_EQ(r.overlap, 20);
+  EXPECT_EQ(r.tau, 41);
   // Nothing measured yet: the overlap stays as it was.
   r = choose_round_shape(0.0, 0.1, 4, 8, 4);
   EXPECT_EQ(r.overlap, 4);
@@ -284,6 +295,28 @@ TEST(DataParallel, DdpAtWorldOneIsPlainTrainingWithSeveralBuckets) {
   EXPECT_EQ(st.rounds, 4);
   EXPECT_GE(st.hidden_fraction, 0.0);
   EXPECT_LE(st.hidden_fraction, 1.0);
+}
+
+TEST(DataParallel, PausesBetweenStepsAreNotTrainingTime) {
+  // co2 under overlap auto with 150 ms between steps (an evaluation, say): the step time it
+  // measures, and its compute time, leave the pauses out; tau stays the plan's.
+  auto comm = test::world_of_one().comm;
+  TrainerOptions o;
+  o.num_threads = 1;
+  Trainer t(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);
+  PlanConfig plan = preset(Preset::kCo2, 4);
+  plan.overlap_auto = true;
+  auto dp = DataParallel::attach(t, plan, comm);
+  for (int64_t s = 0; s < 12; ++s) {
+    t.step(test::dp_batch(s, 0, test::kShard));
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  }
+  const ParallelStats st = dp->stats();
+  EXPECT_LT(st.compute_seconds, 0.5) << "12 steps of a tiny model, 1.8 s of pauses";
+  EXPECT_GT(st.step_seconds, 0.0);
+  EXPECT_LT(st.step_seconds, 0.05);
+  EXPECT_EQ(st.tau, 4);
+  t.set_step_hook(nullptr);
 }
 
 TEST(DataParallel, NoiseScalingSetsTheInnerOptimizer) {

@@ -20,6 +20,8 @@ public final class PlanOptions {
   private int zeroStage;
   private long bucketBytes;
   private boolean innerNoiseScaling;
+  private long overlapSteps;
+  private int outerBits;
 
   public PlanOptions() {
     cohort_plan_options d = CohortC.cohort_plan_options_default();
@@ -37,6 +39,8 @@ public final class PlanOptions {
       zeroStage = d.getZero_stage();
       bucketBytes = d.getBucket_bytes();
       innerNoiseScaling = d.getInner_noise_scaling() != 0;
+      overlapSteps = d.getOverlap_steps();
+      outerBits = d.getOuter_bits();
     } finally {
       d.delete();
     }
@@ -124,6 +128,32 @@ public final class PlanOptions {
     return innerNoiseScaling;
   }
 
+  /**
+   * co2: inner steps a round's average travels before it is merged, 1..tau; 0 means 1, -1 chosen
+   * (and re-chosen) from the measured all-reduce and step times. INVALID_PLAN outside co2 for -1.
+   */
+  public PlanOptions overlapSteps(long value) {
+    overlapSteps = value;
+    return this;
+  }
+
+  public long overlapSteps() {
+    return overlapSteps;
+  }
+
+  /**
+   * co2: bits per value of the pseudo-gradient each rank sends: 32 (0 means 32), or 8 or 4
+   * (block-scaled integers, averaged in fp32). INVALID_PLAN for other values or outside co2.
+   */
+  public PlanOptions outerBits(int value) {
+    outerBits = value;
+    return this;
+  }
+
+  public int outerBits() {
+    return outerBits;
+  }
+
   public Plan.Preset preset() {
     return preset;
   }
@@ -187,6 +217,8 @@ public final class PlanOptions {
     o.setZero_stage(zeroStage);
     o.setBucket_bytes(bucketBytes);
     o.setInner_noise_scaling(innerNoiseScaling ? 1 : 0);
+    o.setOverlap_steps(overlapSteps);
+    o.setOuter_bits(outerBits);
     return o;
   }
 }

@@ -110,6 +110,13 @@ class ErrorsTest {
     TestSupport.expectError(Status.INVALID_PLAN, () -> new Plan(new PlanOptions().innerNoiseScaling(true)).close(),
         "cohort_plan_create", "inner_noise_scaling applies to local steps");
     new Plan(new PlanOptions().preset(Plan.Preset.CO2).tau(2).innerNoiseScaling(true)).close();
+    TestSupport.expectError(Status.INVALID_PLAN,
+        () -> new Plan(new PlanOptions().preset(Plan.Preset.CO2).tau(2).outerBits(6)).close(), "cohort_plan_create",
+        "outer bits = 6");
+    TestSupport.expectError(Status.INVALID_PLAN,
+        () -> new Plan(new PlanOptions().preset(Plan.Preset.CO2).tau(2).overlapSteps(3)).close(),
+        "cohort_plan_create", "overlap");
+    new Plan(new PlanOptions().preset(Plan.Preset.CO2).tau(4).overlapSteps(-1).outerBits(4)).close();
   }
 
   @Test
