@@ -8,7 +8,10 @@
 #include "core/device/device.h"
 #include "core/graph/autodiff.h"
 #include "core/graph/initializer.h"
+#include "core/graph/shard.h"
+#include "kernels/cpu/optim.h"
 #include "kernels/cpu/threads.h"
+#include "transport/coll/communicator.h"
 
 namespace cohort {
 
@@ -19,6 +22,9 @@ Trainer::Trainer(const Graph& forward, const optim::OptimizerConfig& config, con
   optim::validate(config);
   param_ids_ = train_.parameters();
   COHORT_CHECK(!param_ids_.empty(), Status::kInvalidArgument, "the graph has no parameters to train");
+  COHORT_CHECK(!options_.axes || options_.device == Device::kCpu, Status::kUnsupported,
+               "tensor parallelism runs on the host for now: the collectives of a rank's graph have no device "
+               "communicators per grid axis yet (TODO(#27))");
   grad_ids_ = build_backward(train_, train_.loss(), param_ids_);
   std::vector<ValueId> targets = {train_.loss()};
   for (ValueId g : grad_ids_) if (g >= 0) targets.push_back(g);
@@ -27,8 +33,23 @@ Trainer::Trainer(const Graph& forward, const optim::OptimizerConfig& config, con
   Allocator* alloc = device_allocator(options_.device);
   for (ValueId p : param_ids_) {
     const Value& v = train_.value(p);
+    COHORT_CHECK(v.shard.empty() || options_.axes, Status::kInvalidArgument, "parameter ", train_.describe(p),
+                 " is a block of a sharded parameter, but the trainer has no grid axes (make it with a parallel plan)");
     Tensor t = Tensor::empty(v.type.shape, v.type.dtype);  // initialised on the host, then moved
-    initialize_parameter(t, v.init, options_.seed, v.name);
+    if (v.shard.empty()) {
+      initialize_parameter(t, v.init, options_.seed, v.name);
+    } else {  // the block of the whole parameter's initialisation: as if trained on one rank
+      Tensor whole = Tensor::empty(shard_whole_shape(v.type.shape, v.shard), v.type.dtype);
+      initialize_parameter(whole, v.init, options_.seed, v.name);
+      t = take_shard(whole, v.shard);
+    }
+    bool counted = true;
+    for (const char* axis : {"x", "y", "z"}) {
+      bool cut = false;
+      for (const ShardCut& c : v.shard) cut = cut || c.axis == axis;
+      if (!cut && options_.axes && options_.axes->coordinate(axis) != 0) counted = false;
+    }
+    counts_in_norm_.push_back(counted);
     param_names_.push_back(v.name);
     params_.push_back(to_device(t, options_.device));
     grads_.push_back(Tensor::zeros(v.type.shape, v.type.dtype, alloc));
@@ -77,6 +98,8 @@ float Trainer::step(const std::map<std::string, Tensor>& inputs) {
   ro.step = step_;
   ro.seed = options_.seed;
   ro.training = true;
+  ro.axes = options_.axes.get();
+  ro.overlap = options_.overlap_collectives;
   // Last step's gradients are spent: letting go of them lets the executor reuse their buffers.
   for (size_t i = 0; i < grad_ids_.size(); ++i)
     if (grad_ids_[i] >= 0) grads_[i] = Tensor();
@@ -113,6 +136,7 @@ float Trainer::step(const std::map<std::string, Tensor>& inputs) {
   const bool loss_finite = std::isfinite(loss);
   bool applied = false, measured = true;  // measured: the gradient norm of this step is known
   if (hook_ && hook_->apply_update(params_, grads_)) applied = std::isfinite(hook_->applied_grad_norm());
+  else if (loss_finite && options_.axes) applied = optimizer_->step(params_, grads_, model_grad_norm());
   else if (loss_finite) applied = optimizer_->step(params_, grads_);
   else {  // the loss alone decides: the norm is not measured, the stats report NaN for it
     optimizer_->step(params_, grads_, std::nan(""));
@@ -124,6 +148,23 @@ float Trainer::step(const std::map<std::string, Tensor>& inputs) {
   last_step_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!applied) throw non_finite_error(loss, measured ? std::optional<double>(stats().grad_norm) : std::nullopt);
   return loss;
+}
+
+double Trainer::model_grad_norm() {
+  // Each block counted once over the tensor axes (counts_in_norm_), summed there in f32: the
+  // transport has no f64, and the clipping factor needs no more (a NaN or Inf survives the sum).
+  double local = 0.0;
+  for (size_t i = 0; i < grads_.size(); ++i) {
+    if (!counts_in_norm_[i]) continue;
+    const Tensor g = grads_[i].contiguous();
+    local += g.dtype() == DType::kBF16 ? kernels::cpu::sum_of_squares_bf16(g.data<uint16_t>(), g.numel())
+                                       : kernels::cpu::sum_of_squares(g.data<float>(), g.numel());
+  }
+  transport::coll::Communicator* tensor = options_.axes->find("tensor");
+  if (tensor == nullptr || tensor->size() == 1) return std::sqrt(local);
+  float sum = static_cast<float>(local);
+  tensor->all_reduce(&sum, 1, transport::coll::DataType::kF32, transport::coll::ReduceOp::kSum)->wait();
+  return std::sqrt(static_cast<double>(sum));
 }
 
 Error Trainer::non_finite_error(float loss, std::optional<double> grad_norm) const {
@@ -211,6 +252,8 @@ void Trainer::evaluate(const std::map<std::string, Tensor>& inputs, std::map<std
   ro.step = step_;
   ro.seed = options_.seed;
   ro.training = false;
+  ro.axes = options_.axes.get();
+  ro.overlap = options_.overlap_collectives;
   plan.executor->run(env, ro);
   for (auto& [name, dst] : outputs) dst.copy_from(env.at(plan.graph.find(name)));
 }
@@ -291,6 +334,7 @@ TrainerStats Trainer::stats() const {
   for (size_t i = 0; i < params_.size(); ++i) s.parameter_bytes += 2 * params_[i].nbytes();
   s.parameter_bytes += optimizer_->state_bytes();
   s.last_step_seconds = last_step_seconds_;
+  s.collectives = train_exec_->collective_stats();
   return s;
 }
 

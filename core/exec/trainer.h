@@ -26,6 +26,15 @@ struct TrainerOptions {
   // model has no CUDA kernel; inputs may be host or device tensors (host ones are copied over),
   // the loss and evaluate's outputs come back to the caller's tensors.
   Device device = Device::kCpu;
+  // Tensor parallelism (core/parallel/tensor_parallel.h): the graph is this rank's part of a
+  // model, with collective operators over the grid axes these communicators carry and parameters
+  // that are blocks of whole ones (Value::shard). Each such parameter starts as its block of the
+  // whole parameter's initialisation, and the gradient norm (clipping, the NaN / Inf skip) is the
+  // whole model's, summed over the "tensor" axis, so every rank of a model replica updates alike.
+  // Host only for now (kUnsupported on the CUDA device). Every rank of the tensor axes calls
+  // step and evaluate at the same points (they run collectives).
+  std::shared_ptr<const CommAxes> axes{};
+  bool overlap_collectives = true;  // RunOptions::overlap
 };
 
 struct TrainerStats {
@@ -35,6 +44,7 @@ struct TrainerStats {
   size_t peak_activation_bytes = 0;
   size_t parameter_bytes = 0;
   double last_step_seconds = 0.0;
+  CollectiveStats collectives;  // of training steps (tensor parallelism)
 };
 
 // Observes and extends a training step; core/parallel implements it (DDP gradient averaging,
@@ -147,6 +157,9 @@ class Trainer {
   void bind_inputs(const Graph& g, const std::map<std::string, Tensor>& inputs,
                    std::unordered_map<ValueId, Tensor>& env, const char* what, bool keep);
   EvalPlan& eval_plan(int64_t batch, const std::vector<std::string>& outputs);
+  // The whole model's gradient L2 norm from this rank's blocks (options_.axes): a collective
+  // over the "tensor" axis, the same on every rank of it.
+  double model_grad_norm();
   // The kNonFinite error of a skipped step: the loss, the norm, the gradients holding NaN or Inf.
   // grad_norm: this step's, when it reached the optimizer.
   Error non_finite_error(float loss, std::optional<double> grad_norm) const;
@@ -167,6 +180,9 @@ class Trainer {
   std::shared_ptr<StepHook> hook_;
   std::unordered_map<ValueId, size_t> grad_index_;  // gradient value in train_ -> parameter index
   std::map<std::string, Tensor> staged_inputs_;      // device copies of step()'s host inputs
+  // Tensor parallelism: whether this rank counts parameter i in the model's gradient norm (it
+  // holds a block no other rank of the tensor axes holds, or is the first holder of a copy).
+  std::vector<bool> counts_in_norm_;
 };
 
 }  // namespace cohort
