@@ -6,6 +6,7 @@
 #include "capi/src/handles.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/device_comm.h"
+#include "core/parallel/parallel_trainer.h"
 #include "transport/bootstrap/store.h"
 #include "transport/coll/communicator.h"
 
@@ -132,14 +133,14 @@ COHORT_API cohort_status cohort_trainer_create_parallel(const cohort_graph* grap
     check_not_null(trainer_out, "trainer_out");
     TrainerOptions o = trainer_options_from(options);
     parallel::validate_for_world(pc, c->size());  // before any collective: nothing to undo
-    auto trainer = std::make_unique<Trainer>(g, oc, o);
     // On the GPU, DDP reduces its buckets over NCCL where every rank can (device_comm.h), else
     // through host copies over `comm`; local SGD and co2 always go through the host.
-    std::shared_ptr<transport::coll::Communicator> device_comm;
-    if (trainer->device() != Device::kCpu && pc.mode == parallel::SyncMode::kSync && comm->store)
-      device_comm = parallel::make_device_communicator(*c, comm->store);
-    parallel::DataParallel::attach(*trainer, pc, c, device_comm);
-    *trainer_out = make_trainer_handle(std::move(trainer));
+    std::shared_ptr<transport::Store> store = comm->store;
+    auto device_comm = [&](const Trainer& t) -> std::shared_ptr<transport::coll::Communicator> {
+      if (t.device() == Device::kCpu || pc.mode != parallel::SyncMode::kSync || !store) return nullptr;
+      return parallel::make_device_communicator(*c, store);
+    };
+    *trainer_out = make_trainer_handle(parallel::make_parallel_trainer(g, oc, o, pc, c, device_comm));
   });
 }
 
