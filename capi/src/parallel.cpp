@@ -22,6 +22,7 @@ constexpr const char* kPlan = "plan";
 
 parallel::PlanConfig to_config(const cohort_plan_options& o) {
   const bool has_noise = o.size >= offsetof(cohort_plan_options, inner_noise_scaling) + sizeof(int32_t);
+  const bool has_tensor = o.size >= offsetof(cohort_plan_options, tensor_overlap_off) + sizeof(int32_t);
   parallel::PlanConfig c;
   if (enum_int(o.preset) != COHORT_PRESET_NONE) {
     int p = enum_int(o.preset);
@@ -43,6 +44,12 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   COHORT_CHECK(o.bucket_bytes > 0, Status::kInvalidPlan, "plan: bucket_bytes = ", o.bucket_bytes, " must be > 0");
   c.bucket_bytes = static_cast<size_t>(o.bucket_bytes);
   c.inner_noise_scaling = has_noise && o.inner_noise_scaling != 0;
+  if (has_tensor) {
+    c.tensor.x = o.tensor_x;
+    c.tensor.y = o.tensor_y;
+    c.tensor.z = o.tensor_z;
+    c.overlap_collectives = o.tensor_overlap_off == 0;
+  }
   parallel::validate(c);
   return c;
 }
@@ -102,6 +109,7 @@ COHORT_API cohort_plan_options cohort_plan_options_default(void) {
   o.outer_lr = 1.0;
   o.penalty_constant = 1.0;
   o.bucket_bytes = 25 << 20;
+  o.tensor_x = o.tensor_y = o.tensor_z = 1;
   return o;
 }
 
