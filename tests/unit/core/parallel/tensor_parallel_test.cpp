@@ -58,7 +58,9 @@ TEST(TensorParallel, ARanksGraphHoldsItsBlocksAndOneAllReducePerPairAndPass) {
   for (const Node& n : g.nodes()) {
     copies += n.op->name == "copy_to_axis";
     reductions += n.op->name == "all_reduce";
-    if (n.op->name == "attention") EXPECT_EQ(n.attrs.get_int("heads"), 2) << n.name;
+    if (n.op->name == "attention") {
+      EXPECT_EQ(n.attrs.get_int("heads"), 2) << n.name;
+    }
   }
   EXPECT_EQ(copies, 4);
   EXPECT_EQ(reductions, 4);
@@ -140,12 +142,17 @@ TEST(TensorParallel, APlanThatDoesNotFitTheWorldNamesTheFields) {
   p.tensor.y = 2;
   p.zero_stage = 1;
   expect_error([&] { validate(p); }, Status::kUnsupported, "ZeRO stage 1 with tensor parallelism");
+  p.zero_stage = 0;
+  p.mode = SyncMode::kCo2;
+  expect_error([&] { validate(p); }, Status::kUnsupported,
+               "plan: the co2 mode over the data axis of a tensor-parallel model (tensor_y = 2) is not implemented");
+  p.tensor.y = 1;
+  EXPECT_NO_THROW(validate(p));
 }
 
 struct GridCase {
   std::string model;
   int world, y;
-  SyncMode mode;
   bool overlap;
   std::string label;
 };
@@ -162,7 +169,7 @@ TEST_P(TensorParallelTraining, MatchesOneProcessOnTheGlobalBatch) {
   const test::TpReference ref = test::tp_reference(c.model, global, kSteps, 1);
   std::mutex mutex;
   ct::run_ranks_shared(c.world, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
-    PlanConfig plan = c.mode == SyncMode::kSync ? preset(Preset::kDdp, 1) : preset(Preset::kCo2, 1);
+    PlanConfig plan = preset(Preset::kDdp, 1);
     plan.tensor.y = c.y;
     plan.overlap_collectives = c.overlap;
     TrainerOptions o;
@@ -195,13 +202,13 @@ TEST_P(TensorParallelTraining, MatchesOneProcessOnTheGlobalBatch) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grids, TensorParallelTraining,
-    ::testing::Values(GridCase{"gpt", 2, 2, SyncMode::kSync, true, "gpt_y2"},
-                      GridCase{"gpt", 4, 4, SyncMode::kSync, true, "gpt_y4"},
-                      GridCase{"gpt", 2, 2, SyncMode::kSync, false, "gpt_y2_no_overlap"},
-                      GridCase{"mlp", 2, 2, SyncMode::kSync, true, "mlp_y2"},
-                      GridCase{"mlp", 4, 4, SyncMode::kSync, true, "mlp_y4"},
-                      GridCase{"gpt", 4, 2, SyncMode::kSync, true, "gpt_data2_y2"},
-                      GridCase{"mlp", 4, 2, SyncMode::kSync, true, "mlp_data2_y2"}),
+    ::testing::Values(GridCase{"gpt", 2, 2, true, "gpt_y2"},
+                      GridCase{"gpt", 4, 4, true, "gpt_y4"},
+                      GridCase{"gpt", 2, 2, false, "gpt_y2_no_overlap"},
+                      GridCase{"mlp", 2, 2, true, "mlp_y2"},
+                      GridCase{"mlp", 4, 4, true, "mlp_y4"},
+                      GridCase{"gpt", 4, 2, true, "gpt_data2_y2"},
+                      GridCase{"mlp", 4, 2, true, "mlp_data2_y2"}),
     [](const ::testing::TestParamInfo<GridCase>& i) { return i.param.label; });
 
 }  // namespace
