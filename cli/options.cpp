@@ -111,6 +111,7 @@ const std::map<std::string, Setter>& setters() {
       {"--staleness-penalty", int_in(&Options::staleness_penalty, 0, 1)},
       {"--outer-clip", number(&Options::outer_clip, ">= 0 (0: off)", non_negative)},
       {"--noise-scaling", int_in(&Options::noise_scaling, 0, 1)},
+      {"--tensor", int_in(&Options::tensor, 1, 65536)},
       {"--outer-lr", number(&Options::outer_lr, "> 0", positive)},
       {"--outer-momentum", number(&Options::outer_momentum, "in [0, 1)", [](double x) { return x >= 0 && x < 1; })},
       {"--nesterov", int_in(&Options::nesterov, 0, 1)},
@@ -145,7 +146,8 @@ const char* usage_text() {
          "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N (not sync)]]  (under a launcher, below)\n"
          "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco, co2 0-1)\n"
          "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1] [--noise-scaling 0|1 (adamw)]  (not sync)\n"
-         "         [--staleness-penalty 0|1] [--outer-clip C]  (co2 only)\n";
+         "         [--staleness-penalty 0|1] [--outer-clip C]  (co2 only)\n"
+         "         [--tensor N]  (sync only, mlp and gpt: Megatron tensor parallelism over groups of N ranks)\n";
 }
 
 const char* usage_notes() {
@@ -159,7 +161,10 @@ const char* usage_notes() {
          "Ranks on several machines need MASTER_ADDR (rank 0's host). cohort's store listens on\n"
          "COHORT_MASTER_PORT, else MASTER_PORT + 1 (MASTER_PORT is PyTorch's store), else 29501. The job\n"
          "token is COHORT_JOB_TOKEN, else derived from the launcher's job id (SLURM_JOB_ID, PMIX_NAMESPACE,\n"
-         "TORCHELASTIC_RUN_ID): not a secret, so set COHORT_JOB_TOKEN where others can reach the port.\n";
+         "TORCHELASTIC_RUN_ID): not a secret, so set COHORT_JOB_TOKEN where others can reach the port.\n"
+         "--tensor N splits each model replica over N consecutive ranks (Megatron-LM's 1D tensor\n"
+         "parallelism: the gpt's attention by heads and its mlp, the mlp's two layers); the world / N\n"
+         "replicas train as --parallel sync. N must divide the world, the heads and the hidden widths.\n";
 }
 
 Options parse_train_options(int argc, char** argv, int first) {
@@ -217,6 +222,10 @@ void check_parallel_flags(const Options& o) {
           "--outer-lr, --outer-momentum and --nesterov need --parallel localsgd, slowmo, diloco or co2");
   require((!o.staleness_penalty && !o.outer_clip) || o.parallel == "co2",
           "--staleness-penalty and --outer-clip need --parallel co2");
+  require(o.tensor == 1 || o.parallel == "sync",
+          "--tensor needs --parallel sync (the replicas of a tensor-parallel model train as DDP; localsgd, "
+          "slowmo, diloco and co2 are not supported with it yet)");
+  require(o.tensor == 1 || o.zero == 0, "--tensor with --zero is not supported yet");
 }
 
 }  // namespace

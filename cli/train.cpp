@@ -184,6 +184,7 @@ void Loop::log_point(int64_t step, float loss, bool final_point) {
   if (eval) {
     task_.gather_parameters();
     if (o_.evaluates) line += eval_fields(step, final_point);
+    else if (o_.joins_evaluation) task_.evaluate(final_point ? 0 : *o_.eval_examples);
   }
   metrics_.write(line + "}");
   window_step_ = step;
@@ -255,6 +256,8 @@ void Loop::run() {
     task_.gather_parameters();
     if (o_.evaluates)
       metrics_.write("{\"step\":" + std::to_string(start_step_) + eval_fields(start_step_, true) + "}");
+    else if (o_.joins_evaluation)
+      task_.evaluate(0);
   }
 }
 
@@ -266,10 +269,12 @@ int run_train(Options o) {
   Task task(o);
   if (task.world() > 1) {
     // Rank 0 reports and evaluates (the others join its evaluation points: under ZeRO 3 the
-    // parameters are gathered there); every rank saves its own checkpoint file.
+    // parameters are gathered there; under --tensor they run the evaluation with it, silently);
+    // every rank saves its own checkpoint file.
     if (task.rank() != 0) {
       o.quiet = true;
       o.evaluates = false;
+      o.joins_evaluation = o.tensor > 1;
       o.metrics.clear();
     }
     const std::string suffix = ".rank" + std::to_string(task.rank());
@@ -287,7 +292,8 @@ int run_train(Options o) {
                 static_cast<long long>(*o.batch), task.world(), o.device == "cuda" ? " on the GPU" : "",
                 o.parallel.empty() ? "" : ", ",
                 o.parallel.empty() ? "" : (o.parallel + (o.parallel == "sync" ? "" : " tau " + std::to_string(*o.tau)) +
-                                           (o.zero > 0 ? " zero " + std::to_string(o.zero) : "")).c_str(),
+                                           (o.zero > 0 ? " zero " + std::to_string(o.zero) : "") +
+                                           (o.tensor > 1 ? " tensor " + std::to_string(o.tensor) : "")).c_str(),
                 static_cast<long long>(total), static_cast<long long>(task.steps_per_epoch()), o.optimizer.c_str(), *o.lr,
                 static_cast<long long>(*o.warmup));
   if (!o.resume.empty()) loop.resume(o.resume);

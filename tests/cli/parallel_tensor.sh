@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# cohort train --parallel sync --tensor 2 under cohort-run -n 2 (Megatron 1D tensor parallelism,
+# one model replica over both ranks): trains the mlp like one process on the same batches —
+# the same evaluations as printed, the last step's loss and gradient norm within 1e-5 relative
+# (fp32 sums in another order) — while each rank holds about half the parameters; plans that do
+# not fit the world or the model fail on one line naming the numbers, with a non-zero exit.
+#   parallel_tensor.sh COHORT_RUN COHORT_CLI
+set -euo pipefail
+run=$1 cli=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+common=(train --model mlp --steps 40 --eval-every 20 --eval-examples 500 --log-every 20 --threads 1)
+"$cli" "${common[@]}" --metrics "$dir/one.jsonl" >"$dir/one.out" 2>&1 ||
+  { cat "$dir/one.out"; echo "FAIL: the single-process run exited non-zero"; exit 1; }
+"$run" -n 2 -- "$cli" "${common[@]}" --parallel sync --tensor 2 --metrics "$dir/tp.jsonl" >"$dir/tp.out" 2>&1 ||
+  { cat "$dir/tp.out"; echo "FAIL: --tensor 2 exited non-zero"; exit 1; }
+evals() { grep -o 'eval step [0-9]*: loss [0-9.]* | accuracy [0-9.]*%' "$1"; }
+[ "$(evals "$dir/one.out" | wc -l)" -eq 2 ] || { cat "$dir/one.out"; echo "FAIL: expected 2 evaluations"; exit 1; }
+if [ "$(evals "$dir/one.out")" != "$(evals "$dir/tp.out")" ]; then
+  paste <(evals "$dir/one.out") <(evals "$dir/tp.out"); echo "FAIL: --tensor 2 evaluates differently"; exit 1
+fi
+field() { grep -o "\"$2\":[0-9.e+-]*" "$1" | tail -1 | cut -d: -f2; }
+for f in loss grad_norm; do
+  a=$(field "$dir/one.jsonl" $f) b=$(field "$dir/tp.jsonl" $f)
+  awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-5 * a) }' ||
+    { echo "FAIL: $f differs: one process $a, --tensor 2 $b"; exit 1; }
+done
+grep -q "sync tensor 2" "$dir/tp.out" || { cat "$dir/tp.out"; echo "FAIL: the banner does not name the grid"; exit 1; }
+# fc1 and fc2 are split, fc2's bias (10 floats) is whole on both ranks: half the bytes, and a bit.
+whole=$(( $(grep -o '[0-9]* parameters' "$dir/one.out" | head -1 | cut -d' ' -f1) * 4 ))
+per_rank=$(field "$dir/tp.jsonl" parameter_bytes)
+awk -v w="$whole" -v p="$per_rank" 'BEGIN { exit !(p > 0 && p <= 0.51 * w) }' ||
+  { echo "FAIL: --tensor 2 holds $per_rank parameter bytes per rank of $whole"; exit 1; }
+refused() {  # refused <expected text> <args...>
+  local want=$1; shift
+  if "$run" -n 2 -- "$cli" train --steps 2 --threads 1 --parallel sync "$@" >"$dir/bad.out" 2>&1; then
+    echo "FAIL: accepted: $*"; exit 1
+  fi
+  grep -q -- "$want" "$dir/bad.out" || { cat "$dir/bad.out"; echo "FAIL: '$*' without '$want'"; exit 1; }
+}
+refused "error: creating the trainer: .*tensor_y 3 x tensor_z 1 = 3 ranks does not divide the world size 2" \
+  --model mlp --tensor 3
+refused "error: creating the trainer: .*tensor_y = 2 does not divide the 15 out-features of linear 'fc1'" \
+  --model mlp --hidden 15 --tensor 2
+refused "error: creating the trainer: .*tensor_y = 2 but the model has no pair of linear layers" --model cnn --tensor 2
+echo "ok: --tensor 2 trains like one process; parameters per rank $per_rank of $whole bytes"
