@@ -3,7 +3,8 @@
 # one model replica over both ranks): trains the mlp like one process on the same batches —
 # the same evaluations as printed, the last step's loss and gradient norm within 1e-5 relative
 # (fp32 sums in another order) — while each rank holds about half the parameters; plans that do
-# not fit the world or the model fail on one line naming the numbers, with a non-zero exit.
+# not fit the world or the model fail on one line naming the numbers, with a non-zero exit; a
+# resume under the same grid is bit-identical, and one process refuses a rank's checkpoint.
 #   parallel_tensor.sh COHORT_RUN COHORT_CLI
 set -euo pipefail
 run=$1 cli=$2
@@ -31,6 +32,20 @@ whole=$(( $(grep -o '[0-9]* parameters' "$dir/one.out" | head -1 | cut -d' ' -f1
 per_rank=$(field "$dir/tp.jsonl" parameter_bytes)
 awk -v w="$whole" -v p="$per_rank" 'BEGIN { exit !(p > 0 && p <= 0.51 * w) }' ||
   { echo "FAIL: --tensor 2 holds $per_rank parameter bytes per rank of $whole"; exit 1; }
+# A run stopped at step 20 and resumed from its per-rank checkpoints (each rank's blocks) ends
+# with the uninterrupted run's loss, bit for bit; one process refuses a rank's file (no
+# resharding between layouts yet).
+"$run" -n 2 -- "$cli" "${common[@]}" --parallel sync --tensor 2 --no-eval --save "$dir/ck" --stop-after 20 \
+  >"$dir/stop.out" 2>&1 || { cat "$dir/stop.out"; echo "FAIL: the stopped run exited non-zero"; exit 1; }
+"$run" -n 2 -- "$cli" "${common[@]}" --parallel sync --tensor 2 --resume "$dir/ck" --metrics "$dir/resumed.jsonl" \
+  >"$dir/resumed.out" 2>&1 || { cat "$dir/resumed.out"; echo "FAIL: the resumed run exited non-zero"; exit 1; }
+[ "$(field "$dir/tp.jsonl" loss)" = "$(field "$dir/resumed.jsonl" loss)" ] ||
+  { echo "FAIL: resumed loss $(field "$dir/resumed.jsonl" loss), uninterrupted $(field "$dir/tp.jsonl" loss)"; exit 1; }
+if "$cli" "${common[@]}" --resume "$dir/ck.rank0" >"$dir/one_resume.out" 2>&1; then
+  echo "FAIL: one process resumed from a tensor-parallel rank's checkpoint"; exit 1
+fi
+grep -q "is for another model: parameter 'fc1.weight' has shape \[128, 784\] there" "$dir/one_resume.out" ||
+  { cat "$dir/one_resume.out"; echo "FAIL: the refusal does not name the block's shape"; exit 1; }
 refused() {  # refused <expected text> <args...>
   local want=$1; shift
   if "$run" -n 2 -- "$cli" train --steps 2 --threads 1 --parallel sync "$@" >"$dir/bad.out" 2>&1; then
