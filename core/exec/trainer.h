@@ -129,6 +129,11 @@ class Trainer {
   // Installs (or with nullptr removes) the step hook; the trainer shares its ownership.
   void set_step_hook(std::shared_ptr<StepHook> hook) { hook_ = std::move(hook); }
   const std::shared_ptr<StepHook>& step_hook() const { return hook_; }
+  // Tensor parallelism: the grid axes (nullptr without), and whether this rank counts parameter i
+  // in the whole model's norms (it holds a block no other tensor rank holds, or is the first
+  // holder of a replicated one) — for hooks whose norms must be the model's too.
+  const std::shared_ptr<const CommAxes>& axes() const { return options_.axes; }
+  const std::vector<bool>& counts_in_norm() const { return counts_in_norm_; }
   // Mutable parameters (parameter_names() order) for hooks that set them, e.g. a broadcast.
   std::vector<Tensor>& mutable_parameters() { return params_; }
 

@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 #include "core/base/error.h"
 #include "core/base/log.h"
 #include "core/device/device.h"
+#include "core/ops/collective.h"
 #include "core/parallel/device_comm.h"
 #include "core/parallel/flat.h"
 #include "kernels/cpu/optim.h"
@@ -52,6 +54,16 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
   comm->broadcast(flat.data(), flat.size(), coll::DataType::kF32, 0)->wait();
   unflatten(flat.data(), params);
   dp->trainer_ = &trainer;
+  if (trainer.axes() && trainer.axes()->size("tensor") > 1) {
+    dp->axes_ = trainer.axes();
+    dp->tensor_ = trainer.axes()->find("tensor");
+    size_t offset = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const size_t n = static_cast<size_t>(params[i].numel());
+      if (trainer.counts_in_norm()[i]) dp->norm_ranges_.emplace_back(offset, n);
+      offset += n;
+    }
+  }
   if (plan.mode == SyncMode::kSync) {
     dp->build_buckets(params);
     if (plan.zero_stage > 0) dp->build_shards(trainer.optimizer());
@@ -206,6 +218,7 @@ void DataParallel::mark_if_loss_not_finite(Bucket& b) {
 bool DataParallel::outer_finite(const float* d, size_t n) {
   float bad = std::isfinite(kernels::cpu::sum_of_squares(d, static_cast<int64_t>(n))) ? 0.0f : 1.0f;
   if (outer_sharded()) sum_over_ranks(&bad, 1);
+  bad = any_over_tensor(bad != 0.0f) ? 1.0f : 0.0f;  // the tensor ranks' blocks differ
   if (bad == 0.0f) return true;
   log(LogLevel::kWarn, str_cat("data parallel: the averaged pseudo-gradient of outer round ", stats_.rounds + 1,
                                " holds NaN or Inf; its outer step is skipped on every rank (anchor and outer "
@@ -214,7 +227,8 @@ bool DataParallel::outer_finite(const float* d, size_t n) {
 }
 
 void DataParallel::drop_if_not_finite(float* d, size_t n, const char* what) {
-  if (std::isfinite(kernels::cpu::sum_of_squares(d, static_cast<int64_t>(n)))) return;
+  // Under tensor parallelism a model replica drops its round as one (each rank holds blocks).
+  if (!any_over_tensor(!std::isfinite(kernels::cpu::sum_of_squares(d, static_cast<int64_t>(n))))) return;
   std::fill(d, d + n, 0.0f);
   log(LogLevel::kWarn, str_cat("data parallel: ", what, " of this rank holds NaN or Inf (its parameters are not "
                                "finite); its round is dropped and it restarts from the anchor"));
@@ -299,7 +313,11 @@ void DataParallel::end_round_blocking(std::vector<Tensor>& params) {
   comm_->all_reduce(inflight_.data(), numel_, coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
   note_blocking(start);
   // The average is the same bytes on every rank: so is the decision to skip a non-finite one.
-  if (outer_finite(inflight_.data(), numel_)) stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0);
+  if (outer_finite(inflight_.data(), numel_)) {
+    std::function<double(double)> model_norm;  // the clip's norm: the whole model's momentum
+    if (tensor_) model_norm = [this](double) { return model_sum_of_squares(outer_.momentum().data()); };
+    stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0, model_norm);
+  }
   unflatten(anchor_.data(), params);
   round_start_ = anchor_;
   ++stats_.rounds;
@@ -329,9 +347,11 @@ void DataParallel::end_round_co2(std::vector<Tensor>& params) {
     prev_anchor_ = anchor_;
     have_result_ = false;
   } else if (have_result_) {
-    stats_.last_staleness_scale = outer_.staleness_scale(anchor_, prev_anchor_, result_.data());
+    stats_.last_staleness_scale = staleness_scale();
     prev_anchor_ = anchor_;  // x_k: the anchor the round now in flight will be applied after
-    stats_.last_momentum_norm = outer_.step(anchor_, result_.data(), stats_.last_staleness_scale);
+    std::function<double(double)> model_norm;  // the clip's norm: the whole model's momentum
+    if (tensor_) model_norm = [this](double) { return model_sum_of_squares(outer_.momentum().data()); };
+    stats_.last_momentum_norm = outer_.step(anchor_, result_.data(), stats_.last_staleness_scale, model_norm);
     have_result_ = false;
   } else {
     prev_anchor_ = anchor_;
@@ -431,6 +451,50 @@ ParallelStats DataParallel::stats() const {
   s.hidden_fraction = s.comm_seconds > 0 ? std::clamp(1.0 - s.wait_seconds / s.comm_seconds, 0.0, 1.0) : 1.0;
   fill_memory_stats(s);
   return s;
+}
+
+double DataParallel::sum_over_tensor(float* values, size_t n) {
+  // A member buffer, as sum_over_ranks (a failed reduction may still hold it). Summed in f32: the
+  // transport has no f64, and the decisions taken from these sums need no more.
+  if (tensor_scalars_.size() < n) tensor_scalars_.resize(n);
+  std::copy(values, values + n, tensor_scalars_.begin());
+  Clock::time_point start = Clock::now();
+  tensor_->all_reduce(tensor_scalars_.data(), n, coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
+  note_blocking(start);
+  std::copy(tensor_scalars_.begin(), tensor_scalars_.begin() + static_cast<std::ptrdiff_t>(n), values);
+  return values[0];
+}
+
+bool DataParallel::any_over_tensor(bool local) {
+  if (!tensor_) return local;
+  float flag = local ? 1.0f : 0.0f;
+  return sum_over_tensor(&flag, 1) != 0.0f;
+}
+
+double DataParallel::model_sum_of_squares(const float* flat) {
+  if (!tensor_) return kernels::cpu::sum_of_squares(flat, static_cast<int64_t>(numel_));
+  double local = 0;
+  for (const auto& [offset, count] : norm_ranges_)
+    local += kernels::cpu::sum_of_squares(flat + offset, static_cast<int64_t>(count));
+  float sum = static_cast<float>(local);
+  return sum_over_tensor(&sum, 1);
+}
+
+double DataParallel::staleness_scale() {
+  if (!tensor_ || !outer_.config().staleness_penalty)
+    return outer_.staleness_scale(anchor_, prev_anchor_, result_.data());
+  // ||x_k - x_{k-1}||^2 and ||d||^2 of the whole model (outer.cpp has the formula).
+  double gap_sq = 0, d_sq = 0;
+  for (const auto& [offset, count] : norm_ranges_) {
+    for (size_t i = offset; i < offset + count; ++i) {
+      const double g = static_cast<double>(anchor_[i]) - prev_anchor_[i];
+      gap_sq += g * g;
+    }
+    d_sq += kernels::cpu::sum_of_squares(result_.data() + offset, static_cast<int64_t>(count));
+  }
+  float sums[2] = {static_cast<float>(gap_sq), static_cast<float>(d_sq)};
+  sum_over_tensor(sums, 2);
+  return outer_.staleness_scale_from(sums[0], sums[1]);
 }
 
 }  // namespace cohort::parallel

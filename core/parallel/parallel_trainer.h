@@ -1,7 +1,7 @@
 // One entry point that makes a rank's trainer for a parallel plan: the grid's axes split from the
 // world, the model rewritten for this rank's tensor position (tensor_parallel.h), and data
-// parallelism (data_parallel.h) attached over the data axis in the plan's mode. Under a tensor
-// grid that mode is sync (DDP) for now: local SGD and co2 are refused (validate_tensor_grid).
+// parallelism (data_parallel.h) attached over the data axis in the plan's mode — sync DDP, local
+// SGD or CO2, whose outer step then takes its norms over the whole model (the tensor axis).
 #pragma once
 
 #include <functional>

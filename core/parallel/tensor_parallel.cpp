@@ -221,14 +221,6 @@ void validate_tensor_grid(const PlanConfig& p) {
                ", tensor_z = ", p.tensor.z,
                ": the 2D and 3D tensor grids (AxoNN's X and Z axes) are not implemented yet; Megatron's 1D tensor "
                "parallelism is tensor_y (TODO(#27))");
-  // Local SGD and co2 step an outer optimizer whose clip and staleness penalty take norms of the
-  // parameters a rank holds: under a tensor grid those are blocks, and each tensor rank would
-  // clip by its own blocks' norm. Until the outer step sums its norms over the tensor axis (and
-  // a test compares it with the replicated run), only DDP runs over the data axis.
-  COHORT_CHECK(p.tensor.degree() == 1 || p.mode == SyncMode::kSync, Status::kUnsupported, "plan: the ",
-               mode_name(p.mode), " mode over the data axis of a tensor-parallel model (tensor_y = ", p.tensor.y,
-               ") is not implemented yet: its outer clip and staleness penalty would measure each rank's blocks, not "
-               "the model; use the sync (DDP) mode (TODO(#27))");
   COHORT_CHECK(p.tensor.degree() == 1 || p.zero_stage == 0, Status::kUnsupported, "plan: ZeRO stage ", p.zero_stage,
                " with tensor parallelism (tensor_y = ", p.tensor.y,
                ") is not implemented yet: ZeRO's gradient norm would miss the tensor axes (TODO(#27))");

@@ -33,8 +33,7 @@
 namespace cohort::parallel {
 
 // Throws kInvalidPlan naming the field for a degree < 1 or > 65536, and kUnsupported for what is
-// not implemented yet (X or Z > 1; with a tensor degree > 1: ZeRO, or a data-axis mode other
-// than sync). Called by validate().
+// not implemented yet (X or Z > 1; ZeRO with a tensor degree > 1). Called by validate().
 void validate_tensor_grid(const PlanConfig& plan);
 
 // This rank's coordinates on the tensor axes.

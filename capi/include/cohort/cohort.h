@@ -731,8 +731,8 @@ typedef struct cohort_plan_options {
    * field and the numbers when a degree is < 1 or does not divide the communicator, the
    * out-features or the heads of a split layer (at cohort_trainer_create_parallel for the last
    * ones); UNSUPPORTED for tensor_x or tensor_z > 1 (2D / 3D grids, not implemented), and with a
-   * tensor degree > 1 for ZeRO, a mode other than DDP on the data axis, or the CUDA device.
-   * Defaults 1. */
+   * tensor degree > 1 for ZeRO or the CUDA device. The data axis runs the plan's mode (DDP, local
+   * SGD, co2); their outer clip and staleness penalty use the whole model's norms. Defaults 1. */
   int32_t tensor_x;
   int32_t tensor_y;
   int32_t tensor_z;
@@ -749,8 +749,7 @@ typedef struct cohort_plan cohort_plan;
 /* Copies and validates the options. Returns OK; INVALID_ARGUMENT (options or plan_out NULL,
  * size too small, unknown preset); INVALID_PLAN naming the field (unknown mode or ZeRO stage,
  * tau < 1, negative lr, momentum, constant or threshold, momentum >= 1, bucket_bytes <= 0,
- * a tensor degree < 1); UNSUPPORTED for tensor_x / tensor_z > 1, and ZeRO or a mode other than
- * DDP with tensor_y > 1;
+ * a tensor degree < 1); UNSUPPORTED for tensor_x / tensor_z > 1, and ZeRO with tensor_y > 1;
  * UNSUPPORTED for ZeRO stages 2-3 outside the DDP mode. plan_out is written only
  * on OK. Thread-safe. */
 COHORT_API cohort_status cohort_plan_create(const cohort_plan_options* options, cohort_plan** plan_out);
