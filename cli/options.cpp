@@ -147,7 +147,7 @@ const char* usage_text() {
          "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco, co2 0-1)\n"
          "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1] [--noise-scaling 0|1 (adamw)]  (not sync)\n"
          "         [--staleness-penalty 0|1] [--outer-clip C]  (co2 only)\n"
-         "         [--tensor N]  (sync only, mlp and gpt: Megatron tensor parallelism over groups of N ranks)\n";
+         "         [--tensor N]  (mlp and gpt: Megatron tensor parallelism over groups of N ranks)\n";
 }
 
 const char* usage_notes() {
@@ -164,7 +164,7 @@ const char* usage_notes() {
          "TORCHELASTIC_RUN_ID): not a secret, so set COHORT_JOB_TOKEN where others can reach the port.\n"
          "--tensor N splits each model replica over N consecutive ranks (Megatron-LM's 1D tensor\n"
          "parallelism: the gpt's attention by heads and its mlp, the mlp's two layers); the world / N\n"
-         "replicas train as --parallel sync. N must divide the world, the heads and the hidden widths.\n";
+         "replicas train in the --parallel mode. N must divide the world, the heads and the hidden widths.\n";
 }
 
 Options parse_train_options(int argc, char** argv, int first) {
@@ -222,9 +222,8 @@ void check_parallel_flags(const Options& o) {
           "--outer-lr, --outer-momentum and --nesterov need --parallel localsgd, slowmo, diloco or co2");
   require((!o.staleness_penalty && !o.outer_clip) || o.parallel == "co2",
           "--staleness-penalty and --outer-clip need --parallel co2");
-  require(o.tensor == 1 || o.parallel == "sync",
-          "--tensor needs --parallel sync (the replicas of a tensor-parallel model train as DDP; localsgd, "
-          "slowmo, diloco and co2 are not supported with it yet)");
+  require(o.tensor == 1 || !o.parallel.empty(),
+          "--tensor needs --parallel (sync, localsgd, slowmo, diloco or co2: how the model replicas train)");
   require(o.tensor == 1 || o.zero == 0, "--tensor with --zero is not supported yet");
 }
 

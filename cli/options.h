@@ -60,7 +60,7 @@ struct Options {
   std::optional<double> outer_clip;          // co2: outer momentum clip threshold, 0 off
   int64_t noise_scaling = 0;       // localsgd/slowmo/diloco/co2 with adamw: cohort_plan_options::inner_noise_scaling
   // Tensor parallelism (Megatron 1D, cohort_plan_options::tensor_y): ranks per model replica, the
-  // rest of the world is the data axis (sync only); 1 = none.
+  // rest of the world is the data axis (the --parallel mode); 1 = none.
   int64_t tensor = 1;
   uint64_t seed = 1;
   // Hidden flags for tests/parity: initial weights from a file, every step's batch to a file,
