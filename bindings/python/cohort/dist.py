@@ -179,12 +179,15 @@ class Plan(Handle):
     options as in cohort_plan_options: data_parallel (0 = whole communicator), mode ("ddp",
     "localsgd", "co2"), tau, outer_lr, outer_momentum, outer_nesterov, staleness_penalty,
     penalty_constant, clip_threshold, zero_stage (0..3), bucket_bytes, inner_noise_scaling (localsgd,
-    co2 with AdamW: local steps normalised for the group's averaged gradient)."""
+    co2 with AdamW: local steps normalised for the group's averaged gradient), tensor_x, tensor_y,
+    tensor_z (the tensor grid; tensor_y > 1 is Megatron's 1D tensor parallelism: each rank trains its
+    part of the model, and the ranks of one tensor group step on the same rows), tensor_overlap_off."""
 
     __slots__ = ()
     _destroy = staticmethod(_capi.cohort_plan_destroy)
     FIELDS = ("data_parallel", "mode", "tau", "outer_lr", "outer_momentum", "outer_nesterov", "staleness_penalty",
-              "penalty_constant", "clip_threshold", "zero_stage", "bucket_bytes", "inner_noise_scaling")
+              "penalty_constant", "clip_threshold", "zero_stage", "bucket_bytes", "inner_noise_scaling",
+              "tensor_x", "tensor_y", "tensor_z", "tensor_overlap_off")
 
     def __init__(self, preset="none", **options):
         o = _capi.cohort_plan_options_default()

@@ -64,11 +64,19 @@ pub struct PlanOptions {
     /// localsgd, co2 with AdamW: normalise local steps by the second moment expected of the
     /// group's averaged gradient (no preset sets it; INVALID_PLAN under DDP).
     pub inner_noise_scaling: bool,
+    /// The tensor grid (AxoNN's X, Y, Z axes), ranks per axis, >= 1. tensor_y > 1 is Megatron's
+    /// 1D tensor parallelism: each rank trains its part of the model (split layers hold blocks)
+    /// and the ranks of one tensor group step on the same rows; X and Z > 1 are UNSUPPORTED yet.
+    pub tensor_x: i32,
+    pub tensor_y: i32,
+    pub tensor_z: i32,
+    /// Wait for each tensor-parallel collective at once instead of overlapping it (comparison).
+    pub tensor_overlap_off: bool,
 }
 
 impl Default for PlanOptions {
     /// Preset None, the whole communicator, DDP, tau 1, outer lr 1, no momentum, no penalty
-    /// (constant 1), no clip, ZeRO stage 0, 25 MiB buckets.
+    /// (constant 1), no clip, ZeRO stage 0, 25 MiB buckets, no tensor parallelism (grid 1 x 1 x 1).
     fn default() -> PlanOptions {
         use sys::cohort_plan_preset as P;
         use sys::cohort_sync_mode as M;
@@ -99,6 +107,10 @@ impl Default for PlanOptions {
             zero_stage: raw.zero_stage,
             bucket_bytes: raw.bucket_bytes,
             inner_noise_scaling: raw.inner_noise_scaling != 0,
+            tensor_x: raw.tensor_x,
+            tensor_y: raw.tensor_y,
+            tensor_z: raw.tensor_z,
+            tensor_overlap_off: raw.tensor_overlap_off != 0,
         }
     }
 }
@@ -133,6 +145,10 @@ impl PlanOptions {
         raw.zero_stage = self.zero_stage;
         raw.bucket_bytes = self.bucket_bytes;
         raw.inner_noise_scaling = i32::from(self.inner_noise_scaling);
+        raw.tensor_x = self.tensor_x;
+        raw.tensor_y = self.tensor_y;
+        raw.tensor_z = self.tensor_z;
+        raw.tensor_overlap_off = i32::from(self.tensor_overlap_off);
         raw
     }
 }

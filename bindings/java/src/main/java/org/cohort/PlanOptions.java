@@ -4,7 +4,8 @@ package org.cohort;
  * How a model is spread over the ranks of a communicator ({@code cohort_plan_options}).
  * Starts at C's defaults: preset NONE, the whole communicator data-parallel, mode DDP, tau 1,
  * outer lr 1, no momentum, no Nesterov, no staleness penalty (constant 1), no clip, ZeRO stage 0,
- * 25 MiB buckets. A preset other than NONE sets the mode and every outer setting itself.
+ * 25 MiB buckets, no tensor parallelism (grid 1 x 1 x 1). A preset other than NONE sets the mode
+ * and every outer setting itself.
  */
 public final class PlanOptions {
   private Plan.Preset preset;
@@ -20,6 +21,10 @@ public final class PlanOptions {
   private int zeroStage;
   private long bucketBytes;
   private boolean innerNoiseScaling;
+  private int tensorX;
+  private int tensorY;
+  private int tensorZ;
+  private boolean tensorOverlapOff;
 
   public PlanOptions() {
     cohort_plan_options d = CohortC.cohort_plan_options_default();
@@ -37,6 +42,10 @@ public final class PlanOptions {
       zeroStage = d.getZero_stage();
       bucketBytes = d.getBucket_bytes();
       innerNoiseScaling = d.getInner_noise_scaling() != 0;
+      tensorX = d.getTensor_x();
+      tensorY = d.getTensor_y();
+      tensorZ = d.getTensor_z();
+      tensorOverlapOff = d.getTensor_overlap_off() != 0;
     } finally {
       d.delete();
     }
@@ -124,6 +133,41 @@ public final class PlanOptions {
     return innerNoiseScaling;
   }
 
+  /**
+   * The tensor grid (AxoNN's X, Y, Z axes), ranks per axis, >= 1 (default 1). {@code tensorY > 1}
+   * is Megatron's 1D tensor parallelism: each rank trains its part of the model (split layers hold
+   * blocks) and the ranks of one tensor group step on the same rows; X and Z above 1 are refused
+   * (UNSUPPORTED) for now.
+   */
+  public PlanOptions tensor(int x, int y, int z) {
+    tensorX = x;
+    tensorY = y;
+    tensorZ = z;
+    return this;
+  }
+
+  /** Waits for each tensor-parallel collective at once instead of overlapping it (comparison). */
+  public PlanOptions tensorOverlapOff(boolean value) {
+    tensorOverlapOff = value;
+    return this;
+  }
+
+  public int tensorX() {
+    return tensorX;
+  }
+
+  public int tensorY() {
+    return tensorY;
+  }
+
+  public int tensorZ() {
+    return tensorZ;
+  }
+
+  public boolean tensorOverlapOff() {
+    return tensorOverlapOff;
+  }
+
   public Plan.Preset preset() {
     return preset;
   }
@@ -187,6 +231,10 @@ public final class PlanOptions {
     o.setZero_stage(zeroStage);
     o.setBucket_bytes(bucketBytes);
     o.setInner_noise_scaling(innerNoiseScaling ? 1 : 0);
+    o.setTensor_x(tensorX);
+    o.setTensor_y(tensorY);
+    o.setTensor_z(tensorZ);
+    o.setTensor_overlap_off(tensorOverlapOff ? 1 : 0);
     return o;
   }
 }
