@@ -88,6 +88,7 @@ class Loop {
   std::string parallel_fields(cohort_parallel_stats* out);  // a JSON member; fills *out if given
   void parallel_summary();
   cohort_parallel_stats last_parallel_{};  // at the last metrics line (before any evaluation)
+  int64_t last_activation_bytes_ = 0;      // the trainer's peak activation bytes, likewise
 
   const Options& o_;
   Task& task_;
@@ -199,12 +200,18 @@ std::string Loop::parallel_fields(cohort_parallel_stats* out) {
   check(cohort_trainer_get_parallel_stats(task_.trainer(), &p), "parallel stats");
   if (out) *out = p;
   last_parallel_ = p;
+  // Activations too: under --tensor they shrink with the split layers' features.
+  cohort_trainer_stats t{};
+  t.size = sizeof t;
+  check(cohort_trainer_get_stats(task_.trainer(), &t), "trainer stats");
+  last_activation_bytes_ = t.peak_activation_bytes;
   return ",\"parallel\":{\"rounds\":" + std::to_string(p.rounds) + ",\"compute_s\":" + json_number(p.compute_seconds) +
          ",\"comm_s\":" + json_number(p.comm_seconds) + ",\"wait_s\":" + json_number(p.wait_seconds) +
          ",\"hidden_fraction\":" + json_number(p.hidden_fraction) +
          ",\"parameter_bytes\":" + std::to_string(p.parameter_bytes) +
          ",\"gradient_bytes\":" + std::to_string(p.gradient_bytes) +
-         ",\"optimizer_state_bytes\":" + std::to_string(p.optimizer_state_bytes) + "}";
+         ",\"optimizer_state_bytes\":" + std::to_string(p.optimizer_state_bytes) +
+         ",\"peak_activation_bytes\":" + std::to_string(t.peak_activation_bytes) + "}";
 }
 
 void Loop::parallel_summary() {
@@ -220,10 +227,12 @@ void Loop::parallel_summary() {
   }
   const double mib = 1.0 / (1 << 20);
   std::printf("%s: %lld rounds | communication %.2f s, %.0f%% hidden behind compute (waited %.2f s, computed "
-              "%.2f s) | model state per rank: parameters %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB\n",
+              "%.2f s) | model state per rank: parameters %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB, "
+              "activations %.1f MiB (peak of a step)\n",
               o_.parallel.c_str(), static_cast<long long>(p.rounds), p.comm_seconds, 100.0 * p.hidden_fraction,
               p.wait_seconds, p.compute_seconds, static_cast<double>(p.parameter_bytes) * mib,
-              static_cast<double>(p.gradient_bytes) * mib, static_cast<double>(p.optimizer_state_bytes) * mib);
+              static_cast<double>(p.gradient_bytes) * mib, static_cast<double>(p.optimizer_state_bytes) * mib,
+              static_cast<double>(last_activation_bytes_) * mib);
   std::fflush(stdout);
 }
 

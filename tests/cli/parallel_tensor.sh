@@ -2,7 +2,8 @@
 # cohort train --parallel sync --tensor 2 under cohort-run -n 2 (Megatron 1D tensor parallelism,
 # one model replica over both ranks): trains the mlp like one process on the same batches —
 # the same evaluations as printed, the last step's loss and gradient norm within 1e-5 relative
-# (fp32 sums in another order) — while each rank holds about half the parameters; plans that do
+# (fp32 sums in another order) — while each rank holds about half the parameters, gradients,
+# optimizer state and activations of a replicated run (printed at the end); plans that do
 # not fit the world or the model fail on one line naming the numbers, with a non-zero exit; a
 # resume under the same grid is bit-identical, and one process refuses a rank's checkpoint.
 #   parallel_tensor.sh COHORT_RUN COHORT_CLI
@@ -27,11 +28,20 @@ for f in loss grad_norm; do
     { echo "FAIL: $f differs: one process $a, --tensor 2 $b"; exit 1; }
 done
 grep -q "sync tensor 2" "$dir/tp.out" || { cat "$dir/tp.out"; echo "FAIL: the banner does not name the grid"; exit 1; }
-# fc1 and fc2 are split, fc2's bias (10 floats) is whole on both ranks: half the bytes, and a bit.
-whole=$(( $(grep -o '[0-9]* parameters' "$dir/one.out" | head -1 | cut -d' ' -f1) * 4 ))
-per_rank=$(field "$dir/tp.jsonl" parameter_bytes)
-awk -v w="$whole" -v p="$per_rank" 'BEGIN { exit !(p > 0 && p <= 0.51 * w) }' ||
-  { echo "FAIL: --tensor 2 holds $per_rank parameter bytes per rank of $whole"; exit 1; }
+# The model state and activations per rank against the replicated run (DDP over the same 2
+# ranks): fc1 and fc2 are split (fc2's bias, 10 floats, is whole on both), and so are the hidden
+# activations and the weight gradients a step holds: about half of each, and a bit.
+"$run" -n 2 -- "$cli" "${common[@]}" --parallel sync --no-eval --metrics "$dir/replicated.jsonl" >"$dir/replicated.out" 2>&1 ||
+  { cat "$dir/replicated.out"; echo "FAIL: the replicated run exited non-zero"; exit 1; }
+sizes=""
+for f in parameter_bytes gradient_bytes optimizer_state_bytes peak_activation_bytes; do
+  whole=$(field "$dir/replicated.jsonl" $f) per_rank=$(field "$dir/tp.jsonl" $f)
+  awk -v w="$whole" -v p="$per_rank" 'BEGIN { exit !(p > 0 && p <= 0.55 * w) }' ||
+    { echo "FAIL: --tensor 2 holds $f $per_rank per rank, the replicated run $whole"; exit 1; }
+  sizes="$sizes $f $per_rank/$whole"
+done
+grep -q "model state per rank: parameters .* activations [0-9.]* MiB" "$dir/tp.out" ||
+  { cat "$dir/tp.out"; echo "FAIL: the summary does not print the activations"; exit 1; }
 # A run stopped at step 20 and resumed from its per-rank checkpoints (each rank's blocks) ends
 # with the uninterrupted run's loss, bit for bit; one process refuses a rank's file (no
 # resharding between layouts yet).
@@ -65,4 +75,4 @@ refused "error: creating the trainer: .*tensor_y 3 x tensor_z 1 = 3 ranks does n
 refused "error: creating the trainer: .*tensor_y = 2 does not divide the 15 out-features of linear 'fc1'" \
   --model mlp --hidden 15 --tensor 2
 refused "error: creating the trainer: .*tensor_y = 2 but the model has no pair of linear layers" --model cnn --tensor 2
-echo "ok: --tensor 2 trains like one process; parameters per rank $per_rank of $whole bytes"
+echo "ok: --tensor 2 trains like one process; bytes per rank of the replicated run:$sizes"
