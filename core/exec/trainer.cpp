@@ -267,6 +267,61 @@ Tensor& Trainer::parameter(const std::string& name) {
   throw Error(Status::kNotFound, str_cat("the graph has no parameter named '", name, "'"));
 }
 
+size_t Trainer::parameter_index(const std::string& name) const {
+  for (size_t i = 0; i < param_names_.size(); ++i)
+    if (param_names_[i] == name) return i;
+  throw Error(Status::kNotFound, str_cat("the graph has no parameter named '", name, "'"));
+}
+
+Shape Trainer::whole_parameter_shape(const std::string& name) const {
+  const size_t i = parameter_index(name);
+  return shard_whole_shape(params_[i].shape(), train_.value(param_ids_[i]).shard);
+}
+
+Tensor Trainer::whole_parameter(const std::string& name) {
+  const size_t i = parameter_index(name);
+  gather_parameters();
+  const std::vector<ShardCut>& cuts = train_.value(param_ids_[i]).shard;
+  const Tensor block = to_device(params_[i], Device::kCpu).contiguous();
+  if (cuts.empty()) {
+    Tensor copy = Tensor::empty(block.shape(), block.dtype());
+    copy.copy_from(block);
+    return copy;
+  }
+  COHORT_CHECK(cuts.size() == 1, Status::kUnsupported, "parameter '", name, "' is cut over ", cuts.size(),
+               " grid axes: gathering it whole takes one cut for now (TODO(#27))");
+  const ShardCut& cut = cuts[0];
+  transport::coll::Communicator& axis = options_.axes->at(cut.axis, str_cat("whole parameter '", name, "'"));
+  COHORT_ASSERT(axis.size() == cut.parts && axis.rank() == cut.index, "parameter '", name, "': block ", cut.index,
+                " of ", cut.parts, " but rank ", axis.rank(), " of ", axis.size(), " on axis '", cut.axis, "'");
+  COHORT_CHECK(block.dtype() == DType::kF32 || block.dtype() == DType::kBF16, Status::kUnsupported, "parameter '",
+               name, "' is ", dtype_name(block.dtype()), ": only f32 and bf16 blocks are gathered");
+  const size_t count = static_cast<size_t>(block.numel());
+  Tensor gathered = Tensor::empty({cut.parts, block.numel()}, block.dtype());
+  axis.all_gather(block.raw(), gathered.raw(), count,
+                  block.dtype() == DType::kF32 ? transport::coll::DataType::kF32 : transport::coll::DataType::kBF16)
+      ->wait();
+  Tensor whole = Tensor::empty(shard_whole_shape(block.shape(), cuts), block.dtype());
+  Tensor part = Tensor::empty(block.shape(), block.dtype());
+  for (int64_t p = 0; p < cut.parts; ++p) {  // rank p's block into its place
+    std::memcpy(part.raw(), static_cast<const char*>(gathered.raw()) + static_cast<size_t>(p) * block.nbytes(),
+                block.nbytes());
+    ShardCut at = cut;
+    at.index = p;
+    put_shard(whole, part, {at});
+  }
+  return whole;
+}
+
+void Trainer::set_whole_parameter(const std::string& name, const Tensor& whole) {
+  const size_t i = parameter_index(name);
+  gather_parameters();
+  const Shape want = whole_parameter_shape(name);
+  COHORT_CHECK(whole.shape() == want, Status::kShapeMismatch, "parameter '", name, "' has whole shape ",
+               shape_str(want), ", the tensor ", shape_str(whole.shape()));
+  params_[i].copy_from(take_shard(to_device(whole, Device::kCpu).contiguous(), train_.value(param_ids_[i]).shard));
+}
+
 void Trainer::gather_parameters() {
   if (hook_) hook_->materialize_parameters(params_, true);
 }

@@ -113,6 +113,15 @@ class Trainer {
   // Gathers the parameters first (gather_parameters). On the trainer's device (copy_from moves
   // values in and out of it from either device).
   Tensor& parameter(const std::string& name);
+  // Tensor parallelism: a parameter this rank holds a block of (Value::shard) has a whole shape
+  // besides its own. whole_parameter gathers the whole one from every rank of its grid axis into
+  // a new host tensor — a collective on that axis: each of its ranks calls it at the same point;
+  // a parameter held whole is copied. set_whole_parameter keeps this rank's block of `whole`
+  // (whole shape, host; no collective). kNotFound for an unknown name, kShapeMismatch for a
+  // tensor of another shape.
+  Shape whole_parameter_shape(const std::string& name) const;
+  Tensor whole_parameter(const std::string& name);
+  void set_whole_parameter(const std::string& name, const Tensor& whole);
   Device device() const { return options_.device; }
   // Makes every parameter whole for the caller to read or write; a no-op unless the step hook
   // shards parameters between steps (ZeRO stage 3), where it is a collective: every rank calls
@@ -165,6 +174,7 @@ class Trainer {
   // The whole model's gradient L2 norm from this rank's blocks (options_.axes): a collective
   // over the "tensor" axis, the same on every rank of it.
   double model_grad_norm();
+  size_t parameter_index(const std::string& name) const;  // kNotFound naming it
   // The kNonFinite error of a skipped step: the loss, the norm, the gradients holding NaN or Inf.
   // grad_norm: this step's, when it reached the optimizer.
   Error non_finite_error(float loss, std::optional<double> grad_norm) const;

@@ -371,7 +371,12 @@ COHORT_API cohort_status cohort_trainer_evaluate(cohort_trainer* trainer, const 
 
 /* Copies a parameter's current values out / in (by name; f32 buffers convert to/from bf16; a
  * buffer of another shape or dtype is SHAPE_MISMATCH, nothing copied).
- * Under ZeRO stage 3 these and evaluate first make the parameters whole (below). */
+ * Under ZeRO stage 3 these and evaluate first make the parameters whole (below).
+ * Under a tensor grid (cohort_plan_options.tensor_y > 1) a split layer's parameter is held in
+ * blocks: a buffer of the block's shape reads / writes this rank's block; a buffer of the whole
+ * parameter's shape (the graph's) reads the whole parameter, gathered from the ranks of its
+ * tensor group — a collective: each of them calls get_parameter for it at the same point — or
+ * writes it, this rank keeping its block (no collective). */
 COHORT_API cohort_status cohort_trainer_get_parameter(cohort_trainer* trainer, cohort_tensor_ref* parameter);
 COHORT_API cohort_status cohort_trainer_set_parameter(cohort_trainer* trainer, const cohort_tensor_ref* parameter);
 /* Makes every parameter whole until the next step. A no-op except for a data-parallel trainer

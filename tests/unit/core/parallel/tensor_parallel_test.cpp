@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 
 #include "core/exec/executor.h"
@@ -182,6 +183,23 @@ TEST_P(TensorParallelTraining, MatchesOneProcessOnTheGlobalBatch) {
       }
     }
     const test::TpDiff diff = test::tp_parameter_diff(*trainer, ref);
+    // Every parameter whole (blocks gathered over the tensor axis: every rank, same order) matches
+    // the reference's within the same bound; a whole one written keeps this rank's block of it.
+    double whole_diff = 0;
+    for (const std::string& name : trainer->parameter_names()) {
+      const Tensor whole = trainer->whole_parameter(name), &want = ref.parameters.at(name);
+      ASSERT_EQ(whole.shape(), want.shape()) << name;
+      for (int64_t k = 0; k < whole.numel(); ++k)
+        whole_diff = std::max(whole_diff, static_cast<double>(std::fabs(whole.data<float>()[k] - want.data<float>()[k])));
+    }
+    EXPECT_LE(whole_diff, ref.parameter_bound()) << c.label;
+    const std::string split = c.model == "gpt" ? "h.0.attn.c_attn.weight" : "fc1.weight";
+    trainer->set_whole_parameter(split, ref.parameters.at(split));
+    const Graph& g = trainer->forward_graph();
+    const Tensor block = take_shard(ref.parameters.at(split), g.value(g.find(split)).shard);
+    const Tensor& mine = trainer->parameter(split);
+    ASSERT_EQ(mine.shape(), block.shape());
+    EXPECT_EQ(std::memcmp(mine.raw(), block.raw(), block.nbytes()), 0) << c.label << ": set_whole_parameter";
     std::lock_guard<std::mutex> lock(mutex);
     std::printf("%s rank %d: max |param - reference| %.3g (%s), bound %.3g (control %.3g); loss rel. diff per step "
                 "%.3g (bound %.3g); %d blocks, %lld collectives\n",
