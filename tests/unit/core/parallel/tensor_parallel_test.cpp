@@ -223,6 +223,36 @@ INSTANTIATE_TEST_SUITE_P(
                       GridCase{"mlp", 4, 2, true, "mlp_data2_y2"}),
     [](const ::testing::TestParamInfo<GridCase>& i) { return i.param.label; });
 
+// Dropout in the replicated regions (embeddings, residual branches) draws the same masks on
+// every tensor rank — the ranks start from different seeds and the trainer takes the first
+// tensor rank's — so the replicated parameters stay bit-identical across the tensor group and
+// every rank reports the same loss. (Masks are keyed by node, so they are not the one-process
+// run's: no comparison with it here.)
+TEST(TensorParallel, DropoutMasksAgreeAcrossTheTensorGroup) {
+  constexpr int kWorld = 2;
+  std::vector<std::vector<float>> losses(kWorld);
+  std::vector<Tensor> wte(kWorld), ln(kWorld);
+  ct::run_ranks_shared(kWorld, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    models::GptConfig config = test::tp_gpt_config(4);
+    config.dropout = 0.2;
+    PlanConfig plan = preset(Preset::kDdp, 1);
+    plan.tensor.y = kWorld;
+    TrainerOptions o;
+    o.seed = 7 + static_cast<uint64_t>(comm->rank());
+    o.num_threads = 1;
+    auto t = make_parallel_trainer(models::build_gpt(config), test::tp_optimizer(), o, plan, comm);
+    const size_t r = static_cast<size_t>(comm->rank());
+    for (int64_t s = 0; s < 3; ++s) losses[r].push_back(t->step(test::tp_batch("gpt", s, 0, 4)));
+    wte[r] = t->parameter("wte.weight");
+    ln[r] = t->parameter("h.1.ln_2.weight");
+  });
+  EXPECT_EQ(losses[0], losses[1]);
+  for (const auto* p : {&wte, &ln}) {
+    ASSERT_EQ((*p)[0].nbytes(), (*p)[1].nbytes());
+    EXPECT_EQ(std::memcmp((*p)[0].raw(), (*p)[1].raw(), (*p)[0].nbytes()), 0);
+  }
+}
+
 // Local SGD and co2 over the data axis of a tensor-parallel model: data 2 x tensor_y 2 must
 // train like the same mode over 2 replicated ranks (each data replica against the reference rank
 // of the same index), within the bound of tp_reference.h measured on the reference itself (a run
