@@ -273,32 +273,36 @@ size_t Trainer::parameter_index(const std::string& name) const {
   throw Error(Status::kNotFound, str_cat("the graph has no parameter named '", name, "'"));
 }
 
-Shape Trainer::whole_parameter_shape(const std::string& name) const {
-  const size_t i = parameter_index(name);
-  return shard_whole_shape(params_[i].shape(), train_.value(param_ids_[i]).shard);
+bool Trainer::is_sharded(size_t i) const { return !train_.value(param_ids_.at(i)).shard.empty(); }
+
+Shape Trainer::whole_shape(size_t i) const {
+  return shard_whole_shape(params_.at(i).shape(), train_.value(param_ids_[i]).shard);
 }
 
-Tensor Trainer::whole_parameter(const std::string& name) {
-  const size_t i = parameter_index(name);
-  gather_parameters();
-  const std::vector<ShardCut>& cuts = train_.value(param_ids_[i]).shard;
-  const Tensor block = to_device(params_[i], Device::kCpu).contiguous();
-  if (cuts.empty()) {
+Shape Trainer::whole_parameter_shape(const std::string& name) const { return whole_shape(parameter_index(name)); }
+
+Tensor Trainer::whole_of(size_t i, const Tensor& t) const {
+  const Tensor block = to_device(t, Device::kCpu).contiguous();
+  if (!is_sharded(i)) {
     Tensor copy = Tensor::empty(block.shape(), block.dtype());
     copy.copy_from(block);
     return copy;
   }
+  const std::string& name = param_names_[i];
+  const std::vector<ShardCut>& cuts = train_.value(param_ids_[i]).shard;
   COHORT_CHECK(cuts.size() == 1, Status::kUnsupported, "parameter '", name, "' is cut over ", cuts.size(),
                " grid axes: gathering it whole takes one cut for now (TODO(#27))");
+  COHORT_CHECK(block.shape() == params_[i].shape(), Status::kShapeMismatch, "a tensor of shape ",
+               shape_str(block.shape()), " is not laid out like parameter '", name, "' (", shape_str(params_[i].shape()),
+               ")");
   const ShardCut& cut = cuts[0];
   transport::coll::Communicator& axis = options_.axes->at(cut.axis, str_cat("whole parameter '", name, "'"));
   COHORT_ASSERT(axis.size() == cut.parts && axis.rank() == cut.index, "parameter '", name, "': block ", cut.index,
                 " of ", cut.parts, " but rank ", axis.rank(), " of ", axis.size(), " on axis '", cut.axis, "'");
   COHORT_CHECK(block.dtype() == DType::kF32 || block.dtype() == DType::kBF16, Status::kUnsupported, "parameter '",
-               name, "' is ", dtype_name(block.dtype()), ": only f32 and bf16 blocks are gathered");
-  const size_t count = static_cast<size_t>(block.numel());
+               name, "': only f32 and bf16 blocks are gathered, not ", dtype_name(block.dtype()));
   Tensor gathered = Tensor::empty({cut.parts, block.numel()}, block.dtype());
-  axis.all_gather(block.raw(), gathered.raw(), count,
+  axis.all_gather(block.raw(), gathered.raw(), static_cast<size_t>(block.numel()),
                   block.dtype() == DType::kF32 ? transport::coll::DataType::kF32 : transport::coll::DataType::kBF16)
       ->wait();
   Tensor whole = Tensor::empty(shard_whole_shape(block.shape(), cuts), block.dtype());
@@ -313,13 +317,24 @@ Tensor Trainer::whole_parameter(const std::string& name) {
   return whole;
 }
 
+Tensor Trainer::block_of(size_t i, const Tensor& whole) const {
+  if (!is_sharded(i)) return whole;
+  return take_shard(to_device(whole, Device::kCpu).contiguous(), train_.value(param_ids_[i]).shard);
+}
+
+Tensor Trainer::whole_parameter(const std::string& name) {
+  const size_t i = parameter_index(name);
+  gather_parameters();
+  return whole_of(i, params_[i]);
+}
+
 void Trainer::set_whole_parameter(const std::string& name, const Tensor& whole) {
   const size_t i = parameter_index(name);
   gather_parameters();
-  const Shape want = whole_parameter_shape(name);
+  const Shape want = whole_shape(i);
   COHORT_CHECK(whole.shape() == want, Status::kShapeMismatch, "parameter '", name, "' has whole shape ",
                shape_str(want), ", the tensor ", shape_str(whole.shape()));
-  params_[i].copy_from(take_shard(to_device(whole, Device::kCpu).contiguous(), train_.value(param_ids_[i]).shard));
+  params_[i].copy_from(block_of(i, whole));
 }
 
 void Trainer::gather_parameters() {

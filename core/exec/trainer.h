@@ -35,6 +35,10 @@ struct TrainerOptions {
   // step and evaluate at the same points (they run collectives).
   std::shared_ptr<const CommAxes> axes{};
   bool overlap_collectives = true;  // RunOptions::overlap
+  // The single-rank model the graph was rewritten from (tensor parallelism): checkpoints are
+  // written in its layout — whole parameters and optimizer state, its fingerprint — so that they
+  // load under another grid or on one rank. nullptr: the graph itself.
+  std::shared_ptr<const Graph> whole_model{};
 };
 
 struct TrainerStats {
@@ -122,6 +126,15 @@ class Trainer {
   Shape whole_parameter_shape(const std::string& name) const;
   Tensor whole_parameter(const std::string& name);
   void set_whole_parameter(const std::string& name, const Tensor& whole);
+  // The same by parameter index, for any tensor laid out like parameter i's block (its optimizer
+  // state): whole_of gathers (a collective on the parameter's grid axis when it is sharded, else a
+  // host copy); block_of cuts this rank's block out of a whole host tensor (else returns it).
+  bool is_sharded(size_t i) const;
+  Tensor whole_of(size_t i, const Tensor& block) const;
+  Tensor block_of(size_t i, const Tensor& whole) const;
+  Shape whole_shape(size_t i) const;
+  // The model checkpoints describe: TrainerOptions::whole_model, else the forward graph.
+  const Graph& model_graph() const { return options_.whole_model ? *options_.whole_model : forward_; }
   Device device() const { return options_.device; }
   // Makes every parameter whole for the caller to read or write; a no-op unless the step hook
   // shards parameters between steps (ZeRO stage 3), where it is a collective: every rank calls

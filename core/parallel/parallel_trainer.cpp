@@ -57,6 +57,7 @@ std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::
   grid.axes->at("tensor", "parallel trainer").broadcast(&seed, 1, coll::DataType::kI64, 0)->wait();
   options.seed = static_cast<uint64_t>(seed);
   options.axes = grid.axes;
+  options.whole_model = std::make_shared<const Graph>(model);
   options.overlap_collectives = plan.overlap_collectives;
   auto trainer = std::make_unique<Trainer>(part.graph, config, options);
   PlanConfig data_plan = plan;

@@ -5,7 +5,7 @@
 # (fp32 sums in another order) — while each rank holds about half the parameters, gradients,
 # optimizer state and activations of a replicated run (printed at the end); plans that do
 # not fit the world or the model fail on one line naming the numbers, with a non-zero exit; a
-# resume under the same grid is bit-identical, and one process refuses a rank's checkpoint.
+# resume under the same grid is bit-identical, and one process resumes from a rank's checkpoint.
 #   parallel_tensor.sh COHORT_RUN COHORT_CLI
 set -euo pipefail
 run=$1 cli=$2
@@ -42,20 +42,20 @@ for f in parameter_bytes gradient_bytes optimizer_state_bytes peak_activation_by
 done
 grep -q "model state per rank: parameters .* activations [0-9.]* MiB" "$dir/tp.out" ||
   { cat "$dir/tp.out"; echo "FAIL: the summary does not print the activations"; exit 1; }
-# A run stopped at step 20 and resumed from its per-rank checkpoints (each rank's blocks) ends
-# with the uninterrupted run's loss, bit for bit; one process refuses a rank's file (no
-# resharding between layouts yet).
+# A run stopped at step 20 and resumed from its per-rank checkpoints ends with the uninterrupted
+# run's loss, bit for bit. The files hold the whole model (a rank's blocks gathered): one process
+# resumes from one too, and ends within fp32 rounding of the tensor-parallel run.
 "$run" -n 2 -- "$cli" "${common[@]}" --parallel sync --tensor 2 --no-eval --save "$dir/ck" --stop-after 20 \
   >"$dir/stop.out" 2>&1 || { cat "$dir/stop.out"; echo "FAIL: the stopped run exited non-zero"; exit 1; }
 "$run" -n 2 -- "$cli" "${common[@]}" --parallel sync --tensor 2 --resume "$dir/ck" --metrics "$dir/resumed.jsonl" \
   >"$dir/resumed.out" 2>&1 || { cat "$dir/resumed.out"; echo "FAIL: the resumed run exited non-zero"; exit 1; }
 [ "$(field "$dir/tp.jsonl" loss)" = "$(field "$dir/resumed.jsonl" loss)" ] ||
   { echo "FAIL: resumed loss $(field "$dir/resumed.jsonl" loss), uninterrupted $(field "$dir/tp.jsonl" loss)"; exit 1; }
-if "$cli" "${common[@]}" --resume "$dir/ck.rank0" >"$dir/one_resume.out" 2>&1; then
-  echo "FAIL: one process resumed from a tensor-parallel rank's checkpoint"; exit 1
-fi
-grep -q "is for another model: parameter 'fc1.weight' has shape \[128, 784\] there" "$dir/one_resume.out" ||
-  { cat "$dir/one_resume.out"; echo "FAIL: the refusal does not name the block's shape"; exit 1; }
+"$cli" "${common[@]}" --resume "$dir/ck.rank1" --metrics "$dir/one_resumed.jsonl" >"$dir/one_resume.out" 2>&1 ||
+  { cat "$dir/one_resume.out"; echo "FAIL: one process did not resume from a tensor-parallel rank's checkpoint"; exit 1; }
+a=$(field "$dir/tp.jsonl" loss) b=$(field "$dir/one_resumed.jsonl" loss)
+awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-5 * a) }' ||
+  { echo "FAIL: resumed on one process: loss $b, the tensor-parallel run $a"; exit 1; }
 # co2 over the data axis of a tensor-parallel model, end to end at 4 ranks (data 2 x tensor 2;
 # its numbers are checked against replicated co2 in tensor_parallel_test.cpp): trains, evaluates,
 # and the data shards are the 2 replicas (937 steps per epoch of the 60000 examples at batch 32).

@@ -783,8 +783,10 @@ COHORT_API cohort_status cohort_plan_destroy(cohort_plan* plan);
  * the ranks of one tensor group must feed step the same rows (their data replica's), and every
  * rank of comm calls step and evaluate at the same points. Its split parameters start as their
  * blocks of the single-rank initialisation, so training matches one rank on the global batch up
- * to fp32 rounding; gradient clipping uses the whole model's norm. Checkpoints of such a trainer
- * hold each rank's blocks and load only under the same grid (no resharding yet). */
+ * to fp32 rounding; gradient clipping uses the whole model's norm. Its checkpoints hold the whole
+ * model (saving gathers the blocks: a collective every rank of the tensor group calls at the same
+ * point), so one rank or another grid loads them, each rank keeping its blocks; the outer state
+ * of local SGD / co2 in them is still per rank and loads only under the same grid. */
 COHORT_API cohort_status cohort_trainer_create_parallel(const cohort_graph* graph, const cohort_optimizer* optimizer,
                                                         const cohort_plan* plan, cohort_comm* comm,
                                                         const cohort_trainer_options* options,

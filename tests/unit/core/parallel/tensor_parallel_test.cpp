@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/checkpoint/checkpoint.h"
 #include "core/exec/executor.h"
 #include "core/graph/autodiff.h"
 #include "core/models/cnn.h"
@@ -251,6 +252,69 @@ TEST(TensorParallel, DropoutMasksAgreeAcrossTheTensorGroup) {
     ASSERT_EQ((*p)[0].nbytes(), (*p)[1].nbytes());
     EXPECT_EQ(std::memcmp((*p)[0].raw(), (*p)[1].raw(), (*p)[0].nbytes()), 0);
   }
+}
+
+// Checkpoints are written in the model's layout: tensor_y 2 saves whole parameters and optimizer
+// state (each rank the same file), which one process loads — its parameters and state then equal
+// the ranks' gathered blocks bit for bit — and tensor_y 4 loads too, each rank keeping exactly
+// its blocks of them; both then take the same next step within fp32 rounding.
+TEST(TensorParallel, CheckpointsLoadUnderAnotherGridOrOnOneRank) {
+  constexpr int64_t kRows = 4;
+  const std::string dir = ::testing::TempDir();
+  auto path = [&](int rank) { return dir + "tp_checkpoint.rank" + std::to_string(rank); };
+  auto make = [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm, int y) {
+    PlanConfig plan = preset(Preset::kDdp, 1);
+    plan.tensor.y = y;
+    TrainerOptions o;
+    o.seed = 5;
+    o.num_threads = 1;
+    return make_parallel_trainer(test::tp_model("gpt", kRows), test::tp_optimizer(), o, plan, comm);
+  };
+  std::map<std::string, Tensor> gathered;  // rank 0's whole parameters at the save
+  ct::run_ranks_shared(2, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    auto t = make(comm, 2);
+    for (int64_t s = 0; s < 3; ++s) t->step(test::tp_batch("gpt", s, 0, kRows));
+    checkpoint::save_checkpoint(*t, path(comm->rank()), {});
+    std::map<std::string, Tensor> whole;
+    for (const std::string& name : t->parameter_names()) whole[name] = t->whole_parameter(name);
+    if (comm->rank() == 0) gathered = whole;
+  });
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+  };
+  // One process.
+  TrainerOptions o;
+  o.seed = 99;  // the checkpoint's seed replaces it
+  o.num_threads = 1;
+  Trainer alone(test::tp_model("gpt", kRows), test::tp_optimizer(), o);
+  checkpoint::load_checkpoint(alone, path(1), nullptr);
+  for (size_t i = 0; i < alone.parameters().size(); ++i)
+    EXPECT_TRUE(same_bits(alone.parameters()[i], gathered.at(alone.parameter_names()[i])))
+        << alone.parameter_names()[i];
+  const float alone_loss = alone.step(test::tp_batch("gpt", 3, 0, kRows));
+  // Four tensor ranks: blocks of what one process loaded, parameters and optimizer state.
+  Trainer fresh(test::tp_model("gpt", kRows), test::tp_optimizer(), o);
+  checkpoint::load_checkpoint(fresh, path(0), nullptr);
+  std::mutex mutex;
+  ct::run_ranks_shared(4, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    auto t = make(comm, 4);
+    checkpoint::load_checkpoint(*t, path(0), nullptr);
+    int blocks = 0;
+    for (size_t i = 0; i < t->parameters().size(); ++i) {
+      const std::string& name = t->parameter_names()[i];
+      EXPECT_TRUE(same_bits(t->parameters()[i], t->block_of(i, fresh.parameters()[i]))) << name;
+      auto mine = t->optimizer().state(i), want = fresh.optimizer().state(i);
+      ASSERT_EQ(mine.size(), want.size());
+      for (size_t k = 0; k < mine.size(); ++k)
+        EXPECT_TRUE(same_bits(mine[k].second, t->block_of(i, want[k].second))) << name << "/" << mine[k].first;
+      blocks += t->is_sharded(i);
+    }
+    EXPECT_EQ(t->step_count(), 3);
+    const float loss = t->step(test::tp_batch("gpt", 3, 0, kRows));
+    std::lock_guard<std::mutex> lock(mutex);
+    EXPECT_GT(blocks, 0);
+    EXPECT_NEAR(loss, alone_loss, std::fabs(alone_loss) * test::tp_longest_sum("gpt", kRows) * test::kUnitRoundoff);
+  });
 }
 
 // Local SGD and co2 over the data axis of a tensor-parallel model: data 2 x tensor_y 2 must
