@@ -63,6 +63,15 @@ awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d
   --tau 2 --tensor 2 >"$dir/co2.out" 2>&1 || { cat "$dir/co2.out"; echo "FAIL: co2 --tensor 2 exited non-zero"; exit 1; }
 grep -q "co2 tau 2 tensor 2, 8 steps (937 per epoch)" "$dir/co2.out" && [ "$(evals "$dir/co2.out" | wc -l)" -eq 2 ] ||
   { cat "$dir/co2.out"; echo "FAIL: co2 --tensor 2 did not train and evaluate as expected"; exit 1; }
+# co2's outer state stays per rank (blocks): stopped mid-round (step 5, a reduction in flight) and
+# resumed under the same grid, it ends bit-identical to the uninterrupted run.
+co2=(train --model mlp --steps 12 --threads 1 --no-eval --parallel co2 --tau 2 --tensor 2)
+"$run" -n 4 -- "$cli" "${co2[@]}" --metrics "$dir/co2_full.jsonl" >"$dir/co2_full.out" 2>&1 &&
+  "$run" -n 4 -- "$cli" "${co2[@]}" --save "$dir/co2ck" --stop-after 5 >"$dir/co2_stop.out" 2>&1 &&
+  "$run" -n 4 -- "$cli" "${co2[@]}" --resume "$dir/co2ck" --metrics "$dir/co2_res.jsonl" >"$dir/co2_res.out" 2>&1 ||
+  { cat "$dir"/co2_*.out; echo "FAIL: the co2 --tensor 2 resume runs exited non-zero"; exit 1; }
+[ "$(field "$dir/co2_full.jsonl" loss)" = "$(field "$dir/co2_res.jsonl" loss)" ] ||
+  { echo "FAIL: co2 resumed $(field "$dir/co2_res.jsonl" loss), uninterrupted $(field "$dir/co2_full.jsonl" loss)"; exit 1; }
 refused() {  # refused <expected text> <args...>
   local want=$1; shift
   if "$run" -n 2 -- "$cli" train --steps 2 --threads 1 --parallel sync "$@" >"$dir/bad.out" 2>&1; then
