@@ -134,6 +134,7 @@ const std::map<std::string, Setter>& setters() {
       {"--staleness-penalty", int_in(&Options::staleness_penalty, 0, 1)},
       {"--outer-clip", number(&Options::outer_clip, ">= 0 (0: off)", non_negative)},
       {"--noise-scaling", int_in(&Options::noise_scaling, 0, 1)},
+      {"--tensor", int_in(&Options::tensor, 1, 65536)},
       {"--outer-lr", number(&Options::outer_lr, "> 0", positive)},
       {"--outer-momentum", number(&Options::outer_momentum, "in [0, 1)", [](double x) { return x >= 0 && x < 1; })},
       {"--nesterov", int_in(&Options::nesterov, 0, 1)},
@@ -169,7 +170,8 @@ const char* usage_text() {
          "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco 0-1; co2 none)\n"
          "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1] [--noise-scaling 0|1 (adamw)]  (not sync)\n"
          "         [--staleness-penalty 0|1] [--outer-clip C] [--overlap N|auto (1..tau)] [--outer-bits 32|8|4]\n"
-         "         (co2 only; --tau auto = --overlap auto: chosen from the measured all-reduce and step times)\n";
+         "         (co2 only; --tau auto = --overlap auto: chosen from the measured all-reduce and step times)\n"
+         "         [--tensor N]  (mlp and gpt: Megatron tensor parallelism over groups of N ranks)\n";
 }
 
 const char* usage_notes() {
@@ -183,7 +185,10 @@ const char* usage_notes() {
          "Ranks on several machines need MASTER_ADDR (rank 0's host). cohort's store listens on\n"
          "COHORT_MASTER_PORT, else MASTER_PORT + 1 (MASTER_PORT is PyTorch's store), else 29501. The job\n"
          "token is COHORT_JOB_TOKEN, else derived from the launcher's job id (SLURM_JOB_ID, PMIX_NAMESPACE,\n"
-         "TORCHELASTIC_RUN_ID): not a secret, so set COHORT_JOB_TOKEN where others can reach the port.\n";
+         "TORCHELASTIC_RUN_ID): not a secret, so set COHORT_JOB_TOKEN where others can reach the port.\n"
+         "--tensor N splits each model replica over N consecutive ranks (Megatron-LM's 1D tensor\n"
+         "parallelism: the gpt's attention by heads and its mlp, the mlp's two layers); the world / N\n"
+         "replicas train in the --parallel mode. N must divide the world, the heads and the hidden widths.\n";
 }
 
 Options parse_train_options(int argc, char** argv, int first) {
@@ -245,6 +250,9 @@ void check_parallel_flags(const Options& o) {
   const int64_t tau = o.tau && *o.tau != kAuto ? *o.tau : 8;
   require(!o.overlap || *o.overlap == kAuto || *o.overlap <= tau,
           "--overlap must be in 1..tau (" + std::to_string(tau) + "), got " + std::to_string(o.overlap.value_or(0)));
+  require(o.tensor == 1 || !o.parallel.empty(),
+          "--tensor needs --parallel (sync, localsgd, slowmo, diloco or co2: how the model replicas train)");
+  require(o.tensor == 1 || o.zero == 0, "--tensor with --zero is not supported yet");
 }
 
 }  // namespace

@@ -66,6 +66,9 @@ struct Options {
   std::optional<int64_t> overlap;
   int64_t outer_bits = 32;                   // co2: 32, 8 or 4 bits per value of the pseudo-gradient sent
   int64_t noise_scaling = 0;       // localsgd/slowmo/diloco/co2 with adamw: cohort_plan_options::inner_noise_scaling
+  // Tensor parallelism (Megatron 1D, cohort_plan_options::tensor_y): ranks per model replica, the
+  // rest of the world is the data axis (the --parallel mode); 1 = none.
+  int64_t tensor = 1;
   uint64_t seed = 1;
   // Hidden flags for tests/parity: initial weights from a file, every step's batch to a file,
   // and every step's loss to a text file.
@@ -75,6 +78,9 @@ struct Options {
   int64_t stop_after = 0;  // hidden: stop (and save) after this many steps of this run
   bool no_eval = false;    // hidden: skip the final evaluation (parity runs)
   bool evaluates = true;   // set off on ranks other than 0: they only join the evaluation points
+  // Set on ranks other than 0 under --tensor: they run each evaluation with rank 0 (its operators
+  // hold collectives over the tensor axis) and print nothing.
+  bool joins_evaluation = false;
   bool quiet = false;      // no progress line
 };
 

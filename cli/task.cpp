@@ -72,6 +72,16 @@ void Task::join_ranks() {
   check(cohort_comm_rank(comm_, &rank, &world), "communicator");
   rank_ = rank;
   world_ = world;
+  // Under --tensor N the N consecutive ranks of a model replica read the same rows: the data
+  // shards are the replicas. A world N does not divide keeps the plain split here; the plan
+  // refuses it when the trainer is made (INVALID_PLAN naming both numbers).
+  if (o_.tensor > 1 && world_ % o_.tensor == 0) {
+    data_rank_ = rank_ / static_cast<int>(o_.tensor);
+    data_world_ = world_ / static_cast<int>(o_.tensor);
+  } else {
+    data_rank_ = rank_;
+    data_world_ = world_;
+  }
 }
 
 void Task::open_data() {
@@ -95,14 +105,14 @@ void Task::open_data() {
   if (n < *o_.batch)
     throw RuntimeError("batch " + std::to_string(*o_.batch) + " is larger than the training split (" +
                        std::to_string(n) + " examples)");
-  if (n / world_ < *o_.batch)
+  if (n / data_world_ < *o_.batch)
     throw RuntimeError("batch " + std::to_string(*o_.batch) + " is larger than one rank's shard (" +
-                       std::to_string(n / world_) + " examples)");
-  steps_per_epoch_ = n / world_ / *o_.batch;
+                       std::to_string(n / data_world_) + " examples)");
+  steps_per_epoch_ = n / data_world_ / *o_.batch;
   cohort_sampler_options so = cohort_sampler_options_default();
   so.seed = o_.seed;
-  so.rank = rank_;
-  so.world = world_;
+  so.rank = data_rank_;
+  so.world = data_world_;
   check(cohort_sampler_create(train_, &so, &train_sampler_), "training sampler");
   so.rank = 0;  // validation: whole split, on the rank that evaluates
   so.world = 1;
@@ -186,6 +196,7 @@ void Task::create_trainer() {
     po.inner_noise_scaling = static_cast<int32_t>(o_.noise_scaling);
     po.overlap_steps = o_.overlap.value_or(0);  // 0: the default, 1; kAuto = -1: chosen as it runs
     po.outer_bits = static_cast<int32_t>(o_.outer_bits);
+    po.tensor_y = static_cast<int32_t>(o_.tensor);
     cohort_plan* plan = nullptr;
     st = cohort_plan_create(&po, &plan);
     if (st == COHORT_OK) st = cohort_trainer_create_parallel(graph_, opt, plan, comm_, &to, &trainer_);
@@ -224,7 +235,8 @@ void Task::load_initial_weights(const std::string& path) {
 }
 
 // Items of one step summed over the ranks: the job's throughput.
-int64_t Task::items_per_step() const { return (text_ ? *o_.batch * *o_.context : *o_.batch) * world_; }
+// (A tensor-parallel replica's ranks share their rows: the data replicas count.)
+int64_t Task::items_per_step() const { return (text_ ? *o_.batch * *o_.context : *o_.batch) * data_world_; }
 
 void Task::bind(int64_t rows, std::vector<float>& fx, std::vector<int32_t>& ix, std::vector<int32_t>& y,
                 cohort_tensor_ref refs[2], int64_t shape_x[4], int64_t shape_y[2]) const {

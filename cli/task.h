@@ -77,6 +77,7 @@ class Task {
   cohort_comm* comm_ = nullptr;  // data parallelism only
   std::string skip_reason_;      // of the last step skipped for NaN or Inf
   int rank_ = 0, world_ = 1;
+  int data_rank_ = 0, data_world_ = 1;  // this rank's data replica, and their number (--tensor)
   int64_t steps_per_epoch_ = 0;
   int64_t parameter_count_ = 0;
   // Training batch buffers, reused every step.

@@ -90,6 +90,7 @@ class Loop {
   void report_round_shape();
   int64_t shown_tau_ = 0, shown_overlap_ = 0;
   cohort_parallel_stats last_parallel_{};  // at the last metrics line (before any evaluation)
+  int64_t last_activation_bytes_ = 0;      // the trainer's peak activation bytes, likewise
 
   const Options& o_;
   Task& task_;
@@ -190,6 +191,7 @@ void Loop::log_point(int64_t step, float loss, bool final_point) {
   if (eval) {
     task_.gather_parameters();
     if (o_.evaluates) line += eval_fields(step, final_point);
+    else if (o_.joins_evaluation) task_.evaluate(final_point ? 0 : *o_.eval_examples);
   }
   metrics_.write(line + "}");
   window_step_ = step;
@@ -204,13 +206,19 @@ std::string Loop::parallel_fields(cohort_parallel_stats* out) {
   check(cohort_trainer_get_parallel_stats(task_.trainer(), &p), "parallel stats");
   if (out) *out = p;
   last_parallel_ = p;
+  // Activations too: under --tensor they shrink with the split layers' features.
+  cohort_trainer_stats t{};
+  t.size = sizeof t;
+  check(cohort_trainer_get_stats(task_.trainer(), &t), "trainer stats");
+  last_activation_bytes_ = t.peak_activation_bytes;
   return ",\"parallel\":{\"rounds\":" + std::to_string(p.rounds) + ",\"compute_s\":" + json_number(p.compute_seconds) +
          ",\"comm_s\":" + json_number(p.comm_seconds) + ",\"wait_s\":" + json_number(p.wait_seconds) +
          ",\"hidden_fraction\":" + json_number(p.hidden_fraction) +
          ",\"parameter_bytes\":" + std::to_string(p.parameter_bytes) +
          ",\"gradient_bytes\":" + std::to_string(p.gradient_bytes) +
          ",\"optimizer_state_bytes\":" + std::to_string(p.optimizer_state_bytes) +
-         ",\"tau\":" + std::to_string(p.tau) + ",\"overlap\":" + std::to_string(p.overlap_steps) + "}";
+         ",\"tau\":" + std::to_string(p.tau) + ",\"overlap\":" + std::to_string(p.overlap_steps) +
+         ",\"peak_activation_bytes\":" + std::to_string(t.peak_activation_bytes) + "}";
 }
 
 // --overlap auto: each new choice and why (rank 0, between progress lines).
@@ -240,10 +248,12 @@ void Loop::parallel_summary() {
   }
   const double mib = 1.0 / (1 << 20);
   std::printf("%s: %lld rounds | communication %.2f s, %.0f%% hidden behind compute (waited %.2f s, computed "
-              "%.2f s) | model state per rank: parameters %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB\n",
+              "%.2f s) | model state per rank: parameters %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB, "
+              "activations %.1f MiB (peak of a step)\n",
               o_.parallel.c_str(), static_cast<long long>(p.rounds), p.comm_seconds, 100.0 * p.hidden_fraction,
               p.wait_seconds, p.compute_seconds, static_cast<double>(p.parameter_bytes) * mib,
-              static_cast<double>(p.gradient_bytes) * mib, static_cast<double>(p.optimizer_state_bytes) * mib);
+              static_cast<double>(p.gradient_bytes) * mib, static_cast<double>(p.optimizer_state_bytes) * mib,
+              static_cast<double>(last_activation_bytes_) * mib);
   std::fflush(stdout);
 }
 
@@ -276,6 +286,8 @@ void Loop::run() {
     task_.gather_parameters();
     if (o_.evaluates)
       metrics_.write("{\"step\":" + std::to_string(start_step_) + eval_fields(start_step_, true) + "}");
+    else if (o_.joins_evaluation)
+      task_.evaluate(0);
   }
 }
 
@@ -287,10 +299,12 @@ int run_train(Options o) {
   Task task(o);
   if (task.world() > 1) {
     // Rank 0 reports and evaluates (the others join its evaluation points: under ZeRO 3 the
-    // parameters are gathered there); every rank saves its own checkpoint file.
+    // parameters are gathered there; under --tensor they run the evaluation with it, silently);
+    // every rank saves its own checkpoint file.
     if (task.rank() != 0) {
       o.quiet = true;
       o.evaluates = false;
+      o.joins_evaluation = o.tensor > 1;
       o.metrics.clear();
     }
     const std::string suffix = ".rank" + std::to_string(task.rank());
@@ -308,7 +322,8 @@ int run_train(Options o) {
                 static_cast<long long>(*o.batch), task.world(), o.device == "cuda" ? " on the GPU" : "",
                 o.parallel.empty() ? "" : ", ",
                 o.parallel.empty() ? "" : (o.parallel + (o.parallel == "sync" ? "" : " tau " + std::to_string(*o.tau)) +
-                                           (o.zero > 0 ? " zero " + std::to_string(o.zero) : "")).c_str(),
+                                           (o.zero > 0 ? " zero " + std::to_string(o.zero) : "") +
+                                           (o.tensor > 1 ? " tensor " + std::to_string(o.tensor) : "")).c_str(),
                 static_cast<long long>(total), static_cast<long long>(task.steps_per_epoch()), o.optimizer.c_str(), *o.lr,
                 static_cast<long long>(*o.warmup));
   if (!o.resume.empty()) loop.resume(o.resume);

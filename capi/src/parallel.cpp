@@ -6,6 +6,7 @@
 #include "capi/src/handles.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/device_comm.h"
+#include "core/parallel/parallel_trainer.h"
 #include "transport/bootstrap/store.h"
 #include "transport/coll/communicator.h"
 
@@ -23,6 +24,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   const bool has_noise = o.size >= offsetof(cohort_plan_options, inner_noise_scaling) + sizeof(int32_t);
   const bool has_overlap = o.size >= offsetof(cohort_plan_options, overlap_steps) + sizeof(int64_t);
   const bool has_bits = o.size >= offsetof(cohort_plan_options, outer_bits) + sizeof(int32_t);
+  const bool has_tensor = o.size >= offsetof(cohort_plan_options, tensor_overlap_off) + sizeof(int32_t);
   parallel::PlanConfig c;
   if (enum_int(o.preset) != COHORT_PRESET_NONE) {
     int p = enum_int(o.preset);
@@ -47,6 +49,12 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   if (has_overlap && o.overlap_steps == -1) c.overlap_auto = true;       // starting from 1
   else if (has_overlap && o.overlap_steps != 0) c.overlap = o.overlap_steps;  // else the default, 1
   if (has_bits && o.outer_bits != 0) c.outer_bits = o.outer_bits;
+  if (has_tensor) {
+    c.tensor.x = o.tensor_x;
+    c.tensor.y = o.tensor_y;
+    c.tensor.z = o.tensor_z;
+    c.overlap_collectives = o.tensor_overlap_off == 0;
+  }
   parallel::validate(c);
   return c;
 }
@@ -106,6 +114,7 @@ COHORT_API cohort_plan_options cohort_plan_options_default(void) {
   o.outer_lr = 1.0;
   o.penalty_constant = 1.0;
   o.bucket_bytes = 25 << 20;
+  o.tensor_x = o.tensor_y = o.tensor_z = 1;
   return o;
 }
 
@@ -137,14 +146,14 @@ COHORT_API cohort_status cohort_trainer_create_parallel(const cohort_graph* grap
     check_not_null(trainer_out, "trainer_out");
     TrainerOptions o = trainer_options_from(options);
     parallel::validate_for_world(pc, c->size());  // before any collective: nothing to undo
-    auto trainer = std::make_unique<Trainer>(g, oc, o);
     // On the GPU, DDP reduces its buckets over NCCL where every rank can (device_comm.h), else
     // through host copies over `comm`; local SGD and co2 always go through the host.
-    std::shared_ptr<transport::coll::Communicator> device_comm;
-    if (trainer->device() != Device::kCpu && pc.mode == parallel::SyncMode::kSync && comm->store)
-      device_comm = parallel::make_device_communicator(*c, comm->store);
-    parallel::DataParallel::attach(*trainer, pc, c, device_comm);
-    *trainer_out = make_trainer_handle(std::move(trainer));
+    std::shared_ptr<transport::Store> store = comm->store;
+    auto device_comm = [&](const Trainer& t) -> std::shared_ptr<transport::coll::Communicator> {
+      if (t.device() == Device::kCpu || pc.mode != parallel::SyncMode::kSync || !store) return nullptr;
+      return parallel::make_device_communicator(*c, store);
+    };
+    *trainer_out = make_trainer_handle(parallel::make_parallel_trainer(g, oc, o, pc, c, device_comm));
   });
 }
 

@@ -103,6 +103,13 @@ COHORT_API cohort_status cohort_trainer_get_parameter(cohort_trainer* trainer, c
     check_not_null(parameter, "parameter");
     Tensor dst = wrap_ref(*parameter, "parameter");
     Tensor& p = t.parameter(parameter->name);
+    if (dst.shape() != p.shape() && dst.shape() == t.whole_parameter_shape(parameter->name)) {
+      // Tensor parallelism: the whole parameter, gathered from the ranks holding its blocks.
+      const Tensor whole = t.whole_parameter(parameter->name);
+      check_parameter_buffer(parameter->name, whole, dst);
+      dst.copy_from(whole);
+      return;
+    }
     check_parameter_buffer(parameter->name, p, dst);
     dst.copy_from(p);
   });
@@ -118,6 +125,14 @@ COHORT_API cohort_status cohort_trainer_set_parameter(cohort_trainer* trainer, c
     check_not_null(parameter, "parameter");
     Tensor src = wrap_ref(*parameter, "parameter");
     Tensor& p = t.parameter(parameter->name);
+    if (src.shape() != p.shape() && src.shape() == t.whole_parameter_shape(parameter->name)) {
+      // Tensor parallelism: the whole parameter given; this rank keeps its block.
+      Tensor whole = Tensor::empty(src.shape(), p.dtype());
+      check_parameter_buffer(parameter->name, whole, src);
+      whole.copy_from(src);
+      t.set_whole_parameter(parameter->name, whole);
+      return;
+    }
     check_parameter_buffer(parameter->name, p, src);
     p.copy_from(src);
   });

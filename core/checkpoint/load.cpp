@@ -11,6 +11,7 @@
 #include "core/base/file_io.h"
 #include "core/checkpoint/format.h"
 #include "core/checkpoint/manifest_check.h"
+#include "core/device/device.h"
 #include "core/graph/serialize.h"
 
 namespace cohort::checkpoint {
@@ -105,21 +106,39 @@ void stage_extra(const fb::Extra* ex, const std::string& what, CheckpointExtra& 
   }
 }
 
-// Points each optimizer state entry at the matching tensor of the staged optimizer.
+// A whole tensor read from the file whose block (tensor parallelism) goes into `dest` after.
+struct Reshard {
+  size_t param;
+  Tensor whole, dest;
+};
+
+// Points each optimizer state entry at the matching tensor of the staged optimizer — or, for a
+// parameter this rank holds a block of, at a whole staging tensor cut into it after the read.
 void stage_state(const fb::Checkpoint* m, const Trainer& trainer, optim::Optimizer& opt,
-                 const std::string& what, std::vector<Target>& targets) {
+                 const std::string& what, std::vector<Target>& targets, std::vector<Reshard>& reshards) {
   std::vector<std::pair<std::string, Tensor>> expected;
+  std::vector<size_t> owner;
   for (size_t i = 0; m->has_optimizer_state() && i < opt.num_params(); ++i)
-    for (auto& [name, t] : opt.state(i)) expected.emplace_back(trainer.parameter_names()[i] + "/" + name, t);
+    for (auto& [name, t] : opt.state(i)) {
+      expected.emplace_back(trainer.parameter_names()[i] + "/" + name, t);
+      owner.push_back(i);
+    }
   check_state_names(m, expected, what);
   for (size_t k = 0; k < expected.size(); ++k) {
     const fb::TensorEntry* e = m->optimizer_state()->Get(static_cast<flatbuffers::uoffset_t>(k));
     const EntryType type = entry_type(e, what, "optimizer state");
     const Tensor& t = expected[k].second;
-    COHORT_CHECK(type.dtype == t.dtype() && type.shape == t.shape(), Status::kCorrupt, what, ": optimizer state '",
+    const bool block = trainer.is_sharded(owner[k]);
+    const Shape want = block ? trainer.whole_shape(owner[k]) : t.shape();
+    COHORT_CHECK(type.dtype == t.dtype() && type.shape == want, Status::kCorrupt, what, ": optimizer state '",
                  expected[k].first, "' is ", shape_str(type.shape), " ", dtype_name(type.dtype), " there, ",
-                 shape_str(t.shape()), " ", dtype_name(t.dtype()), " here");
-    targets.push_back({e->extent(), t.raw(), str_cat("optimizer state '", expected[k].first, "'")});
+                 shape_str(want), " ", dtype_name(t.dtype()), " here");
+    void* dest = t.raw();
+    if (block) {
+      reshards.push_back({owner[k], Tensor::empty(want, t.dtype()), t});
+      dest = reshards.back().whole.raw();
+    }
+    targets.push_back({e->extent(), dest, str_cat("optimizer state '", expected[k].first, "'")});
   }
 }
 
@@ -135,20 +154,31 @@ void load_checkpoint(Trainer& trainer, const std::string& path, CheckpointExtra*
   check_model(m, trainer, what);
 
   // Stage: new tensors for the parameters, a new optimizer for the state, new extra values.
+  // The file holds whole parameters; a tensor-parallel rank keeps its blocks (Reshard).
   std::vector<Target> targets;
   std::vector<Tensor> params;
+  std::vector<Reshard> reshards;
   for (size_t i = 0; i < trainer.parameters().size(); ++i) {
     const Tensor& p = trainer.parameters()[i];
     params.push_back(Tensor::zeros(p.shape(), p.dtype()));
-    targets.push_back({m->parameters()->Get(static_cast<flatbuffers::uoffset_t>(i))->extent(), params.back().raw(),
+    void* dest = params.back().raw();
+    if (trainer.is_sharded(i)) {
+      reshards.push_back({i, Tensor::empty(trainer.whole_shape(i), p.dtype()), params.back()});
+      dest = reshards.back().whole.raw();
+    }
+    targets.push_back({m->parameters()->Get(static_cast<flatbuffers::uoffset_t>(i))->extent(), dest,
                        str_cat("parameter '", trainer.parameter_names()[i], "'")});
   }
   auto opt = std::make_unique<optim::Optimizer>(trainer.optimizer().config());
   if (m->has_optimizer_state()) opt->init_state(params);
-  stage_state(m, trainer, *opt, what, targets);
+  stage_state(m, trainer, *opt, what, targets, reshards);
   CheckpointExtra extra;
   stage_extra(m->extra(), what, extra, targets);
   read_targets(file, h, std::move(targets), what);
+  for (Reshard& r : reshards) {
+    const Tensor block = trainer.block_of(r.param, r.whole);
+    device_copy(r.dest.raw(), r.dest.device(), block.raw(), Device::kCpu, block.nbytes());
+  }
   // Without saved state the optimizer starts fresh from the loaded parameters (bf16 masters).
   if (!m->has_optimizer_state()) opt->init_state(params);
   opt->set_step_count(m->optimizer_step_count());

@@ -104,13 +104,13 @@ void check_model(const fb::Checkpoint* m, const Trainer& trainer, const std::str
     if (t.dtype != params[i].dtype())
       other_model(what, str_cat("parameter '", names[i], "' has dtype ", dtype_name(t.dtype), " there, ",
                                 dtype_name(params[i].dtype()), " here"));
-    if (t.shape != params[i].shape())
+    if (t.shape != trainer.whole_shape(i))  // a tensor-parallel rank's file holds whole parameters
       other_model(what, str_cat("parameter '", names[i], "' has shape ", shape_str(t.shape), " there, ",
-                                shape_str(params[i].shape()), " here"));
+                                shape_str(trainer.whole_shape(i)), " here"));
   }
   if (entries.size() != params.size())
     other_model(what, str_cat("it has ", entries.size(), " parameters, this model ", params.size()));
-  const std::vector<uint8_t> graph = encode_graph(trainer.forward_graph());
+  const std::vector<uint8_t> graph = encode_graph(trainer.model_graph());
   if (m->graph_hash() != hash64(graph.data(), graph.size()))
     other_model(what, "the parameters agree but the forward graph differs (operators, attributes or inputs)");
   if (m->fingerprint() != model_fingerprint(trainer)) other_model(what, "the model fingerprint differs");

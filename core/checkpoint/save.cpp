@@ -97,7 +97,7 @@ std::vector<uint8_t> encode_manifest(const Trainer& trainer, const CheckpointExt
   auto params = encode_tensors(b, items, 0, s.params);
   auto state = encode_tensors(b, items, s.params, s.state);
   auto ex = encode_extra(b, extra, items, s);
-  const std::vector<uint8_t> graph = encode_graph(trainer.forward_graph());
+  const std::vector<uint8_t> graph = encode_graph(trainer.model_graph());
   const optim::Optimizer& opt = trainer.optimizer();
   auto root = fb::CreateCheckpointDirect(b, kCheckpointFormatVersion, hash64(graph.data(), graph.size()),
                                          model_fingerprint(trainer), trainer.step_count(), trainer.seed(),
@@ -112,15 +112,17 @@ std::vector<uint8_t> encode_manifest(const Trainer& trainer, const CheckpointExt
 }  // namespace
 
 uint64_t model_fingerprint(const Trainer& trainer) {
-  const std::vector<uint8_t> graph = encode_graph(trainer.forward_graph());
+  // The model's, not this rank's part of it (tensor parallelism): whole shapes, the whole graph.
+  const std::vector<uint8_t> graph = encode_graph(trainer.model_graph());
   uint64_t h = hash_value(hash64(nullptr, 0), hash64(graph.data(), graph.size()));
   const std::vector<Tensor>& params = trainer.parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     const std::string& name = trainer.parameter_names()[i];
+    const Shape shape = trainer.whole_shape(i);
     h = hash64(name.c_str(), name.size() + 1, h);  // with the terminator: names cannot run together
     h = hash_value(h, static_cast<uint64_t>(params[i].dtype()));
-    h = hash_value(h, params[i].shape().size());
-    for (int64_t d : params[i].shape()) h = hash_value(h, static_cast<uint64_t>(d));
+    h = hash_value(h, shape.size());
+    for (int64_t d : shape) h = hash_value(h, static_cast<uint64_t>(d));
   }
   return h;
 }
@@ -129,8 +131,12 @@ void save_checkpoint(const Trainer& trainer, const std::string& path, const Chec
   check_extra(extra);
   std::vector<Item> items;
   Sections s;
+  // A tensor-parallel rank writes the whole model (its blocks gathered over their grid axes, a
+  // collective there): the file is the one a single rank would write, and loads under any grid.
   for (size_t i = 0; i < trainer.parameters().size(); ++i)
-    items.push_back(tensor_item(trainer.parameter_names()[i], trainer.parameters()[i]));
+    items.push_back(tensor_item(trainer.parameter_names()[i], trainer.is_sharded(i)
+                                                                  ? trainer.whole_of(i, trainer.parameters()[i])
+                                                                  : trainer.parameters()[i]));
   s.params = items.size();
   // state() hands out tensors sharing the optimizer's storage and changes nothing; it lacks a
   // const overload, hence the cast. No state bytes: nothing allocated yet (or SGD without
@@ -139,7 +145,8 @@ void save_checkpoint(const Trainer& trainer, const std::string& path, const Chec
   const bool has_state = opt.state_bytes() > 0;
   for (size_t i = 0; has_state && i < opt.num_params(); ++i)
     for (const auto& [name, t] : opt.state(i))
-      items.push_back(tensor_item(trainer.parameter_names()[i] + "/" + name, t));
+      items.push_back(tensor_item(trainer.parameter_names()[i] + "/" + name,
+                                  trainer.is_sharded(i) ? trainer.whole_of(i, t) : t));
   s.state = items.size();
   for (const auto& [name, t] : extra.tensors) items.push_back(tensor_item(name, t));
   s.tensors = items.size();

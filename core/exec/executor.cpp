@@ -8,6 +8,7 @@
 #include "core/base/error.h"
 #include "core/device/device.h"
 #include "core/exec/profile.h"
+#include "transport/coll/work.h"
 
 namespace cohort {
 
@@ -28,12 +29,35 @@ std::vector<NodeId> needed_nodes(const Graph& g, const std::vector<ValueId>& tar
   std::reverse(order.begin(), order.end());
   return order;
 }
+
+// The same nodes with every collective moved up to right after the last node producing one of
+// its inputs, so that it starts as soon as it can and the compute it does not feed runs while it
+// is in flight. A collective reading only bound values (inputs, parameters) stays where it is:
+// started at once it would hold its result from the beginning of the run. Every rank of an axis
+// runs the same graph, so each computes the same order and starts its collectives alike.
+std::vector<NodeId> start_collectives_early(const Graph& g, const std::vector<NodeId>& order) {
+  std::vector<NodeId> out;
+  std::vector<int64_t> position_of_value(g.values().size(), -1);  // position of its producer in out
+  for (NodeId id : order) {
+    const Node& n = g.node(id);
+    int64_t at = static_cast<int64_t>(out.size());
+    if (n.op->collective) {
+      int64_t last = -1;
+      for (ValueId i : n.inputs) last = std::max(last, position_of_value[static_cast<size_t>(i)]);
+      if (last >= 0) at = last + 1;
+    }
+    out.insert(out.begin() + at, id);
+    for (size_t p = static_cast<size_t>(at); p < out.size(); ++p)
+      for (ValueId o : g.node(out[p]).outputs) position_of_value[static_cast<size_t>(o)] = static_cast<int64_t>(p);
+  }
+  return out;
+}
 }  // namespace
 
 Executor::Executor(const Graph& graph, std::vector<ValueId> targets, Device device)
     : graph_(graph), device_(device), targets_(std::move(targets)) {
   for (ValueId t : targets_) (void)graph_.value(t);
-  order_ = needed_nodes(graph_, targets_);
+  order_ = start_collectives_early(graph_, needed_nodes(graph_, targets_));
   std::vector<int> last_use(graph_.values().size(), -1);
   std::vector<bool> produced(graph_.values().size(), false);
   for (size_t s = 0; s < order_.size(); ++s) {
@@ -124,20 +148,29 @@ void Executor::run(std::unordered_map<ValueId, Tensor>& env, const RunOptions& o
     if (storage.use_count() == 1) pool_.emplace(storage->bytes(), std::move(storage));
   handed_out_.clear();
   last_peak_bytes_ = 0;
-  for (size_t s = 0; s < order_.size(); ++s) {
-    const Node& node = graph_.node(order_[s]);
-    if (options.before_node) options.before_node(s);
-    run_node(node, env, options);
-    if (options.after_node) options.after_node(s);
-    if (options.on_value)
-      for (ValueId o : node.outputs) options.on_value(o);
-    for (ValueId v : frees_after_[s]) {
-      auto it = env.find(v);
-      if (it != env.end()) {
-        release(it->second);
-        env.erase(it);
+  try {
+    for (size_t s = 0; s < order_.size(); ++s) {
+      const Node& node = graph_.node(order_[s]);
+      for (ValueId i : node.inputs) wait_for(i, options);
+      if (options.before_node) options.before_node(s);
+      run_node(node, env, options);
+      if (options.after_node) options.after_node(s);
+      const bool in_flight = !node.outputs.empty() && flight_of_.count(node.outputs[0]);
+      if (in_flight && !options.overlap) wait_for(node.outputs[0], options);
+      else if (options.on_value && !in_flight)
+        for (ValueId o : node.outputs) options.on_value(o);
+      for (ValueId v : frees_after_[s]) {
+        auto it = env.find(v);
+        if (it != env.end()) {
+          release(it->second);
+          env.erase(it);
+        }
       }
     }
+    while (!flights_.empty()) complete(flights_.begin()->first, options);
+  } catch (...) {
+    settle_in_flight();
+    throw;
   }
   peak_bytes_ = std::max(peak_bytes_, last_peak_bytes_);
   for (ValueId t : targets_) {
@@ -150,10 +183,52 @@ void Executor::run(std::unordered_map<ValueId, Tensor>& env, const RunOptions& o
   device_flush_checks(device_);
 }
 
+void Executor::wait_for(ValueId value, const RunOptions& o) {
+  auto it = flight_of_.find(value);
+  if (it != flight_of_.end()) complete(it->second, o);
+}
+
+void Executor::complete(uint64_t flight, const RunOptions& o) {
+  auto it = flights_.find(flight);
+  COHORT_ASSERT(it != flights_.end(), "collective ", flight, " is not in flight");
+  InFlight& f = it->second;
+  if (f.work) {
+    if (f.work->test()) {
+      ++collective_stats_.complete_when_needed;
+    } else {
+      const auto start = std::chrono::steady_clock::now();
+      f.work->wait();  // throws the collective's failure (a lost peer, a timeout) naming it
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      collective_stats_.wait_seconds += waited;
+      if (OpProfile::enabled()) OpProfile::add(f.op->name + " (waiting)", waited);
+    }
+  }
+  if (f.on_complete) f.on_complete();
+  for (ValueId v : f.outputs) flight_of_.erase(v);
+  const std::vector<ValueId> outputs = f.outputs;
+  for (Tensor& t : f.held) release(t);
+  flights_.erase(it);
+  if (o.on_value)
+    for (ValueId v : outputs) o.on_value(v);
+}
+
+void Executor::settle_in_flight() noexcept {
+  for (auto& [number, f] : flights_) {
+    try {
+      if (f.work) f.work->wait();
+    } catch (...) {
+      // The failure is the communicator's sticky error: whoever runs next meets it.
+    }
+  }
+  flights_.clear();  // their buffers leave the pool's count; fresh ones replace them
+  flight_of_.clear();
+}
+
 void Executor::run_node(const Node& node, std::unordered_map<ValueId, Tensor>& env,
                         const RunOptions& o) {
   const OpSchema& op = *node.op;
   KernelContext ctx{node.attrs, {}, {}, o.step, o.seed, o.training, node.id, o.num_threads};
+  ctx.axes = o.axes;
   bool convert = false;
   for (ValueId i : node.inputs) {
     Tensor t = env.at(i);
@@ -196,6 +271,24 @@ void Executor::run_node(const Node& node, std::unordered_map<ValueId, Tensor>& e
   kernel(ctx);
   if (profile) device_synchronize(device_);  // a device kernel's time, not its launch's
   if (profile) OpProfile::add(op.name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (ctx.pending || ctx.on_complete) {
+    // In flight: the outputs are the collective's own buffers (collectives convert no dtype).
+    COHORT_ASSERT(op.collective && !convert, op.name, " '", node.name, "' left work in flight but is no collective");
+    ++collective_stats_.started;
+    const uint64_t number = next_flight_++;
+    InFlight& f = flights_[number];
+    f.work = std::move(ctx.pending);
+    f.on_complete = std::move(ctx.on_complete);
+    f.held = ctx.inputs;
+    f.held.insert(f.held.end(), ctx.outputs.begin(), ctx.outputs.end());
+    f.outputs = node.outputs;
+    f.op = &op;
+    for (size_t k = 0; k < node.outputs.size(); ++k) {
+      env[node.outputs[k]] = ctx.outputs[k];
+      flight_of_[node.outputs[k]] = number;
+    }
+    return;
+  }
   for (size_t k = 0; k < node.outputs.size(); ++k) {
     const TensorType& t = graph_.value(node.outputs[k]).type;
     if (ctx.outputs[k].dtype() != t.dtype) {

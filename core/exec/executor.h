@@ -1,6 +1,14 @@
 // Runs the part of a graph needed for a set of target values, in dependency (id) order. Buffers
 // of intermediate values come from a pool and go back to it after their last consumer, so peak
 // activation memory stays close to the live set; the executor reports that peak.
+//
+// Collective operators (OpSchema::collective, core/ops/collective.h) run asynchronously: each is
+// moved as early in the order as its inputs allow (right after the last node producing one), its
+// kernel starts the collective and returns, and the executor waits for it just before the first
+// node that reads its result — so whatever runs in between (in backward, the weight-gradient
+// product next to a data-gradient all-reduce) overlaps the communication. Until then the node's
+// buffers stay alive and out of the pool. RunOptions::overlap = false waits right after the start
+// instead (the same order, for comparison).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +20,7 @@
 #include <vector>
 
 #include "core/graph/graph.h"
+#include "core/ops/collective.h"
 
 namespace cohort {
 
@@ -27,6 +36,21 @@ struct RunOptions {
   // Called on the running thread before / after the node at `position` of order() runs — e.g.
   // ZeRO stage 3 gathering a layer's parameters just before it and releasing them after.
   std::function<void(size_t position)> before_node, after_node;
+  // The communicators of the grid axes the graph's collective operators name (not owned; must
+  // outlive the run). nullptr: a collective fails naming its axis.
+  const CommAxes* axes = nullptr;
+  // Collectives overlap the compute that does not need their results (see above); false waits
+  // for each right after starting it. on_value reports a collective's output once it is complete.
+  bool overlap = true;
+};
+
+// What a run did with its collectives (cumulative over runs).
+struct CollectiveStats {
+  int64_t started = 0;
+  // Found already complete when the first reader of their result came (or at the end of the run):
+  // their communication was hidden entirely behind compute.
+  int64_t complete_when_needed = 0;
+  double wait_seconds = 0;  // the running thread blocked on collectives
 };
 
 class Executor {
@@ -45,11 +69,28 @@ class Executor {
   const std::vector<NodeId>& order() const { return order_; }
   size_t peak_activation_bytes() const { return peak_bytes_; }
   size_t last_activation_bytes() const { return last_peak_bytes_; }
+  const CollectiveStats& collective_stats() const { return collective_stats_; }
 
  private:
+  // A collective started and not yet waited for: its Work, what to run after it, the buffers it
+  // reads and writes (kept out of the pool meanwhile) and the outputs no node may read before.
+  struct InFlight {
+    std::shared_ptr<transport::coll::Work> work;
+    std::function<void()> on_complete;
+    std::vector<Tensor> held;
+    std::vector<ValueId> outputs;
+    const OpSchema* op = nullptr;
+  };
   Tensor allocate(const TensorType& type);
   void release(Tensor& t);
+  // Runs one node; a collective's node leaves its collective in flight_ (keyed by its outputs).
   void run_node(const Node& node, std::unordered_map<ValueId, Tensor>& env, const RunOptions& o);
+  // Waits for the collective producing `value` (if one is in flight), then completes it.
+  void wait_for(ValueId value, const RunOptions& o);
+  void complete(uint64_t flight, const RunOptions& o);
+  // After a failure: waits out every collective in flight without throwing, so that no buffer
+  // they use is reused or freed while the transport may still touch it.
+  void settle_in_flight() noexcept;
 
   const Graph& graph_;
   Device device_;
@@ -66,6 +107,10 @@ class Executor {
   size_t live_bytes_ = 0;
   size_t peak_bytes_ = 0;
   size_t last_peak_bytes_ = 0;
+  std::map<uint64_t, InFlight> flights_;            // by start number; completed ones erased
+  std::unordered_map<ValueId, uint64_t> flight_of_;  // output value -> its collective's start number
+  uint64_t next_flight_ = 0;
+  CollectiveStats collective_stats_;
 };
 
 }  // namespace cohort

@@ -8,7 +8,10 @@
 #include "core/device/device.h"
 #include "core/graph/autodiff.h"
 #include "core/graph/initializer.h"
+#include "core/graph/shard.h"
+#include "kernels/cpu/optim.h"
 #include "kernels/cpu/threads.h"
+#include "transport/coll/communicator.h"
 
 namespace cohort {
 
@@ -19,6 +22,9 @@ Trainer::Trainer(const Graph& forward, const optim::OptimizerConfig& config, con
   optim::validate(config);
   param_ids_ = train_.parameters();
   COHORT_CHECK(!param_ids_.empty(), Status::kInvalidArgument, "the graph has no parameters to train");
+  COHORT_CHECK(!options_.axes || options_.device == Device::kCpu, Status::kUnsupported,
+               "tensor parallelism runs on the host for now: the collectives of a rank's graph have no device "
+               "communicators per grid axis yet (TODO(#27))");
   grad_ids_ = build_backward(train_, train_.loss(), param_ids_);
   std::vector<ValueId> targets = {train_.loss()};
   for (ValueId g : grad_ids_) if (g >= 0) targets.push_back(g);
@@ -27,8 +33,23 @@ Trainer::Trainer(const Graph& forward, const optim::OptimizerConfig& config, con
   Allocator* alloc = device_allocator(options_.device);
   for (ValueId p : param_ids_) {
     const Value& v = train_.value(p);
+    COHORT_CHECK(v.shard.empty() || options_.axes, Status::kInvalidArgument, "parameter ", train_.describe(p),
+                 " is a block of a sharded parameter, but the trainer has no grid axes (make it with a parallel plan)");
     Tensor t = Tensor::empty(v.type.shape, v.type.dtype);  // initialised on the host, then moved
-    initialize_parameter(t, v.init, options_.seed, v.name);
+    if (v.shard.empty()) {
+      initialize_parameter(t, v.init, options_.seed, v.name);
+    } else {  // the block of the whole parameter's initialisation: as if trained on one rank
+      Tensor whole = Tensor::empty(shard_whole_shape(v.type.shape, v.shard), v.type.dtype);
+      initialize_parameter(whole, v.init, options_.seed, v.name);
+      t = take_shard(whole, v.shard);
+    }
+    bool counted = true;
+    for (const char* axis : {"x", "y", "z"}) {
+      bool cut = false;
+      for (const ShardCut& c : v.shard) cut = cut || c.axis == axis;
+      if (!cut && options_.axes && options_.axes->coordinate(axis) != 0) counted = false;
+    }
+    counts_in_norm_.push_back(counted);
     param_names_.push_back(v.name);
     params_.push_back(to_device(t, options_.device));
     grads_.push_back(Tensor::zeros(v.type.shape, v.type.dtype, alloc));
@@ -77,6 +98,8 @@ float Trainer::step(const std::map<std::string, Tensor>& inputs) {
   ro.step = step_;
   ro.seed = options_.seed;
   ro.training = true;
+  ro.axes = options_.axes.get();
+  ro.overlap = options_.overlap_collectives;
   // Last step's gradients are spent: letting go of them lets the executor reuse their buffers.
   for (size_t i = 0; i < grad_ids_.size(); ++i)
     if (grad_ids_[i] >= 0) grads_[i] = Tensor();
@@ -113,6 +136,7 @@ float Trainer::step(const std::map<std::string, Tensor>& inputs) {
   const bool loss_finite = std::isfinite(loss);
   bool applied = false, measured = true;  // measured: the gradient norm of this step is known
   if (hook_ && hook_->apply_update(params_, grads_)) applied = std::isfinite(hook_->applied_grad_norm());
+  else if (loss_finite && options_.axes) applied = optimizer_->step(params_, grads_, model_grad_norm());
   else if (loss_finite) applied = optimizer_->step(params_, grads_);
   else {  // the loss alone decides: the norm is not measured, the stats report NaN for it
     optimizer_->step(params_, grads_, std::nan(""));
@@ -124,6 +148,23 @@ float Trainer::step(const std::map<std::string, Tensor>& inputs) {
   last_step_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!applied) throw non_finite_error(loss, measured ? std::optional<double>(stats().grad_norm) : std::nullopt);
   return loss;
+}
+
+double Trainer::model_grad_norm() {
+  // Each block counted once over the tensor axes (counts_in_norm_), summed there in f32: the
+  // transport has no f64, and the clipping factor needs no more (a NaN or Inf survives the sum).
+  double local = 0.0;
+  for (size_t i = 0; i < grads_.size(); ++i) {
+    if (!counts_in_norm_[i]) continue;
+    const Tensor g = grads_[i].contiguous();
+    local += g.dtype() == DType::kBF16 ? kernels::cpu::sum_of_squares_bf16(g.data<uint16_t>(), g.numel())
+                                       : kernels::cpu::sum_of_squares(g.data<float>(), g.numel());
+  }
+  transport::coll::Communicator* tensor = options_.axes->find("tensor");
+  if (tensor == nullptr || tensor->size() == 1) return std::sqrt(local);
+  float sum = static_cast<float>(local);
+  tensor->all_reduce(&sum, 1, transport::coll::DataType::kF32, transport::coll::ReduceOp::kSum)->wait();
+  return std::sqrt(static_cast<double>(sum));
 }
 
 Error Trainer::non_finite_error(float loss, std::optional<double> grad_norm) const {
@@ -211,6 +252,8 @@ void Trainer::evaluate(const std::map<std::string, Tensor>& inputs, std::map<std
   ro.step = step_;
   ro.seed = options_.seed;
   ro.training = false;
+  ro.axes = options_.axes.get();
+  ro.overlap = options_.overlap_collectives;
   plan.executor->run(env, ro);
   for (auto& [name, dst] : outputs) dst.copy_from(env.at(plan.graph.find(name)));
 }
@@ -222,6 +265,76 @@ Tensor& Trainer::parameter(const std::string& name) {
       return params_[i];
     }
   throw Error(Status::kNotFound, str_cat("the graph has no parameter named '", name, "'"));
+}
+
+size_t Trainer::parameter_index(const std::string& name) const {
+  for (size_t i = 0; i < param_names_.size(); ++i)
+    if (param_names_[i] == name) return i;
+  throw Error(Status::kNotFound, str_cat("the graph has no parameter named '", name, "'"));
+}
+
+bool Trainer::is_sharded(size_t i) const { return !train_.value(param_ids_.at(i)).shard.empty(); }
+
+Shape Trainer::whole_shape(size_t i) const {
+  return shard_whole_shape(params_.at(i).shape(), train_.value(param_ids_[i]).shard);
+}
+
+Shape Trainer::whole_parameter_shape(const std::string& name) const { return whole_shape(parameter_index(name)); }
+
+Tensor Trainer::whole_of(size_t i, const Tensor& t) const {
+  const Tensor block = to_device(t, Device::kCpu).contiguous();
+  if (!is_sharded(i)) {
+    Tensor copy = Tensor::empty(block.shape(), block.dtype());
+    copy.copy_from(block);
+    return copy;
+  }
+  const std::string& name = param_names_[i];
+  const std::vector<ShardCut>& cuts = train_.value(param_ids_[i]).shard;
+  COHORT_CHECK(cuts.size() == 1, Status::kUnsupported, "parameter '", name, "' is cut over ", cuts.size(),
+               " grid axes: gathering it whole takes one cut for now (TODO(#27))");
+  COHORT_CHECK(block.shape() == params_[i].shape(), Status::kShapeMismatch, "a tensor of shape ",
+               shape_str(block.shape()), " is not laid out like parameter '", name, "' (", shape_str(params_[i].shape()),
+               ")");
+  const ShardCut& cut = cuts[0];
+  transport::coll::Communicator& axis = options_.axes->at(cut.axis, str_cat("whole parameter '", name, "'"));
+  COHORT_ASSERT(axis.size() == cut.parts && axis.rank() == cut.index, "parameter '", name, "': block ", cut.index,
+                " of ", cut.parts, " but rank ", axis.rank(), " of ", axis.size(), " on axis '", cut.axis, "'");
+  COHORT_CHECK(block.dtype() == DType::kF32 || block.dtype() == DType::kBF16, Status::kUnsupported, "parameter '",
+               name, "': only f32 and bf16 blocks are gathered, not ", dtype_name(block.dtype()));
+  Tensor gathered = Tensor::empty({cut.parts, block.numel()}, block.dtype());
+  axis.all_gather(block.raw(), gathered.raw(), static_cast<size_t>(block.numel()),
+                  block.dtype() == DType::kF32 ? transport::coll::DataType::kF32 : transport::coll::DataType::kBF16)
+      ->wait();
+  Tensor whole = Tensor::empty(shard_whole_shape(block.shape(), cuts), block.dtype());
+  Tensor part = Tensor::empty(block.shape(), block.dtype());
+  for (int64_t p = 0; p < cut.parts; ++p) {  // rank p's block into its place
+    std::memcpy(part.raw(), static_cast<const char*>(gathered.raw()) + static_cast<size_t>(p) * block.nbytes(),
+                block.nbytes());
+    ShardCut at = cut;
+    at.index = p;
+    put_shard(whole, part, {at});
+  }
+  return whole;
+}
+
+Tensor Trainer::block_of(size_t i, const Tensor& whole) const {
+  if (!is_sharded(i)) return whole;
+  return take_shard(to_device(whole, Device::kCpu).contiguous(), train_.value(param_ids_[i]).shard);
+}
+
+Tensor Trainer::whole_parameter(const std::string& name) {
+  const size_t i = parameter_index(name);
+  gather_parameters();
+  return whole_of(i, params_[i]);
+}
+
+void Trainer::set_whole_parameter(const std::string& name, const Tensor& whole) {
+  const size_t i = parameter_index(name);
+  gather_parameters();
+  const Shape want = whole_shape(i);
+  COHORT_CHECK(whole.shape() == want, Status::kShapeMismatch, "parameter '", name, "' has whole shape ",
+               shape_str(want), ", the tensor ", shape_str(whole.shape()));
+  params_[i].copy_from(block_of(i, whole));
 }
 
 void Trainer::gather_parameters() {
@@ -291,6 +404,7 @@ TrainerStats Trainer::stats() const {
   for (size_t i = 0; i < params_.size(); ++i) s.parameter_bytes += 2 * params_[i].nbytes();
   s.parameter_bytes += optimizer_->state_bytes();
   s.last_step_seconds = last_step_seconds_;
+  s.collectives = train_exec_->collective_stats();
   return s;
 }
 

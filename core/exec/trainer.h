@@ -26,6 +26,19 @@ struct TrainerOptions {
   // model has no CUDA kernel; inputs may be host or device tensors (host ones are copied over),
   // the loss and evaluate's outputs come back to the caller's tensors.
   Device device = Device::kCpu;
+  // Tensor parallelism (core/parallel/tensor_parallel.h): the graph is this rank's part of a
+  // model, with collective operators over the grid axes these communicators carry and parameters
+  // that are blocks of whole ones (Value::shard). Each such parameter starts as its block of the
+  // whole parameter's initialisation, and the gradient norm (clipping, the NaN / Inf skip) is the
+  // whole model's, summed over the "tensor" axis, so every rank of a model replica updates alike.
+  // Host only for now (kUnsupported on the CUDA device). Every rank of the tensor axes calls
+  // step and evaluate at the same points (they run collectives).
+  std::shared_ptr<const CommAxes> axes{};
+  bool overlap_collectives = true;  // RunOptions::overlap
+  // The single-rank model the graph was rewritten from (tensor parallelism): checkpoints are
+  // written in its layout — whole parameters and optimizer state, its fingerprint — so that they
+  // load under another grid or on one rank. nullptr: the graph itself.
+  std::shared_ptr<const Graph> whole_model{};
 };
 
 struct TrainerStats {
@@ -35,6 +48,7 @@ struct TrainerStats {
   size_t peak_activation_bytes = 0;
   size_t parameter_bytes = 0;
   double last_step_seconds = 0.0;
+  CollectiveStats collectives;  // of training steps (tensor parallelism)
 };
 
 // Observes and extends a training step; core/parallel implements it (DDP gradient averaging,
@@ -103,6 +117,24 @@ class Trainer {
   // Gathers the parameters first (gather_parameters). On the trainer's device (copy_from moves
   // values in and out of it from either device).
   Tensor& parameter(const std::string& name);
+  // Tensor parallelism: a parameter this rank holds a block of (Value::shard) has a whole shape
+  // besides its own. whole_parameter gathers the whole one from every rank of its grid axis into
+  // a new host tensor — a collective on that axis: each of its ranks calls it at the same point;
+  // a parameter held whole is copied. set_whole_parameter keeps this rank's block of `whole`
+  // (whole shape, host; no collective). kNotFound for an unknown name, kShapeMismatch for a
+  // tensor of another shape.
+  Shape whole_parameter_shape(const std::string& name) const;
+  Tensor whole_parameter(const std::string& name);
+  void set_whole_parameter(const std::string& name, const Tensor& whole);
+  // The same by parameter index, for any tensor laid out like parameter i's block (its optimizer
+  // state): whole_of gathers (a collective on the parameter's grid axis when it is sharded, else a
+  // host copy); block_of cuts this rank's block out of a whole host tensor (else returns it).
+  bool is_sharded(size_t i) const;
+  Tensor whole_of(size_t i, const Tensor& block) const;
+  Tensor block_of(size_t i, const Tensor& whole) const;
+  Shape whole_shape(size_t i) const;
+  // The model checkpoints describe: TrainerOptions::whole_model, else the forward graph.
+  const Graph& model_graph() const { return options_.whole_model ? *options_.whole_model : forward_; }
   Device device() const { return options_.device; }
   // Makes every parameter whole for the caller to read or write; a no-op unless the step hook
   // shards parameters between steps (ZeRO stage 3), where it is a collective: every rank calls
@@ -119,6 +151,11 @@ class Trainer {
   // Installs (or with nullptr removes) the step hook; the trainer shares its ownership.
   void set_step_hook(std::shared_ptr<StepHook> hook) { hook_ = std::move(hook); }
   const std::shared_ptr<StepHook>& step_hook() const { return hook_; }
+  // Tensor parallelism: the grid axes (nullptr without), and whether this rank counts parameter i
+  // in the whole model's norms (it holds a block no other tensor rank holds, or is the first
+  // holder of a replicated one) — for hooks whose norms must be the model's too.
+  const std::shared_ptr<const CommAxes>& axes() const { return options_.axes; }
+  const std::vector<bool>& counts_in_norm() const { return counts_in_norm_; }
   // Mutable parameters (parameter_names() order) for hooks that set them, e.g. a broadcast.
   std::vector<Tensor>& mutable_parameters() { return params_; }
 
@@ -147,6 +184,10 @@ class Trainer {
   void bind_inputs(const Graph& g, const std::map<std::string, Tensor>& inputs,
                    std::unordered_map<ValueId, Tensor>& env, const char* what, bool keep);
   EvalPlan& eval_plan(int64_t batch, const std::vector<std::string>& outputs);
+  // The whole model's gradient L2 norm from this rank's blocks (options_.axes): a collective
+  // over the "tensor" axis, the same on every rank of it.
+  double model_grad_norm();
+  size_t parameter_index(const std::string& name) const;  // kNotFound naming it
   // The kNonFinite error of a skipped step: the loss, the norm, the gradients holding NaN or Inf.
   // grad_norm: this step's, when it reached the optimizer.
   Error non_finite_error(float loss, std::optional<double> grad_norm) const;
@@ -167,6 +208,9 @@ class Trainer {
   std::shared_ptr<StepHook> hook_;
   std::unordered_map<ValueId, size_t> grad_index_;  // gradient value in train_ -> parameter index
   std::map<std::string, Tensor> staged_inputs_;      // device copies of step()'s host inputs
+  // Tensor parallelism: whether this rank counts parameter i in the model's gradient norm (it
+  // holds a block no other rank of the tensor axes holds, or is the first holder of a copy).
+  std::vector<bool> counts_in_norm_;
 };
 
 }  // namespace cohort

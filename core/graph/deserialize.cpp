@@ -217,6 +217,15 @@ Graph rebuild(const fb::GraphFile& f) {
     ValueId id = kind == ValueKind::kInput ? g.add_input(v.name()->str(), t.dtype, t.shape)
                                            : g.add_parameter(v.name()->str(), t.dtype, t.shape, checked_init(v, i));
     if (id != static_cast<ValueId>(i)) corrupt(str_cat(value_desc(v, i), " became value ", id));
+    if (v.shard()) {
+      if (kind != ValueKind::kParameter) corrupt(str_cat(value_desc(v, i), " is not a parameter but has shard cuts"));
+      std::vector<ShardCut> cuts;
+      for (const fb::ShardCut* c : *v.shard()) {
+        if (c->dim() < 0 || c->dim() >= 8) corrupt(str_cat(value_desc(v, i), " has a shard cut of dim ", c->dim()));
+        cuts.push_back(ShardCut{c->dim(), c->groups(), c->parts(), c->index(), c->axis()->str()});
+      }
+      g.set_shard(id, std::move(cuts));  // range-checks the rest (kInvalidArgument -> kCorrupt)
+    }
     ++i;
   }
   if (f.outputs())

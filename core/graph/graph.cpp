@@ -134,6 +134,27 @@ std::vector<ValueId> Graph::add_op(const std::string& op_name, const std::string
   return nodes_.back().outputs;
 }
 
+void Graph::set_shard(ValueId v, std::vector<ShardCut> cuts) {
+  check_value(v, "shard");
+  Value& x = values_[static_cast<size_t>(v)];
+  COHORT_CHECK(x.kind == ValueKind::kParameter, Status::kInvalidArgument, describe(v),
+               " is not a parameter: only parameters are sharded");
+  for (const ShardCut& c : cuts) {
+    const int64_t rank = static_cast<int64_t>(x.type.shape.size());
+    COHORT_CHECK(c.dim >= 0 && c.dim < rank, Status::kInvalidArgument, "parameter ", describe(v), ": shard dim ",
+                 c.dim, " is out of range");
+    COHORT_CHECK(c.groups >= 1 && c.parts >= 1 && c.index >= 0 && c.index < c.parts, Status::kInvalidArgument,
+                 "parameter ", describe(v), ": shard cut over axis '", c.axis, "' has groups ", c.groups,
+                 ", parts ", c.parts, ", index ", c.index, " (need groups >= 1, 0 <= index < parts)");
+    COHORT_CHECK(x.type.shape[static_cast<size_t>(c.dim)] % c.groups == 0, Status::kInvalidArgument,
+                 "parameter ", describe(v), ": extent ", x.type.shape[static_cast<size_t>(c.dim)], " of dim ", c.dim,
+                 " is not a multiple of the ", c.groups, " groups of its shard cut");
+    COHORT_CHECK(!c.axis.empty(), Status::kInvalidArgument, "parameter ", describe(v),
+                 ": a shard cut needs the name of its grid axis");
+  }
+  x.shard = std::move(cuts);
+}
+
 void Graph::mark_output(ValueId v) {
   check_value(v, "output");
   for (ValueId o : outputs_) if (o == v) return;
@@ -186,6 +207,7 @@ Graph Graph::with_batch(int64_t batch) const {
       map[static_cast<size_t>(v.id)] = g.add_input(v.name, v.type.dtype, s);
     } else if (v.kind == ValueKind::kParameter) {
       map[static_cast<size_t>(v.id)] = g.add_parameter(v.name, v.type.dtype, v.type.shape, v.init);
+      if (!v.shard.empty()) g.set_shard(map[static_cast<size_t>(v.id)], v.shard);
     }
   }
   for (const Node& n : nodes_) {

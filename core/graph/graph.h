@@ -31,14 +31,31 @@ struct Initializer {
   uint64_t seed = 0;
 };
 
+// One cut of a parameter that the ranks of a grid axis hold in pieces (tensor parallelism,
+// core/parallel/tensor_parallel.h): along `dim` the extent is `groups` equal groups (a fused
+// q|k|v weight has 3), each cut into `parts` equal blocks, and this value holds block `index` of
+// every group, the groups kept in order. A value with several cuts applies them in order, each to
+// what the ones before left (core/graph/shard.h moves tensors between the two layouts).
+struct ShardCut {
+  int dim = 0;
+  int64_t groups = 1;
+  int64_t parts = 1;
+  int64_t index = 0;
+  std::string axis;  // the grid axis whose ranks hold the parts: "x", "y" or "z"
+  bool operator==(const ShardCut& o) const {
+    return dim == o.dim && groups == o.groups && parts == o.parts && index == o.index && axis == o.axis;
+  }
+};
+
 struct Value {
   ValueId id = -1;
   std::string name;
-  TensorType type;
+  TensorType type;  // for a sharded parameter: this rank's block
   ValueKind kind = ValueKind::kActivation;
   NodeId producer = -1;
   int output_index = 0;
-  Initializer init;  // parameters only
+  Initializer init;  // parameters only; describes the whole parameter when it is sharded
+  std::vector<ShardCut> shard;  // parameters only: empty = this value is the whole parameter
 };
 
 struct Node {
@@ -59,6 +76,11 @@ class Graph {
   // kShapeMismatch / kInvalidArgument with "<op> '<name>': ..." for bad inputs or attributes.
   std::vector<ValueId> add_op(const std::string& op, const std::string& name,
                               const std::vector<ValueId>& inputs, const Attrs& attrs);
+  // Declares parameter v to be a block of a larger whole parameter (tensor parallelism): its
+  // initializer then describes the whole one, whose shape is shard_whole_shape(v). Throws
+  // kInvalidArgument naming the parameter for a bad cut (dim out of range, index >= parts, an
+  // extent not divisible by groups) or a value that is not a parameter.
+  void set_shard(ValueId v, std::vector<ShardCut> cuts);
   void mark_output(ValueId v);
   void set_loss(ValueId v);  // must be a float scalar (shape [] or [1])
 

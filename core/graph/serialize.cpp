@@ -49,8 +49,13 @@ flatbuffers::Offset<fb::Value> encode_value(flatbuffers::FlatBufferBuilder& b, c
   if (v.kind == ValueKind::kParameter)
     init = fb::CreateInitializer(b, static_cast<int>(v.init.kind), v.init.a, v.init.b, v.init.seed);
   std::vector<int64_t> shape(v.type.shape.begin(), v.type.shape.end());
+  // Written only when present, so the bytes of an unsharded graph (which checkpoints hash) stay
+  // what they were before shards existed.
+  std::vector<flatbuffers::Offset<fb::ShardCut>> cuts;
+  for (const ShardCut& c : v.shard)
+    cuts.push_back(fb::CreateShardCutDirect(b, c.dim, c.groups, c.parts, c.index, c.axis.c_str()));
   return fb::CreateValueDirect(b, v.name.c_str(), static_cast<int>(v.type.dtype), &shape,
-                               static_cast<int>(v.kind), init);
+                               static_cast<int>(v.kind), init, cuts.empty() ? nullptr : &cuts);
 }
 
 // A value belongs to the forward graph when no backward node produced it.

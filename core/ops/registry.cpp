@@ -20,6 +20,7 @@ const OpRegistry& OpRegistry::global() {
     register_conv_ops(*r);
     register_shape_ops(*r);
     register_dropout_ops(*r);
+    register_collective_ops(*r);
 #ifdef COHORT_HAVE_CUDA
     register_cuda_kernels(*r);
 #endif

@@ -13,6 +13,10 @@
 
 namespace cohort {
 
+namespace transport::coll {
+class Work;
+}
+class CommAxes;  // core/ops/collective.h
 class Graph;
 struct Node;
 using ValueId = int32_t;
@@ -42,6 +46,14 @@ struct KernelContext {
   bool training = true;    // false during evaluation (dropout is the identity)
   int32_t node_id = 0;
   int num_threads = 1;
+  // Collective operators (OpSchema::collective): the communicators of the run's grid axes
+  // (nullptr when the run has none), and what the kernel leaves in flight: `pending`, the
+  // collective it started, and `on_complete`, run on the executor's thread once pending has
+  // finished (e.g. moving gathered blocks into place). Until then the executor keeps the node's
+  // inputs and outputs alive and lets no node read its outputs.
+  const CommAxes* axes = nullptr;
+  std::shared_ptr<transport::coll::Work> pending{};
+  std::function<void()> on_complete{};
 };
 using KernelFn = std::function<void(KernelContext&)>;
 
@@ -111,6 +123,12 @@ struct OpSchema {
   bool internal = false;            // used only by backward rules; exempt from the public list
   bool bf16_kernel = false;         // the kernel handles bf16 itself; else the executor converts
   bool alias_input0 = false;        // output 0 is a view of input 0 (reshape): no copy, no kernel
+  // A collective over a grid axis (core/ops/collective.h): its kernel starts a collective on the
+  // communicator of the node's 'axis' and returns; the executor waits for it before a node reads
+  // the result. One kernel serves every device whose buffers the axis communicator takes; on the
+  // CUDA device that needs an NCCL communicator per axis, which no plan makes yet, so the CUDA
+  // slot stays empty: a declared refusal (the executor names the operator before a run).
+  bool collective = false;
 
   int max_inputs() const { return static_cast<int>(inputs.size()); }
   int min_inputs() const { return max_inputs() - optional_inputs; }
@@ -143,6 +161,7 @@ void register_embedding_ops(OpRegistry& r);
 void register_conv_ops(OpRegistry& r);
 void register_shape_ops(OpRegistry& r);
 void register_dropout_ops(OpRegistry& r);
+void register_collective_ops(OpRegistry& r);
 
 // Shape-rule helpers shared by the families.
 [[noreturn]] void shape_error(const std::string& message);

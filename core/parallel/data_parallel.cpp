@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 #include "core/base/error.h"
 #include "core/base/log.h"
 #include "core/device/device.h"
+#include "core/ops/collective.h"
 #include "core/parallel/device_comm.h"
 #include "core/parallel/flat.h"
 #include "kernels/cpu/optim.h"
@@ -52,6 +54,16 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
   comm->broadcast(flat.data(), flat.size(), coll::DataType::kF32, 0)->wait();
   unflatten(flat.data(), params);
   dp->trainer_ = &trainer;
+  if (trainer.axes() && trainer.axes()->size("tensor") > 1) {
+    dp->axes_ = trainer.axes();
+    dp->tensor_ = trainer.axes()->find("tensor");
+    size_t offset = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const size_t n = static_cast<size_t>(params[i].numel());
+      if (trainer.counts_in_norm()[i]) dp->norm_ranges_.emplace_back(offset, n);
+      offset += n;
+    }
+  }
   if (plan.mode == SyncMode::kSync) {
     dp->build_buckets(params);
     if (plan.zero_stage > 0) dp->build_shards(trainer.optimizer());
@@ -231,6 +243,7 @@ void DataParallel::mark_if_loss_not_finite(Bucket& b) {
 bool DataParallel::outer_finite(const float* d, size_t n) {
   float bad = std::isfinite(kernels::cpu::sum_of_squares(d, static_cast<int64_t>(n))) ? 0.0f : 1.0f;
   if (outer_sharded()) sum_over_ranks(&bad, 1);
+  bad = any_over_tensor(bad != 0.0f) ? 1.0f : 0.0f;  // the tensor ranks' blocks differ
   if (bad == 0.0f) return true;
   log(LogLevel::kWarn, str_cat("data parallel: the averaged pseudo-gradient of outer round ", stats_.rounds + 1,
                                " holds NaN or Inf; its outer step is skipped on every rank (anchor and outer "
@@ -239,7 +252,8 @@ bool DataParallel::outer_finite(const float* d, size_t n) {
 }
 
 void DataParallel::drop_if_not_finite(float* d, size_t n, const char* what) {
-  if (std::isfinite(kernels::cpu::sum_of_squares(d, static_cast<int64_t>(n)))) return;
+  // Under tensor parallelism a model replica drops its round as one (each rank holds blocks).
+  if (!any_over_tensor(!std::isfinite(kernels::cpu::sum_of_squares(d, static_cast<int64_t>(n))))) return;
   std::fill(d, d + n, 0.0f);
   log(LogLevel::kWarn, str_cat("data parallel: ", what, " of this rank holds NaN or Inf (its parameters are not "
                                "finite); its round is dropped and it restarts from the anchor"));
@@ -326,7 +340,11 @@ void DataParallel::end_round_blocking(std::vector<Tensor>& params) {
   comm_->all_reduce(inflight_.data(), numel_, coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
   note_blocking(start);
   // The average is the same bytes on every rank: so is the decision to skip a non-finite one.
-  if (outer_finite(inflight_.data(), numel_)) stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0);
+  if (outer_finite(inflight_.data(), numel_)) {
+    std::function<double(double)> model_norm;  // the clip's norm: the whole model's momentum
+    if (tensor_) model_norm = [this](double) { return model_sum_of_squares(outer_.momentum().data()); };
+    stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0, model_norm);
+  }
   unflatten(anchor_.data(), params);
   round_start_ = anchor_;
   ++stats_.rounds;
@@ -406,24 +424,39 @@ void DataParallel::merge_co2(std::vector<Tensor>& params) {
   merge_pending_ = false;
   // The average is the same bytes on every rank: so is the decision to skip a non-finite one
   // (x_{k+1} = x_k, the momentum unchanged).
-  if (outer_finite(inflight_.data(), numel_)) stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0);
+  if (outer_finite(inflight_.data(), numel_)) {
+    std::function<double(double)> model_norm;  // the clip's norm: the whole model's momentum
+    if (tensor_) model_norm = [this](double) { return model_sum_of_squares(outer_.momentum().data()); };
+    stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0, model_norm);
+  }
   // 5. The steps since the guess carried over onto x_{k+1}: y <- x_{k+1} + s (y - G), s the
   //    penalty's factor (1 when off). e_k is spent: inflight_ takes y. Steps that left this
   //    rank's parameters non-finite are dropped: it goes on from x_{k+1}.
   flatten(params, inflight_.data());
-  if (!std::isfinite(kernels::cpu::sum_of_squares(inflight_.data(), static_cast<int64_t>(numel_)))) {
-    log(LogLevel::kWarn, "data parallel: this rank's parameters hold NaN or Inf at the merge; its steps since the "
-                         "round began are dropped and it goes on from the new anchor");
+  if (any_over_tensor(!std::isfinite(kernels::cpu::sum_of_squares(inflight_.data(), static_cast<int64_t>(numel_))))) {
+    log(LogLevel::kWarn, "data parallel: this rank's parameters (or a tensor-parallel peer's blocks) hold NaN or Inf at "
+                         "the merge; its steps since the round began are dropped and it goes on from the new anchor");
     std::copy(round_start_.begin(), round_start_.end(), inflight_.data());  // y - G = 0
   }
   double scale = 1.0;
   if (plan_.outer.staleness_penalty) {  // progress y - G, made at distance x_{k+1} - G
     double gap = 0, progress = 0;
-    for (size_t i = 0; i < numel_; ++i) {
-      const double g = static_cast<double>(anchor_[i]) - round_start_[i];
-      const double d = static_cast<double>(inflight_[i]) - round_start_[i];
-      gap += g * g;
-      progress += d * d;
+    auto add = [&](size_t offset, size_t count) {
+      for (size_t i = offset; i < offset + count; ++i) {
+        const double g = static_cast<double>(anchor_[i]) - round_start_[i];
+        const double d = static_cast<double>(inflight_[i]) - round_start_[i];
+        gap += g * g;
+        progress += d * d;
+      }
+    };
+    if (!tensor_) {
+      add(0, numel_);
+    } else {  // the whole model's norms: each replicated parameter counted once over the tensor axis
+      for (const auto& [offset, count] : norm_ranges_) add(offset, count);
+      float sums[2] = {static_cast<float>(gap), static_cast<float>(progress)};
+      sum_over_tensor(sums, 2);
+      gap = sums[0];
+      progress = sums[1];
     }
     scale = outer_.staleness_scale_from(gap, progress);
   }
@@ -663,5 +696,33 @@ ParallelStats DataParallel::stats() const {
   fill_memory_stats(s);
   return s;
 }
+
+double DataParallel::sum_over_tensor(float* values, size_t n) {
+  // A member buffer, as sum_over_ranks (a failed reduction may still hold it). Summed in f32: the
+  // transport has no f64, and the decisions taken from these sums need no more.
+  if (tensor_scalars_.size() < n) tensor_scalars_.resize(n);
+  std::copy(values, values + n, tensor_scalars_.begin());
+  Clock::time_point start = Clock::now();
+  tensor_->all_reduce(tensor_scalars_.data(), n, coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
+  note_blocking(start);
+  std::copy(tensor_scalars_.begin(), tensor_scalars_.begin() + static_cast<std::ptrdiff_t>(n), values);
+  return values[0];
+}
+
+bool DataParallel::any_over_tensor(bool local) {
+  if (!tensor_) return local;
+  float flag = local ? 1.0f : 0.0f;
+  return sum_over_tensor(&flag, 1) != 0.0f;
+}
+
+double DataParallel::model_sum_of_squares(const float* flat) {
+  if (!tensor_) return kernels::cpu::sum_of_squares(flat, static_cast<int64_t>(numel_));
+  double local = 0;
+  for (const auto& [offset, count] : norm_ranges_)
+    local += kernels::cpu::sum_of_squares(flat + offset, static_cast<int64_t>(count));
+  float sum = static_cast<float>(local);
+  return sum_over_tensor(&sum, 1);
+}
+
 
 }  // namespace cohort::parallel

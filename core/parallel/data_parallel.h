@@ -216,6 +216,19 @@ class DataParallel : public StepHook {
   // what applies them.
   void save_co2_state(checkpoint::CheckpointExtra& extra);
   std::function<void()> load_co2_state(const checkpoint::CheckpointExtra& extra);
+  // Tensor parallelism (the trainer's "tensor" axis, of more than one rank): this rank holds
+  // blocks of the model, so every decision the outer step takes from a norm or a finiteness check
+  // (the momentum clip, the staleness penalty, skipping or dropping a round, co2's merge) is taken from the
+  // whole model's, summed over the tensor axis with each replicated parameter counted once
+  // (norm_ranges_: the flat ranges this rank counts) — so every tensor rank decides alike.
+  // Without the axis these are plain local sums.
+  double model_sum_of_squares(const float* flat);  // over numel_ floats; collective on the axis
+  bool any_over_tensor(bool local);                // collective on the axis
+  double sum_over_tensor(float* values, size_t n);  // blocking all-reduce; returns values[0]
+  std::shared_ptr<const CommAxes> axes_;
+  transport::coll::Communicator* tensor_ = nullptr;
+  std::vector<std::pair<size_t, size_t>> norm_ranges_;  // (offset, count) in the flat model
+  std::vector<float> tensor_scalars_;
   // ZeRO (zero.cpp).
   void build_shards(const optim::Optimizer& inner);
   void launch_reduction(Bucket& b);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/base/error.h"
+#include "core/parallel/tensor_parallel.h"
 
 namespace cohort::parallel {
 
@@ -99,18 +100,25 @@ void validate(const PlanConfig& p) {
   COHORT_CHECK(p.zero_stage == 0 || p.mode != SyncMode::kCo2, Status::kUnsupported, "ZeRO stage ", p.zero_stage,
                " of co2's outer state would save nothing: every rank's guess needs the whole anchor and outer "
                "momentum (use stage 0, or diloco with stage 1)");
+  validate_tensor_grid(p);
 }
 
 void validate_for_world(const PlanConfig& p, int world_size) {
   validate(p);
   COHORT_CHECK(world_size >= 1, Status::kInvalidPlan, "plan: world size ", world_size, " must be >= 1");
-  int degree = p.data_parallel == 0 ? world_size : p.data_parallel;
+  const int tensor = p.tensor.degree();
+  COHORT_CHECK(world_size % tensor == 0, Status::kInvalidPlan, "plan: the tensor grid tensor_x ", p.tensor.x,
+               " x tensor_y ", p.tensor.y, " x tensor_z ", p.tensor.z, " = ", tensor, " ranks does not divide the world size ",
+               world_size);
+  int degree = p.data_parallel == 0 ? world_size / tensor : p.data_parallel;
   COHORT_CHECK(world_size % degree == 0, Status::kInvalidPlan, "plan: data-parallel degree ", degree,
                " does not divide the world size ", world_size);
-  // Other axes (tensor, pipeline) arrive with their plans; until then data parallelism spans
-  // the whole world.
-  COHORT_CHECK(degree == world_size, Status::kUnsupported, "plan: data-parallel degree ", degree, " < world size ",
-               world_size, " needs another parallel axis, which is not implemented yet");
+  COHORT_CHECK(degree * tensor <= world_size, Status::kInvalidPlan, "plan: data_parallel ", degree,
+               " x the tensor grid's ", tensor, " ranks = ", degree * tensor, " ranks, the world has ", world_size);
+  // Another axis (pipeline) arrives with its plan; until then data x tensor spans the world.
+  COHORT_CHECK(degree * tensor == world_size, Status::kUnsupported, "plan: data-parallel degree ", degree,
+               " x tensor degree ", tensor, " < world size ", world_size,
+               " needs another parallel axis, which is not implemented yet");
 }
 
 }  // namespace cohort::parallel

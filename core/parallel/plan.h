@@ -31,6 +31,15 @@ struct OuterConfig {
   double clip_threshold = 0.0;     // phi: outer momentum L2-norm clip; 0 = off
 };
 
+// The tensor axes of the grid data x X x Y x Z (AxoNN, Singh et al. 2024): a linear layer's
+// weight is cut over X along its in-features and over Y along its out-features, and consecutive
+// layers swap the two roles. Megatron-LM's 1D tensor parallelism (a column-parallel layer, then a
+// row-parallel one) is the grid with only Y > 1. core/parallel/tensor_parallel.h.
+struct TensorGrid {
+  int x = 1, y = 1, z = 1;
+  int degree() const { return x * y * z; }
+};
+
 struct PlanConfig {
   int data_parallel = 0;  // ranks in the data-parallel group; 0 = the whole world
   SyncMode mode = SyncMode::kSync;
@@ -54,6 +63,12 @@ struct PlanConfig {
   // methods); measured in README (convergence row).
   bool inner_noise_scaling = false;
   size_t bucket_bytes = 25u << 20;   // DDP gradient bucket size
+  // Tensor parallelism: the grid's tensor axes; the data axis (data_parallel, 0 = the rest of the
+  // world) runs the data-parallel mode above over each tensor position. Ranks are laid out
+  // row-major over (data, x, y, z): z varies fastest. Collectives overlap compute unless
+  // overlap_collectives is false (for comparison).
+  TensorGrid tensor;
+  bool overlap_collectives = true;
 };
 
 // A preset's settings (tau as given). localsgd: alpha 1, beta 0 = plain parameter averaging.
@@ -86,8 +101,9 @@ RoundShape choose_round_shape(double comm_seconds, double step_seconds, int64_t 
 // overlap outside [1, tau]) and kUnsupported for stages 2-3 outside the sync mode (localsgd
 // takes stage 1: its outer state sharded) and for any stage under co2.
 void validate(const PlanConfig& plan);
-// validate() plus the fit with a world of `world_size` ranks: the data-parallel degree must
-// divide it (kInvalidPlan), and only the whole world is supported as one group for now.
+// validate() plus the fit with a world of `world_size` ranks: the tensor degree x*y*z and the
+// data-parallel degree must divide it and their product equal it (kInvalidPlan naming the
+// fields and numbers; a product below the world size is kUnsupported: no other axis exists).
 void validate_for_world(const PlanConfig& plan, int world_size);
 
 }  // namespace cohort::parallel

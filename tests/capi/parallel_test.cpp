@@ -99,6 +99,27 @@ TEST_F(CapiParallel, PlanErrorPaths) {
   cohort_plan* older = nullptr;
   EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
   EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
+  // The tensor grid (appended fields): each degree named with its number.
+  o = cohort_plan_options_default();
+  EXPECT_EQ(o.tensor_x, 1);
+  EXPECT_EQ(o.tensor_y, 1);
+  EXPECT_EQ(o.tensor_z, 1);
+  EXPECT_EQ(o.tensor_overlap_off, 0);
+  o.tensor_y = 0;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: tensor_y = 0 must be in 1..65536");
+  o.tensor_y = 2;
+  o.tensor_x = 2;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_UNSUPPORTED, "tensor_x = 2, tensor_z = 1: the 2D and 3D");
+  o.tensor_x = 1;
+  o.zero_stage = 1;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_UNSUPPORTED, "ZeRO stage 1 with tensor parallelism");
+  // A caller built before the tensor fields passes a smaller size: they are not read (0 would
+  // be refused).
+  o = cohort_plan_options_default();
+  o.tensor_y = 0;
+  o.size = offsetof(cohort_plan_options, tensor_x);
+  EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
   o = cohort_plan_options_default();
   o.preset = COHORT_PRESET_CO2;
   o.tau = 4;
@@ -155,6 +176,22 @@ TEST_F(CapiParallel, TrainerErrorPaths) {
   EXPECT_STATUS(cohort_trainer_save_parallel_checkpoint(plain, "/tmp/x"), COHORT_ERR_INVALID_STATE,
                 "not data-parallel");
   EXPECT_EQ(cohort_trainer_destroy(plain), COHORT_OK);
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+}
+
+// A tensor grid that does not fit the world or the graph: INVALID_PLAN naming the field, the
+// layer and the numbers, before any collective (a world of one here; multi-rank training under
+// a tensor grid is tests/multirank/tp_rank.cpp).
+TEST_F(CapiParallel, TensorGridThatDoesNotFitIsAnInvalidPlan) {
+  cohort_plan_options o = cohort_plan_options_default();
+  o.tensor_y = 2;
+  cohort_plan* plan = nullptr;
+  ASSERT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
+  cohort_trainer* t = nullptr;
+  EXPECT_STATUS(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &t), COHORT_ERR_INVALID_PLAN,
+                "cohort_trainer_create_parallel: plan: the tensor grid tensor_x 1 x tensor_y 2 x tensor_z 1 = 2 ranks "
+                "does not divide the world size 1");
+  EXPECT_EQ(t, nullptr);
   EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
 }
 

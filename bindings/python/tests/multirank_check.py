@@ -266,6 +266,27 @@ class DataParallelTest(unittest.TestCase):
             self.assertEqual(trainer.parallel_stats().rounds, 2)
             self.assertSameOnEveryRank(trainer.get_parameter("out.bias").tolist())
 
+    def test_tensor_parallel(self):
+        # Megatron 1D over every rank: fc1 -> relu -> out split column- then row-parallel. Every
+        # rank steps on the same rows and must see the loss one process sees on them.
+        # get_parameter with the graph's (whole) shape gathers a split parameter on every rank.
+        x, y = learnable_batch(batch=4)
+        with classifier(batch=4) as graph, cohort.Optimizer("sgd", lr=0.2) as optimizer:
+            with cohort.Trainer(graph, optimizer, seed=11) as alone:
+                want = [alone.step(x=x, y=y) for _ in range(4)]
+                want_fc1 = alone.get_parameter("fc1.weight").tolist()
+            with cohort.Plan("ddp", tensor_y=comm.size) as plan:
+                trainer = cohort.Trainer(graph, optimizer, seed=11, plan=plan, comm=comm)
+        with trainer:
+            got = [trainer.step(x=x, y=y) for _ in range(4)]
+            got_fc1 = trainer.get_parameter("fc1.weight").tolist()
+        for a, b in zip(want, got):
+            self.assertAlmostEqual(a, b, delta=1e-5 * abs(a))
+        self.assertSameOnEveryRank(got)
+        for row_want, row_got in zip(want_fc1, got_fc1):
+            for a, b in zip(row_want, row_got):
+                self.assertAlmostEqual(a, b, delta=1e-5)
+
     def test_plan_that_does_not_fit(self):
         with cohort.Plan("ddp", data_parallel=comm.size + 1) as plan:
             with self.assertRaises(cohort.InvalidPlanError):

@@ -70,11 +70,19 @@ pub struct PlanOptions {
     /// co2: bits per value of the pseudo-gradient each rank sends: 32 (0 means 32), 8 or 4
     /// (block-scaled integers averaged in fp32).
     pub outer_bits: i32,
+    /// The tensor grid (AxoNN's X, Y, Z axes), ranks per axis, >= 1. tensor_y > 1 is Megatron's
+    /// 1D tensor parallelism: each rank trains its part of the model (split layers hold blocks)
+    /// and the ranks of one tensor group step on the same rows; X and Z > 1 are UNSUPPORTED yet.
+    pub tensor_x: i32,
+    pub tensor_y: i32,
+    pub tensor_z: i32,
+    /// Wait for each tensor-parallel collective at once instead of overlapping it (comparison).
+    pub tensor_overlap_off: bool,
 }
 
 impl Default for PlanOptions {
     /// Preset None, the whole communicator, DDP, tau 1, outer lr 1, no momentum, no penalty
-    /// (constant 1), no clip, ZeRO stage 0, 25 MiB buckets.
+    /// (constant 1), no clip, ZeRO stage 0, 25 MiB buckets, no tensor parallelism (grid 1 x 1 x 1).
     fn default() -> PlanOptions {
         use sys::cohort_plan_preset as P;
         use sys::cohort_sync_mode as M;
@@ -107,6 +115,10 @@ impl Default for PlanOptions {
             inner_noise_scaling: raw.inner_noise_scaling != 0,
             overlap_steps: raw.overlap_steps,
             outer_bits: raw.outer_bits,
+            tensor_x: raw.tensor_x,
+            tensor_y: raw.tensor_y,
+            tensor_z: raw.tensor_z,
+            tensor_overlap_off: raw.tensor_overlap_off != 0,
         }
     }
 }
@@ -143,6 +155,10 @@ impl PlanOptions {
         raw.inner_noise_scaling = i32::from(self.inner_noise_scaling);
         raw.overlap_steps = self.overlap_steps;
         raw.outer_bits = self.outer_bits;
+        raw.tensor_x = self.tensor_x;
+        raw.tensor_y = self.tensor_y;
+        raw.tensor_z = self.tensor_z;
+        raw.tensor_overlap_off = i32::from(self.tensor_overlap_off);
         raw
     }
 }

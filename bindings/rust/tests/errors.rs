@@ -170,6 +170,19 @@ fn invalid_plans() {
         ..PlanOptions::default()
     };
     Plan::new(&co2).expect("co2 takes inner noise scaling");
+    assert_eq!((PlanOptions::default().tensor_x, PlanOptions::default().tensor_y), (1, 1));
+    expect_error(
+        Plan::new(&PlanOptions { tensor_y: 0, ..PlanOptions::default() }),
+        Status::InvalidPlan,
+        &["plan: tensor_y = 0 must be in 1..65536"],
+    );
+    expect_error(
+        Plan::new(&PlanOptions { tensor_z: 2, ..PlanOptions::default() }),
+        Status::Unsupported,
+        &["tensor_z = 2: the 2D and 3D tensor grids"],
+    );
+    Plan::new(&PlanOptions { tensor_y: 2, tensor_overlap_off: true, ..PlanOptions::default() })
+        .expect("a plan with tensor_y 2 (fitted to a world when the trainer is made)");
     expect_error(
         Plan::new(&PlanOptions { outer_bits: 6, ..co2 }),
         Status::InvalidPlan,

@@ -371,7 +371,12 @@ COHORT_API cohort_status cohort_trainer_evaluate(cohort_trainer* trainer, const 
 
 /* Copies a parameter's current values out / in (by name; f32 buffers convert to/from bf16; a
  * buffer of another shape or dtype is SHAPE_MISMATCH, nothing copied).
- * Under ZeRO stage 3 these and evaluate first make the parameters whole (below). */
+ * Under ZeRO stage 3 these and evaluate first make the parameters whole (below).
+ * Under a tensor grid (cohort_plan_options.tensor_y > 1) a split layer's parameter is held in
+ * blocks: a buffer of the block's shape reads / writes this rank's block; a buffer of the whole
+ * parameter's shape (the graph's) reads the whole parameter, gathered from the ranks of its
+ * tensor group — a collective: each of them calls get_parameter for it at the same point — or
+ * writes it, this rank keeping its block (no collective). */
 COHORT_API cohort_status cohort_trainer_get_parameter(cohort_trainer* trainer, cohort_tensor_ref* parameter);
 COHORT_API cohort_status cohort_trainer_set_parameter(cohort_trainer* trainer, const cohort_tensor_ref* parameter);
 /* Makes every parameter whole until the next step. A no-op except for a data-parallel trainer
@@ -737,16 +742,38 @@ typedef struct cohort_plan_options {
    * 1/2 and 1/4 of fp32's at 4 ranks; each value off by at most half a level). INVALID_PLAN for
    * other values, and for 8 or 4 outside co2. */
   int32_t outer_bits;
+  /* Added after outer_bits, with tensor parallelism (read only when size covers them). The
+   * tensor axes of the grid data x X x Y x Z (AxoNN's), each a number of ranks >= 1; ranks are laid out row-major over
+   * (data, x, y, z), z fastest, and data_parallel (0 = the rest) times x*y*z must equal the
+   * communicator's size. tensor_y > 1 is Megatron-LM's 1D tensor parallelism: every pair of
+   * linear layers joined by an activation or by attention (the GPT's c_attn -> attention ->
+   * c_proj and c_fc -> gelu -> c_proj, the MLP's fc1 -> act -> fc2) is split column- then
+   * row-parallel, attention by heads, with one all-reduce per pair forward and one backward;
+   * every other layer stays whole on every rank. Each rank's parameters of a split layer are its
+   * block of the whole (cohort_trainer_get_parameter returns that block). INVALID_PLAN naming the
+   * field and the numbers when a degree is < 1 or does not divide the communicator, the
+   * out-features or the heads of a split layer (at cohort_trainer_create_parallel for the last
+   * ones); UNSUPPORTED for tensor_x or tensor_z > 1 (2D / 3D grids, not implemented), and with a
+   * tensor degree > 1 for ZeRO or the CUDA device. The data axis runs the plan's mode (DDP, local
+   * SGD, co2); their outer clip and staleness penalty use the whole model's norms. Defaults 1. */
+  int32_t tensor_x;
+  int32_t tensor_y;
+  int32_t tensor_z;
+  /* Nonzero: each tensor-parallel collective is waited for right after it starts instead of
+   * overlapping the compute that does not need its result (for comparison). Default 0. */
+  int32_t tensor_overlap_off;
 } cohort_plan_options;
 /* preset NONE, data_parallel 0, mode DDP, tau 1, outer lr 1, momentum 0, no Nesterov, no
- * penalty (constant 1), no clip, ZeRO stage 0, bucket_bytes 25 MiB, overlap_steps 0 (= 1). */
+ * penalty (constant 1), no clip, ZeRO stage 0, bucket_bytes 25 MiB, tensor_x = tensor_y =
+ * tensor_z = 1 (no tensor parallelism), overlap on, overlap_steps 0 (= 1), outer_bits 0 (= 32). */
 COHORT_API cohort_plan_options cohort_plan_options_default(void);
 
 typedef struct cohort_plan cohort_plan;
 /* Copies and validates the options. Returns OK; INVALID_ARGUMENT (options or plan_out NULL,
  * size too small, unknown preset); INVALID_PLAN naming the field (unknown mode or ZeRO stage,
  * tau < 1, negative lr, momentum, constant or threshold, momentum >= 1, bucket_bytes <= 0,
- * co2's overlap_steps outside [0, tau]);
+ * co2's overlap_steps outside [-1, tau], outer_bits not 0, 32, 8 or 4, or 8 / 4 outside co2,
+ * a tensor degree < 1); UNSUPPORTED for tensor_x / tensor_z > 1, and ZeRO with tensor_y > 1;
  * UNSUPPORTED for ZeRO stages 2-3 outside the DDP mode. plan_out is written only
  * on OK. Thread-safe. */
 COHORT_API cohort_status cohort_plan_create(const cohort_plan_options* options, cohort_plan** plan_out);
@@ -759,7 +786,9 @@ COHORT_API cohort_status cohort_plan_destroy(cohort_plan* plan);
  * feeds it this rank's shard of the batch; for DDP the update equals single-rank training on
  * the concatenated batch. The trainer keeps the communicator's engine alive; comm, graph,
  * optimizer and plan may be destroyed afterwards. Returns OK; INVALID_HANDLE; INVALID_ARGUMENT;
- * INVALID_PLAN when the plan does not fit comm (the degree does not divide its size);
+ * INVALID_PLAN when the plan does not fit comm (the degree does not divide its size) or, with a
+ * tensor grid, the graph (a degree not dividing a split layer's out-features or heads, or no
+ * pair of linear layers to split), naming the field, the layer and the numbers;
  * UNSUPPORTED (non-f32 parameters; a degree smaller than the communicator); PEER_FAILED or
  * TIMEOUT from the broadcast (abort the communicator). trainer_out is written only on OK.
  * Later step calls may return PEER_FAILED / TIMEOUT naming a lost rank: the trainer must be
@@ -768,7 +797,15 @@ COHORT_API cohort_status cohort_plan_destroy(cohort_plan* plan);
  * memory over an NCCL communicator of comm's ranks (made here through comm's rendezvous store)
  * when every rank can make one, and through host copies over comm otherwise; local SGD, SlowMo,
  * DiLoCo and co2 step their outer state on host copies over comm. ZeRO stages of DDP are
- * UNSUPPORTED on the device. */
+ * UNSUPPORTED on the device.
+ * With a tensor grid (tensor_y > 1) each rank trains its part of the graph (cohort_plan_options):
+ * the ranks of one tensor group must feed step the same rows (their data replica's), and every
+ * rank of comm calls step and evaluate at the same points. Its split parameters start as their
+ * blocks of the single-rank initialisation, so training matches one rank on the global batch up
+ * to fp32 rounding; gradient clipping uses the whole model's norm. Its checkpoints hold the whole
+ * model (saving gathers the blocks: a collective every rank of the tensor group calls at the same
+ * point), so one rank or another grid loads them, each rank keeping its blocks; the outer state
+ * of local SGD / co2 in them is still per rank and loads only under the same grid. */
 COHORT_API cohort_status cohort_trainer_create_parallel(const cohort_graph* graph, const cohort_optimizer* optimizer,
                                                         const cohort_plan* plan, cohort_comm* comm,
                                                         const cohort_trainer_options* options,

@@ -4,7 +4,8 @@ package org.cohort;
  * How a model is spread over the ranks of a communicator ({@code cohort_plan_options}).
  * Starts at C's defaults: preset NONE, the whole communicator data-parallel, mode DDP, tau 1,
  * outer lr 1, no momentum, no Nesterov, no staleness penalty (constant 1), no clip, ZeRO stage 0,
- * 25 MiB buckets. A preset other than NONE sets the mode and every outer setting itself.
+ * 25 MiB buckets, no tensor parallelism (grid 1 x 1 x 1). A preset other than NONE sets the mode
+ * and every outer setting itself.
  */
 public final class PlanOptions {
   private Plan.Preset preset;
@@ -22,6 +23,10 @@ public final class PlanOptions {
   private boolean innerNoiseScaling;
   private long overlapSteps;
   private int outerBits;
+  private int tensorX;
+  private int tensorY;
+  private int tensorZ;
+  private boolean tensorOverlapOff;
 
   public PlanOptions() {
     cohort_plan_options d = CohortC.cohort_plan_options_default();
@@ -41,6 +46,10 @@ public final class PlanOptions {
       innerNoiseScaling = d.getInner_noise_scaling() != 0;
       overlapSteps = d.getOverlap_steps();
       outerBits = d.getOuter_bits();
+      tensorX = d.getTensor_x();
+      tensorY = d.getTensor_y();
+      tensorZ = d.getTensor_z();
+      tensorOverlapOff = d.getTensor_overlap_off() != 0;
     } finally {
       d.delete();
     }
@@ -154,6 +163,41 @@ public final class PlanOptions {
     return outerBits;
   }
 
+  /**
+   * The tensor grid (AxoNN's X, Y, Z axes), ranks per axis, >= 1 (default 1). {@code tensorY > 1}
+   * is Megatron's 1D tensor parallelism: each rank trains its part of the model (split layers hold
+   * blocks) and the ranks of one tensor group step on the same rows; X and Z above 1 are refused
+   * (UNSUPPORTED) for now.
+   */
+  public PlanOptions tensor(int x, int y, int z) {
+    tensorX = x;
+    tensorY = y;
+    tensorZ = z;
+    return this;
+  }
+
+  /** Waits for each tensor-parallel collective at once instead of overlapping it (comparison). */
+  public PlanOptions tensorOverlapOff(boolean value) {
+    tensorOverlapOff = value;
+    return this;
+  }
+
+  public int tensorX() {
+    return tensorX;
+  }
+
+  public int tensorY() {
+    return tensorY;
+  }
+
+  public int tensorZ() {
+    return tensorZ;
+  }
+
+  public boolean tensorOverlapOff() {
+    return tensorOverlapOff;
+  }
+
   public Plan.Preset preset() {
     return preset;
   }
@@ -219,6 +263,10 @@ public final class PlanOptions {
     o.setInner_noise_scaling(innerNoiseScaling ? 1 : 0);
     o.setOverlap_steps(overlapSteps);
     o.setOuter_bits(outerBits);
+    o.setTensor_x(tensorX);
+    o.setTensor_y(tensorY);
+    o.setTensor_z(tensorZ);
+    o.setTensor_overlap_off(tensorOverlapOff ? 1 : 0);
     return o;
   }
 }

@@ -117,6 +117,12 @@ class ErrorsTest {
         () -> new Plan(new PlanOptions().preset(Plan.Preset.CO2).tau(2).overlapSteps(3)).close(),
         "cohort_plan_create", "overlap");
     new Plan(new PlanOptions().preset(Plan.Preset.CO2).tau(4).overlapSteps(-1).outerBits(4)).close();
+    assertEquals(1, new PlanOptions().tensorY());
+    TestSupport.expectError(Status.INVALID_PLAN, () -> new Plan(new PlanOptions().tensor(1, 0, 1)).close(),
+        "cohort_plan_create", "plan: tensor_y = 0 must be in 1..65536");
+    TestSupport.expectError(Status.UNSUPPORTED, () -> new Plan(new PlanOptions().tensor(2, 2, 1)).close(),
+        "cohort_plan_create", "tensor_x = 2, tensor_z = 1: the 2D and 3D tensor grids");
+    new Plan(new PlanOptions().tensor(1, 2, 1).tensorOverlapOff(true)).close();
   }
 
   @Test

@@ -1,0 +1,261 @@
+// Collective operators: copy_to_axis, all_reduce, all_gather, reduce_scatter (see collective.h
+// for their meaning and backward rules) and CommAxes. The kernels only start the collective on
+// the axis communicator (transport/coll) and leave its Work in KernelContext::pending; a gather
+// or scatter along a dim other than the outermost moves blocks through a scratch buffer, after
+// the gather completes (on_complete) or before the scatter starts.
+#include "core/ops/collective.h"
+
+#include <cstring>
+
+#include "core/base/error.h"
+#include "core/device/device.h"
+#include "core/graph/graph.h"
+#include "transport/coll/communicator.h"
+
+namespace cohort {
+
+namespace coll = transport::coll;
+
+void CommAxes::set(const std::string& axis, std::shared_ptr<coll::Communicator> comm) {
+  COHORT_ASSERT(comm != nullptr, "grid axis '", axis, "' without a communicator");
+  axes_[axis] = std::move(comm);
+}
+
+coll::Communicator* CommAxes::find(const std::string& axis) const {
+  auto it = axes_.find(axis);
+  return it == axes_.end() ? nullptr : it->second.get();
+}
+
+coll::Communicator& CommAxes::at(const std::string& axis, const std::string& where) const {
+  coll::Communicator* c = find(axis);
+  COHORT_CHECK(c != nullptr, Status::kInvalidState, where, ": no communicator for grid axis '", axis,
+               "' (collective operators run only in a trainer made with a parallel plan)");
+  return *c;
+}
+
+int CommAxes::coordinate(const std::string& axis) const {
+  const coll::Communicator* c = find(axis);
+  return c ? c->rank() : 0;
+}
+
+int CommAxes::size(const std::string& axis) const {
+  const coll::Communicator* c = find(axis);
+  return c ? c->size() : 1;
+}
+
+namespace {
+
+std::vector<AttrSpec> axis_attrs(bool with_dim) {
+  std::vector<AttrSpec> a = {{"axis", AttrType::kString, true, std::string()}};
+  if (with_dim) {
+    a.push_back({"dim", AttrType::kInt, false, int64_t{0}});
+    a.push_back({"parts", AttrType::kInt, true, int64_t{1}});
+  }
+  return a;
+}
+
+void check_axis_attr(const ShapeContext& c) {
+  if (c.attrs.get_string("axis").empty()) throw Error(Status::kInvalidArgument, "attribute 'axis' is empty");
+}
+
+// dim and parts of all_gather / reduce_scatter, checked against input 0.
+std::pair<size_t, int64_t> dim_and_parts(const ShapeContext& c) {
+  check_axis_attr(c);
+  expect_float(c, 0);
+  const Shape& s = c.inputs[0].shape;
+  const int64_t dim = c.attrs.get_int("dim"), parts = c.attrs.get_int("parts");
+  if (dim < 0 || dim >= static_cast<int64_t>(s.size()))
+    throw Error(Status::kInvalidArgument, str_cat("attribute 'dim' is ", dim, ", out of range for input 0 of shape ",
+                                                  shape_str(s)));
+  if (parts < 1) throw Error(Status::kInvalidArgument, str_cat("attribute 'parts' is ", parts, ", expected >= 1"));
+  return {static_cast<size_t>(dim), parts};
+}
+
+coll::DataType comm_type(const Tensor& t) {
+  if (t.dtype() == DType::kF32) return coll::DataType::kF32;
+  if (t.dtype() == DType::kBF16) return coll::DataType::kBF16;
+  throw Error(Status::kUnsupported, str_cat("collectives take f32 or bf16, not ", dtype_name(t.dtype())));
+}
+
+// The axis communicator of a kernel, checked to take this node's buffers (host memory).
+coll::Communicator& axis_comm(const KernelContext& k, const char* op) {
+  COHORT_CHECK(k.axes != nullptr, Status::kInvalidState, op,
+               ": the run has no grid axes (collective operators run only in a trainer made with a parallel plan)");
+  const std::string& axis = k.attrs.get_string("axis");
+  coll::Communicator& c = k.axes->at(axis, op);
+  const Device want = c.memory() == coll::BufferMemory::kHost ? Device::kCpu : Device::kCuda;
+  for (const Tensor& t : k.inputs)
+    COHORT_CHECK(t.device() == want, Status::kUnsupported, op, ": the communicator of axis '", axis, "' takes ",
+                 device_name(want), " buffers, the tensor is on ", device_name(t.device()));
+  return c;
+}
+
+void check_parts(const KernelContext& k, const coll::Communicator& c, const char* op) {
+  const int64_t parts = k.attrs.get_int("parts");
+  COHORT_CHECK(parts == c.size(), Status::kInvalidState, op, ": attribute 'parts' is ", parts,
+               " but grid axis '", k.attrs.get_string("axis"), "' has ", c.size(), " ranks");
+}
+
+// Products of the dims before and after `dim`.
+std::pair<int64_t, int64_t> outer_inner(const Shape& s, int64_t dim) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= s[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(dim) + 1; d < s.size(); ++d) inner *= s[d];
+  return {outer, inner};
+}
+
+// Copies `parts` x `outer` runs of `run` bytes between a rank-major layout [parts, outer, run]
+// and a dim-major one [outer, parts, run]; to_dim_major chooses the direction.
+void permute_blocks(const char* src, char* dst, int64_t parts, int64_t outer, size_t run, bool to_dim_major) {
+  for (int64_t p = 0; p < parts; ++p)
+    for (int64_t o = 0; o < outer; ++o) {
+      const size_t rank_major = static_cast<size_t>(p * outer + o) * run;
+      const size_t dim_major = static_cast<size_t>(o * parts + p) * run;
+      if (to_dim_major) std::memcpy(dst + dim_major, src + rank_major, run);
+      else std::memcpy(dst + rank_major, src + dim_major, run);
+    }
+}
+
+OpSchema copy_to_axis_op() {
+  OpSchema s;
+  s.name = "copy_to_axis";
+  s.inputs = {"x"};
+  s.internal = true;  // inserted by parallel plans, which supply the axes
+  s.attrs = axis_attrs(false);
+  s.alias_input0 = true;
+  s.bf16_kernel = true;
+  s.infer = [](const ShapeContext& c) {
+    check_axis_attr(c);
+    return std::vector<TensorType>{c.inputs[0]};
+  };
+  s.backward = [](BackwardContext& b) {
+    Attrs a;
+    a.set("axis", b.attrs().get_string("axis"));
+    b.set_grad_input(0, b.add1("all_reduce", {b.grad_output(0)}, a));
+  };
+  return s;
+}
+
+OpSchema all_reduce_op() {
+  OpSchema s;
+  s.name = "all_reduce";
+  s.inputs = {"x"};
+  s.internal = true;
+  s.collective = true;
+  s.bf16_kernel = true;
+  s.attrs = axis_attrs(false);
+  s.infer = [](const ShapeContext& c) {
+    check_axis_attr(c);
+    expect_float(c, 0);
+    return std::vector<TensorType>{c.inputs[0]};
+  };
+  s.kernels[0] = [](KernelContext& k) {
+    coll::Communicator& c = axis_comm(k, "all_reduce");
+    const Tensor& x = k.inputs[0];
+    k.pending = c.all_reduce(x.raw(), k.outputs[0].raw(), static_cast<size_t>(x.numel()), comm_type(x),
+                             coll::ReduceOp::kSum);
+  };
+  s.backward = [](BackwardContext& b) { b.set_grad_input(0, b.grad_output(0)); };
+  return s;
+}
+
+Attrs dim_attrs(const Attrs& from) {
+  Attrs a;
+  a.set("axis", from.get_string("axis"));
+  a.set("dim", from.get_int("dim"));
+  a.set("parts", from.get_int("parts"));
+  return a;
+}
+
+OpSchema all_gather_op() {
+  OpSchema s;
+  s.name = "all_gather";
+  s.inputs = {"x"};
+  s.internal = true;
+  s.collective = true;
+  s.bf16_kernel = true;
+  s.attrs = axis_attrs(true);
+  s.infer = [](const ShapeContext& c) {
+    const auto [dim, parts] = dim_and_parts(c);
+    TensorType t = c.inputs[0];
+    t.shape[dim] *= parts;
+    return std::vector<TensorType>{t};
+  };
+  s.kernels[0] = [](KernelContext& k) {
+    coll::Communicator& c = axis_comm(k, "all_gather");
+    check_parts(k, c, "all_gather");
+    const Tensor& x = k.inputs[0];
+    const int64_t dim = k.attrs.get_int("dim");
+    const auto [outer, inner] = outer_inner(x.shape(), dim);
+    const size_t count = static_cast<size_t>(x.numel());
+    if (outer == 1) {  // the ranks' blocks are contiguous in the output: gathered in place
+      k.pending = c.all_gather(x.raw(), k.outputs[0].raw(), count, comm_type(x));
+      return;
+    }
+    Tensor scratch = Tensor::empty({c.size(), x.numel()}, x.dtype());
+    k.pending = c.all_gather(x.raw(), scratch.raw(), count, comm_type(x));
+    const size_t run = static_cast<size_t>(x.dim(dim) * inner) * dtype_size(x.dtype());
+    Tensor out = k.outputs[0];
+    const int64_t parts = c.size();
+    k.on_complete = [scratch, out, parts, outer = outer, run] {
+      permute_blocks(static_cast<const char*>(scratch.raw()), static_cast<char*>(out.raw()), parts, outer, run, true);
+    };
+  };
+  s.backward = [](BackwardContext& b) {
+    b.set_grad_input(0, b.add1("reduce_scatter", {b.grad_output(0)}, dim_attrs(b.attrs())));
+  };
+  return s;
+}
+
+OpSchema reduce_scatter_op() {
+  OpSchema s;
+  s.name = "reduce_scatter";
+  s.inputs = {"x"};
+  s.internal = true;
+  s.collective = true;
+  s.bf16_kernel = true;
+  s.attrs = axis_attrs(true);
+  s.infer = [](const ShapeContext& c) {
+    const auto [dim, parts] = dim_and_parts(c);
+    TensorType t = c.inputs[0];
+    if (t.shape[dim] % parts != 0)
+      shape_error(str_cat("input 0 has shape ", shape_str(t.shape), ": dim ", dim, " (", t.shape[dim],
+                          ") is not divisible by the ", parts, " ranks of axis '", c.attrs.get_string("axis"), "'"));
+    t.shape[dim] /= parts;
+    return std::vector<TensorType>{t};
+  };
+  s.kernels[0] = [](KernelContext& k) {
+    coll::Communicator& c = axis_comm(k, "reduce_scatter");
+    check_parts(k, c, "reduce_scatter");
+    const Tensor& x = k.inputs[0];
+    Tensor& out = k.outputs[0];
+    const int64_t dim = k.attrs.get_int("dim");
+    const auto [outer, inner] = outer_inner(x.shape(), dim);
+    const size_t count = static_cast<size_t>(out.numel());
+    if (outer == 1) {
+      k.pending = c.reduce_scatter(x.raw(), out.raw(), count, comm_type(x), coll::ReduceOp::kSum);
+      return;
+    }
+    // Rank-major first, so that block r of the flat buffer is what rank r keeps.
+    Tensor scratch = Tensor::empty({x.numel()}, x.dtype());
+    const size_t run = static_cast<size_t>(out.dim(dim) * inner) * dtype_size(x.dtype());
+    permute_blocks(static_cast<const char*>(x.raw()), static_cast<char*>(scratch.raw()), c.size(), outer, run, false);
+    k.pending = c.reduce_scatter(scratch.raw(), out.raw(), count, comm_type(x), coll::ReduceOp::kSum);
+    k.on_complete = [scratch] {};  // keeps the scratch buffer alive while the collective reads it
+  };
+  s.backward = [](BackwardContext& b) {
+    b.set_grad_input(0, b.add1("all_gather", {b.grad_output(0)}, dim_attrs(b.attrs())));
+  };
+  return s;
+}
+
+}  // namespace
+
+void register_collective_ops(OpRegistry& r) {
+  r.add(copy_to_axis_op());
+  r.add(all_reduce_op());
+  r.add(all_gather_op());
+  r.add(reduce_scatter_op());
+}
+
+}  // namespace cohort

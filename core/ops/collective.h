@@ -1,0 +1,55 @@
+// Communication as operators of the OP-DAG (DESIGN.md, step 3): a parallel plan inserts them
+// into a rank's graph like any node, autodiff differentiates through them, and the executor runs
+// them asynchronously (a collective's kernel starts it and returns; the first node reading its
+// result waits). Each names a grid axis ('axis' attribute: "x", "y", "z", ...) whose communicator
+// the run supplies in a CommAxes.
+//
+//   copy_to_axis(x)        forward: the identity (a view).       backward: all_reduce of dy.
+//   all_reduce(x)          forward: sum over the axis.           backward: dy unchanged.
+//   all_gather(x; dim)     forward: the ranks' blocks concatenated along dim, in rank order.
+//                                                                 backward: reduce_scatter of dy.
+//   reduce_scatter(x; dim) forward: the sum over the axis, cut along dim; rank r keeps block r.
+//                                                                 backward: all_gather of dy.
+// all_gather and reduce_scatter carry the axis size as 'parts' (shape rules run before any
+// communicator exists); the kernel checks it against the communicator.
+//
+// The one thing to know — which gradient each rule assumes (Megatron-LM's f and g, Shoeybi et
+// al. 2019, section 3): every rank of an axis computes the same loss, and a value every rank
+// holds alike and uses alike (replicated) has the same, complete gradient on every rank. So
+// all_reduce, whose sum is used alike, passes its gradient through; copy_to_axis marks where
+// replicated data enters per-rank computation (a column-parallel linear layer), so the ranks'
+// gradients there are partial and are summed. all_gather's result is assumed to feed per-rank
+// computation (partial gradients: summed, then cut); reduce_scatter's blocks are each rank's own.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "core/ops/schema.h"
+
+namespace cohort {
+
+namespace transport::coll {
+class Communicator;
+}
+
+// The communicators of a run's grid axes, by name: "x", "y", "z" (tensor axes), "tensor" (every
+// tensor rank of one data-parallel replica), "data". Holding it keeps them alive.
+class CommAxes {
+ public:
+  void set(const std::string& axis, std::shared_ptr<transport::coll::Communicator> comm);
+  // nullptr when the axis is absent.
+  transport::coll::Communicator* find(const std::string& axis) const;
+  // Throws kInvalidState "<where>: no communicator for grid axis '<axis>' ..." when absent.
+  transport::coll::Communicator& at(const std::string& axis, const std::string& where) const;
+  // This rank's coordinate on `axis` (its rank in the axis communicator); 0 when absent.
+  int coordinate(const std::string& axis) const;
+  int size(const std::string& axis) const;  // 1 when absent
+  bool empty() const { return axes_.empty(); }
+
+ private:
+  std::map<std::string, std::shared_ptr<transport::coll::Communicator>> axes_;
+};
+
+}  // namespace cohort

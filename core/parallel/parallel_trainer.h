@@ -1,0 +1,43 @@
+// One entry point that makes a rank's trainer for a parallel plan: the grid's axes split from the
+// world, the model rewritten for this rank's tensor position (tensor_parallel.h), and data
+// parallelism (data_parallel.h) attached over the data axis in the plan's mode — sync DDP, local
+// SGD or CO2, whose outer step then takes its norms over the whole model (the tensor axis).
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "core/exec/trainer.h"
+#include "core/parallel/data_parallel.h"
+#include "core/parallel/plan.h"
+#include "core/parallel/tensor_parallel.h"
+#include "transport/coll/communicator.h"
+
+namespace cohort::parallel {
+
+// The axes of this rank in the plan's grid (data x X x Y x Z, row-major: z fastest).
+struct GridAxes {
+  std::shared_ptr<CommAxes> axes;  // "data", "tensor", and each tensor axis of size > 1
+  std::shared_ptr<transport::coll::Communicator> data;
+  int data_index = 0, data_size = 1;  // this rank's coordinate on the data axis, and its size
+  TensorPosition position;
+};
+
+// Splits `world` into the plan's axes (collective over world: every rank calls it in the same
+// order). The plan must fit the world (validate_for_world).
+GridAxes make_grid(transport::coll::Communicator& world, const PlanConfig& plan);
+
+// Validates the plan against the world (kInvalidPlan / kUnsupported, before any collective) and
+// the model (kInvalidPlan naming the node), then builds this rank's trainer: the model rewritten
+// for its tensor position when the plan's tensor degree is above 1, its parameters the blocks of
+// the single-rank initialisation, data parallelism attached over the data axis (rank 0 of each
+// data group broadcasts its parameters). Collective over world. device_comm, when given, is
+// called once the trainer exists (it has refused a device it cannot use by then) for
+// DataParallel::attach's device communicator; tensor parallelism runs on the host only.
+using DeviceCommFactory = std::function<std::shared_ptr<transport::coll::Communicator>(const Trainer&)>;
+std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::OptimizerConfig& config,
+                                               TrainerOptions options, const PlanConfig& plan,
+                                               std::shared_ptr<transport::coll::Communicator> world,
+                                               const DeviceCommFactory& device_comm = nullptr);
+
+}  // namespace cohort::parallel

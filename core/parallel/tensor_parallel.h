@@ -1,0 +1,65 @@
+// Tensor parallelism as a rewrite of the OP-DAG: the single-rank forward graph of a model becomes
+// each rank's part of it — parameters cut into blocks (Value::shard), collective operators
+// (core/ops/collective.h) inserted as ordinary nodes — and autodiff then differentiates the
+// rank's graph, collectives included. Every rank rewrites the same model the same way, so no rank
+// needs another's graph.
+//
+// What is split (Megatron-LM, Shoeybi et al. 2019, section 3): pairs of linear layers where the
+// first one's output reaches the second only through operators that work on each slice of the
+// features alone — elementwise activations, or attention, whose heads are independent. The first
+// layer is column-parallel (its out-features cut over the axis: rank r computes its slice of the
+// hidden features, or its heads), the second row-parallel (its in-features cut: rank r multiplies
+// its slice and the partial products are summed by one all_reduce). copy_to_axis before the first
+// layer sums the input gradient in backward. So a pair costs one all-reduce forward and one
+// backward, and nothing else moves: in a GPT block, c_attn -> attention -> attn.c_proj and
+// mlp.c_fc -> gelu -> mlp.c_proj; in the MLP, fc1 -> relu -> fc2. Other layers (embeddings,
+// layernorms, the head) stay whole on every rank.
+//
+// The one thing to know: a fused q|k|v projection is cut as 3 groups (shard.h), so rank r holds
+// the q, k and v rows of heads [r H/T, (r+1) H/T) and attention runs on H/T heads unchanged. A
+// row-parallel layer's bias is added once, after the all-reduce. Every block starts as the block
+// of the single-rank initialisation, so a run matches single-rank training from step 0.
+//
+// Grid (plan.h, TensorGrid): Megatron's 1D is the Y axis alone (the first layer of a pair cuts
+// its out-features over Y). 2D / 3D grids (X, Z) are refused for now (kUnsupported).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/graph/graph.h"
+#include "core/parallel/plan.h"
+
+namespace cohort::parallel {
+
+// Throws kInvalidPlan naming the field for a degree < 1 or > 65536, and kUnsupported for what is
+// not implemented yet (X or Z > 1; ZeRO with a tensor degree > 1). Called by validate().
+void validate_tensor_grid(const PlanConfig& plan);
+
+// This rank's coordinates on the tensor axes.
+struct TensorPosition {
+  int x = 0, y = 0, z = 0;
+};
+
+// One column-parallel / row-parallel pair found in a model (node names of the single-rank graph).
+struct LinearPair {
+  std::string column, row;
+  std::vector<std::string> between;  // the nodes from one to the other (activation, attention)
+};
+
+struct TensorParallelGraph {
+  Graph graph;  // this rank's forward graph (with the model's inputs, outputs and loss names)
+  std::vector<LinearPair> pairs;
+};
+
+// The pairs the rewrite would split in `model` (a forward graph), in graph order.
+std::vector<LinearPair> find_linear_pairs(const Graph& model);
+
+// This rank's part of `model` (a single-rank forward graph with a loss) under `grid`. Throws
+// kInvalidPlan naming the node and the numbers when a degree does not divide what it cuts (the
+// out-features of a column-parallel layer, the heads of attention), or when the model has no pair
+// to split; kUnsupported for grids validate_tensor_grid refuses.
+TensorParallelGraph shard_for_tensor_parallel(const Graph& model, const TensorGrid& grid,
+                                              const TensorPosition& position);
+
+}  // namespace cohort::parallel

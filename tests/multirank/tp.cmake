@@ -1,0 +1,31 @@
+# Tensor parallelism (core/parallel/tensor_parallel.cpp): tp_rank under cohort-run, each rank
+# checked against a single process on the same global batch within the fp32 bound that
+# tests/unit/core/parallel/tp_reference.h derives (and prints): Megatron 1D over the whole world
+# at 2 and 4 ranks for the GPT and the MLP over shared memory and TCP, overlap off for
+# comparison, data 2 x tensor 2 at 4 ranks, and a rank killed mid-run failing every survivor.
+add_executable(tp_rank tp_rank.cpp)
+target_compile_options(tp_rank PRIVATE ${COHORT_WARNINGS})
+target_include_directories(tp_rank PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+target_link_libraries(tp_rank PRIVATE cohort_core)
+function(tp_test mode n tls)
+  if(tls STREQUAL "shm")
+    set(ucx_tls "self,sm")
+  else()
+    set(ucx_tls "tcp")
+  endif()
+  add_test(NAME multirank.tp.${mode}.n${n}.${tls} COMMAND cohort-run -n ${n} -- $<TARGET_FILE:tp_rank> ${mode})
+  set_tests_properties(multirank.tp.${mode}.n${n}.${tls} PROPERTIES LABELS multirank TIMEOUT 120
+                       ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
+                       RESOURCE_LOCK cores)
+endfunction()
+foreach(model gpt mlp)
+  foreach(n 2 4)
+    foreach(tls shm tcp)
+      tp_test(${model} ${n} ${tls})
+    endforeach()
+  endforeach()
+  tp_test(${model}-y2 4 shm)
+  tp_test(${model}-y2 4 tcp)
+  tp_test(${model}-nooverlap 2 shm)
+  tp_test(${model}-kill 4 tcp)
+endforeach()

@@ -1,0 +1,128 @@
+// One rank of a tensor-parallel run under cohort-run (core/parallel/tensor_parallel.h), checked
+// against the single-process reference computed in the same program on the same global batch
+// (tests/unit/core/parallel/tp_reference.h, which derives and prints the fp32 tolerance). Usage:
+//   tp_rank gpt | mlp [-y N] [-nooverlap]   Megatron 1D over tensor_y = N (default: the world);
+//                        the rest of the world is the data axis (DDP), each replica fed its rows
+//   tp_rank gpt-kill | mlp-kill   the last rank dies mid-run: every survivor must fail with
+//                        kPeerFailed / kTimeout naming its world rank, within the deadline
+// Each rank initialises with a different seed: the tensor axis takes its first rank's seed and
+// the data axis broadcasts its first replica's parameters, so any divergence here is a bug.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "core/base/error.h"
+#include "core/parallel/parallel_trainer.h"
+#include "tests/unit/core/parallel/tp_reference.h"
+#include "transport/bootstrap/env.h"
+#include "transport/coll/ucx_communicator.h"
+
+using namespace cohort;
+namespace coll = cohort::transport::coll;
+
+namespace {
+constexpr int64_t kSteps = 4;
+constexpr int64_t kRows = 4;  // rows per data replica and step
+
+struct Mode {
+  std::string model;
+  int y = 0;  // 0: the world
+  bool overlap = true;
+  bool kill = false;
+};
+
+Mode parse(const std::string& s) {
+  Mode m;
+  size_t dash = s.find('-');
+  m.model = s.substr(0, dash);
+  COHORT_CHECK(m.model == "gpt" || m.model == "mlp", Status::kInvalidArgument, "unknown model '", m.model, "'");
+  while (dash != std::string::npos) {
+    const size_t next = s.find('-', dash + 1);
+    const std::string part = s.substr(dash + 1, next == std::string::npos ? std::string::npos : next - dash - 1);
+    if (part == "nooverlap") m.overlap = false;
+    else if (part == "kill") m.kill = true;
+    else if (part.size() > 1 && part[0] == 'y') m.y = std::stoi(part.substr(1));
+    else COHORT_CHECK(false, Status::kInvalidArgument, "unknown mode part '", part, "'");
+    dash = next;
+  }
+  return m;
+}
+
+std::unique_ptr<Trainer> make(const Mode& m, const std::shared_ptr<coll::Communicator>& comm, int y) {
+  parallel::PlanConfig plan = parallel::preset(parallel::Preset::kDdp, 1);
+  plan.tensor.y = y;
+  plan.overlap_collectives = m.overlap;
+  TrainerOptions o;
+  o.seed = 1 + static_cast<uint64_t>(comm->rank());
+  o.num_threads = 1;
+  return parallel::make_parallel_trainer(test::tp_model(m.model, kRows), test::tp_optimizer(), o, plan, comm);
+}
+
+int run_compare(const Mode& m, const std::shared_ptr<coll::Communicator>& comm) {
+  const int y = m.y == 0 ? comm->size() : m.y;
+  const int data = comm->size() / y, replica = comm->rank() / y;
+  const test::TpReference ref = test::tp_reference(m.model, kRows * data, kSteps, 1);
+  auto t = make(m, comm, y);
+  double worst_loss = 0;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    const float loss = t->step(test::tp_batch(m.model, s, replica * kRows, kRows));
+    if (data == 1) {  // a replica's loss is its own rows' mean: comparable only with one replica
+      const double want = ref.losses[static_cast<size_t>(s)];
+      worst_loss = std::max(worst_loss, std::fabs(loss - want) / std::fabs(want) / static_cast<double>(s + 1));
+    }
+  }
+  const test::TpDiff d = test::tp_parameter_diff(*t, ref);
+  const bool ok = d.blocks > 0 && d.max_abs <= ref.parameter_bound() && worst_loss <= ref.loss_relative_per_step &&
+                  t->stats().collectives.started > 0;
+  std::printf("rank %d (data %d x tensor_y %d): max |param - reference| %.3g (%s), bound %.3g (control %.3g); loss "
+              "rel. diff per step %.3g (bound %.3g); %d blocks, %lld collectives, %lld hidden -> %s\n",
+              comm->rank(), data, y, d.max_abs, d.worst.c_str(), ref.parameter_bound(), ref.control_diff, worst_loss,
+              ref.loss_relative_per_step, d.blocks, static_cast<long long>(t->stats().collectives.started),
+              static_cast<long long>(t->stats().collectives.complete_when_needed), ok ? "ok" : "MISMATCH");
+  return ok ? 0 : 1;
+}
+
+int run_kill(const Mode& m, const std::shared_ptr<coll::Communicator>& comm) {
+  const int rank = comm->rank(), last = comm->size() - 1;
+  auto t = make(m, comm, comm->size());
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t s = 0; s < 40; ++s) {
+    if (rank == last && s == 3) _exit(0);
+    try {
+      t->step(test::tp_batch(m.model, s, 0, kRows));
+    } catch (const Error& e) {
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const std::string want = "world rank " + std::to_string(last);
+      const bool ok = (e.status() == Status::kPeerFailed || e.status() == Status::kTimeout) &&
+                      std::string(e.what()).find(want) != std::string::npos && took < 30;
+      std::printf("rank %d: step %lld failed after %.1f s with status %d: %s (%s)\n", rank, static_cast<long long>(s),
+                  took, static_cast<int>(e.status()), e.what(), ok ? "expected" : "UNEXPECTED");
+      return ok ? 0 : 1;
+    }
+  }
+  std::printf("rank %d: no failure reported after the peer died\n", rank);
+  return 1;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string name = argc > 1 ? argv[1] : "gpt";
+  try {
+    const Mode m = parse(name);
+    transport::JobEnv env = transport::detect_job_env();
+    auto store = transport::connect_job_store(env, std::chrono::milliseconds(30000));
+    coll::CommOptions co;
+    co.timeout = std::chrono::milliseconds(5000);
+    std::shared_ptr<coll::Communicator> comm = coll::UcxCommunicator::create(store, env.rank, env.world, co);
+    const int rc = m.kill ? run_kill(m, comm) : run_compare(m, comm);
+    if (!m.kill) comm->barrier()->wait();  // rank 0's store outlives every peer's use
+    return rc;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "tp_rank %s: %s\n", name.c_str(), e.what());
+    return 1;
+  }
+}

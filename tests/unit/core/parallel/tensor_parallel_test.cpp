@@ -1,0 +1,406 @@
+// Tensor parallelism (core/parallel/tensor_parallel.h, parallel_trainer.h): which layers the
+// rewrite splits and how, the plan's checks against the world and the model (each error naming
+// the field and the numbers), and training at 2 and 4 ranks — threads with their own UCX engines
+// — against one process on the same global batch, within tp_reference.h's derived bound.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "core/checkpoint/checkpoint.h"
+#include "core/exec/executor.h"
+#include "core/graph/autodiff.h"
+#include "core/models/cnn.h"
+#include "core/parallel/parallel_trainer.h"
+#include "core/parallel/tensor_parallel.h"
+#include "tests/support/expect_error.h"
+#include "tests/unit/core/parallel/tp_reference.h"
+#include "tests/unit/transport/coll/coll_test_util.h"
+
+namespace cohort::parallel {
+namespace {
+
+using test::expect_error;
+namespace ct = transport::coll::testing;
+
+TEST(TensorParallel, FindsTheColumnRowPairsOfTheGptAndTheMlp) {
+  const std::vector<LinearPair> gpt = find_linear_pairs(test::tp_model("gpt", 2));
+  ASSERT_EQ(gpt.size(), 4u);  // two per block
+  EXPECT_EQ(gpt[0].column, "h.0.attn.c_attn");
+  EXPECT_EQ(gpt[0].row, "h.0.attn.c_proj");
+  EXPECT_EQ(gpt[0].between, std::vector<std::string>{"h.0.attn"});
+  EXPECT_EQ(gpt[1].column, "h.0.mlp.c_fc");
+  EXPECT_EQ(gpt[1].row, "h.0.mlp.c_proj");  // gelu_linear: the activation fused into the row layer
+  EXPECT_TRUE(gpt[1].between.empty());
+  EXPECT_EQ(gpt[3].row, "h.1.mlp.c_proj");
+  const std::vector<LinearPair> mlp = find_linear_pairs(test::tp_model("mlp", 2));
+  ASSERT_EQ(mlp.size(), 1u);
+  EXPECT_EQ(mlp[0].column, "fc1");
+  EXPECT_EQ(mlp[0].row, "fc2");
+  EXPECT_EQ(mlp[0].between, std::vector<std::string>{"gelu1"});
+}
+
+TEST(TensorParallel, ARanksGraphHoldsItsBlocksAndOneAllReducePerPairAndPass) {
+  const Graph model = test::tp_model("gpt", 2);
+  TensorGrid grid;
+  grid.y = 2;
+  const Graph g = shard_for_tensor_parallel(model, grid, TensorPosition{0, 1, 0}).graph;
+  const Value& qkv = g.value(g.find("h.0.attn.c_attn.weight"));  // [3C, C] whole
+  EXPECT_EQ(qkv.type.shape, (Shape{24, 16}));
+  ASSERT_EQ(qkv.shard.size(), 1u);
+  EXPECT_EQ(qkv.shard[0], (ShardCut{0, 3, 2, 1, "y"}));  // q, k, v rows of heads 2 and 3
+  const Value& proj = g.value(g.find("h.0.attn.c_proj.weight"));
+  EXPECT_EQ(proj.type.shape, (Shape{16, 8}));
+  EXPECT_EQ(proj.shard, (std::vector<ShardCut>{{1, 1, 2, 1, "y"}}));
+  EXPECT_TRUE(g.value(g.find("h.0.attn.c_proj.bias")).shard.empty());  // added once, after the sum
+  EXPECT_EQ(g.value(g.find("h.0.mlp.c_fc.bias")).type.shape, (Shape{32}));
+  EXPECT_TRUE(g.value(g.find("wte.weight")).shard.empty());
+  int copies = 0, reductions = 0;
+  for (const Node& n : g.nodes()) {
+    copies += n.op->name == "copy_to_axis";
+    reductions += n.op->name == "all_reduce";
+    if (n.op->name == "attention") {
+      EXPECT_EQ(n.attrs.get_int("heads"), 2) << n.name;
+    }
+  }
+  EXPECT_EQ(copies, 4);
+  EXPECT_EQ(reductions, 4);
+  // The values the caller names keep their names and shapes.
+  EXPECT_EQ(g.value(g.find("logits")).type.shape, model.value(model.find("logits")).type.shape);
+  EXPECT_EQ(g.value(g.loss()).name, "loss");
+}
+
+// In backward, the all-reduce of a column-parallel layer's input gradient starts as soon as that
+// gradient exists, and the layer's weight-gradient product runs while it is in flight (the
+// executor starts collectives early, executor.h); the reduced gradient is read only after.
+TEST(TensorParallel, TheInputGradientsAllReduceOverlapsTheWeightGradient) {
+  TensorGrid grid;
+  grid.y = 2;
+  Graph g = shard_for_tensor_parallel(test::tp_model("gpt", 2), grid, TensorPosition{}).graph;
+  std::vector<ValueId> grads = build_backward(g, g.loss(), g.parameters());
+  std::vector<ValueId> targets = {g.loss()};
+  for (ValueId v : grads) targets.push_back(v);
+  Executor ex(g, targets);
+  auto position = [&](const std::string& node) {
+    for (size_t s = 0; s < ex.order().size(); ++s)
+      if (g.node(ex.order()[s]).name == node) return s;
+    ADD_FAILURE() << "no node " << node;
+    return size_t{0};
+  };
+  for (const char* layer : {"h.0.attn.c_attn", "h.1.mlp.c_fc"}) {
+    const std::string l = layer;
+    const size_t dx = position(l + ".grad.matmul"), reduce = position(l + ".copy_to_y.grad.all_reduce"),
+                 dw = position(l + ".grad.matmul_sum_batch");
+    EXPECT_EQ(reduce, dx + 1) << l << ": the all-reduce starts right after the input gradient";
+    EXPECT_LT(reduce, dw) << l << ": the weight gradient is computed while the all-reduce is in flight";
+    const ValueId reduced = g.find(l + ".copy_to_y.grad.all_reduce");
+    for (size_t s = reduce + 1; s <= dw; ++s)
+      for (ValueId in : g.node(ex.order()[s]).inputs) EXPECT_NE(in, reduced) << l;
+  }
+}
+
+TEST(TensorParallel, APlanThatDoesNotFitTheModelNamesTheNodeAndTheNumbers) {
+  TensorGrid three;
+  three.y = 3;
+  models::GptConfig c = test::tp_gpt_config(2);
+  c.width = 24;  // 3 divides the widths but not the 4 heads
+  expect_error([&] { shard_for_tensor_parallel(models::build_gpt(c), three, {}); }, Status::kInvalidPlan,
+               "plan: tensor_y = 3 does not divide the 4 heads of attention 'h.0.attn'");
+  TensorGrid four;
+  four.y = 4;
+  models::MlpConfig m = test::tp_mlp_config(2);
+  m.hidden = {10};
+  expect_error([&] { shard_for_tensor_parallel(models::build_mlp(m), four, {}); }, Status::kInvalidPlan,
+               "plan: tensor_y = 4 does not divide the 10 out-features of linear 'fc1'");
+  models::CnnConfig cnn;
+  cnn.batch = 2;
+  TensorGrid two;
+  two.y = 2;
+  expect_error([&] { shard_for_tensor_parallel(models::build_cnn(cnn), two, {}); }, Status::kInvalidPlan,
+               "plan: tensor_y = 2 but the model has no pair of linear layers to split");
+}
+
+TEST(TensorParallel, APlanThatDoesNotFitTheWorldNamesTheFields) {
+  PlanConfig p;
+  p.tensor.y = 3;
+  expect_error([&] { validate_for_world(p, 4); }, Status::kInvalidPlan,
+               "plan: the tensor grid tensor_x 1 x tensor_y 3 x tensor_z 1 = 3 ranks does not divide the world size 4");
+  p.tensor.y = 4;
+  p.data_parallel = 2;
+  expect_error([&] { validate_for_world(p, 4); }, Status::kInvalidPlan,
+               "plan: data_parallel 2 x the tensor grid's 4 ranks = 8 ranks, the world has 4");
+  p.tensor.y = 2;
+  p.data_parallel = 1;
+  expect_error([&] { validate_for_world(p, 4); }, Status::kUnsupported, "needs another parallel axis");
+  p.data_parallel = 0;
+  EXPECT_NO_THROW(validate_for_world(p, 4));  // data 2 x tensor 2
+  p.tensor.y = 0;
+  expect_error([&] { validate(p); }, Status::kInvalidPlan, "plan: tensor_y = 0 must be in 1..65536");
+  p.tensor.y = 1;
+  p.tensor.x = 2;
+  expect_error([&] { validate(p); }, Status::kUnsupported, "the 2D and 3D tensor grids (AxoNN's X and Z axes) are not");
+  p.tensor.x = 1;
+  p.tensor.y = 2;
+  p.zero_stage = 1;
+  expect_error([&] { validate(p); }, Status::kUnsupported, "ZeRO stage 1 with tensor parallelism");
+}
+
+struct GridCase {
+  std::string model;
+  int world, y;
+  bool overlap;
+  std::string label;
+};
+
+// Every rank (a thread) trains its part for kSteps steps on its data replica's rows of the global
+// batch; each must match the reference's loss and its blocks of the reference's parameters.
+class TensorParallelTraining : public ::testing::TestWithParam<GridCase> {};
+
+TEST_P(TensorParallelTraining, MatchesOneProcessOnTheGlobalBatch) {
+  const GridCase& c = GetParam();
+  constexpr int64_t kSteps = 4, kRows = 4;  // rows per data replica and step
+  const int data = c.world / c.y;
+  const int64_t global = kRows * data;
+  const test::TpReference ref = test::tp_reference(c.model, global, kSteps, 1);
+  std::mutex mutex;
+  ct::run_ranks_shared(c.world, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    PlanConfig plan = preset(Preset::kDdp, 1);
+    plan.tensor.y = c.y;
+    plan.overlap_collectives = c.overlap;
+    TrainerOptions o;
+    o.seed = 1 + static_cast<uint64_t>(comm->rank());  // the data axis broadcasts rank 0's blocks
+    o.num_threads = 1;
+    auto trainer = make_parallel_trainer(test::tp_model(c.model, kRows), test::tp_optimizer(), o, plan, comm);
+    const int replica = comm->rank() / c.y;
+    double worst_loss = 0;
+    for (int64_t s = 0; s < kSteps; ++s) {
+      const float loss = trainer->step(test::tp_batch(c.model, s, replica * kRows, kRows));
+      // A replica's loss is the mean over its own rows; with one replica it is the global one
+      // (with several, the parameters carry the comparison).
+      if (data == 1) {
+        const double rel = std::fabs(loss - ref.losses[static_cast<size_t>(s)]) / std::fabs(ref.losses[static_cast<size_t>(s)]);
+        worst_loss = std::max(worst_loss, rel / static_cast<double>(s + 1));
+      }
+    }
+    const test::TpDiff diff = test::tp_parameter_diff(*trainer, ref);
+    // Every parameter whole (blocks gathered over the tensor axis: every rank, same order) matches
+    // the reference's within the same bound; a whole one written keeps this rank's block of it.
+    double whole_diff = 0;
+    for (const std::string& name : trainer->parameter_names()) {
+      const Tensor whole = trainer->whole_parameter(name), &want = ref.parameters.at(name);
+      ASSERT_EQ(whole.shape(), want.shape()) << name;
+      for (int64_t k = 0; k < whole.numel(); ++k)
+        whole_diff = std::max(whole_diff, static_cast<double>(std::fabs(whole.data<float>()[k] - want.data<float>()[k])));
+    }
+    EXPECT_LE(whole_diff, ref.parameter_bound()) << c.label;
+    const std::string split = c.model == "gpt" ? "h.0.attn.c_attn.weight" : "fc1.weight";
+    trainer->set_whole_parameter(split, ref.parameters.at(split));
+    const Graph& g = trainer->forward_graph();
+    const Tensor block = take_shard(ref.parameters.at(split), g.value(g.find(split)).shard);
+    const Tensor& mine = trainer->parameter(split);
+    ASSERT_EQ(mine.shape(), block.shape());
+    EXPECT_EQ(std::memcmp(mine.raw(), block.raw(), block.nbytes()), 0) << c.label << ": set_whole_parameter";
+    std::lock_guard<std::mutex> lock(mutex);
+    std::printf("%s rank %d: max |param - reference| %.3g (%s), bound %.3g (control %.3g); loss rel. diff per step "
+                "%.3g (bound %.3g); %d blocks, %lld collectives\n",
+                c.label.c_str(), comm->rank(), diff.max_abs, diff.worst.c_str(), ref.parameter_bound(), ref.control_diff,
+                worst_loss, ref.loss_relative_per_step, diff.blocks,
+                static_cast<long long>(trainer->stats().collectives.started));
+    EXPECT_GT(diff.blocks, 0);
+    EXPECT_LE(diff.max_abs, ref.parameter_bound()) << c.label << " rank " << comm->rank() << ": parameter " << diff.worst;
+    EXPECT_LE(worst_loss, ref.loss_relative_per_step) << c.label << " rank " << comm->rank();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grids, TensorParallelTraining,
+    ::testing::Values(GridCase{"gpt", 2, 2, true, "gpt_y2"},
+                      GridCase{"gpt", 4, 4, true, "gpt_y4"},
+                      GridCase{"gpt", 2, 2, false, "gpt_y2_no_overlap"},
+                      GridCase{"mlp", 2, 2, true, "mlp_y2"},
+                      GridCase{"mlp", 4, 4, true, "mlp_y4"},
+                      GridCase{"gpt", 4, 2, true, "gpt_data2_y2"},
+                      GridCase{"mlp", 4, 2, true, "mlp_data2_y2"}),
+    [](const ::testing::TestParamInfo<GridCase>& i) { return i.param.label; });
+
+// Dropout in the replicated regions (embeddings, residual branches) draws the same masks on
+// every tensor rank — the ranks start from different seeds and the trainer takes the first
+// tensor rank's — so the replicated parameters stay bit-identical across the tensor group and
+// every rank reports the same loss. (Masks are keyed by node, so they are not the one-process
+// run's: no comparison with it here.)
+TEST(TensorParallel, DropoutMasksAgreeAcrossTheTensorGroup) {
+  constexpr int kWorld = 2;
+  std::vector<std::vector<float>> losses(kWorld);
+  std::vector<Tensor> wte(kWorld), ln(kWorld);
+  ct::run_ranks_shared(kWorld, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    models::GptConfig config = test::tp_gpt_config(4);
+    config.dropout = 0.2;
+    PlanConfig plan = preset(Preset::kDdp, 1);
+    plan.tensor.y = kWorld;
+    TrainerOptions o;
+    o.seed = 7 + static_cast<uint64_t>(comm->rank());
+    o.num_threads = 1;
+    auto t = make_parallel_trainer(models::build_gpt(config), test::tp_optimizer(), o, plan, comm);
+    const size_t r = static_cast<size_t>(comm->rank());
+    for (int64_t s = 0; s < 3; ++s) losses[r].push_back(t->step(test::tp_batch("gpt", s, 0, 4)));
+    wte[r] = t->parameter("wte.weight");
+    ln[r] = t->parameter("h.1.ln_2.weight");
+  });
+  EXPECT_EQ(losses[0], losses[1]);
+  for (const auto* p : {&wte, &ln}) {
+    ASSERT_EQ((*p)[0].nbytes(), (*p)[1].nbytes());
+    EXPECT_EQ(std::memcmp((*p)[0].raw(), (*p)[1].raw(), (*p)[0].nbytes()), 0);
+  }
+}
+
+// Checkpoints are written in the model's layout: tensor_y 2 saves whole parameters and optimizer
+// state (each rank the same file), which one process loads — its parameters and state then equal
+// the ranks' gathered blocks bit for bit — and tensor_y 4 loads too, each rank keeping exactly
+// its blocks of them; both then take the same next step within fp32 rounding.
+TEST(TensorParallel, CheckpointsLoadUnderAnotherGridOrOnOneRank) {
+  constexpr int64_t kRows = 4;
+  const std::string dir = ::testing::TempDir();
+  auto path = [&](int rank) { return dir + "tp_checkpoint.rank" + std::to_string(rank); };
+  auto make = [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm, int y) {
+    PlanConfig plan = preset(Preset::kDdp, 1);
+    plan.tensor.y = y;
+    TrainerOptions o;
+    o.seed = 5;
+    o.num_threads = 1;
+    return make_parallel_trainer(test::tp_model("gpt", kRows), test::tp_optimizer(), o, plan, comm);
+  };
+  std::map<std::string, Tensor> gathered;  // rank 0's whole parameters at the save
+  ct::run_ranks_shared(2, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    auto t = make(comm, 2);
+    for (int64_t s = 0; s < 3; ++s) t->step(test::tp_batch("gpt", s, 0, kRows));
+    checkpoint::save_checkpoint(*t, path(comm->rank()), {});
+    std::map<std::string, Tensor> whole;
+    for (const std::string& name : t->parameter_names()) whole[name] = t->whole_parameter(name);
+    if (comm->rank() == 0) gathered = whole;
+  });
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+  };
+  // One process.
+  TrainerOptions o;
+  o.seed = 99;  // the checkpoint's seed replaces it
+  o.num_threads = 1;
+  Trainer alone(test::tp_model("gpt", kRows), test::tp_optimizer(), o);
+  checkpoint::load_checkpoint(alone, path(1), nullptr);
+  for (size_t i = 0; i < alone.parameters().size(); ++i)
+    EXPECT_TRUE(same_bits(alone.parameters()[i], gathered.at(alone.parameter_names()[i])))
+        << alone.parameter_names()[i];
+  const float alone_loss = alone.step(test::tp_batch("gpt", 3, 0, kRows));
+  // Four tensor ranks: blocks of what one process loaded, parameters and optimizer state.
+  Trainer fresh(test::tp_model("gpt", kRows), test::tp_optimizer(), o);
+  checkpoint::load_checkpoint(fresh, path(0), nullptr);
+  std::mutex mutex;
+  ct::run_ranks_shared(4, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    auto t = make(comm, 4);
+    checkpoint::load_checkpoint(*t, path(0), nullptr);
+    int blocks = 0;
+    for (size_t i = 0; i < t->parameters().size(); ++i) {
+      const std::string& name = t->parameter_names()[i];
+      EXPECT_TRUE(same_bits(t->parameters()[i], t->block_of(i, fresh.parameters()[i]))) << name;
+      auto mine = t->optimizer().state(i), want = fresh.optimizer().state(i);
+      ASSERT_EQ(mine.size(), want.size());
+      for (size_t k = 0; k < mine.size(); ++k)
+        EXPECT_TRUE(same_bits(mine[k].second, t->block_of(i, want[k].second))) << name << "/" << mine[k].first;
+      blocks += t->is_sharded(i);
+    }
+    EXPECT_EQ(t->step_count(), 3);
+    const float loss = t->step(test::tp_batch("gpt", 3, 0, kRows));
+    std::lock_guard<std::mutex> lock(mutex);
+    EXPECT_GT(blocks, 0);
+    EXPECT_NEAR(loss, alone_loss, std::fabs(alone_loss) * test::tp_longest_sum("gpt", kRows) * test::kUnitRoundoff);
+  });
+}
+
+// Local SGD and co2 over the data axis of a tensor-parallel model: data 2 x tensor_y 2 must
+// train like the same mode over 2 replicated ranks (each data replica against the reference rank
+// of the same index), within the bound of tp_reference.h measured on the reference itself (a run
+// from parameters moved by one ulp). The outer clip is set to bind and co2's staleness penalty is
+// on, so a norm taken over a rank's blocks instead of the whole model fails the comparison.
+struct OuterCase {
+  std::string model;
+  Preset preset;
+  double clip;
+  bool penalty;
+  std::string label;
+};
+
+class TensorParallelOuter : public ::testing::TestWithParam<OuterCase> {};
+
+TEST_P(TensorParallelOuter, MatchesTheModeOverReplicatedRanks) {
+  const OuterCase& c = GetParam();
+  constexpr int64_t kSteps = 6, kRows = 4, kTau = 2;
+  constexpr int kData = 2;
+  auto plan_for = [&](int y) {
+    PlanConfig p = preset(c.preset, kTau);
+    p.outer.clip_threshold = c.clip;
+    p.outer.staleness_penalty = c.penalty;
+    p.tensor.y = y;
+    return p;
+  };
+  auto train = [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm, int y, bool perturb) {
+    TrainerOptions o;
+    o.seed = 1;
+    o.num_threads = 1;
+    auto t = make_parallel_trainer(test::tp_model(c.model, kRows), test::tp_optimizer(), o, plan_for(y), comm);
+    if (perturb) test::perturb_by_one_ulp(*t);
+    const int replica = comm->rank() / y;
+    for (int64_t s = 0; s < kSteps; ++s) t->step(test::tp_batch(c.model, s, replica * kRows, kRows));
+    return t;
+  };
+  std::mutex mutex;
+  // The replicated reference, plain and perturbed: each data rank's final parameters.
+  std::vector<test::TpReference> ref(kData);
+  std::vector<std::map<std::string, Tensor>> control(kData);
+  ParallelStats ref_stats;
+  for (bool perturb : {false, true})
+    ct::run_ranks_shared(kData, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+      auto t = train(comm, 1, perturb);
+      std::lock_guard<std::mutex> lock(mutex);
+      auto& out = perturb ? control[static_cast<size_t>(comm->rank())] : ref[static_cast<size_t>(comm->rank())].parameters;
+      for (size_t i = 0; i < t->parameters().size(); ++i) out[t->parameter_names()[i]] = t->parameters()[i];
+      if (!perturb && comm->rank() == 0) ref_stats = dynamic_cast<DataParallel&>(*t->step_hook()).stats();
+    });
+  double control_diff = 0;
+  for (int r = 0; r < kData; ++r)
+    for (const auto& [name, p] : ref[static_cast<size_t>(r)].parameters) {
+      const Tensor& q = control[static_cast<size_t>(r)].at(name);
+      for (int64_t k = 0; k < p.numel(); ++k)
+        control_diff = std::max(control_diff, static_cast<double>(std::fabs(p.data<float>()[k] - q.data<float>()[k])));
+    }
+  for (test::TpReference& r : ref) {
+    r.control_diff = control_diff;
+    r.longest_sum = test::tp_longest_sum(c.model, kRows);
+  }
+  // The reference exercises what is under test: the clip binds, the penalty scales.
+  EXPECT_GT(ref_stats.last_momentum_norm, c.clip) << c.label << ": the outer clip never binds";
+  if (c.penalty) {
+    EXPECT_LT(ref_stats.last_staleness_scale, 1.0) << c.label << ": the penalty does nothing";
+  }
+  ct::run_ranks_shared(2 * kData, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    auto t = train(comm, 2, false);
+    const test::TpReference& want = ref[static_cast<size_t>(comm->rank() / 2)];
+    const test::TpDiff d = test::tp_parameter_diff(*t, want);
+    std::lock_guard<std::mutex> lock(mutex);
+    std::printf("%s rank %d: max |param - reference| %.3g (%s), bound %.3g (control %.3g); %d blocks\n",
+                c.label.c_str(), comm->rank(), d.max_abs, d.worst.c_str(), want.parameter_bound(), control_diff,
+                d.blocks);
+    EXPECT_GT(d.blocks, 0);
+    EXPECT_LE(d.max_abs, want.parameter_bound()) << c.label << " rank " << comm->rank() << ": parameter " << d.worst;
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, TensorParallelOuter,
+    ::testing::Values(OuterCase{"gpt", Preset::kCo2, 0.02, true, "gpt_co2"},
+                      OuterCase{"mlp", Preset::kCo2, 0.02, true, "mlp_co2"},
+                      OuterCase{"gpt", Preset::kSlowMo, 0.02, false, "gpt_slowmo"}),
+    [](const ::testing::TestParamInfo<OuterCase>& i) { return i.param.label; });
+
+}  // namespace
+}  // namespace cohort::parallel
