@@ -409,7 +409,7 @@ void DataParallel::end_round_co2(std::vector<Tensor>& params) {
 void DataParallel::merge_co2(std::vector<Tensor>& params) {
   // 4. e_k: wait for it (CO2's only blocking point; it had h steps to travel), then DiLoCo's
   //    outer step x_{k+1} = O(x_k, e_k).
-  double travel = 0;  // how long e_k took to arrive: exact when waited for, else to mid-step
+  double travel = -1;  // how long e_k took to arrive: exact when waited for, else to mid-step; -1 unknown
   if (inflight_work_) {
     Clock::time_point start = Clock::now();
     inflight_work_->wait();
@@ -480,17 +480,23 @@ void DataParallel::note_round_end() {
   round_pos_ = 0;
   ++stats_.rounds;
   if (!plan_.overlap_auto) return;
-  // This rank's times, maxed over the ranks while the average travels: the merge decides on the
-  // slowest rank's (the all-reduce waits for it), and every rank on the same numbers.
+  // This rank's times, reduced over the ranks while the average travels, so every rank decides
+  // on the same numbers: the step time of the slowest rank (the maximum), and the travel time of
+  // the quickest average (the minimum, sent negated under the same kMax: -1 unknown becomes 1 and
+  // wins). Each rank times its average from its own launch, so a rank that ends its round early
+  // also times its wait for the last one; the rank that launched last times the transfer alone.
+  // Taking the slowest rank's, tried first, fed that skew back: a longer overlap let the ranks
+  // drift further apart, which read as a slower link (0.3 s, 0.4, 0.8, 1.2, 1.9 in 14 rounds at
+  // 100 Mbit/s while the link carried the 0.3 MiB in about 0.05 s), until tau reached its cap.
   timing_.assign(2, 0.0f);
-  timing_[0] = static_cast<float>(merged_comm_seconds_);
+  timing_[0] = static_cast<float>(-merged_comm_seconds_);
   timing_[1] = static_cast<float>((stats_.compute_seconds - round_compute_mark_) / static_cast<double>(round_tau_));
   round_compute_mark_ = stats_.compute_seconds;
   timing_work_ = comm_->all_reduce(timing_.data(), 2, coll::DataType::kF32, coll::ReduceOp::kMax);
 }
 
 void DataParallel::note_merge(double comm_seconds) {
-  if (comm_seconds > 0) merged_comm_seconds_ = comm_seconds;  // 0: not measured (a resumed merge)
+  merged_comm_seconds_ = comm_seconds;  // -1: not measured (a resumed merge)
   if (plan_.overlap_auto) update_round_shape();
 }
 
@@ -512,9 +518,10 @@ void DataParallel::update_round_shape() {
   // tried first, let one such outlier keep tau at its cap for hundreds of steps and cost the CNN
   // 1-2 points; the median waits once for it, and follows a link that stays slower within three
   // rounds.
-  if (timing_[0] > 0) {  // 0: not measured (a resumed merge)
+  const float quickest = -timing_[0];
+  if (quickest >= 0) {  // < 0: some rank has not measured one (a resumed merge)
     if (travel_history_.size() == kTravelHistory) travel_history_.erase(travel_history_.begin());
-    travel_history_.push_back(timing_[0]);
+    travel_history_.push_back(quickest);
   }
   double travel = 0;
   if (!travel_history_.empty()) {

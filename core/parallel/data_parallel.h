@@ -60,7 +60,8 @@ struct ParallelStats {
   double last_momentum_norm = 0;    // outer momentum L2 norm before clipping, last outer step
   // co2: the current round's length and the steps its average travels before the merge (the
   // plan's, or chosen under overlap auto from the two times after them: how long the last
-  // merged average took to arrive and the compute time per step, each the slowest rank's).
+  // merged average took to arrive, the quickest rank's, and the compute time per step, the
+  // slowest rank's).
   int64_t tau = 0;
   int64_t overlap = 0;
   double outer_comm_seconds = 0;
@@ -209,7 +210,7 @@ class DataParallel : public StepHook {
   void note_round_end();
   void note_merge(double comm_seconds);
   // overlap auto: at a merge, the next merge's overlap and the running round's tau from the
-  // slowest rank's times (plan.h, choose_round_shape).
+  // ranks' times (note_round_end says which; plan.h, choose_round_shape).
   void update_round_shape();
   // co2's own checkpoint entries: the round's shape, overlap auto's times and the rule's
   // version. load_co2_state verifies them (refusing another rule's state by name) and returns
@@ -294,8 +295,8 @@ class DataParallel : public StepHook {
   // the round just ended], maxed over the ranks from a round end to its merge (timing_work_).
   std::vector<float> timing_;
   transport::coll::WorkPtr timing_work_;
-  double merged_comm_seconds_ = 0;  // this rank's: the last merged average's travel time
-  // The slowest rank's travel times of the last kTravelHistory merges, oldest first; overlap
+  double merged_comm_seconds_ = -1;  // this rank's: the last merged average's travel time, -1 unknown
+  // The quickest rank's travel times of the last kTravelHistory merges, oldest first; overlap
   // auto decides on their median (update_round_shape).
   static constexpr size_t kTravelHistory = 5;
   std::vector<float> travel_history_;

@@ -79,8 +79,9 @@ PlanConfig preset(Preset preset, int64_t tau);
 const char* mode_name(SyncMode mode);
 
 // co2 with overlap auto: the next merge's overlap and the running round's tau, from the times
-// the ranks measured (the slowest rank's): comm_seconds, how long an average takes to arrive
-// (held over rounds by the caller), and step_seconds, the compute time of one step. The average is hidden when it arrives
+// the ranks measured: comm_seconds, how long an average takes to arrive (the quickest rank's,
+// the median of recent rounds: data_parallel.cpp), and step_seconds, the compute time of one step
+// (the slowest rank's). The average is hidden when it arrives
 // within the overlap, so overlap = ceil(1.5 comm / step) (half again for the jitter of a shared
 // machine: with a tenth, 4 ranks on 2 cores still waited 8% of the time), at least 1 and
 // kept as it was while either time is unknown (<= 0); tau = the largest of tau_floor, twice the
