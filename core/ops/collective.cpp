@@ -136,14 +136,21 @@ OpSchema copy_to_axis_op() {
   return s;
 }
 
-OpSchema all_reduce_op() {
+// What the three collectives share: one input, inserted by parallel plans (internal), started by
+// the kernel and left in flight (collective), bf16 taken as it is, an 'axis' (and 'dim', 'parts').
+OpSchema collective_schema(const char* name, bool with_dim) {
   OpSchema s;
-  s.name = "all_reduce";
+  s.name = name;
   s.inputs = {"x"};
   s.internal = true;
   s.collective = true;
   s.bf16_kernel = true;
-  s.attrs = axis_attrs(false);
+  s.attrs = axis_attrs(with_dim);
+  return s;
+}
+
+OpSchema all_reduce_op() {
+  OpSchema s = collective_schema("all_reduce", false);
   s.infer = [](const ShapeContext& c) {
     check_axis_attr(c);
     expect_float(c, 0);
@@ -168,13 +175,7 @@ Attrs dim_attrs(const Attrs& from) {
 }
 
 OpSchema all_gather_op() {
-  OpSchema s;
-  s.name = "all_gather";
-  s.inputs = {"x"};
-  s.internal = true;
-  s.collective = true;
-  s.bf16_kernel = true;
-  s.attrs = axis_attrs(true);
+  OpSchema s = collective_schema("all_gather", true);
   s.infer = [](const ShapeContext& c) {
     const auto [dim, parts] = dim_and_parts(c);
     TensorType t = c.inputs[0];
@@ -208,13 +209,7 @@ OpSchema all_gather_op() {
 }
 
 OpSchema reduce_scatter_op() {
-  OpSchema s;
-  s.name = "reduce_scatter";
-  s.inputs = {"x"};
-  s.internal = true;
-  s.collective = true;
-  s.bf16_kernel = true;
-  s.attrs = axis_attrs(true);
+  OpSchema s = collective_schema("reduce_scatter", true);
   s.infer = [](const ShapeContext& c) {
     const auto [dim, parts] = dim_and_parts(c);
     TensorType t = c.inputs[0];

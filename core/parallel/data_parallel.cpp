@@ -339,15 +339,19 @@ void DataParallel::end_round_blocking(std::vector<Tensor>& params) {
   Clock::time_point start = Clock::now();
   comm_->all_reduce(inflight_.data(), numel_, coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
   note_blocking(start);
-  // The average is the same bytes on every rank: so is the decision to skip a non-finite one.
-  if (outer_finite(inflight_.data(), numel_)) {
-    std::function<double(double)> model_norm;  // the clip's norm: the whole model's momentum
-    if (tensor_) model_norm = [this](double) { return model_sum_of_squares(outer_.momentum().data()); };
-    stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0, model_norm);
-  }
+  outer_step(inflight_.data());
   unflatten(anchor_.data(), params);
   round_start_ = anchor_;
   ++stats_.rounds;
+}
+
+void DataParallel::outer_step(const float* d) {
+  // The average is the same bytes on every rank: so is the decision to skip a non-finite one
+  // (the anchor and the momentum unchanged).
+  if (!outer_finite(d, numel_)) return;
+  std::function<double(double)> model_norm;  // the clip's norm: the whole model's momentum
+  if (tensor_) model_norm = [this](double) { return model_sum_of_squares(outer_.momentum().data()); };
+  stats_.last_momentum_norm = outer_.step(anchor_, d, 1.0, model_norm);
 }
 
 // CO2 with the merge: the rule, derived.
@@ -422,13 +426,7 @@ void DataParallel::merge_co2(std::vector<Tensor>& params) {
   if (quant_ && !decoded_) decode_average();
   have_result_ = false;
   merge_pending_ = false;
-  // The average is the same bytes on every rank: so is the decision to skip a non-finite one
-  // (x_{k+1} = x_k, the momentum unchanged).
-  if (outer_finite(inflight_.data(), numel_)) {
-    std::function<double(double)> model_norm;  // the clip's norm: the whole model's momentum
-    if (tensor_) model_norm = [this](double) { return model_sum_of_squares(outer_.momentum().data()); };
-    stats_.last_momentum_norm = outer_.step(anchor_, inflight_.data(), 1.0, model_norm);
-  }
+  outer_step(inflight_.data());  // none when e_k is not finite: x_{k+1} = x_k
   // 5. The steps since the guess carried over onto x_{k+1}: y <- x_{k+1} + s (y - G), s the
   //    penalty's factor (1 when off). e_k is spent: inflight_ takes y. Steps that left this
   //    rank's parameters non-finite are dropped: it goes on from x_{k+1}.
@@ -500,17 +498,20 @@ void DataParallel::note_merge(double comm_seconds) {
   if (plan_.overlap_auto) update_round_shape();
 }
 
+void DataParallel::wait_timing() {
+  if (!timing_work_) return;
+  Clock::time_point start = Clock::now();
+  timing_work_->wait();
+  note_blocking(start);
+  timing_work_.reset();
+}
+
 void DataParallel::update_round_shape() {
-  // The slowest rank's times of the round before (plan.h, choose_round_shape): the next merge
-  // waits as many steps as an average takes to arrive, and the round now running is lengthened
-  // to keep half of it after that merge. A slower link thus raises overlap and tau instead of
-  // stalling; a faster one brings them back, tau never below the plan's.
-  if (timing_work_) {
-    Clock::time_point start = Clock::now();
-    timing_work_->wait();
-    note_blocking(start);
-    timing_work_.reset();
-  }
+  // The ranks' times of the round before (note_round_end; plan.h, choose_round_shape): the next
+  // merge waits as many steps as an average takes to arrive, and the round now running is
+  // lengthened to keep half of it after that merge. A slower link thus raises overlap and tau
+  // instead of stalling; a faster one brings them back, tau never below the plan's.
+  wait_timing();
   if (timing_.size() < 2) return;  // no round has ended since attach or a load
   // The travel time decided on is the median of the last five (the upper one of an even count):
   // shaped links have outliers both ways — at 100 Mbit, 4 ranks on 2 cores, most averages took
@@ -544,13 +545,8 @@ constexpr int64_t kCo2Rule = 2;
 }  // namespace
 
 void DataParallel::save_co2_state(checkpoint::CheckpointExtra& extra) {
-  if (timing_work_) {  // overlap auto's times in flight: waited for and saved like the average
-    Clock::time_point start = Clock::now();
-    timing_work_->wait();
-    note_blocking(start);
-    timing_work_.reset();
-  }
-  // The slowest rank's times; this rank's last travel time; the travel history.
+  wait_timing();  // overlap auto's times in flight: waited for and saved like the average
+  // The ranks' reduced times (note_round_end); this rank's last travel time; the travel history.
   Tensor timing = Tensor::zeros({static_cast<int64_t>(3 + kTravelHistory)}, DType::kF32);
   if (timing_.size() == 2) std::memcpy(timing.raw(), timing_.data(), 2 * sizeof(float));
   timing.data<float>()[2] = static_cast<float>(merged_comm_seconds_);
@@ -704,18 +700,6 @@ ParallelStats DataParallel::stats() const {
   return s;
 }
 
-double DataParallel::sum_over_tensor(float* values, size_t n) {
-  // A member buffer, as sum_over_ranks (a failed reduction may still hold it). Summed in f32: the
-  // transport has no f64, and the decisions taken from these sums need no more.
-  if (tensor_scalars_.size() < n) tensor_scalars_.resize(n);
-  std::copy(values, values + n, tensor_scalars_.begin());
-  Clock::time_point start = Clock::now();
-  tensor_->all_reduce(tensor_scalars_.data(), n, coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
-  note_blocking(start);
-  std::copy(tensor_scalars_.begin(), tensor_scalars_.begin() + static_cast<std::ptrdiff_t>(n), values);
-  return values[0];
-}
-
 bool DataParallel::any_over_tensor(bool local) {
   if (!tensor_) return local;
   float flag = local ? 1.0f : 0.0f;
@@ -730,6 +714,5 @@ double DataParallel::model_sum_of_squares(const float* flat) {
   float sum = static_cast<float>(local);
   return sum_over_tensor(&sum, 1);
 }
-
 
 }  // namespace cohort::parallel

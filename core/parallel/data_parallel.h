@@ -194,11 +194,18 @@ class DataParallel : public StepHook {
   // thrown here (the communicator's sticky error reaches the next collective).
   static void settle(transport::coll::WorkPtr& work);
   void end_round_blocking(std::vector<Tensor>& params);
+  // Unsharded local SGD and co2: the outer step with the averaged pseudo-gradient d (numel_
+  // floats), skipped on every rank when d is not finite; the clip's norm is the whole model's.
+  void outer_step(const float* d);
   // ZeRO 1 of the outer state (outer_shard.cpp).
   bool outer_sharded() const { return plan_.mode != SyncMode::kSync && plan_.zero_stage >= 1; }
   void init_outer_shard(const std::vector<float>& flat);
   void end_round_sharded(std::vector<Tensor>& params);
-  double sum_over_ranks(float* values, size_t n);  // blocking all-reduce; returns values[0]
+  // Blocking sum of n floats over `comm`'s ranks, reduced in `buffer` (a member: a failed
+  // reduction may leave a send holding it, work.h); returns values[0]. sum_over_ranks is it over
+  // the data-parallel communicator, sum_over_tensor over the tensor axis.
+  double sum_over(transport::coll::Communicator& comm, std::vector<float>& buffer, float* values, size_t n);
+  double sum_over_ranks(float* values, size_t n) { return sum_over(*comm_, scalars_, values, n); }
   std::vector<float> scalars_;  // sum_over_ranks' reduction buffer
   void save_outer_shard(checkpoint::CheckpointExtra& extra);
   void load_outer_shard(const checkpoint::CheckpointExtra& extra);
@@ -209,6 +216,8 @@ class DataParallel : public StepHook {
   // co2: the round-end and merge bookkeeping (round shape, overlap auto's timing).
   void note_round_end();
   void note_merge(double comm_seconds);
+  // Waits for overlap auto's reduction of the ranks' times, if one is in flight.
+  void wait_timing();
   // overlap auto: at a merge, the next merge's overlap and the running round's tau from the
   // ranks' times (note_round_end says which; plan.h, choose_round_shape).
   void update_round_shape();
@@ -225,7 +234,7 @@ class DataParallel : public StepHook {
   // Without the axis these are plain local sums.
   double model_sum_of_squares(const float* flat);  // over numel_ floats; collective on the axis
   bool any_over_tensor(bool local);                // collective on the axis
-  double sum_over_tensor(float* values, size_t n);  // blocking all-reduce; returns values[0]
+  double sum_over_tensor(float* values, size_t n) { return sum_over(*tensor_, tensor_scalars_, values, n); }
   std::shared_ptr<const CommAxes> axes_;
   transport::coll::Communicator* tensor_ = nullptr;
   std::vector<std::pair<size_t, size_t>> norm_ranges_;  // (offset, count) in the flat model

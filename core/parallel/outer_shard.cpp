@@ -59,15 +59,13 @@ void DataParallel::end_round_sharded(std::vector<Tensor>& params) {
   ++stats_.rounds;
 }
 
-double DataParallel::sum_over_ranks(float* values, size_t n) {
-  // Reduced in a member buffer, not the caller's (often a local): a failed reduction may leave
-  // a send to a frozen rank holding it (work.h), and the destructor keeps members alive then.
-  if (scalars_.size() < n) scalars_.resize(n);
-  std::copy(values, values + n, scalars_.begin());
+double DataParallel::sum_over(coll::Communicator& comm, std::vector<float>& buffer, float* values, size_t n) {
+  if (buffer.size() < n) buffer.resize(n);
+  std::copy(values, values + n, buffer.begin());
   Clock::time_point start = Clock::now();
-  comm_->all_reduce(scalars_.data(), n, coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
+  comm.all_reduce(buffer.data(), n, coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
   note_blocking(start);
-  std::copy(scalars_.begin(), scalars_.begin() + static_cast<std::ptrdiff_t>(n), values);
+  std::copy(buffer.begin(), buffer.begin() + static_cast<std::ptrdiff_t>(n), values);
   return values[0];
 }
 
