@@ -134,7 +134,29 @@ const std::map<std::string, Setter>& setters() {
       {"--staleness-penalty", int_in(&Options::staleness_penalty, 0, 1)},
       {"--outer-clip", number(&Options::outer_clip, ">= 0 (0: off)", non_negative)},
       {"--noise-scaling", int_in(&Options::noise_scaling, 0, 1)},
-      {"--tensor", int_in(&Options::tensor, 1, 65536)},
+      {"--tensor",
+       [](Options& o, const std::string& f, const std::string& v) {
+         if (o.tensor_x * o.tensor * o.tensor_z > 1) throw UsageError("give one of --tensor and --grid");
+         o.tensor = parse_int(f, v);
+         if (o.tensor < 1 || o.tensor > 65536) throw UsageError(f + " must be in 1..65536, got " + v);
+       }},
+      {"--grid",
+       [](Options& o, const std::string& f, const std::string& v) {
+         if (o.tensor_x * o.tensor * o.tensor_z > 1) throw UsageError("give one of --tensor and --grid");
+         int64_t* axes[3] = {&o.tensor_x, &o.tensor, &o.tensor_z};
+         size_t at = 0;
+         for (int a = 0; a < 3; ++a) {
+           const size_t end = a < 2 ? v.find('x', at) : v.size();
+           if (end == std::string::npos || end == at || (a == 2 && v.find('x', at) != std::string::npos))
+             throw UsageError(f + " expects X x Y x Z written XxYxZ (e.g. 2x2x1), got '" + v + "'");
+           *axes[a] = parse_int(f, v.substr(at, end - at));
+           if (*axes[a] < 1 || *axes[a] > 65536)
+             throw UsageError(f + ": each of X, Y and Z must be in 1..65536, got '" + v + "'");
+           at = end + 1;
+         }
+         if (o.tensor_x * o.tensor * o.tensor_z > 65536)
+           throw UsageError(f + ": X x Y x Z must be at most 65536, got '" + v + "'");
+       }},
       {"--outer-lr", number(&Options::outer_lr, "> 0", positive)},
       {"--outer-momentum", number(&Options::outer_momentum, "in [0, 1)", [](double x) { return x >= 0 && x < 1; })},
       {"--nesterov", int_in(&Options::nesterov, 0, 1)},
@@ -171,7 +193,7 @@ const char* usage_text() {
          "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1] [--noise-scaling 0|1 (adamw)]  (not sync)\n"
          "         [--staleness-penalty 0|1] [--outer-clip C] [--overlap N|auto (1..tau)] [--outer-bits 32|8|4]\n"
          "         (co2 only; --tau auto = --overlap auto: chosen from the measured all-reduce and step times)\n"
-         "         [--tensor N]  (mlp and gpt: Megatron tensor parallelism over groups of N ranks)\n";
+         "         [--tensor N | --grid XxYxZ]  (mlp and gpt: tensor parallelism over groups of N or X*Y*Z ranks)\n";
 }
 
 const char* usage_notes() {
@@ -188,7 +210,11 @@ const char* usage_notes() {
          "TORCHELASTIC_RUN_ID): not a secret, so set COHORT_JOB_TOKEN where others can reach the port.\n"
          "--tensor N splits each model replica over N consecutive ranks (Megatron-LM's 1D tensor\n"
          "parallelism: the gpt's attention by heads and its mlp, the mlp's two layers); the world / N\n"
-         "replicas train in the --parallel mode. N must divide the world, the heads and the hidden widths.\n";
+         "replicas train in the --parallel mode. N must divide the world, the heads and the hidden widths.\n"
+         "--grid XxYxZ is AxoNN's tensor grid (--tensor N is 1xNx1): each split layer's weight is cut over\n"
+         "X along its in-features and over Y along its out-features (consecutive layers swap the two),\n"
+         "and its block over Z along its rows, gathered before use; the X*Y*Z ranks of a replica are\n"
+         "consecutive (Z varies fastest) and its Z ranks train on different rows, like data ranks.\n";
 }
 
 Options parse_train_options(int argc, char** argv, int first) {
@@ -250,9 +276,10 @@ void check_parallel_flags(const Options& o) {
   const int64_t tau = o.tau && *o.tau != kAuto ? *o.tau : 8;
   require(!o.overlap || *o.overlap == kAuto || *o.overlap <= tau,
           "--overlap must be in 1..tau (" + std::to_string(tau) + "), got " + std::to_string(o.overlap.value_or(0)));
-  require(o.tensor == 1 || !o.parallel.empty(),
-          "--tensor needs --parallel (sync, localsgd, slowmo, diloco or co2: how the model replicas train)");
-  require(o.tensor == 1 || o.zero == 0, "--tensor with --zero is not supported yet");
+  require(o.tensor_degree() == 1 || !o.parallel.empty(),
+          "--tensor and --grid need --parallel (sync, localsgd, slowmo, diloco or co2: how the model replicas "
+          "train)");
+  require(o.tensor_degree() == 1 || o.zero == 0, "--tensor and --grid with --zero are not supported yet");
 }
 
 }  // namespace

@@ -66,9 +66,11 @@ struct Options {
   std::optional<int64_t> overlap;
   int64_t outer_bits = 32;                   // co2: 32, 8 or 4 bits per value of the pseudo-gradient sent
   int64_t noise_scaling = 0;       // localsgd/slowmo/diloco/co2 with adamw: cohort_plan_options::inner_noise_scaling
-  // Tensor parallelism (Megatron 1D, cohort_plan_options::tensor_y): ranks per model replica, the
-  // rest of the world is the data axis (the --parallel mode); 1 = none.
-  int64_t tensor = 1;
+  // Tensor parallelism: the grid X x Y x Z of a model replica (cohort_plan_options::tensor_x/y/z;
+  // --tensor N is Megatron's 1D, 1 x N x 1); the rest of the world is the data axis (the
+  // --parallel mode); 1 x 1 x 1 = none.
+  int64_t tensor_x = 1, tensor = 1, tensor_z = 1;
+  int64_t tensor_degree() const { return tensor_x * tensor * tensor_z; }
   uint64_t seed = 1;
   // Hidden flags for tests/parity: initial weights from a file, every step's batch to a file,
   // and every step's loss to a text file.

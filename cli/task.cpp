@@ -72,12 +72,14 @@ void Task::join_ranks() {
   check(cohort_comm_rank(comm_, &rank, &world), "communicator");
   rank_ = rank;
   world_ = world;
-  // Under --tensor N the N consecutive ranks of a model replica read the same rows: the data
-  // shards are the replicas. A world N does not divide keeps the plain split here; the plan
-  // refuses it when the trainer is made (INVALID_PLAN naming both numbers).
-  if (o_.tensor > 1 && world_ % o_.tensor == 0) {
-    data_rank_ = rank_ / static_cast<int>(o_.tensor);
-    data_world_ = world_ / static_cast<int>(o_.tensor);
+  // Under --tensor / --grid the X x Y x Z consecutive ranks of a model replica (Z fastest) read
+  // the same rows, except that its Z ranks each read their own: the data shards are the
+  // replicas' Z ranks. A world the grid does not divide keeps the plain split here; the plan
+  // refuses it when the trainer is made (INVALID_PLAN naming the numbers).
+  const int degree = static_cast<int>(o_.tensor_degree()), z = static_cast<int>(o_.tensor_z);
+  if (degree > 1 && world_ % degree == 0) {
+    data_rank_ = rank_ / degree * z + rank_ % z;
+    data_world_ = world_ / degree * z;
   } else {
     data_rank_ = rank_;
     data_world_ = world_;
@@ -196,7 +198,9 @@ void Task::create_trainer() {
     po.inner_noise_scaling = static_cast<int32_t>(o_.noise_scaling);
     po.overlap_steps = o_.overlap.value_or(0);  // 0: the default, 1; kAuto = -1: chosen as it runs
     po.outer_bits = static_cast<int32_t>(o_.outer_bits);
+    po.tensor_x = static_cast<int32_t>(o_.tensor_x);
     po.tensor_y = static_cast<int32_t>(o_.tensor);
+    po.tensor_z = static_cast<int32_t>(o_.tensor_z);
     cohort_plan* plan = nullptr;
     st = cohort_plan_create(&po, &plan);
     if (st == COHORT_OK) st = cohort_trainer_create_parallel(graph_, opt, plan, comm_, &to, &trainer_);

@@ -57,6 +57,13 @@ class Metrics {
   FILE* file_ = nullptr;
 };
 
+// " tensor N" (Megatron 1D) or " grid XxYxZ" for the header line; empty without tensor parallelism.
+std::string grid_text(const Options& o) {
+  if (o.tensor_degree() == 1) return "";
+  if (o.tensor_x == 1 && o.tensor_z == 1) return " tensor " + std::to_string(o.tensor);
+  return " grid " + std::to_string(o.tensor_x) + "x" + std::to_string(o.tensor) + "x" + std::to_string(o.tensor_z);
+}
+
 std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[40];
@@ -304,7 +311,7 @@ int run_train(Options o) {
     if (task.rank() != 0) {
       o.quiet = true;
       o.evaluates = false;
-      o.joins_evaluation = o.tensor > 1;
+      o.joins_evaluation = o.tensor_degree() > 1;
       o.metrics.clear();
     }
     const std::string suffix = ".rank" + std::to_string(task.rank());
@@ -323,7 +330,7 @@ int run_train(Options o) {
                 o.parallel.empty() ? "" : ", ",
                 o.parallel.empty() ? "" : (o.parallel + (o.parallel == "sync" ? "" : " tau " + std::to_string(*o.tau)) +
                                            (o.zero > 0 ? " zero " + std::to_string(o.zero) : "") +
-                                           (o.tensor > 1 ? " tensor " + std::to_string(o.tensor) : "")).c_str(),
+                                           grid_text(o)).c_str(),
                 static_cast<long long>(total), static_cast<long long>(task.steps_per_epoch()), o.optimizer.c_str(), *o.lr,
                 static_cast<long long>(*o.warmup));
   if (!o.resume.empty()) loop.resume(o.resume);

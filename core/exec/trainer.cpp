@@ -290,29 +290,33 @@ Tensor Trainer::whole_of(size_t i, const Tensor& t) const {
   }
   const std::string& name = param_names_[i];
   const std::vector<ShardCut>& cuts = train_.value(param_ids_[i]).shard;
-  COHORT_CHECK(cuts.size() == 1, Status::kUnsupported, "parameter '", name, "' is cut over ", cuts.size(),
-               " grid axes: gathering it whole takes one cut for now (TODO(#27))");
   COHORT_CHECK(block.shape() == params_[i].shape(), Status::kShapeMismatch, "a tensor of shape ",
                shape_str(block.shape()), " is not laid out like parameter '", name, "' (", shape_str(params_[i].shape()),
                ")");
-  const ShardCut& cut = cuts[0];
-  transport::coll::Communicator& axis = options_.axes->at(cut.axis, str_cat("whole parameter '", name, "'"));
-  COHORT_ASSERT(axis.size() == cut.parts && axis.rank() == cut.index, "parameter '", name, "': block ", cut.index,
-                " of ", cut.parts, " but rank ", axis.rank(), " of ", axis.size(), " on axis '", cut.axis, "'");
   COHORT_CHECK(block.dtype() == DType::kF32 || block.dtype() == DType::kBF16, Status::kUnsupported, "parameter '",
                name, "': only f32 and bf16 blocks are gathered, not ", dtype_name(block.dtype()));
-  Tensor gathered = Tensor::empty({cut.parts, block.numel()}, block.dtype());
-  axis.all_gather(block.raw(), gathered.raw(), static_cast<size_t>(block.numel()),
-                  block.dtype() == DType::kF32 ? transport::coll::DataType::kF32 : transport::coll::DataType::kBF16)
-      ->wait();
-  Tensor whole = Tensor::empty(shard_whole_shape(block.shape(), cuts), block.dtype());
-  Tensor part = Tensor::empty(block.shape(), block.dtype());
-  for (int64_t p = 0; p < cut.parts; ++p) {  // rank p's block into its place
-    std::memcpy(part.raw(), static_cast<const char*>(gathered.raw()) + static_cast<size_t>(p) * block.nbytes(),
-                block.nbytes());
-    ShardCut at = cut;
-    at.index = p;
-    put_shard(whole, part, {at});
+  // The cuts undone last to first: each gathers the blocks of its axis into the block the cuts
+  // before it made (the ranks of that axis hold the same earlier cuts' blocks).
+  Tensor whole = block;
+  for (size_t k = cuts.size(); k-- > 0;) {
+    const ShardCut& cut = cuts[k];
+    transport::coll::Communicator& axis = options_.axes->at(cut.axis, str_cat("whole parameter '", name, "'"));
+    COHORT_ASSERT(axis.size() == cut.parts && axis.rank() == cut.index, "parameter '", name, "': block ", cut.index,
+                  " of ", cut.parts, " but rank ", axis.rank(), " of ", axis.size(), " on axis '", cut.axis, "'");
+    const Tensor part_of = whole;
+    Tensor gathered = Tensor::empty({cut.parts, part_of.numel()}, part_of.dtype());
+    axis.all_gather(part_of.raw(), gathered.raw(), static_cast<size_t>(part_of.numel()),
+                    part_of.dtype() == DType::kF32 ? transport::coll::DataType::kF32 : transport::coll::DataType::kBF16)
+        ->wait();
+    whole = Tensor::empty(shard_whole_shape(part_of.shape(), {cut}), part_of.dtype());
+    Tensor part = Tensor::empty(part_of.shape(), part_of.dtype());
+    for (int64_t p = 0; p < cut.parts; ++p) {  // rank p's block into its place
+      std::memcpy(part.raw(), static_cast<const char*>(gathered.raw()) + static_cast<size_t>(p) * part_of.nbytes(),
+                  part_of.nbytes());
+      ShardCut at = cut;
+      at.index = p;
+      put_shard(whole, part, {at});
+    }
   }
   return whole;
 }

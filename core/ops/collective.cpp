@@ -1,4 +1,5 @@
-// Collective operators: copy_to_axis, all_reduce, all_gather, reduce_scatter (see collective.h
+// Collective operators: copy_to_axis, all_reduce, all_gather, reduce_scatter, gather_from_axis,
+// split_to_axis (see collective.h
 // for their meaning and backward rules) and CommAxes. The kernels only start the collective on
 // the axis communicator (transport/coll) and leave its Work in KernelContext::pending; a gather
 // or scatter along a dim other than the outermost moves blocks through a scratch buffer, after
@@ -244,6 +245,58 @@ OpSchema reduce_scatter_op() {
   return s;
 }
 
+// gather_from_axis: forward all_gather's, backward this rank's block of dy (split_to_axis).
+OpSchema gather_from_axis_op() {
+  OpSchema s = all_gather_op();
+  s.name = "gather_from_axis";
+  s.backward = [](BackwardContext& b) {
+    b.set_grad_input(0, b.add1("split_to_axis", {b.grad_output(0)}, dim_attrs(b.attrs())));
+  };
+  return s;
+}
+
+// split_to_axis: this rank's block along dim (no communication); backward gather_from_axis.
+OpSchema split_to_axis_op() {
+  OpSchema s;
+  s.name = "split_to_axis";
+  s.inputs = {"x"};
+  s.internal = true;
+  s.bf16_kernel = true;
+  s.attrs = axis_attrs(true);
+  s.infer = [](const ShapeContext& c) {
+    const auto [dim, parts] = dim_and_parts(c);
+    TensorType t = c.inputs[0];
+    if (t.shape[dim] % parts != 0)
+      shape_error(str_cat("input 0 has shape ", shape_str(t.shape), ": dim ", dim, " (", t.shape[dim],
+                          ") is not divisible by the ", parts, " ranks of axis '", c.attrs.get_string("axis"), "'"));
+    t.shape[dim] /= parts;
+    return std::vector<TensorType>{t};
+  };
+  s.kernels[0] = [](KernelContext& k) {
+    COHORT_CHECK(k.axes != nullptr, Status::kInvalidState,
+                 "split_to_axis: the run has no grid axes (collective operators run only in a trainer made with a "
+                 "parallel plan)");
+    const std::string& axis = k.attrs.get_string("axis");
+    const coll::Communicator& c = k.axes->at(axis, "split_to_axis");
+    check_parts(k, c, "split_to_axis");
+    const Tensor& x = k.inputs[0];
+    Tensor& out = k.outputs[0];
+    COHORT_CHECK(x.device() == Device::kCpu, Status::kUnsupported, "split_to_axis: host tensors only, not ",
+                 device_name(x.device()));
+    const int64_t dim = k.attrs.get_int("dim");
+    const auto [outer, inner] = outer_inner(x.shape(), dim);
+    const size_t run = static_cast<size_t>(out.dim(dim) * inner) * dtype_size(x.dtype());
+    const size_t whole = static_cast<size_t>(x.dim(dim) * inner) * dtype_size(x.dtype());
+    const char* src = static_cast<const char*>(x.raw()) + static_cast<size_t>(c.rank()) * run;
+    char* dst = static_cast<char*>(out.raw());
+    for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + static_cast<size_t>(o) * run, src + static_cast<size_t>(o) * whole, run);
+  };
+  s.backward = [](BackwardContext& b) {
+    b.set_grad_input(0, b.add1("gather_from_axis", {b.grad_output(0)}, dim_attrs(b.attrs())));
+  };
+  return s;
+}
+
 }  // namespace
 
 void register_collective_ops(OpRegistry& r) {
@@ -251,6 +304,8 @@ void register_collective_ops(OpRegistry& r) {
   r.add(all_reduce_op());
   r.add(all_gather_op());
   r.add(reduce_scatter_op());
+  r.add(gather_from_axis_op());
+  r.add(split_to_axis_op());
 }
 
 }  // namespace cohort

@@ -10,6 +10,8 @@
 //                                                                 backward: reduce_scatter of dy.
 //   reduce_scatter(x; dim) forward: the sum over the axis, cut along dim; rank r keeps block r.
 //                                                                 backward: all_gather of dy.
+//   gather_from_axis(x; dim) forward: all_gather's.               backward: this rank's block of dy.
+//   split_to_axis(x; dim)  forward: this rank's block along dim.  backward: gather_from_axis of dy.
 // all_gather and reduce_scatter carry the axis size as 'parts' (shape rules run before any
 // communicator exists); the kernel checks it against the communicator.
 //
@@ -20,6 +22,9 @@
 // replicated data enters per-rank computation (a column-parallel linear layer), so the ranks'
 // gradients there are partial and are summed. all_gather's result is assumed to feed per-rank
 // computation (partial gradients: summed, then cut); reduce_scatter's blocks are each rank's own.
+// gather_from_axis and split_to_axis are the pair for replicated data instead: a gathered whole
+// used alike by every rank has its complete gradient on each (so each keeps its block), and a
+// replicated value split into per-rank blocks has each block's gradient on one rank (gathered).
 #pragma once
 
 #include <map>

@@ -95,33 +95,46 @@ int64_t feature_groups(const Graph& g, const Pair& p) {
   return 1;
 }
 
-// kInvalidPlan unless `degree` divides what the pair cuts.
-void check_divides(const Graph& g, const Pair& p, int degree, const char* field) {
+// kInvalidPlan unless the grid's degrees divide what the pair cuts: Y the column layer's
+// out-features (per q/k/v group), the row layer's in-features and attention's heads; X the column
+// layer's in-features and the row layer's out-features; Z the rows of both weights' blocks.
+void check_divides(const Graph& g, const Pair& p, const TensorGrid& grid) {
   const Node& col = g.node(p.column);
-  const int64_t out = g.value(col.inputs[1]).type.shape[0];
+  const Shape& w1 = g.value(col.inputs[1]).type.shape;
   const int64_t groups = feature_groups(g, p);
-  COHORT_CHECK(out % (groups * degree) == 0, Status::kInvalidPlan, "plan: ", field, " = ", degree,
-               " does not divide the ", out / groups, " out-features", groups > 1 ? " per q/k/v group" : "", " of linear '",
-               col.name, "'");
+  COHORT_CHECK(w1[0] % (groups * grid.y) == 0, Status::kInvalidPlan, "plan: tensor_y = ", grid.y,
+               " does not divide the ", w1[0] / groups, " out-features", groups > 1 ? " per q/k/v group" : "",
+               " of linear '", col.name, "'");
+  COHORT_CHECK(w1[1] % grid.x == 0, Status::kInvalidPlan, "plan: tensor_x = ", grid.x, " does not divide the ", w1[1],
+               " in-features of linear '", col.name, "'");
   const Node& row = g.node(p.row);
-  const int64_t in = g.value(row.inputs[1]).type.shape[1];
-  COHORT_CHECK(in % degree == 0, Status::kInvalidPlan, "plan: ", field, " = ", degree, " does not divide the ", in,
+  const Shape& w2 = g.value(row.inputs[1]).type.shape;
+  COHORT_CHECK(w2[1] % grid.y == 0, Status::kInvalidPlan, "plan: tensor_y = ", grid.y, " does not divide the ", w2[1],
                " in-features of ", row.op->name, " '", row.name, "'");
+  COHORT_CHECK(w2[0] % grid.x == 0, Status::kInvalidPlan, "plan: tensor_x = ", grid.x, " does not divide the ", w2[0],
+               " out-features of ", row.op->name, " '", row.name, "'");
+  const std::pair<const Node*, int64_t> blocks[] = {{&col, w1[0] / grid.y}, {&row, w2[0] / grid.x}};
+  for (const auto& [n, rows] : blocks)
+    COHORT_CHECK(rows % grid.z == 0, Status::kInvalidPlan, "plan: tensor_z = ", grid.z, " does not divide the ", rows,
+                 " rows of the weight block of ", n->op->name, " '", n->name, "' (its out-features / ",
+                 n == &col ? "tensor_y" : "tensor_x", ")");
   for (NodeId n : p.between) {
     const Node& b = g.node(n);
     if (b.op->name != "attention") continue;
     const int64_t heads = b.attrs.get_int("heads");
-    COHORT_CHECK(heads % degree == 0, Status::kInvalidPlan, "plan: ", field, " = ", degree, " does not divide the ",
+    COHORT_CHECK(heads % grid.y == 0, Status::kInvalidPlan, "plan: tensor_y = ", grid.y, " does not divide the ",
                  heads, " heads of attention '", b.name, "'");
   }
 }
 
-// Writes a rank's graph: parameters first (in the model's order, blocks where a pair cuts them),
-// then every node, with the pairs' collectives around them.
+// Writes a rank's graph: parameters first (in the model's order, blocks where a pair cuts them,
+// each Z block gathered right after), then every node, with the pairs' collectives around them.
+// A collective over an axis of one rank is left out, so Megatron's 1D (only Y) is the general
+// rewrite with X = Z = 1.
 class Rewriter {
  public:
-  Rewriter(const Graph& model, const std::vector<Pair>& pairs, int degree, int index, std::string axis)
-      : m_(model), degree_(degree), index_(index), axis_(std::move(axis)), map_(model.values().size(), -1) {
+  Rewriter(const Graph& model, const std::vector<Pair>& pairs, const TensorGrid& grid, const TensorPosition& at)
+      : m_(model), grid_(grid), at_(at), map_(model.values().size(), -1) {
     for (const Pair& p : pairs) {
       column_[p.column] = feature_groups(model, p);
       row_.insert(p.row);
@@ -135,15 +148,34 @@ class Rewriter {
       if (v.kind == ValueKind::kInput) map_[static_cast<size_t>(v.id)] = g_.add_input(v.name, v.type.dtype, v.type.shape);
       if (v.kind != ValueKind::kParameter) continue;
       auto cut = cuts_.find(v.id);
+      const std::vector<ShardCut> cuts = cut == cuts_.end() ? std::vector<ShardCut>{} : cut->second;
       Shape shape = v.type.shape;
-      if (cut != cuts_.end()) shape[static_cast<size_t>(cut->second.dim)] /= degree_;
+      for (const ShardCut& c : cuts) shape[static_cast<size_t>(c.dim)] /= c.parts;
       const ValueId id = g_.add_parameter(v.name, v.type.dtype, shape, v.init);
-      if (cut != cuts_.end()) g_.set_shard(id, {cut->second});
+      if (!cuts.empty()) g_.set_shard(id, cuts);
       map_[static_cast<size_t>(v.id)] = id;
+      if (grid_.z == 1) continue;
+      // Z: the ranks of the axis train on different rows. A block cut over Z is gathered whole
+      // before use (its gradient reduce-scattered: summed over the rows of every Z rank); any
+      // other parameter is replicated over Z and its gradient summed there (copy_to_axis).
+      const bool over_z = !cuts.empty() && cuts.back().axis == "z";
+      map_[static_cast<size_t>(v.id)] =
+          over_z ? g_.add_op("all_gather", v.name + ".gather_z", {id}, dim_attrs("z", 0, grid_.z)).at(0)
+                 : g_.add_op("copy_to_axis", v.name + ".copy_to_z", {id}, axis_attr("z")).at(0);
     }
     for (const Node& n : m_.nodes()) add_node(n);
     for (ValueId o : m_.outputs()) g_.mark_output(mapped(o));
-    if (m_.loss() >= 0) g_.set_loss(mapped(m_.loss()));
+    if (m_.loss() >= 0) {
+      ValueId loss = mapped(m_.loss());
+      if (grid_.z > 1) {  // the mean over every Z rank's rows: each rank's mean / Z, summed
+        Attrs f;
+        f.set("factor", 1.0 / grid_.z);
+        const std::string& name = m_.node(m_.value(m_.loss()).producer).name;
+        loss = g_.add_op("scale", name + ".over_z", {loss}, f).at(0);
+        loss = g_.add_op("all_reduce", name, {loss}, axis_attr("z")).at(0);
+      }
+      g_.set_loss(loss);
+    }
     return std::move(g_);
   }
 
@@ -154,59 +186,105 @@ class Rewriter {
     for (ValueId v : vs) r.push_back(mapped(v));
     return r;
   }
-  Attrs axis_attr() const {
+  static Attrs axis_attr(const std::string& axis) {
     Attrs a;
-    a.set("axis", axis_);
+    a.set("axis", axis);
     return a;
   }
+  static Attrs dim_attrs(const std::string& axis, int64_t dim, int64_t parts) {
+    Attrs a = axis_attr(axis);
+    a.set("dim", dim);
+    a.set("parts", parts);
+    return a;
+  }
+  // The collective `op` over `axis` on x, or x itself when the axis has one rank.
+  ValueId over(const std::string& op, const std::string& name, ValueId x, const std::string& axis, int degree,
+               int64_t dim = -1) {
+    if (degree == 1) return x;
+    const Attrs a = dim < 0 ? axis_attr(axis) : dim_attrs(axis, dim, degree);
+    return g_.add_op(op, name, {x}, a).at(0);
+  }
+  int64_t last_dim(ValueId v) const { return static_cast<int64_t>(g_.value(v).type.shape.size()) - 1; }
 
+  // Column layer: weight [out, in] cut over Y along out (in q/k/v groups), over X along in; the
+  // bias over Y. Row layer: weight cut over Y along in, over X along out; the bias over X. Both
+  // weights' blocks then cut over Z along their rows.
   void plan_parameter_cuts() {
     for (const auto& [node, groups] : column_) {
       const Node& n = m_.node(node);
-      for (size_t i = 1; i < n.inputs.size(); ++i)  // weight [out, in] and bias [out]: out-features
-        cuts_[n.inputs[i]] = ShardCut{0, groups, degree_, index_, axis_};
+      add_cut(n.inputs[1], ShardCut{0, groups, grid_.y, at_.y, "y"});
+      add_cut(n.inputs[1], ShardCut{1, 1, grid_.x, at_.x, "x"});
+      add_cut(n.inputs[1], ShardCut{0, 1, grid_.z, at_.z, "z"});
+      if (n.inputs.size() > 2) add_cut(n.inputs[2], ShardCut{0, groups, grid_.y, at_.y, "y"});
     }
-    for (NodeId node : row_) {  // weight [out, in]: in-features; the bias stays whole
+    for (NodeId node : row_) {
       const Node& n = m_.node(node);
-      cuts_[n.inputs[1]] = ShardCut{1, 1, degree_, index_, axis_};
+      add_cut(n.inputs[1], ShardCut{1, 1, grid_.y, at_.y, "y"});
+      add_cut(n.inputs[1], ShardCut{0, 1, grid_.x, at_.x, "x"});
+      add_cut(n.inputs[1], ShardCut{0, 1, grid_.z, at_.z, "z"});
+      if (n.inputs.size() > 2) add_cut(n.inputs[2], ShardCut{0, 1, grid_.x, at_.x, "x"});
     }
+  }
+  void add_cut(ValueId v, const ShardCut& c) {
+    if (c.parts > 1) cuts_[v].push_back(c);
   }
 
   void add_node(const Node& n) {
     std::vector<ValueId> in = mapped(n.inputs);
     std::vector<ValueId> out;
+    const bool bias = in.size() > 2;
     if (column_.count(n.id)) {
-      // f: the identity forward, the sum of the ranks' input gradients backward.
-      in[0] = g_.add_op("copy_to_axis", n.name + ".copy_to_" + axis_, {in[0]}, axis_attr()).at(0);
-      out = g_.add_op(n.op->name, n.name, in, n.attrs);
+      // The input: this rank's X block of its features; f over Y (the ranks' input gradients,
+      // partial over the out-features, summed backward). The product is partial over X (summed
+      // forward), the bias added after.
+      in[0] = over("split_to_axis", n.name + ".split_x", in[0], "x", grid_.x, last_dim(in[0]));
+      in[0] = over("copy_to_axis", n.name + ".copy_to_y", in[0], "y", grid_.y);
+      if (grid_.x == 1) {
+        out = g_.add_op(n.op->name, n.name, in, n.attrs);
+      } else {
+        const ValueId bias_value = bias ? in[2] : -1;
+        if (bias) in.pop_back();
+        out = g_.add_op(n.op->name, n.name + ".partial", in, n.attrs);
+        ValueId y = g_.add_op("all_reduce", bias ? n.name + ".all_reduce_x" : n.name, {out[0]}, axis_attr("x")).at(0);
+        if (bias) y = g_.add_op("add", n.name, {y, bias_value}, Attrs()).at(0);
+        out[0] = y;
+      }
     } else if (row_.count(n.id)) {
-      // The partial product of this rank's in-features; g: summed over the axis; then the bias.
-      const bool bias = in.size() > 2;
+      // f over X (the input gradients are partial over the X blocks of the out-features); the
+      // product partial over Y (summed: g); the bias; the X blocks of the output gathered whole.
       const ValueId bias_value = bias ? in[2] : -1;
       if (bias) in.pop_back();
-      out = g_.add_op(n.op->name, n.name + ".partial", in, n.attrs);
-      ValueId y = g_.add_op("all_reduce", bias ? n.name + ".all_reduce" : n.name, {out[0]}, axis_attr()).at(0);
-      if (bias) y = g_.add_op("add", n.name, {y, bias_value}, Attrs()).at(0);
+      in[0] = over("copy_to_axis", n.name + ".copy_to_x", in[0], "x", grid_.x);
+      const bool reduce = grid_.y > 1, gather = grid_.x > 1;
+      // The last operator of the chain takes the layer's name.
+      out = g_.add_op(n.op->name, reduce || bias || gather ? n.name + ".partial" : n.name, in, n.attrs);
+      ValueId y = out[0];
+      if (reduce)
+        y = g_.add_op("all_reduce", bias || gather ? n.name + ".all_reduce_y" : n.name, {y}, axis_attr("y")).at(0);
+      if (bias) y = g_.add_op("add", gather ? n.name + ".bias" : n.name, {y, bias_value}, Attrs()).at(0);
+      if (gather) y = g_.add_op("gather_from_axis", n.name, {y}, dim_attrs("x", last_dim(y), grid_.x)).at(0);
       out[0] = y;
     } else if (between_.count(n.id) && n.op->name == "attention") {
       Attrs a = n.attrs;
-      a.set("heads", n.attrs.get_int("heads") / degree_);
+      a.set("heads", n.attrs.get_int("heads") / grid_.y);
       out = g_.add_op(n.op->name, n.name, in, a);
     } else {
-      out = g_.add_op(n.op->name, n.name, in, n.attrs);
+      // Under Z the loss is this rank's rows' part; the mean over the Z ranks takes its name.
+      const bool local_loss = grid_.z > 1 && std::count(n.outputs.begin(), n.outputs.end(), m_.loss()) > 0;
+      out = g_.add_op(n.op->name, local_loss ? n.name + ".local" : n.name, in, n.attrs);
     }
     COHORT_ASSERT(out.size() == n.outputs.size(), n.name, ": the rewrite changed the number of outputs");
     for (size_t k = 0; k < out.size(); ++k) map_[static_cast<size_t>(n.outputs[k])] = out[k];
   }
 
   const Graph& m_;
-  const int degree_, index_;
-  const std::string axis_;
+  const TensorGrid grid_;
+  const TensorPosition at_;
   Graph g_;
-  std::vector<ValueId> map_;                   // model value -> rank graph value
-  std::map<NodeId, int64_t> column_;           // column-parallel node -> its feature groups
+  std::vector<ValueId> map_;                          // model value -> rank graph value
+  std::map<NodeId, int64_t> column_;                  // column-parallel node -> its feature groups
   std::set<NodeId> row_, between_;
-  std::map<ValueId, ShardCut> cuts_;           // model parameter -> its cut
+  std::map<ValueId, std::vector<ShardCut>> cuts_;     // model parameter -> its cuts, in order
 };
 
 }  // namespace
@@ -217,12 +295,10 @@ void validate_tensor_grid(const PlanConfig& p) {
   for (const auto& [field, v] : fields)
     COHORT_CHECK(v >= 1 && v <= kMaxDegree, Status::kInvalidPlan, "plan: ", field, " = ", v, " must be in 1..",
                  kMaxDegree);
-  COHORT_CHECK(p.tensor.x == 1 && p.tensor.z == 1, Status::kUnsupported, "plan: tensor_x = ", p.tensor.x,
-               ", tensor_z = ", p.tensor.z,
-               ": the 2D and 3D tensor grids (AxoNN's X and Z axes) are not implemented yet; Megatron's 1D tensor "
-               "parallelism is tensor_y (TODO(#27))");
+  COHORT_CHECK(p.tensor.degree() <= kMaxDegree, Status::kInvalidPlan, "plan: the tensor degree tensor_x x tensor_y x "
+               "tensor_z = ", p.tensor.x, " x ", p.tensor.y, " x ", p.tensor.z, " must be at most ", kMaxDegree);
   COHORT_CHECK(p.tensor.degree() == 1 || p.zero_stage == 0, Status::kUnsupported, "plan: ZeRO stage ", p.zero_stage,
-               " with tensor parallelism (tensor_y = ", p.tensor.y,
+               " with tensor parallelism (tensor ", p.tensor.x, " x ", p.tensor.y, " x ", p.tensor.z,
                ") is not implemented yet: ZeRO's gradient norm would miss the tensor axes (TODO(#27))");
 }
 
@@ -245,20 +321,25 @@ TensorParallelGraph shard_for_tensor_parallel(const Graph& model, const TensorGr
   for (const Node& n : model.nodes())
     COHORT_CHECK(!n.backward, Status::kInvalidArgument, "tensor parallelism: the model holds backward node '", n.name,
                  "': rewrite the forward graph, then differentiate");
-  COHORT_CHECK(position.y >= 0 && position.y < grid.y, Status::kInvalidArgument, "tensor parallelism: y coordinate ",
-               position.y, " is outside the grid's ", grid.y);
+  const std::pair<int, int> coords[] = {{position.x, grid.x}, {position.y, grid.y}, {position.z, grid.z}};
+  for (size_t a = 0; a < 3; ++a)
+    COHORT_CHECK(coords[a].first >= 0 && coords[a].first < coords[a].second, Status::kInvalidArgument,
+                 "tensor parallelism: ", "xyz"[a], " coordinate ", coords[a].first, " is outside the grid's ",
+                 coords[a].second);
   const std::vector<Pair> pairs = find_pairs(model);
   TensorParallelGraph r;
   r.pairs = find_linear_pairs(model);
-  if (grid.y == 1) {
+  if (grid.degree() == 1) {
     r.graph = model;
     return r;
   }
-  COHORT_CHECK(!pairs.empty(), Status::kInvalidPlan, "plan: tensor_y = ", grid.y,
+  COHORT_CHECK(!pairs.empty(), Status::kInvalidPlan, "plan: ",
+               grid.x == 1 && grid.z == 1 ? str_cat("tensor_y = ", grid.y)
+                                          : str_cat("tensor_x x tensor_y x tensor_z = ", grid.x, " x ", grid.y, " x ", grid.z),
                " but the model has no pair of linear layers to split (a linear layer whose output reaches another "
                "only through relu, gelu, tanh or attention)");
-  for (const Pair& p : pairs) check_divides(model, p, grid.y, "tensor_y");
-  r.graph = Rewriter(model, pairs, grid.y, position.y, "y").run();
+  for (const Pair& p : pairs) check_divides(model, p, grid);
+  r.graph = Rewriter(model, pairs, grid, position).run();
   return r;
 }
 

@@ -20,8 +20,17 @@
 // row-parallel layer's bias is added once, after the all-reduce. Every block starts as the block
 // of the single-rank initialisation, so a run matches single-rank training from step 0.
 //
-// Grid (plan.h, TensorGrid): Megatron's 1D is the Y axis alone (the first layer of a pair cuts
-// its out-features over Y). 2D / 3D grids (X, Z) are refused for now (kUnsupported).
+// Grid (plan.h, TensorGrid; AxoNN, Singh et al. 2024, after Agarwal's 3D matrix product): the
+// first layer of a pair cuts its out-features over Y and its in-features over X, the second the
+// other way round, so the first one's output blocks (over Y) are the second one's input blocks
+// and nothing is re-laid out between them. Around a pair: the input's X block is taken
+// (split_to_axis), the first product summed over X (all_reduce) and the second over Y, and the
+// output's X blocks gathered (gather_from_axis); copy_to_axis before each layer sums its input
+// gradient over the axis that cuts its out-features. Z cuts every weight block once more along its
+// rows, gathered before use (all_gather: the gradient reduce-scattered); the Z ranks of a replica
+// step on their own rows, so every other parameter's gradient is summed over Z (copy_to_axis) and
+// the loss is the mean of theirs (all_reduce of each rank's loss / Z). Megatron's 1D is Y alone:
+// a collective over an axis of one rank is left out.
 #pragma once
 
 #include <string>
@@ -32,8 +41,8 @@
 
 namespace cohort::parallel {
 
-// Throws kInvalidPlan naming the field for a degree < 1 or > 65536, and kUnsupported for what is
-// not implemented yet (X or Z > 1; ZeRO with a tensor degree > 1). Called by validate().
+// Throws kInvalidPlan naming the field for a degree < 1 or > 65536 (or a product above it), and
+// kUnsupported for what is not implemented yet (ZeRO with a tensor degree > 1). Called by validate().
 void validate_tensor_grid(const PlanConfig& plan);
 
 // This rank's coordinates on the tensor axes.
@@ -55,10 +64,11 @@ struct TensorParallelGraph {
 // The pairs the rewrite would split in `model` (a forward graph), in graph order.
 std::vector<LinearPair> find_linear_pairs(const Graph& model);
 
-// This rank's part of `model` (a single-rank forward graph with a loss) under `grid`. Throws
-// kInvalidPlan naming the node and the numbers when a degree does not divide what it cuts (the
-// out-features of a column-parallel layer, the heads of attention), or when the model has no pair
-// to split; kUnsupported for grids validate_tensor_grid refuses.
+// This rank's part of `model` (a single-rank forward graph with a loss; under Z, of this rank's
+// rows) under `grid`. Throws kInvalidPlan naming the node and the numbers when a degree does not
+// divide what it cuts (features of a split layer, the heads of attention, the rows of a weight
+// block), or when the model has no pair to split; kUnsupported for grids validate_tensor_grid
+// refuses.
 TensorParallelGraph shard_for_tensor_parallel(const Graph& model, const TensorGrid& grid,
                                               const TensorPosition& position);
 

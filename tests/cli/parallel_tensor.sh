@@ -6,6 +6,7 @@
 # optimizer state and activations of a replicated run (printed at the end); plans that do
 # not fit the world or the model fail on one line naming the numbers, with a non-zero exit; a
 # resume under the same grid is bit-identical, and one process resumes from a rank's checkpoint.
+# AxoNN's grids (--grid 2x2x1, 1x1x2) train like one process and like DDP.
 #   parallel_tensor.sh COHORT_RUN COHORT_CLI
 set -euo pipefail
 run=$1 cli=$2
@@ -28,6 +29,27 @@ for f in loss grad_norm; do
     { echo "FAIL: $f differs: one process $a, --tensor 2 $b"; exit 1; }
 done
 grep -q "sync tensor 2" "$dir/tp.out" || { cat "$dir/tp.out"; echo "FAIL: the banner does not name the grid"; exit 1; }
+# AxoNN's grids: 2x2x1 at 4 ranks (the MLP's fc1 cut over X along its in-features and Y along its
+# out-features, fc2 the other way round) trains like one process too; 1x1x2 at 2 ranks (the
+# weights cut over Z, gathered before use; the two Z ranks read their own rows) like DDP over 2.
+same_run() {  # same_run <name a> <name b> <fields>: the same evaluations, the fields within 1e-5
+  if [ "$(evals "$dir/$1.out")" != "$(evals "$dir/$2.out")" ]; then
+    paste <(evals "$dir/$1.out") <(evals "$dir/$2.out"); echo "FAIL: $2 evaluates differently from $1"; exit 1
+  fi
+  for f in $3; do
+    a=$(field "$dir/$1.jsonl" $f) b=$(field "$dir/$2.jsonl" $f)
+    awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-5 * a) }' ||
+      { echo "FAIL: $f differs: $1 $a, $2 $b"; exit 1; }
+  done
+}
+"$run" -n 4 -- "$cli" "${common[@]}" --parallel sync --grid 2x2x1 --metrics "$dir/xy.jsonl" >"$dir/xy.out" 2>&1 ||
+  { cat "$dir/xy.out"; echo "FAIL: --grid 2x2x1 exited non-zero"; exit 1; }
+same_run one xy "loss grad_norm"
+grep -q "sync grid 2x2x1" "$dir/xy.out" || { cat "$dir/xy.out"; echo "FAIL: the banner does not name the grid"; exit 1; }
+"$run" -n 2 -- "$cli" "${common[@]}" --parallel sync --metrics "$dir/ddp.jsonl" >"$dir/ddp.out" 2>&1 &&
+  "$run" -n 2 -- "$cli" "${common[@]}" --parallel sync --grid 1x1x2 --metrics "$dir/z.jsonl" >"$dir/z.out" 2>&1 ||
+  { cat "$dir/ddp.out" "$dir/z.out"; echo "FAIL: DDP or --grid 1x1x2 exited non-zero"; exit 1; }
+same_run ddp z grad_norm  # the loss: DDP's rank 0 logs its own rows', the Z ranks their mean
 # The model state and activations per rank against the replicated run (DDP over the same 2
 # ranks): fc1 and fc2 are split (fc2's bias, 10 floats, is whole on both), and so are the hidden
 # activations and the weight gradients a step holds: about half of each, and a bit.
@@ -84,4 +106,8 @@ refused "error: creating the trainer: .*tensor_y 3 x tensor_z 1 = 3 ranks does n
 refused "error: creating the trainer: .*tensor_y = 2 does not divide the 15 out-features of linear 'fc1'" \
   --model mlp --hidden 15 --tensor 2
 refused "error: creating the trainer: .*tensor_y = 2 but the model has no pair of linear layers" --model cnn --tensor 2
-echo "ok: --tensor 2 trains like one process; bytes per rank of the replicated run:$sizes"
+refused "error: creating the trainer: .*tensor_z = 2 does not divide the 15 rows of the weight block of linear 'fc1'" \
+  --model mlp --hidden 15 --grid 1x1x2
+refused "--grid expects X x Y x Z written XxYxZ (e.g. 2x2x1), got '2x2'" --model mlp --grid 2x2
+refused "give one of --tensor and --grid" --model mlp --tensor 2 --grid 1x2x1
+echo "ok: --tensor 2 and --grid 2x2x1 train like one process, --grid 1x1x2 like DDP; bytes per rank of the replicated run:$sizes"

@@ -1,8 +1,9 @@
 // One rank of a tensor-parallel run under cohort-run (core/parallel/tensor_parallel.h), checked
 // against the single-process reference computed in the same program on the same global batch
 // (tests/unit/core/parallel/tp_reference.h, which derives and prints the fp32 tolerance). Usage:
-//   tp_rank gpt | mlp [-y N] [-nooverlap]   Megatron 1D over tensor_y = N (default: the world);
-//                        the rest of the world is the data axis (DDP), each replica fed its rows
+//   tp_rank gpt | mlp [-xN] [-yN] [-zN] [-nooverlap]   the tensor grid X x Y x Z (default: Megatron
+//                        1D over the whole world, tensor_y = world); the rest of the world is the
+//                        data axis (DDP); each data replica's Z ranks are fed consecutive rows
 //   tp_rank gpt-kill | mlp-kill   the last rank dies mid-run: every survivor must fail with
 //                        kPeerFailed / kTimeout naming its world rank, within the deadline
 // Each rank initialises with a different seed: the tensor axis takes its first rank's seed and
@@ -26,11 +27,11 @@ namespace coll = cohort::transport::coll;
 
 namespace {
 constexpr int64_t kSteps = 4;
-constexpr int64_t kRows = 4;  // rows per data replica and step
+constexpr int64_t kRows = 4;  // rows per rank (of each data replica's Z ranks) and step
 
 struct Mode {
   std::string model;
-  int y = 0;  // 0: the world
+  int x = 1, y = 0, z = 1;  // y 0: the world / (x z)
   bool overlap = true;
   bool kill = false;
 };
@@ -45,16 +46,26 @@ Mode parse(const std::string& s) {
     const std::string part = s.substr(dash + 1, next == std::string::npos ? std::string::npos : next - dash - 1);
     if (part == "nooverlap") m.overlap = false;
     else if (part == "kill") m.kill = true;
+    else if (part.size() > 1 && part[0] == 'x') m.x = std::stoi(part.substr(1));
     else if (part.size() > 1 && part[0] == 'y') m.y = std::stoi(part.substr(1));
+    else if (part.size() > 1 && part[0] == 'z') m.z = std::stoi(part.substr(1));
     else COHORT_CHECK(false, Status::kInvalidArgument, "unknown mode part '", part, "'");
     dash = next;
   }
   return m;
 }
 
-std::unique_ptr<Trainer> make(const Mode& m, const std::shared_ptr<coll::Communicator>& comm, int y) {
+parallel::TensorGrid grid_of(const Mode& m, int world) {
+  parallel::TensorGrid g;
+  g.x = m.x;
+  g.z = m.z;
+  g.y = m.y == 0 ? world / (m.x * m.z) : m.y;
+  return g;
+}
+
+std::unique_ptr<Trainer> make(const Mode& m, const std::shared_ptr<coll::Communicator>& comm) {
   parallel::PlanConfig plan = parallel::preset(parallel::Preset::kDdp, 1);
-  plan.tensor.y = y;
+  plan.tensor = grid_of(m, comm->size());
   plan.overlap_collectives = m.overlap;
   TrainerOptions o;
   o.seed = 1 + static_cast<uint64_t>(comm->rank());
@@ -63,13 +74,14 @@ std::unique_ptr<Trainer> make(const Mode& m, const std::shared_ptr<coll::Communi
 }
 
 int run_compare(const Mode& m, const std::shared_ptr<coll::Communicator>& comm) {
-  const int y = m.y == 0 ? comm->size() : m.y;
-  const int data = comm->size() / y, replica = comm->rank() / y;
-  const test::TpReference ref = test::tp_reference(m.model, kRows * data, kSteps, 1);
-  auto t = make(m, comm, y);
+  const parallel::TensorGrid grid = grid_of(m, comm->size());
+  const int data = comm->size() / grid.degree();
+  const int slice = comm->rank() / grid.degree() * grid.z + comm->rank() % grid.z;  // z varies fastest
+  const test::TpReference ref = test::tp_reference(m.model, kRows * data * grid.z, kSteps, 1);
+  auto t = make(m, comm);
   double worst_loss = 0;
   for (int64_t s = 0; s < kSteps; ++s) {
-    const float loss = t->step(test::tp_batch(m.model, s, replica * kRows, kRows));
+    const float loss = t->step(test::tp_batch(m.model, s, slice * kRows, kRows));
     if (data == 1) {  // a replica's loss is its own rows' mean: comparable only with one replica
       const double want = ref.losses[static_cast<size_t>(s)];
       worst_loss = std::max(worst_loss, std::fabs(loss - want) / std::fabs(want) / static_cast<double>(s + 1));
@@ -78,9 +90,9 @@ int run_compare(const Mode& m, const std::shared_ptr<coll::Communicator>& comm) 
   const test::TpDiff d = test::tp_parameter_diff(*t, ref);
   const bool ok = d.blocks > 0 && d.max_abs <= ref.parameter_bound() && worst_loss <= ref.loss_relative_per_step &&
                   t->stats().collectives.started > 0;
-  std::printf("rank %d (data %d x tensor_y %d): max |param - reference| %.3g (%s), bound %.3g (control %.3g); loss "
+  std::printf("rank %d (data %d x tensor %d x %d x %d): max |param - reference| %.3g (%s), bound %.3g (control %.3g); loss "
               "rel. diff per step %.3g (bound %.3g); %d blocks, %lld collectives, %lld hidden -> %s\n",
-              comm->rank(), data, y, d.max_abs, d.worst.c_str(), ref.parameter_bound(), ref.control_diff, worst_loss,
+              comm->rank(), data, grid.x, grid.y, grid.z, d.max_abs, d.worst.c_str(), ref.parameter_bound(), ref.control_diff, worst_loss,
               ref.loss_relative_per_step, d.blocks, static_cast<long long>(t->stats().collectives.started),
               static_cast<long long>(t->stats().collectives.complete_when_needed), ok ? "ok" : "MISMATCH");
   return ok ? 0 : 1;
@@ -88,7 +100,7 @@ int run_compare(const Mode& m, const std::shared_ptr<coll::Communicator>& comm) 
 
 int run_kill(const Mode& m, const std::shared_ptr<coll::Communicator>& comm) {
   const int rank = comm->rank(), last = comm->size() - 1;
-  auto t = make(m, comm, comm->size());
+  auto t = make(m, comm);
   const auto start = std::chrono::steady_clock::now();
   for (int64_t s = 0; s < 40; ++s) {
     if (rank == last && s == 3) _exit(0);

@@ -182,8 +182,9 @@ class Plan(Handle):
     co2 with AdamW: local steps normalised for the group's averaged gradient), overlap_steps (co2:
     steps a round's average travels before its merge, 0 = 1, -1 = chosen from measured times),
     outer_bits (co2: 32, or 8 / 4 for block-scaled low-bit pseudo-gradients; 0 = 32), tensor_x, tensor_y,
-    tensor_z (the tensor grid; tensor_y > 1 is Megatron's 1D tensor parallelism: each rank trains its
-    part of the model, and the ranks of one tensor group step on the same rows), tensor_overlap_off."""
+    tensor_z (AxoNN's tensor grid; tensor_y alone is Megatron's 1D tensor parallelism: each rank trains
+    its part of the model, and the ranks of one tensor group step on the same rows, except that the Z
+    ranks each step on their own), tensor_overlap_off."""
 
     __slots__ = ()
     _destroy = staticmethod(_capi.cohort_plan_destroy)

@@ -187,8 +187,8 @@ class ErrorTest(unittest.TestCase):
         self.assertFails(cohort.InvalidPlanError, "outer bits = 8", cohort.Plan, "diloco", tau=2, outer_bits=8)
         cohort.Plan("co2", tau=2, outer_bits=4).close()
         self.assertFails(cohort.InvalidPlanError, "plan: tensor_y = 0 must be in 1..65536", cohort.Plan, tensor_y=0)
-        self.assertFails(cohort.UnsupportedError, "tensor_x = 2, tensor_z = 1: the 2D and 3D tensor grids", cohort.Plan,
-                         tensor_x=2)
+        self.assertFails(cohort.InvalidPlanError, "plan: tensor_z = 0 must be in 1..65536", cohort.Plan, tensor_z=0)
+        cohort.Plan(tensor_x=2, tensor_y=2, tensor_z=2).close()  # AxoNN's 3D grid (fitted to a world later)
         cohort.Plan("co2", tau=2, tensor_y=2, tensor_overlap_off=1).close()
         with cohort.Plan("ddp") as plan:
             self.assertFalse(plan.closed)

@@ -70,9 +70,11 @@ pub struct PlanOptions {
     /// co2: bits per value of the pseudo-gradient each rank sends: 32 (0 means 32), 8 or 4
     /// (block-scaled integers averaged in fp32).
     pub outer_bits: i32,
-    /// The tensor grid (AxoNN's X, Y, Z axes), ranks per axis, >= 1. tensor_y > 1 is Megatron's
-    /// 1D tensor parallelism: each rank trains its part of the model (split layers hold blocks)
-    /// and the ranks of one tensor group step on the same rows; X and Z > 1 are UNSUPPORTED yet.
+    /// The tensor grid (AxoNN's X, Y, Z axes), ranks per axis, >= 1. Each rank trains its part
+    /// of the model (split layers hold blocks): a split layer's weight is cut over X along its
+    /// in-features and over Y along its out-features (tensor_y alone is Megatron's 1D), and its
+    /// block over Z along its rows; the ranks of one tensor group step on the same rows, except
+    /// that the Z ranks each step on their own.
     pub tensor_x: i32,
     pub tensor_y: i32,
     pub tensor_z: i32,

@@ -177,10 +177,12 @@ fn invalid_plans() {
         &["plan: tensor_y = 0 must be in 1..65536"],
     );
     expect_error(
-        Plan::new(&PlanOptions { tensor_z: 2, ..PlanOptions::default() }),
-        Status::Unsupported,
-        &["tensor_z = 2: the 2D and 3D tensor grids"],
+        Plan::new(&PlanOptions { tensor_x: 0, ..PlanOptions::default() }),
+        Status::InvalidPlan,
+        &["plan: tensor_x = 0 must be in 1..65536"],
     );
+    Plan::new(&PlanOptions { tensor_x: 2, tensor_y: 2, tensor_z: 2, ..PlanOptions::default() })
+        .expect("AxoNN's 3D grid (fitted to a world when the trainer is made)");
     Plan::new(&PlanOptions { tensor_y: 2, tensor_overlap_off: true, ..PlanOptions::default() })
         .expect("a plan with tensor_y 2 (fitted to a world when the trainer is made)");
     expect_error(

@@ -745,16 +745,19 @@ typedef struct cohort_plan_options {
   /* Added after outer_bits, with tensor parallelism (read only when size covers them). The
    * tensor axes of the grid data x X x Y x Z (AxoNN's), each a number of ranks >= 1; ranks are laid out row-major over
    * (data, x, y, z), z fastest, and data_parallel (0 = the rest) times x*y*z must equal the
-   * communicator's size. tensor_y > 1 is Megatron-LM's 1D tensor parallelism: every pair of
-   * linear layers joined by an activation or by attention (the GPT's c_attn -> attention ->
-   * c_proj and c_fc -> gelu -> c_proj, the MLP's fc1 -> act -> fc2) is split column- then
-   * row-parallel, attention by heads, with one all-reduce per pair forward and one backward;
-   * every other layer stays whole on every rank. Each rank's parameters of a split layer are its
-   * block of the whole (cohort_trainer_get_parameter returns that block). INVALID_PLAN naming the
-   * field and the numbers when a degree is < 1 or does not divide the communicator, the
-   * out-features or the heads of a split layer (at cohort_trainer_create_parallel for the last
-   * ones); UNSUPPORTED for tensor_x or tensor_z > 1 (2D / 3D grids, not implemented), and with a
-   * tensor degree > 1 for ZeRO or the CUDA device. The data axis runs the plan's mode (DDP, local
+   * communicator's size. Every pair of linear layers joined by an activation or by attention
+   * (the GPT's c_attn -> attention -> c_proj and c_fc -> gelu -> c_proj, the MLP's fc1 -> act
+   * -> fc2) is split: the first layer's weight cut over Y along its out-features (attention by
+   * heads) and over X along its in-features, the second's the other way round, so no re-layout
+   * is needed between them; each weight block is cut again over Z along its rows and gathered
+   * before use, and the Z ranks of a replica step on their own rows (the loss is their mean).
+   * tensor_y alone is Megatron-LM's 1D tensor parallelism: one all-reduce per pair forward and
+   * one backward. Every other layer stays whole on every rank. Each rank's parameters of a split
+   * layer are its block of the whole (cohort_trainer_get_parameter returns that block).
+   * INVALID_PLAN naming the field and the numbers when a degree is < 1 or does not divide the
+   * communicator, or what it cuts of a split layer (features, heads, a block's rows: at
+   * cohort_trainer_create_parallel for those); UNSUPPORTED with a tensor degree > 1 for ZeRO or
+   * the CUDA device. The data axis runs the plan's mode (DDP, local
    * SGD, co2); their outer clip and staleness penalty use the whole model's norms. Defaults 1. */
   int32_t tensor_x;
   int32_t tensor_y;
@@ -773,7 +776,7 @@ typedef struct cohort_plan cohort_plan;
  * size too small, unknown preset); INVALID_PLAN naming the field (unknown mode or ZeRO stage,
  * tau < 1, negative lr, momentum, constant or threshold, momentum >= 1, bucket_bytes <= 0,
  * co2's overlap_steps outside [-1, tau], outer_bits not 0, 32, 8 or 4, or 8 / 4 outside co2,
- * a tensor degree < 1); UNSUPPORTED for tensor_x / tensor_z > 1, and ZeRO with tensor_y > 1;
+ * a tensor degree < 1); UNSUPPORTED for ZeRO with a tensor degree > 1;
  * UNSUPPORTED for ZeRO stages 2-3 outside the DDP mode. plan_out is written only
  * on OK. Thread-safe. */
 COHORT_API cohort_status cohort_plan_create(const cohort_plan_options* options, cohort_plan** plan_out);

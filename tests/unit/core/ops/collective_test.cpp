@@ -245,6 +245,53 @@ TEST_P(Collectives, ReduceScatterBackwardIsAllGather) {
   }
 }
 
+// The pair for replicated data. split: x replicated [2, 3n], s_r = block r of x along dim 1,
+// loss = all_reduce(sum(s_r * W_r)): dloss/dx = the W_q side by side along dim 1 on every rank
+// (gathered), dloss/dW_r = s_r. gather: G = gather_from_axis(p2_r) along dim 1, used alike by
+// every rank (loss2 = sum(G * V), V replicated): dloss2/dp2_r = block r of V (no sum: a sum would
+// make it n times too large, what all_gather's backward would give).
+TEST_P(Collectives, SplitToAxisAndGatherFromAxisKeepReplicatedGradientsWhole) {
+  const int world = GetParam();
+  std::vector<std::string> names;
+  auto out = run_spmd(world, [&](Graph& g, int n) {
+    ValueId x = g.add_input("r0", DType::kF32, {2, 3 * n});
+    ValueId w_r = g.add_input("p1", DType::kF32, {2, 3});
+    ValueId part = g.add_op("split_to_axis", "s", {x}, axis_attrs(1, n)).at(0);
+    ValueId s = g.add_op("sum", "sum", {g.add_op("mul", "sw", {part, w_r}, Attrs()).at(0)}, Attrs()).at(0);
+    ValueId loss1 = g.add_op("all_reduce", "loss1", {s}, axis_attrs()).at(0);
+    ValueId p2 = g.add_input("p2", DType::kF32, {2, 3});
+    ValueId v = g.add_input("r3", DType::kF32, {2, 3 * n});
+    ValueId gathered = g.add_op("gather_from_axis", "G", {p2}, axis_attrs(1, n)).at(0);
+    ValueId loss2 = g.add_op("sum", "loss2", {g.add_op("mul", "Gv", {gathered, v}, Attrs()).at(0)}, Attrs()).at(0);
+    ValueId loss = g.add_op("add", "loss", {loss1, loss2}, Attrs()).at(0);
+    g.set_loss(loss);
+    std::vector<ValueId> grads = build_backward(g, loss, {x, w_r, p2});
+    names = {g.value(grads[0]).name, g.value(grads[1]).name, g.value(grads[2]).name, "s", "G"};
+    return names;
+  });
+  for (int r = 0; r < world; ++r) {
+    std::vector<double> dx, dw, dp2, split, gathered;
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 3 * world; ++j) {
+        const int q = static_cast<int>(j / 3);
+        dx.push_back(input_value(1, q, i * 3 + j % 3));
+        gathered.push_back(input_value(2, q, i * 3 + j % 3));
+      }
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 3; ++j) {
+        split.push_back(input_value(0, 0, i * 3 * world + r * 3 + j));
+        dp2.push_back(input_value(3, 0, i * 3 * world + r * 3 + j));
+      }
+    dw = split;
+    const auto& got = out[static_cast<size_t>(r)];
+    expect_near(got.at("s"), split, str_cat("split_to_axis on rank ", r));
+    expect_near(got.at("G"), gathered, str_cat("gather_from_axis on rank ", r));
+    expect_near(got.at(names[0]), dx, str_cat("dloss/dx on rank ", r));
+    expect_near(got.at(names[1]), dw, str_cat("dloss/dW_r on rank ", r));
+    expect_near(got.at(names[2]), dp2, str_cat("dloss/dp2_r on rank ", r));
+  }
+}
+
 // Without the axes (a graph not made by a plan) a collective names what is missing.
 TEST(CollectivesAlone, WithoutAxesTheRunFailsNamingTheAxis) {
   Graph g;

@@ -71,6 +71,50 @@ TEST(TensorParallel, ARanksGraphHoldsItsBlocksAndOneAllReducePerPairAndPass) {
   EXPECT_EQ(g.value(g.loss()).name, "loss");
 }
 
+// AxoNN's 2D grid: the column layer's weight cut over Y along its out-features and over X along
+// its in-features, the row layer's the other way round; each pair takes its input's X block
+// (split_to_axis), sums the column product over X and the row product over Y, and gathers the
+// output's X blocks (gather_from_axis). Z: every weight block cut once more along its rows and
+// gathered before use; the other parameters summed over Z backward; the loss the mean over Z.
+TEST(TensorParallel, TheTwoAndThreeDimensionalGridsCutBothFeatureAxesAndTheRows) {
+  const Graph model = test::tp_model("gpt", 2);
+  TensorGrid grid;
+  grid.x = 2;
+  grid.y = 2;
+  const Graph g = shard_for_tensor_parallel(model, grid, TensorPosition{1, 0, 0}).graph;
+  const Value& qkv = g.value(g.find("h.0.attn.c_attn.weight"));
+  EXPECT_EQ(qkv.type.shape, (Shape{24, 8}));
+  EXPECT_EQ(qkv.shard, (std::vector<ShardCut>{{0, 3, 2, 0, "y"}, {1, 1, 2, 1, "x"}}));
+  const Value& proj = g.value(g.find("h.0.attn.c_proj.weight"));
+  EXPECT_EQ(proj.type.shape, (Shape{8, 8}));
+  EXPECT_EQ(proj.shard, (std::vector<ShardCut>{{1, 1, 2, 0, "y"}, {0, 1, 2, 1, "x"}}));
+  EXPECT_EQ(g.value(g.find("h.0.attn.c_proj.bias")).shard, (std::vector<ShardCut>{{0, 1, 2, 1, "x"}}));
+  std::map<std::string, int> ops;
+  for (const Node& n : g.nodes()) ops[n.op->name + "/" + (n.attrs.has("axis") ? n.attrs.get_string("axis") : "")]++;
+  EXPECT_EQ(ops["split_to_axis/x"], 4);
+  EXPECT_EQ(ops["copy_to_axis/y"], 4);
+  EXPECT_EQ(ops["all_reduce/x"], 4);
+  EXPECT_EQ(ops["copy_to_axis/x"], 4);
+  EXPECT_EQ(ops["all_reduce/y"], 4);
+  EXPECT_EQ(ops["gather_from_axis/x"], 4);
+  EXPECT_EQ(g.value(g.find("logits")).type.shape, model.value(model.find("logits")).type.shape);
+
+  TensorGrid deep;
+  deep.y = 2;
+  deep.z = 2;
+  const Graph d = shard_for_tensor_parallel(model, deep, TensorPosition{0, 1, 1}).graph;
+  EXPECT_EQ(d.value(d.find("h.0.attn.c_attn.weight")).shard,
+            (std::vector<ShardCut>{{0, 3, 2, 1, "y"}, {0, 1, 2, 1, "z"}}));
+  EXPECT_EQ(d.value(d.find("h.0.attn.c_attn.weight")).type.shape, (Shape{12, 16}));  // 3C / Y / Z rows
+  ops.clear();
+  for (const Node& n : d.nodes()) ops[n.op->name + "/" + (n.attrs.has("axis") ? n.attrs.get_string("axis") : "")]++;
+  EXPECT_EQ(ops["all_gather/z"], 8);  // the 8 weights of the 4 pairs
+  EXPECT_EQ(static_cast<size_t>(ops["copy_to_axis/z"]) + 8, d.parameters().size());
+  EXPECT_EQ(ops["all_reduce/z"], 1);  // the loss
+  EXPECT_EQ(d.node(d.value(d.loss()).producer).op->name, "all_reduce");
+  EXPECT_EQ(d.value(d.loss()).name, "loss");
+}
+
 // In backward, the all-reduce of a column-parallel layer's input gradient starts as soon as that
 // gradient exists, and the layer's weight-gradient product runs while it is in flight (the
 // executor starts collectives early, executor.h); the reduced gradient is read only after.
@@ -113,6 +157,14 @@ TEST(TensorParallel, APlanThatDoesNotFitTheModelNamesTheNodeAndTheNumbers) {
   m.hidden = {10};
   expect_error([&] { shard_for_tensor_parallel(models::build_mlp(m), four, {}); }, Status::kInvalidPlan,
                "plan: tensor_y = 4 does not divide the 10 out-features of linear 'fc1'");
+  TensorGrid x3;
+  x3.x = 3;
+  expect_error([&] { shard_for_tensor_parallel(models::build_mlp(test::tp_mlp_config(2)), x3, {}); },
+               Status::kInvalidPlan, "plan: tensor_x = 3 does not divide the 4 out-features of linear 'fc2'");
+  TensorGrid z3;
+  z3.z = 3;
+  expect_error([&] { shard_for_tensor_parallel(models::build_mlp(test::tp_mlp_config(2)), z3, {}); },
+               Status::kInvalidPlan, "plan: tensor_z = 3 does not divide the 16 rows of the weight block of linear 'fc1'");
   models::CnnConfig cnn;
   cnn.batch = 2;
   TensorGrid two;
@@ -137,54 +189,67 @@ TEST(TensorParallel, APlanThatDoesNotFitTheWorldNamesTheFields) {
   EXPECT_NO_THROW(validate_for_world(p, 4));  // data 2 x tensor 2
   p.tensor.y = 0;
   expect_error([&] { validate(p); }, Status::kInvalidPlan, "plan: tensor_y = 0 must be in 1..65536");
-  p.tensor.y = 1;
-  p.tensor.x = 2;
-  expect_error([&] { validate(p); }, Status::kUnsupported, "the 2D and 3D tensor grids (AxoNN's X and Z axes) are not");
-  p.tensor.x = 1;
   p.tensor.y = 2;
+  p.tensor.x = 2;
+  p.tensor.z = 2;
+  expect_error([&] { validate_for_world(p, 4); }, Status::kInvalidPlan,
+               "plan: the tensor grid tensor_x 2 x tensor_y 2 x tensor_z 2 = 8 ranks does not divide the world size 4");
+  p.tensor.z = 1;
+  EXPECT_NO_THROW(validate_for_world(p, 4));  // AxoNN's 2D grid
+  p.tensor.x = 1;
   p.zero_stage = 1;
   expect_error([&] { validate(p); }, Status::kUnsupported, "ZeRO stage 1 with tensor parallelism");
 }
 
 struct GridCase {
   std::string model;
-  int world, y;
+  int world;
+  TensorGrid grid;
   bool overlap;
   std::string label;
 };
 
-// Every rank (a thread) trains its part for kSteps steps on its data replica's rows of the global
-// batch; each must match the reference's loss and its blocks of the reference's parameters.
+TensorGrid grid_of(int x, int y, int z) {
+  TensorGrid g;
+  g.x = x;
+  g.y = y;
+  g.z = z;
+  return g;
+}
+
+// Every rank (a thread) trains its part for kSteps steps on its own rows of the global batch
+// (each data replica's Z ranks take consecutive slices); each must match the reference's loss
+// and its blocks of the reference's parameters.
 class TensorParallelTraining : public ::testing::TestWithParam<GridCase> {};
 
 TEST_P(TensorParallelTraining, MatchesOneProcessOnTheGlobalBatch) {
   const GridCase& c = GetParam();
-  constexpr int64_t kSteps = 4, kRows = 4;  // rows per data replica and step
-  const int data = c.world / c.y;
-  const int64_t global = kRows * data;
+  constexpr int64_t kSteps = 4, kRows = 4;  // rows per rank and step
+  const int tensor = c.grid.degree(), data = c.world / tensor;
+  const int64_t global = kRows * data * c.grid.z;
   const test::TpReference ref = test::tp_reference(c.model, global, kSteps, 1);
   std::mutex mutex;
   ct::run_ranks_shared(c.world, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
     PlanConfig plan = preset(Preset::kDdp, 1);
-    plan.tensor.y = c.y;
+    plan.tensor = c.grid;
     plan.overlap_collectives = c.overlap;
     TrainerOptions o;
     o.seed = 1 + static_cast<uint64_t>(comm->rank());  // the data axis broadcasts rank 0's blocks
     o.num_threads = 1;
     auto trainer = make_parallel_trainer(test::tp_model(c.model, kRows), test::tp_optimizer(), o, plan, comm);
-    const int replica = comm->rank() / c.y;
+    const int slice = comm->rank() / tensor * c.grid.z + comm->rank() % c.grid.z;  // z varies fastest
     double worst_loss = 0;
     for (int64_t s = 0; s < kSteps; ++s) {
-      const float loss = trainer->step(test::tp_batch(c.model, s, replica * kRows, kRows));
-      // A replica's loss is the mean over its own rows; with one replica it is the global one
-      // (with several, the parameters carry the comparison).
+      const float loss = trainer->step(test::tp_batch(c.model, s, slice * kRows, kRows));
+      // A replica's loss is the mean over its own rows (its Z ranks' together); with one
+      // replica it is the global one (with several, the parameters carry the comparison).
       if (data == 1) {
         const double rel = std::fabs(loss - ref.losses[static_cast<size_t>(s)]) / std::fabs(ref.losses[static_cast<size_t>(s)]);
         worst_loss = std::max(worst_loss, rel / static_cast<double>(s + 1));
       }
     }
     const test::TpDiff diff = test::tp_parameter_diff(*trainer, ref);
-    // Every parameter whole (blocks gathered over the tensor axis: every rank, same order) matches
+    // Every parameter whole (blocks gathered over the tensor axes: every rank, same order) matches
     // the reference's within the same bound; a whole one written keeps this rank's block of it.
     double whole_diff = 0;
     for (const std::string& name : trainer->parameter_names()) {
@@ -215,13 +280,22 @@ TEST_P(TensorParallelTraining, MatchesOneProcessOnTheGlobalBatch) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grids, TensorParallelTraining,
-    ::testing::Values(GridCase{"gpt", 2, 2, true, "gpt_y2"},
-                      GridCase{"gpt", 4, 4, true, "gpt_y4"},
-                      GridCase{"gpt", 2, 2, false, "gpt_y2_no_overlap"},
-                      GridCase{"mlp", 2, 2, true, "mlp_y2"},
-                      GridCase{"mlp", 4, 4, true, "mlp_y4"},
-                      GridCase{"gpt", 4, 2, true, "gpt_data2_y2"},
-                      GridCase{"mlp", 4, 2, true, "mlp_data2_y2"}),
+    ::testing::Values(GridCase{"gpt", 2, grid_of(1, 2, 1), true, "gpt_y2"},
+                      GridCase{"gpt", 4, grid_of(1, 4, 1), true, "gpt_y4"},
+                      GridCase{"gpt", 2, grid_of(1, 2, 1), false, "gpt_y2_no_overlap"},
+                      GridCase{"mlp", 2, grid_of(1, 2, 1), true, "mlp_y2"},
+                      GridCase{"mlp", 4, grid_of(1, 4, 1), true, "mlp_y4"},
+                      GridCase{"gpt", 4, grid_of(1, 2, 1), true, "gpt_data2_y2"},
+                      GridCase{"mlp", 4, grid_of(1, 2, 1), true, "mlp_data2_y2"},
+                      GridCase{"gpt", 2, grid_of(2, 1, 1), true, "gpt_x2"},
+                      GridCase{"gpt", 4, grid_of(2, 2, 1), true, "gpt_x2_y2"},
+                      GridCase{"mlp", 4, grid_of(2, 2, 1), true, "mlp_x2_y2"},
+                      GridCase{"gpt", 4, grid_of(2, 2, 1), false, "gpt_x2_y2_no_overlap"},
+                      GridCase{"gpt", 2, grid_of(1, 1, 2), true, "gpt_z2"},
+                      GridCase{"mlp", 2, grid_of(1, 1, 2), true, "mlp_z2"},
+                      GridCase{"gpt", 4, grid_of(1, 2, 2), true, "gpt_y2_z2"},
+                      GridCase{"mlp", 4, grid_of(2, 1, 2), true, "mlp_x2_z2"},
+                      GridCase{"gpt", 4, grid_of(2, 1, 1), true, "gpt_data2_x2"}),
     [](const ::testing::TestParamInfo<GridCase>& i) { return i.param.label; });
 
 // Dropout in the replicated regions (embeddings, residual branches) draws the same masks on
@@ -254,25 +328,27 @@ TEST(TensorParallel, DropoutMasksAgreeAcrossTheTensorGroup) {
   }
 }
 
-// Checkpoints are written in the model's layout: tensor_y 2 saves whole parameters and optimizer
-// state (each rank the same file), which one process loads — its parameters and state then equal
-// the ranks' gathered blocks bit for bit — and tensor_y 4 loads too, each rank keeping exactly
-// its blocks of them; both then take the same next step within fp32 rounding.
+// Checkpoints are written in the model's layout: the 2D grid 2 x 2 x 1 saves whole parameters and
+// optimizer state (each rank the same file; a weight cut over X and Y gathered over both), which
+// one process loads — its parameters and state then equal the ranks' gathered blocks bit for bit —
+// and the grid 1 x 2 x 2 loads too, each rank keeping exactly its blocks of them (cut over Y,
+// then Z); both then take the same next step within fp32 rounding (the two Z ranks fed the same
+// rows, so their mean loss is the one process's).
 TEST(TensorParallel, CheckpointsLoadUnderAnotherGridOrOnOneRank) {
   constexpr int64_t kRows = 4;
   const std::string dir = ::testing::TempDir();
   auto path = [&](int rank) { return dir + "tp_checkpoint.rank" + std::to_string(rank); };
-  auto make = [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm, int y) {
+  auto make = [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm, const TensorGrid& grid) {
     PlanConfig plan = preset(Preset::kDdp, 1);
-    plan.tensor.y = y;
+    plan.tensor = grid;
     TrainerOptions o;
     o.seed = 5;
     o.num_threads = 1;
     return make_parallel_trainer(test::tp_model("gpt", kRows), test::tp_optimizer(), o, plan, comm);
   };
   std::map<std::string, Tensor> gathered;  // rank 0's whole parameters at the save
-  ct::run_ranks_shared(2, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
-    auto t = make(comm, 2);
+  ct::run_ranks_shared(4, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    auto t = make(comm, grid_of(2, 2, 1));
     for (int64_t s = 0; s < 3; ++s) t->step(test::tp_batch("gpt", s, 0, kRows));
     checkpoint::save_checkpoint(*t, path(comm->rank()), {});
     std::map<std::string, Tensor> whole;
@@ -287,17 +363,17 @@ TEST(TensorParallel, CheckpointsLoadUnderAnotherGridOrOnOneRank) {
   o.seed = 99;  // the checkpoint's seed replaces it
   o.num_threads = 1;
   Trainer alone(test::tp_model("gpt", kRows), test::tp_optimizer(), o);
-  checkpoint::load_checkpoint(alone, path(1), nullptr);
+  checkpoint::load_checkpoint(alone, path(3), nullptr);
   for (size_t i = 0; i < alone.parameters().size(); ++i)
     EXPECT_TRUE(same_bits(alone.parameters()[i], gathered.at(alone.parameter_names()[i])))
         << alone.parameter_names()[i];
   const float alone_loss = alone.step(test::tp_batch("gpt", 3, 0, kRows));
-  // Four tensor ranks: blocks of what one process loaded, parameters and optimizer state.
+  // Another grid: blocks of what one process loaded, parameters and optimizer state.
   Trainer fresh(test::tp_model("gpt", kRows), test::tp_optimizer(), o);
   checkpoint::load_checkpoint(fresh, path(0), nullptr);
   std::mutex mutex;
   ct::run_ranks_shared(4, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
-    auto t = make(comm, 4);
+    auto t = make(comm, grid_of(1, 2, 2));
     checkpoint::load_checkpoint(*t, path(0), nullptr);
     int blocks = 0;
     for (size_t i = 0; i < t->parameters().size(); ++i) {

@@ -164,10 +164,11 @@ public final class PlanOptions {
   }
 
   /**
-   * The tensor grid (AxoNN's X, Y, Z axes), ranks per axis, >= 1 (default 1). {@code tensorY > 1}
-   * is Megatron's 1D tensor parallelism: each rank trains its part of the model (split layers hold
-   * blocks) and the ranks of one tensor group step on the same rows; X and Z above 1 are refused
-   * (UNSUPPORTED) for now.
+   * The tensor grid (AxoNN's X, Y, Z axes), ranks per axis, >= 1 (default 1). Each rank trains its
+   * part of the model (split layers hold blocks): a split layer's weight is cut over X along its
+   * in-features and over Y along its out-features ({@code tensorY} alone is Megatron's 1D tensor
+   * parallelism), and its block over Z along its rows; the ranks of one tensor group step on the
+   * same rows, except that the Z ranks each step on their own.
    */
   public PlanOptions tensor(int x, int y, int z) {
     tensorX = x;

@@ -120,8 +120,9 @@ class ErrorsTest {
     assertEquals(1, new PlanOptions().tensorY());
     TestSupport.expectError(Status.INVALID_PLAN, () -> new Plan(new PlanOptions().tensor(1, 0, 1)).close(),
         "cohort_plan_create", "plan: tensor_y = 0 must be in 1..65536");
-    TestSupport.expectError(Status.UNSUPPORTED, () -> new Plan(new PlanOptions().tensor(2, 2, 1)).close(),
-        "cohort_plan_create", "tensor_x = 2, tensor_z = 1: the 2D and 3D tensor grids");
+    TestSupport.expectError(Status.INVALID_PLAN, () -> new Plan(new PlanOptions().tensor(0, 2, 1)).close(),
+        "cohort_plan_create", "plan: tensor_x = 0 must be in 1..65536");
+    new Plan(new PlanOptions().tensor(2, 2, 2)).close();  // AxoNN's 3D grid (fitted to a world later)
     new Plan(new PlanOptions().tensor(1, 2, 1).tensorOverlapOff(true)).close();
   }
 
