@@ -261,6 +261,7 @@ OpSchema split_to_axis_op() {
   s.name = "split_to_axis";
   s.inputs = {"x"};
   s.internal = true;
+  s.host_only = true;
   s.bf16_kernel = true;
   s.attrs = axis_attrs(true);
   s.infer = [](const ShapeContext& c) {

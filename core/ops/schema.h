@@ -129,6 +129,9 @@ struct OpSchema {
   // CUDA device that needs an NCCL communicator per axis, which no plan makes yet, so the CUDA
   // slot stays empty: a declared refusal (the executor names the operator before a run).
   bool collective = false;
+  // Runs on the host only (the tensor-parallel rewrite's split_to_axis and vocabulary-parallel
+  // operators: tensor parallelism runs on the host): no CUDA kernel, the slot a declared refusal.
+  bool host_only = false;
 
   int max_inputs() const { return static_cast<int>(inputs.size()); }
   int min_inputs() const { return max_inputs() - optional_inputs; }
@@ -162,6 +165,7 @@ void register_conv_ops(OpRegistry& r);
 void register_shape_ops(OpRegistry& r);
 void register_dropout_ops(OpRegistry& r);
 void register_collective_ops(OpRegistry& r);
+void register_vocab_parallel_ops(OpRegistry& r);
 
 // Shape-rule helpers shared by the families.
 [[noreturn]] void shape_error(const std::string& message);

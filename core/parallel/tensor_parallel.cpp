@@ -88,6 +88,62 @@ std::vector<Pair> find_pairs(const Graph& g) {
   return pairs;
 }
 
+// The output head and the embeddings that can be cut along the vocabulary (Megatron's
+// vocabulary parallelism): the loss is cross_entropy of logits made by a head whose [V, C] weight
+// only it and embedding lookups read — matmul(x, W^T) (a GPT with tied weights), or
+// reshape(linear(x, W)) — and which feed nothing else. None when the loss is made otherwise.
+struct VocabHead {
+  NodeId loss = -1, head = -1, linear = -1;  // cross_entropy; matmul or reshape; the reshape's linear
+  NodeId embedding = -1;                     // an embedding reading the same weight (tied), or -1
+  ValueId weight = -1, bias = -1, logits = -1;
+  int64_t vocab = 0;
+};
+
+VocabHead find_vocab_head(const Graph& g, const std::vector<Pair>& pairs) {
+  VocabHead h;
+  if (g.loss() < 0) return h;
+  const Uses u = uses_of(g);
+  const Node& ce = g.node(g.value(g.loss()).producer);
+  if (ce.op->name != "cross_entropy") return h;
+  const ValueId logits = ce.inputs[0];
+  for (NodeId r : u.readers[static_cast<size_t>(logits)])
+    if (r != ce.id) return h;
+  std::set<NodeId> in_pairs;
+  for (const Pair& p : pairs) in_pairs.insert({p.column, p.row});
+  const Node& head = g.node(g.value(logits).producer);
+  const Node* product = &head;
+  if (head.op->name == "reshape") {
+    const ValueId flat = head.inputs[0];
+    if (u.readers[static_cast<size_t>(flat)].size() != 1 || u.outputs.count(flat)) return h;
+    product = &g.node(g.value(flat).producer);
+    if (product->op->name != "linear") return h;
+    h.linear = product->id;
+    if (product->inputs.size() > 2) h.bias = product->inputs[2];
+  } else if (head.op->name != "matmul" || !head.attrs.has("transpose_b") || head.attrs.get_int("transpose_b") == 0 ||
+             (head.attrs.has("transpose_a") && head.attrs.get_int("transpose_a") != 0)) {
+    return h;
+  }
+  if (in_pairs.count(product->id) || product->inputs.size() < 2) return h;
+  const ValueId w = product->inputs[1];
+  const Value& wv = g.value(w);
+  if (wv.kind != ValueKind::kParameter || wv.type.shape.size() != 2 || wv.type.shape[0] != g.value(logits).type.shape.back())
+    return h;
+  if (h.bias >= 0 && (g.value(h.bias).kind != ValueKind::kParameter || u.readers[static_cast<size_t>(h.bias)].size() != 1))
+    return h;
+  for (NodeId r : u.readers[static_cast<size_t>(w)]) {
+    if (r == product->id) continue;
+    const Node& e = g.node(r);
+    if (e.op->name != "embedding" || e.inputs[0] != w || h.embedding >= 0) return h;  // read otherwise: stays whole
+    h.embedding = r;
+  }
+  h.loss = ce.id;
+  h.head = head.id;
+  h.weight = w;
+  h.logits = logits;
+  h.vocab = wv.type.shape[0];
+  return h;
+}
+
 // How a pair's column layer cuts its out-features: 3 groups when attention (q|k|v) follows.
 int64_t feature_groups(const Graph& g, const Pair& p) {
   for (NodeId n : p.between)
@@ -127,14 +183,22 @@ void check_divides(const Graph& g, const Pair& p, const TensorGrid& grid) {
   }
 }
 
+void check_vocab_divides(const Graph& g, const VocabHead& h, const TensorGrid& grid) {
+  if (h.loss < 0) return;
+  COHORT_CHECK(h.vocab % grid.y == 0, Status::kInvalidPlan, "plan: tensor_y = ", grid.y, " does not divide the ",
+               "vocabulary (", h.vocab, " rows of '", g.value(h.weight).name, "') that the output head '",
+               g.node(h.head).name, "' is cut along");
+}
+
 // Writes a rank's graph: parameters first (in the model's order, blocks where a pair cuts them,
 // each Z block gathered right after), then every node, with the pairs' collectives around them.
 // A collective over an axis of one rank is left out, so Megatron's 1D (only Y) is the general
 // rewrite with X = Z = 1.
 class Rewriter {
  public:
-  Rewriter(const Graph& model, const std::vector<Pair>& pairs, const TensorGrid& grid, const TensorPosition& at)
-      : m_(model), grid_(grid), at_(at), map_(model.values().size(), -1) {
+  Rewriter(const Graph& model, const std::vector<Pair>& pairs, const VocabHead& vocab, const TensorGrid& grid,
+           const TensorPosition& at)
+      : m_(model), grid_(grid), at_(at), vocab_(grid.y > 1 ? vocab : VocabHead{}), map_(model.values().size(), -1) {
     for (const Pair& p : pairs) {
       column_[p.column] = feature_groups(model, p);
       row_.insert(p.row);
@@ -164,7 +228,14 @@ class Rewriter {
                  : g_.add_op("copy_to_axis", v.name + ".copy_to_z", {id}, axis_attr("z")).at(0);
     }
     for (const Node& n : m_.nodes()) add_node(n);
-    for (ValueId o : m_.outputs()) g_.mark_output(mapped(o));
+    for (ValueId o : m_.outputs()) {
+      // The whole logits, for a caller that asks (evaluation); training never gathers them.
+      if (o == vocab_.logits)
+        g_.mark_output(g_.add_op("gather_from_axis", m_.node(vocab_.head).name, {mapped(o)},
+                                 dim_attrs("y", last_dim(mapped(o)), grid_.y)).at(0));
+      else
+        g_.mark_output(mapped(o));
+    }
     if (m_.loss() >= 0) {
       ValueId loss = mapped(m_.loss());
       if (grid_.z > 1) {  // the mean over every Z rank's rows: each rank's mean / Z, summed
@@ -224,6 +295,17 @@ class Rewriter {
       add_cut(n.inputs[1], ShardCut{0, 1, grid_.z, at_.z, "z"});
       if (n.inputs.size() > 2) add_cut(n.inputs[2], ShardCut{0, 1, grid_.x, at_.x, "x"});
     }
+    if (vocab_.loss >= 0) {  // the head's weight (and bias) along the vocabulary, over Y
+      add_cut(vocab_.weight, ShardCut{0, 1, grid_.y, at_.y, "y"});
+      if (vocab_.bias >= 0) add_cut(vocab_.bias, ShardCut{0, 1, grid_.y, at_.y, "y"});
+    }
+  }
+  int64_t vocab_offset() const { return at_.y * (vocab_.vocab / grid_.y); }
+  Attrs vocab_attrs(const Attrs& from) const {
+    Attrs a = from;
+    a.set("offset", vocab_offset());
+    a.set("vocab", vocab_.vocab);
+    return a;
   }
   void add_cut(ValueId v, const ShardCut& c) {
     if (c.parts > 1) cuts_[v].push_back(c);
@@ -233,7 +315,31 @@ class Rewriter {
     std::vector<ValueId> in = mapped(n.inputs);
     std::vector<ValueId> out;
     const bool bias = in.size() > 2;
-    if (column_.count(n.id)) {
+    // Under Z the loss is this rank's rows' part; the mean over the Z ranks takes its name.
+    const bool local_loss = grid_.z > 1 && std::count(n.outputs.begin(), n.outputs.end(), m_.loss()) > 0;
+    if (vocab_.loss >= 0 && n.id == vocab_.embedding) {
+      // This rank's rows of the table, zeros for the others' ids: summed over Y.
+      Attrs a = vocab_attrs(Attrs());
+      const ValueId part = g_.add_op("vocab_embedding", n.name + ".partial", in, a).at(0);
+      out = {g_.add_op("all_reduce", n.name, {part}, axis_attr("y")).at(0)};
+    } else if (vocab_.loss >= 0 && (n.id == vocab_.linear || (vocab_.linear < 0 && n.id == vocab_.head))) {
+      // The logits of this rank's vocabulary rows; f over Y (the input gradient is partial).
+      in[0] = g_.add_op("copy_to_axis", n.name + ".copy_to_y", {in[0]}, axis_attr("y")).at(0);
+      out = g_.add_op(n.op->name, n.id == vocab_.head ? n.name + ".local" : n.name, in, n.attrs);
+    } else if (vocab_.loss >= 0 && vocab_.linear >= 0 && n.id == vocab_.head) {
+      Attrs a = n.attrs;
+      std::vector<int64_t> shape = a.get_ints("shape");
+      shape.back() = vocab_.vocab / grid_.y;
+      a.set("shape", shape);
+      out = g_.add_op(n.op->name, n.name + ".local", in, a);
+    } else if (vocab_.loss >= 0 && n.id == vocab_.loss) {
+      // Each rank's 3 floats a row (max, sum of exp, the label's logit) gathered over Y; the loss
+      // of the whole vocabulary from them. The logits never cross the axis.
+      const Attrs a = vocab_attrs(n.attrs);
+      const ValueId partials = g_.add_op("vocab_cross_entropy_partials", n.name + ".partials", in, a).at(0);
+      const ValueId all = g_.add_op("all_gather", n.name + ".partials_y", {partials}, dim_attrs("y", 0, grid_.y)).at(0);
+      out = g_.add_op("vocab_cross_entropy", local_loss ? n.name + ".local" : n.name, {in[0], in[1], all}, a);
+    } else if (column_.count(n.id)) {
       // The input: this rank's X block of its features; f over Y (the ranks' input gradients,
       // partial over the out-features, summed backward). The product is partial over X (summed
       // forward), the bias added after.
@@ -269,8 +375,6 @@ class Rewriter {
       a.set("heads", n.attrs.get_int("heads") / grid_.y);
       out = g_.add_op(n.op->name, n.name, in, a);
     } else {
-      // Under Z the loss is this rank's rows' part; the mean over the Z ranks takes its name.
-      const bool local_loss = grid_.z > 1 && std::count(n.outputs.begin(), n.outputs.end(), m_.loss()) > 0;
       out = g_.add_op(n.op->name, local_loss ? n.name + ".local" : n.name, in, n.attrs);
     }
     COHORT_ASSERT(out.size() == n.outputs.size(), n.name, ": the rewrite changed the number of outputs");
@@ -280,6 +384,7 @@ class Rewriter {
   const Graph& m_;
   const TensorGrid grid_;
   const TensorPosition at_;
+  const VocabHead vocab_;  // none (loss -1) when Y is 1 or the model's loss is made otherwise
   Graph g_;
   std::vector<ValueId> map_;                          // model value -> rank graph value
   std::map<NodeId, int64_t> column_;                  // column-parallel node -> its feature groups
@@ -339,7 +444,9 @@ TensorParallelGraph shard_for_tensor_parallel(const Graph& model, const TensorGr
                " but the model has no pair of linear layers to split (a linear layer whose output reaches another "
                "only through relu, gelu, tanh or attention)");
   for (const Pair& p : pairs) check_divides(model, p, grid);
-  r.graph = Rewriter(model, pairs, grid, position).run();
+  const VocabHead vocab = find_vocab_head(model, pairs);
+  if (grid.y > 1) check_vocab_divides(model, vocab, grid);
+  r.graph = Rewriter(model, pairs, vocab, grid, position).run();
   return r;
 }
 

@@ -12,8 +12,15 @@
 // its slice and the partial products are summed by one all_reduce). copy_to_axis before the first
 // layer sums the input gradient in backward. So a pair costs one all-reduce forward and one
 // backward, and nothing else moves: in a GPT block, c_attn -> attention -> attn.c_proj and
-// mlp.c_fc -> gelu -> mlp.c_proj; in the MLP, fc1 -> relu -> fc2. Other layers (embeddings,
-// layernorms, the head) stay whole on every rank.
+// mlp.c_fc -> gelu -> mlp.c_proj; in the MLP, fc1 -> relu -> fc2. Layernorms and position
+// embeddings stay whole on every rank.
+//
+// The vocabulary (Megatron's section 3 too): when the loss is cross_entropy of an output head
+// whose [V, C] weight nothing else reads but embedding lookups (the GPT's tied wte), that weight
+// is cut along V over Y. The lookup takes this rank's rows (zeros for others' ids) and sums over
+// Y; the head makes the logits of this rank's rows only, and the loss comes from 3 floats a row
+// gathered over Y (core/ops/vocab_parallel.cpp): the [B, T, V] logits are never gathered whole in
+// training (the model's 'logits' output is, for a caller that asks for it).
 //
 // The one thing to know: a fused q|k|v projection is cut as 3 groups (shard.h), so rank r holds
 // the q, k and v rows of heads [r H/T, (r+1) H/T) and attention runs on H/T heads unchanged. A

@@ -752,10 +752,12 @@ typedef struct cohort_plan_options {
    * is needed between them; each weight block is cut again over Z along its rows and gathered
    * before use, and the Z ranks of a replica step on their own rows (the loss is their mean).
    * tensor_y alone is Megatron-LM's 1D tensor parallelism: one all-reduce per pair forward and
-   * one backward. Every other layer stays whole on every rank. Each rank's parameters of a split
+   * one backward. An output head feeding the loss (and an embedding sharing its weight, the
+   * GPT's tied wte) is cut along the vocabulary over Y: the logits are never gathered whole in
+   * training. Every other layer stays whole on every rank. Each rank's parameters of a split
    * layer are its block of the whole (cohort_trainer_get_parameter returns that block).
    * INVALID_PLAN naming the field and the numbers when a degree is < 1 or does not divide the
-   * communicator, or what it cuts of a split layer (features, heads, a block's rows: at
+   * communicator, or what it cuts of a split layer (features, heads, the vocabulary, a block's rows: at
    * cohort_trainer_create_parallel for those); UNSUPPORTED with a tensor degree > 1 for ZeRO or
    * the CUDA device. The data axis runs the plan's mode (DDP, local
    * SGD, co2); their outer clip and staleness penalty use the whole model's norms. Defaults 1. */

@@ -422,10 +422,11 @@ TEST(OpHarnessCompleteness, EveryCudaKernelTakesTheDtypesOfEveryCase) {
   // Every operator, internal ones included, is reached by some case's graph (so the check above
   // saw it) and declares its CUDA kernel's dtypes. Collectives run between ranks, so no
   // single-process case reaches them: collective_test.cpp checks them at 2 and 4 ranks, and
-  // their CUDA slot is a declared refusal (OpSchema::collective).
+  // their CUDA slot is a declared refusal (OpSchema::collective), as is the host-only operators'
+  // (OpSchema::host_only: collective_test.cpp and vocab_parallel_test.cpp check those).
   for (const std::string& name : OpRegistry::global().names(true)) {
     const OpSchema* op = OpRegistry::global().find(name);
-    if (op->alias_input0 || op->collective || name.rfind("test.", 0) == 0) continue;
+    if (op->alias_input0 || op->collective || op->host_only || name.rfind("test.", 0) == 0) continue;
     EXPECT_TRUE(reached.count(name)) << "no case's graph reaches operator '" << name << "'";
     EXPECT_FALSE(op->kernel_dtypes[static_cast<int>(Device::kCuda)].empty())
         << "operator '" << name << "' declares no CUDA kernel dtypes";

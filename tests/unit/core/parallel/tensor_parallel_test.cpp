@@ -55,17 +55,33 @@ TEST(TensorParallel, ARanksGraphHoldsItsBlocksAndOneAllReducePerPairAndPass) {
   EXPECT_EQ(proj.shard, (std::vector<ShardCut>{{1, 1, 2, 1, "y"}}));
   EXPECT_TRUE(g.value(g.find("h.0.attn.c_proj.bias")).shard.empty());  // added once, after the sum
   EXPECT_EQ(g.value(g.find("h.0.mlp.c_fc.bias")).type.shape, (Shape{32}));
-  EXPECT_TRUE(g.value(g.find("wte.weight")).shard.empty());
-  int copies = 0, reductions = 0;
+  // The tied embedding / output head cut along the vocabulary: rank 1 holds rows [16, 32).
+  EXPECT_EQ(g.value(g.find("wte.weight")).shard, (std::vector<ShardCut>{{0, 1, 2, 1, "y"}}));
+  EXPECT_EQ(g.value(g.find("wte.weight")).type.shape, (Shape{16, 16}));
+  EXPECT_TRUE(g.value(g.find("wpe.weight")).shard.empty());
+  int copies = 0, reductions = 0, gathers = 0;
   for (const Node& n : g.nodes()) {
     copies += n.op->name == "copy_to_axis";
     reductions += n.op->name == "all_reduce";
+    gathers += n.op->name == "all_gather";
     if (n.op->name == "attention") {
       EXPECT_EQ(n.attrs.get_int("heads"), 2) << n.name;
     }
+    if (n.op->name == "vocab_embedding" || n.op->name == "vocab_cross_entropy") {
+      EXPECT_EQ(n.attrs.get_int("offset"), 16) << n.name;
+      EXPECT_EQ(n.attrs.get_int("vocab"), 32) << n.name;
+    }
   }
-  EXPECT_EQ(copies, 4);
-  EXPECT_EQ(reductions, 4);
+  EXPECT_EQ(copies, 5);      // before each pair's first layer, and the head's
+  EXPECT_EQ(reductions, 5);  // after each pair's second layer, and the embedding's
+  EXPECT_EQ(gathers, 1);     // the loss's partials: 3 floats a row
+  // Training reads the logits of this rank's vocabulary only; the whole ones are an output
+  // gathered for a caller that asks.
+  EXPECT_EQ(g.value(g.find("logits.local")).type.shape, (Shape{2, 8, 16}));
+  EXPECT_EQ(g.node(g.value(g.find("logits")).producer).op->name, "gather_from_axis");
+  const Node& ce = g.node(g.value(g.loss()).producer);
+  EXPECT_EQ(ce.op->name, "vocab_cross_entropy");
+  EXPECT_EQ(g.value(ce.inputs[0]).name, "logits.local");
   // The values the caller names keep their names and shapes.
   EXPECT_EQ(g.value(g.find("logits")).type.shape, model.value(model.find("logits")).type.shape);
   EXPECT_EQ(g.value(g.loss()).name, "loss");
@@ -92,10 +108,10 @@ TEST(TensorParallel, TheTwoAndThreeDimensionalGridsCutBothFeatureAxesAndTheRows)
   std::map<std::string, int> ops;
   for (const Node& n : g.nodes()) ops[n.op->name + "/" + (n.attrs.has("axis") ? n.attrs.get_string("axis") : "")]++;
   EXPECT_EQ(ops["split_to_axis/x"], 4);
-  EXPECT_EQ(ops["copy_to_axis/y"], 4);
+  EXPECT_EQ(ops["copy_to_axis/y"], 5);  // and the vocabulary-parallel head's
   EXPECT_EQ(ops["all_reduce/x"], 4);
   EXPECT_EQ(ops["copy_to_axis/x"], 4);
-  EXPECT_EQ(ops["all_reduce/y"], 4);
+  EXPECT_EQ(ops["all_reduce/y"], 5);  // and the vocabulary-parallel embedding's
   EXPECT_EQ(ops["gather_from_axis/x"], 4);
   EXPECT_EQ(g.value(g.find("logits")).type.shape, model.value(model.find("logits")).type.shape);
 
@@ -157,6 +173,12 @@ TEST(TensorParallel, APlanThatDoesNotFitTheModelNamesTheNodeAndTheNumbers) {
   m.hidden = {10};
   expect_error([&] { shard_for_tensor_parallel(models::build_mlp(m), four, {}); }, Status::kInvalidPlan,
                "plan: tensor_y = 4 does not divide the 10 out-features of linear 'fc1'");
+  models::GptConfig v = test::tp_gpt_config(2);
+  v.width = 24;
+  v.heads = 6;  // 3 divides the widths and the heads, not the 32 rows of the vocabulary
+  expect_error([&] { shard_for_tensor_parallel(models::build_gpt(v), three, {}); }, Status::kInvalidPlan,
+               "plan: tensor_y = 3 does not divide the vocabulary (32 rows of 'wte.weight') that the output head "
+               "'logits' is cut along");
   TensorGrid x3;
   x3.x = 3;
   expect_error([&] { shard_for_tensor_parallel(models::build_mlp(test::tp_mlp_config(2)), x3, {}); },
@@ -306,7 +328,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(TensorParallel, DropoutMasksAgreeAcrossTheTensorGroup) {
   constexpr int kWorld = 2;
   std::vector<std::vector<float>> losses(kWorld);
-  std::vector<Tensor> wte(kWorld), ln(kWorld);
+  std::vector<Tensor> wpe(kWorld), ln(kWorld);
   ct::run_ranks_shared(kWorld, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
     models::GptConfig config = test::tp_gpt_config(4);
     config.dropout = 0.2;
@@ -318,11 +340,11 @@ TEST(TensorParallel, DropoutMasksAgreeAcrossTheTensorGroup) {
     auto t = make_parallel_trainer(models::build_gpt(config), test::tp_optimizer(), o, plan, comm);
     const size_t r = static_cast<size_t>(comm->rank());
     for (int64_t s = 0; s < 3; ++s) losses[r].push_back(t->step(test::tp_batch("gpt", s, 0, 4)));
-    wte[r] = t->parameter("wte.weight");
+    wpe[r] = t->parameter("wpe.weight");
     ln[r] = t->parameter("h.1.ln_2.weight");
   });
   EXPECT_EQ(losses[0], losses[1]);
-  for (const auto* p : {&wte, &ln}) {
+  for (const auto* p : {&wpe, &ln}) {
     ASSERT_EQ((*p)[0].nbytes(), (*p)[1].nbytes());
     EXPECT_EQ(std::memcmp((*p)[0].raw(), (*p)[1].raw(), (*p)[0].nbytes()), 0);
   }
