@@ -82,6 +82,9 @@ struct Options {
   // hold collectives over the tensor axis) and print nothing.
   bool joins_evaluation = false;
   bool quiet = false;      // no progress line
+  // Every rank prints its memory line at the end (parameters, gradients, optimizer state, peak
+  // activations): on unless --quiet (ranks other than 0 are made quiet, not this).
+  bool memory_report = true;
 };
 
 // Parses argv[first..argc) after the subcommand. Throws UsageError.

@@ -401,8 +401,10 @@ TrainerStats Trainer::stats() const {
   const double hook_norm = hook_ ? hook_->applied_grad_norm() : -1.0;
   s.grad_norm = !(hook_norm < 0) ? hook_norm : optimizer_->last_grad_norm();  // NaN: the hook skipped a step
   s.peak_activation_bytes = train_exec_->peak_activation_bytes();
-  for (size_t i = 0; i < params_.size(); ++i) s.parameter_bytes += 2 * params_[i].nbytes();
-  s.parameter_bytes += optimizer_->state_bytes();
+  for (size_t i = 0; i < params_.size(); ++i) s.parameter_value_bytes += params_[i].nbytes();
+  s.gradient_bytes = s.parameter_value_bytes;  // one gradient per parameter, of its shape and dtype
+  s.optimizer_state_bytes = optimizer_->state_bytes();
+  s.parameter_bytes = s.parameter_value_bytes + s.gradient_bytes + s.optimizer_state_bytes;
   s.last_step_seconds = last_step_seconds_;
   s.collectives = train_exec_->collective_stats();
   return s;

@@ -45,8 +45,14 @@ struct TrainerStats {
   int64_t step = 0;
   double learning_rate = 0.0;
   double grad_norm = 0.0;
+  // Executor::peak_activation_bytes of the training steps: the most bytes a step held at once
+  // besides parameters, gradients and optimizer state (forward's activations, backward's
+  // gradients of them, recomputed ones under activation checkpointing).
   size_t peak_activation_bytes = 0;
-  size_t parameter_bytes = 0;
+  size_t parameter_bytes = 0;  // the sum of the three below
+  size_t parameter_value_bytes = 0;  // this rank's parameters (blocks of them under tensor parallelism)
+  size_t gradient_bytes = 0;         // their gradients
+  size_t optimizer_state_bytes = 0;  // moments, fp32 master copies
   double last_step_seconds = 0.0;
   CollectiveStats collectives;  // of training steps (tensor parallelism)
 };

@@ -391,9 +391,18 @@ typedef struct cohort_trainer_stats {
   double learning_rate;          /* used by the last step */
   double grad_norm;              /* global gradient L2 norm of the last step (before clipping); NaN or
                                   * Inf after a step skipped for non-finite values (NON_FINITE) */
-  int64_t peak_activation_bytes; /* largest live activation memory of any step so far */
+  int64_t peak_activation_bytes; /* largest live activation memory of any step so far: the most
+                                  * bytes a step's forward + backward held at once besides the
+                                  * parameters, their gradients and the optimizer state, as
+                                  * allocated (activations, gradients of activations, and under
+                                  * activation checkpointing the recomputed ones) */
   int64_t parameter_bytes;       /* parameters + gradients + optimizer state */
   double last_step_seconds;
+  /* Added after last_step_seconds; written only when size covers them. parameter_bytes split
+   * into its three parts, this rank's (under tensor parallelism: its blocks of the split layers). */
+  int64_t parameter_value_bytes; /* the parameters alone */
+  int64_t gradient_bytes;        /* their gradients */
+  int64_t optimizer_state_bytes; /* moments, fp32 master copies */
 } cohort_trainer_stats;
 COHORT_API cohort_status cohort_trainer_get_stats(const cohort_trainer* trainer, cohort_trainer_stats* stats_out);
 
