@@ -171,7 +171,8 @@ const char* usage_text() {
          "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1] [--noise-scaling 0|1 (adamw)]  (not sync)\n"
          "         [--staleness-penalty 0|1] [--outer-clip C] [--overlap N|auto (1..tau)] [--outer-bits 32|8|4]\n"
          "         (co2 only; --tau auto = --overlap auto: chosen from the measured all-reduce and step times)\n"
-         "         [--tensor N]  (mlp and gpt: Megatron tensor parallelism over groups of N ranks)\n";
+         "         [--tensor N]  (mlp and gpt: Megatron tensor parallelism over groups of N ranks)\n"
+         "         [--activation-checkpointing]  (gpt: recompute each block's activations in backward)\n";
 }
 
 const char* usage_notes() {
@@ -188,7 +189,11 @@ const char* usage_notes() {
          "TORCHELASTIC_RUN_ID): not a secret, so set COHORT_JOB_TOKEN where others can reach the port.\n"
          "--tensor N splits each model replica over N consecutive ranks (Megatron-LM's 1D tensor\n"
          "parallelism: the gpt's attention by heads and its mlp, the mlp's two layers); the world / N\n"
-         "replicas train in the --parallel mode. N must divide the world, the heads and the hidden widths.\n";
+         "replicas train in the --parallel mode. N must divide the world, the heads and the hidden widths.\n"
+         "--activation-checkpointing (a field of the --parallel plan; --parallel sync with no launcher runs\n"
+         "one rank) keeps only each transformer block's input through forward and recomputes the block\n"
+         "just before its backward: the same gradients, less activation memory (the memory line printed at\n"
+         "the end), one more forward of every block.\n";
 }
 
 Options parse_train_options(int argc, char** argv, int first) {
@@ -197,6 +202,10 @@ Options parse_train_options(int argc, char** argv, int first) {
     const std::string flag = argv[i];
     if (flag == "--quiet" || flag == "--no-eval") {
       (flag == "--quiet" ? o.quiet : o.no_eval) = true;
+      continue;
+    }
+    if (flag == "--activation-checkpointing") {
+      o.activation_checkpointing = true;
       continue;
     }
     auto it = setters().find(flag);
@@ -253,6 +262,12 @@ void check_parallel_flags(const Options& o) {
   require(o.tensor == 1 || !o.parallel.empty(),
           "--tensor needs --parallel (sync, localsgd, slowmo, diloco or co2: how the model replicas train)");
   require(o.tensor == 1 || o.zero == 0, "--tensor with --zero is not supported yet");
+  require(!o.activation_checkpointing || o.model == "gpt",
+          "--activation-checkpointing applies to --model gpt (it recomputes transformer blocks; " + o.model +
+              " has none)");
+  require(!o.activation_checkpointing || !o.parallel.empty(),
+          "--activation-checkpointing needs --parallel (it is a field of the parallel plan; --parallel sync "
+          "without a launcher runs one rank)");
 }
 
 }  // namespace

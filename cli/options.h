@@ -69,6 +69,8 @@ struct Options {
   // Tensor parallelism (Megatron 1D, cohort_plan_options::tensor_y): ranks per model replica, the
   // rest of the world is the data axis (the --parallel mode); 1 = none.
   int64_t tensor = 1;
+  // cohort_plan_options::activation_checkpointing: recompute each gpt block in backward.
+  bool activation_checkpointing = false;
   uint64_t seed = 1;
   // Hidden flags for tests/parity: initial weights from a file, every step's batch to a file,
   // and every step's loss to a text file.

@@ -197,6 +197,7 @@ void Task::create_trainer() {
     po.overlap_steps = o_.overlap.value_or(0);  // 0: the default, 1; kAuto = -1: chosen as it runs
     po.outer_bits = static_cast<int32_t>(o_.outer_bits);
     po.tensor_y = static_cast<int32_t>(o_.tensor);
+    po.activation_checkpointing = o_.activation_checkpointing ? 1 : 0;
     cohort_plan* plan = nullptr;
     st = cohort_plan_create(&po, &plan);
     if (st == COHORT_OK) st = cohort_trainer_create_parallel(graph_, opt, plan, comm_, &to, &trainer_);

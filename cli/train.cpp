@@ -353,7 +353,8 @@ int run_train(Options o) {
                 o.parallel.empty() ? "" : ", ",
                 o.parallel.empty() ? "" : (o.parallel + (o.parallel == "sync" ? "" : " tau " + std::to_string(*o.tau)) +
                                            (o.zero > 0 ? " zero " + std::to_string(o.zero) : "") +
-                                           (o.tensor > 1 ? " tensor " + std::to_string(o.tensor) : "")).c_str(),
+                                           (o.tensor > 1 ? " tensor " + std::to_string(o.tensor) : "") +
+                                           (o.activation_checkpointing ? " activation checkpointing" : "")).c_str(),
                 static_cast<long long>(total), static_cast<long long>(task.steps_per_epoch()), o.optimizer.c_str(), *o.lr,
                 static_cast<long long>(*o.warmup));
   if (!o.resume.empty()) loop.resume(o.resume);

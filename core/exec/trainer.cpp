@@ -25,7 +25,14 @@ Trainer::Trainer(const Graph& forward, const optim::OptimizerConfig& config, con
   COHORT_CHECK(!options_.axes || options_.device == Device::kCpu, Status::kUnsupported,
                "tensor parallelism runs on the host for now: the collectives of a rank's graph have no device "
                "communicators per grid axis yet (TODO(#27))");
-  grad_ids_ = build_backward(train_, train_.loss(), param_ids_);
+  std::vector<std::vector<NodeId>> blocks;
+  if (options_.activation_checkpointing) {
+    blocks = blocks_by_name(train_);
+    COHORT_CHECK(!blocks.empty(), Status::kInvalidPlan,
+                 "activation checkpointing: the model has no transformer blocks to recompute (no node is named "
+                 "'h.<layer>.<name>', as the GPT builder names each block's nodes)");
+  }
+  grad_ids_ = build_backward(train_, train_.loss(), param_ids_, blocks);
   std::vector<ValueId> targets = {train_.loss()};
   for (ValueId g : grad_ids_) if (g >= 0) targets.push_back(g);
   // Refuses a device that cannot be used, or operators without its kernels, before allocating.

@@ -35,6 +35,12 @@ struct TrainerOptions {
   // step and evaluate at the same points (they run collectives).
   std::shared_ptr<const CommAxes> axes{};
   bool overlap_collectives = true;  // RunOptions::overlap
+  // Activation checkpointing per transformer block (build_backward's recompute, autodiff.h): the
+  // blocks are blocks_by_name's (the GPT builder's "h.<l>." nodes); forward keeps only what each
+  // block reads, backward recomputes a block's activations just before its gradients. The same
+  // gradients, bit for bit; less activation memory for one more forward of every block. A
+  // model without such blocks is refused (kInvalidPlan) rather than silently run without.
+  bool activation_checkpointing = false;
   // The single-rank model the graph was rewritten from (tensor parallelism): checkpoints are
   // written in its layout — whole parameters and optimizer state, its fingerprint — so that they
   // load under another grid or on one rank. nullptr: the graph itself.

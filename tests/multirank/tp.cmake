@@ -2,7 +2,8 @@
 # checked against a single process on the same global batch within the fp32 bound that
 # tests/unit/core/parallel/tp_reference.h derives (and prints): Megatron 1D over the whole world
 # at 2 and 4 ranks for the GPT and the MLP over shared memory and TCP, overlap off for
-# comparison, data 2 x tensor 2 at 4 ranks, and a rank killed mid-run failing every survivor.
+# comparison, data 2 x tensor 2 at 4 ranks, a rank killed mid-run failing every survivor, and
+# the gpt with activation checkpointing.
 add_executable(tp_rank tp_rank.cpp)
 target_compile_options(tp_rank PRIVATE ${COHORT_WARNINGS})
 target_include_directories(tp_rank PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
@@ -29,3 +30,6 @@ foreach(model gpt mlp)
   tp_test(${model}-nooverlap 2 shm)
   tp_test(${model}-kill 4 tcp)
 endforeach()
+# Activation checkpointing under tensor parallelism (the gpt: the mlp has no blocks).
+tp_test(gpt-ckpt 2 shm)
+tp_test(gpt-ckpt 4 tcp)

@@ -190,6 +190,7 @@ class ErrorTest(unittest.TestCase):
         self.assertFails(cohort.UnsupportedError, "tensor_x = 2, tensor_z = 1: the 2D and 3D tensor grids", cohort.Plan,
                          tensor_x=2)
         cohort.Plan("co2", tau=2, tensor_y=2, tensor_overlap_off=1).close()
+        cohort.Plan("ddp", activation_checkpointing=1).close()  # a model without blocks: refused by the trainer
         with cohort.Plan("ddp") as plan:
             self.assertFalse(plan.closed)
 

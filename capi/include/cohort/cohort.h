@@ -771,6 +771,15 @@ typedef struct cohort_plan_options {
   /* Nonzero: each tensor-parallel collective is waited for right after it starts instead of
    * overlapping the compute that does not need its result (for comparison). Default 0. */
   int32_t tensor_overlap_off;
+  /* Added after tensor_overlap_off (read only when size covers it). Nonzero: activation
+   * checkpointing per transformer block — forward keeps only each block's input, and backward
+   * recomputes the block's activations from it just before the block's gradients (dropout draws
+   * the same masks), so a step holds one block's activations at a time instead of every block's,
+   * for one more forward of each block. Gradients are the same, bit for bit. The blocks are the
+   * nodes named "h.<layer>.<name>" (the GPT builder's, cohort_graph_create_gpt; kept under tensor
+   * parallelism); INVALID_PLAN at cohort_trainer_create_parallel for a model without any.
+   * Default 0. */
+  int32_t activation_checkpointing;
 } cohort_plan_options;
 /* preset NONE, data_parallel 0, mode DDP, tau 1, outer lr 1, momentum 0, no Nesterov, no
  * penalty (constant 1), no clip, ZeRO stage 0, bucket_bytes 25 MiB, tensor_x = tensor_y =

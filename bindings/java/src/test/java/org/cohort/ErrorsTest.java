@@ -123,6 +123,8 @@ class ErrorsTest {
     TestSupport.expectError(Status.UNSUPPORTED, () -> new Plan(new PlanOptions().tensor(2, 2, 1)).close(),
         "cohort_plan_create", "tensor_x = 2, tensor_z = 1: the 2D and 3D tensor grids");
     new Plan(new PlanOptions().tensor(1, 2, 1).tensorOverlapOff(true)).close();
+    assertEquals(false, new PlanOptions().activationCheckpointing());
+    new Plan(new PlanOptions().activationCheckpointing(true)).close();
   }
 
   @Test
