@@ -193,7 +193,8 @@ const char* usage_text() {
          "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1] [--noise-scaling 0|1 (adamw)]  (not sync)\n"
          "         [--staleness-penalty 0|1] [--outer-clip C] [--overlap N|auto (1..tau)] [--outer-bits 32|8|4]\n"
          "         (co2 only; --tau auto = --overlap auto: chosen from the measured all-reduce and step times)\n"
-         "         [--tensor N | --grid XxYxZ]  (mlp and gpt: tensor parallelism over groups of N or X*Y*Z ranks)\n";
+         "         [--tensor N | --grid XxYxZ]  (mlp and gpt: tensor parallelism over groups of N or X*Y*Z ranks)\n"
+         "         [--activation-checkpointing]  (gpt: recompute each block's activations in backward)\n";
 }
 
 const char* usage_notes() {
@@ -215,7 +216,11 @@ const char* usage_notes() {
          "--grid XxYxZ is AxoNN's tensor grid (--tensor N is 1xNx1): each split layer's weight is cut over\n"
          "X along its in-features and over Y along its out-features (consecutive layers swap the two),\n"
          "and its block over Z along its rows, gathered before use; the X*Y*Z ranks of a replica are\n"
-         "consecutive (Z varies fastest) and its Z ranks train on different rows, like data ranks.\n";
+         "consecutive (Z varies fastest) and its Z ranks train on different rows, like data ranks.\n"
+         "--activation-checkpointing (a field of the --parallel plan; --parallel sync with no launcher runs\n"
+         "one rank) keeps only each transformer block's input through forward and recomputes the block\n"
+         "just before its backward: the same gradients, less activation memory (the memory line printed at\n"
+         "the end), one more forward of every block.\n";
 }
 
 Options parse_train_options(int argc, char** argv, int first) {
@@ -224,6 +229,10 @@ Options parse_train_options(int argc, char** argv, int first) {
     const std::string flag = argv[i];
     if (flag == "--quiet" || flag == "--no-eval") {
       (flag == "--quiet" ? o.quiet : o.no_eval) = true;
+      continue;
+    }
+    if (flag == "--activation-checkpointing") {
+      o.activation_checkpointing = true;
       continue;
     }
     auto it = setters().find(flag);
@@ -281,6 +290,12 @@ void check_parallel_flags(const Options& o) {
           "--tensor and --grid need --parallel (sync, localsgd, slowmo, diloco or co2: how the model replicas "
           "train)");
   require(o.tensor_degree() == 1 || o.zero == 0, "--tensor and --grid with --zero are not supported yet");
+  require(!o.activation_checkpointing || o.model == "gpt",
+          "--activation-checkpointing applies to --model gpt (it recomputes transformer blocks; " + o.model +
+              " has none)");
+  require(!o.activation_checkpointing || !o.parallel.empty(),
+          "--activation-checkpointing needs --parallel (it is a field of the parallel plan; --parallel sync "
+          "without a launcher runs one rank)");
 }
 
 }  // namespace

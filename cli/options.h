@@ -71,6 +71,8 @@ struct Options {
   // --parallel mode); 1 x 1 x 1 = none.
   int64_t tensor_x = 1, tensor = 1, tensor_z = 1;
   int64_t tensor_degree() const { return tensor_x * tensor * tensor_z; }
+  // cohort_plan_options::activation_checkpointing: recompute each gpt block in backward.
+  bool activation_checkpointing = false;
   uint64_t seed = 1;
   // Hidden flags for tests/parity: initial weights from a file, every step's batch to a file,
   // and every step's loss to a text file.
@@ -84,6 +86,9 @@ struct Options {
   // hold collectives over the tensor axis) and print nothing.
   bool joins_evaluation = false;
   bool quiet = false;      // no progress line
+  // Every rank prints its memory line at the end (parameters, gradients, optimizer state, peak
+  // activations): on unless --quiet (ranks other than 0 are made quiet, not this).
+  bool memory_report = true;
 };
 
 // Parses argv[first..argc) after the subcommand. Throws UsageError.

@@ -201,6 +201,7 @@ void Task::create_trainer() {
     po.tensor_x = static_cast<int32_t>(o_.tensor_x);
     po.tensor_y = static_cast<int32_t>(o_.tensor);
     po.tensor_z = static_cast<int32_t>(o_.tensor_z);
+    po.activation_checkpointing = o_.activation_checkpointing ? 1 : 0;
     cohort_plan* plan = nullptr;
     st = cohort_plan_create(&po, &plan);
     if (st == COHORT_OK) st = cohort_trainer_create_parallel(graph_, opt, plan, comm_, &to, &trainer_);

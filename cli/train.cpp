@@ -94,6 +94,7 @@ class Loop {
   void progress(int64_t step, double rate, bool newline);
   std::string parallel_fields(cohort_parallel_stats* out);  // a JSON member; fills *out if given
   void parallel_summary();
+  void memory_report();
   void report_round_shape();
   int64_t shown_tau_ = 0, shown_overlap_ = 0;
   cohort_parallel_stats last_parallel_{};  // at the last metrics line (before any evaluation)
@@ -264,6 +265,33 @@ void Loop::parallel_summary() {
   std::fflush(stdout);
 }
 
+// This rank's model state and the peak activation memory of its steps, in bytes (exact, for
+// scripts) and MiB. Under --parallel the model state as the plan holds it (ZeRO's shards, DDP's
+// gradient buckets) at the last log point, before an evaluation may gather parameters.
+void Loop::memory_report() {
+  if (!o_.memory_report) return;
+  cohort_trainer_stats t{};
+  t.size = sizeof t;
+  check(cohort_trainer_get_stats(task_.trainer(), &t), "trainer stats");
+  int64_t parameters = t.parameter_value_bytes, gradients = t.gradient_bytes, optimizer = t.optimizer_state_bytes;
+  if (!o_.parallel.empty() && last_parallel_.size != 0) {
+    parameters = last_parallel_.parameter_bytes;
+    gradients = last_parallel_.gradient_bytes;
+    optimizer = last_parallel_.optimizer_state_bytes;
+  }
+  const double mib = 1.0 / (1 << 20);
+  auto part = [&](const char* what, int64_t bytes) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s %lld B (%.2f MiB)", what, static_cast<long long>(bytes),
+                  static_cast<double>(bytes) * mib);
+    return std::string(buf);
+  };
+  std::printf("memory rank %d/%d: %s, %s, %s, %s, peak of a step\n", task_.rank(), task_.world(),
+              part("parameters", parameters).c_str(), part("gradients", gradients).c_str(),
+              part("optimizer state", optimizer).c_str(), part("activations", t.peak_activation_bytes).c_str());
+  std::fflush(stdout);
+}
+
 void Loop::run() {
   start_time_ = window_time_ = now_seconds();
   window_step_ = start_step_;
@@ -287,6 +315,7 @@ void Loop::run() {
     if (!o_.save.empty() && (step == last || (o_.save_every > 0 && step % o_.save_every == 0))) save(step);
   }
   if (!o_.parallel.empty() && last > start_step_) parallel_summary();
+  if (last > start_step_) memory_report();
   if (start_step_ >= total_) {
     std::printf("nothing to train: the checkpoint is at step %lld of %lld\n", static_cast<long long>(start_step_),
                 static_cast<long long>(total_));
@@ -302,6 +331,7 @@ void Loop::run() {
 
 int run_train(Options o) {
   const std::vector<std::string> warnings = apply_defaults(o);
+  o.memory_report = !o.quiet;
   if (o.threads > 0) check(cohort_set_num_threads(static_cast<int>(o.threads)), "--threads");
   Task task(o);
   if (task.world() > 1) {
@@ -330,7 +360,8 @@ int run_train(Options o) {
                 o.parallel.empty() ? "" : ", ",
                 o.parallel.empty() ? "" : (o.parallel + (o.parallel == "sync" ? "" : " tau " + std::to_string(*o.tau)) +
                                            (o.zero > 0 ? " zero " + std::to_string(o.zero) : "") +
-                                           grid_text(o)).c_str(),
+                                           grid_text(o) +
+                                           (o.activation_checkpointing ? " activation checkpointing" : "")).c_str(),
                 static_cast<long long>(total), static_cast<long long>(task.steps_per_epoch()), o.optimizer.c_str(), *o.lr,
                 static_cast<long long>(*o.warmup));
   if (!o.resume.empty()) loop.resume(o.resume);

@@ -151,6 +151,11 @@ COHORT_API cohort_status cohort_trainer_get_stats(const cohort_trainer* trainer,
     stats_out->peak_activation_bytes = static_cast<int64_t>(s.peak_activation_bytes);
     stats_out->parameter_bytes = static_cast<int64_t>(s.parameter_bytes);
     stats_out->last_step_seconds = s.last_step_seconds;
+    if (stats_out->size >= offsetof(cohort_trainer_stats, optimizer_state_bytes) + sizeof(int64_t)) {
+      stats_out->parameter_value_bytes = static_cast<int64_t>(s.parameter_value_bytes);
+      stats_out->gradient_bytes = static_cast<int64_t>(s.gradient_bytes);
+      stats_out->optimizer_state_bytes = static_cast<int64_t>(s.optimizer_state_bytes);
+    }
   });
 }
 

@@ -56,7 +56,8 @@ std::vector<NodeId> start_collectives_early(const Graph& g, const std::vector<No
 
 Executor::Executor(const Graph& graph, std::vector<ValueId> targets, Device device)
     : graph_(graph), device_(device), targets_(std::move(targets)) {
-  for (ValueId t : targets_) (void)graph_.value(t);
+  is_target_.assign(graph_.values().size(), false);
+  for (ValueId t : targets_) is_target_[static_cast<size_t>(graph_.value(t).id)] = true;
   order_ = start_collectives_early(graph_, needed_nodes(graph_, targets_));
   std::vector<int> last_use(graph_.values().size(), -1);
   std::vector<bool> produced(graph_.values().size(), false);
@@ -101,7 +102,7 @@ Executor::Executor(const Graph& graph, std::vector<ValueId> targets, Device devi
   }
 }
 
-Tensor Executor::allocate(const TensorType& type) {
+Tensor Executor::allocate(const TensorType& type, bool target) {
   size_t bytes = static_cast<size_t>(shape_numel(type.shape)) * dtype_size(type.dtype);
   std::shared_ptr<Storage> storage;
   auto it = pool_.lower_bound(bytes);
@@ -115,7 +116,8 @@ Tensor Executor::allocate(const TensorType& type) {
     storage = std::make_shared<Storage>(device_allocator(device_), bytes);
   }
   live_bytes_ += storage->bytes();
-  last_peak_bytes_ = std::max(last_peak_bytes_, live_bytes_);
+  if (target) live_target_bytes_ += storage->bytes();
+  last_peak_bytes_ = std::max(last_peak_bytes_, live_bytes_ - live_target_bytes_);
   return Tensor::view_of(storage, 0, type.shape, type.dtype);
 }
 
@@ -143,7 +145,7 @@ void Executor::run(std::unordered_map<ValueId, Tensor>& env, const RunOptions& o
                  " is on ", device_name(it->second.device()), " but the graph runs on ", device_name(device_));
   }
   device_discard_checks(device_);  // left by a run that failed half-way
-  live_bytes_ = 0;  // targets of the previous run now belong to the caller
+  live_bytes_ = live_target_bytes_ = 0;  // targets of the previous run now belong to the caller
   for (auto& storage : handed_out_)
     if (storage.use_count() == 1) pool_.emplace(storage->bytes(), std::move(storage));
   handed_out_.clear();
@@ -262,7 +264,9 @@ void Executor::run_node(const Node& node, std::unordered_map<ValueId, Tensor>& e
   for (ValueId out : node.outputs) {
     TensorType t = graph_.value(out).type;
     if (convert && t.dtype == DType::kBF16) t.dtype = DType::kF32;
-    Tensor buf = allocate(t);
+    // A target the kernel writes wide (converted below) is a temporary here: that one counts.
+    const bool widened = t.dtype != graph_.value(out).type.dtype;
+    Tensor buf = allocate(t, is_target_[static_cast<size_t>(out)] && !widened);
     owned_.insert(buf.storage().get());
     ctx.outputs.push_back(buf);
   }
@@ -292,7 +296,7 @@ void Executor::run_node(const Node& node, std::unordered_map<ValueId, Tensor>& e
   for (size_t k = 0; k < node.outputs.size(); ++k) {
     const TensorType& t = graph_.value(node.outputs[k]).type;
     if (ctx.outputs[k].dtype() != t.dtype) {
-      Tensor narrow = allocate(t);
+      Tensor narrow = allocate(t, is_target_[static_cast<size_t>(node.outputs[k])]);
       owned_.insert(narrow.storage().get());
       narrow.copy_from(ctx.outputs[k]);
       release(ctx.outputs[k]);

@@ -67,6 +67,7 @@ class Executor {
   const std::vector<ValueId>& required_values() const { return required_; }
   // The nodes a run executes, in execution order (positions of RunOptions::before_node).
   const std::vector<NodeId>& order() const { return order_; }
+  // The peak (above) over every run so far, and that of the last run.
   size_t peak_activation_bytes() const { return peak_bytes_; }
   size_t last_activation_bytes() const { return last_peak_bytes_; }
   const CollectiveStats& collective_stats() const { return collective_stats_; }
@@ -81,7 +82,8 @@ class Executor {
     std::vector<ValueId> outputs;
     const OpSchema* op = nullptr;
   };
-  Tensor allocate(const TensorType& type);
+  // target: the buffer holds a target value (kept by the caller; not counted as activation).
+  Tensor allocate(const TensorType& type, bool target);
   void release(Tensor& t);
   // Runs one node; a collective's node leaves its collective in flight_ (keyed by its outputs).
   void run_node(const Node& node, std::unordered_map<ValueId, Tensor>& env, const RunOptions& o);
@@ -104,7 +106,9 @@ class Executor {
   // Buffers handed to the caller as targets by the last run; the next run takes back into the
   // pool those the caller no longer holds, so a training loop does not allocate every step.
   std::vector<std::shared_ptr<Storage>> handed_out_;
-  size_t live_bytes_ = 0;
+  std::vector<bool> is_target_;  // by value id
+  size_t live_bytes_ = 0;         // every buffer of this run still held
+  size_t live_target_bytes_ = 0;  // of them, the targets' (never released during a run)
   size_t peak_bytes_ = 0;
   size_t last_peak_bytes_ = 0;
   std::map<uint64_t, InFlight> flights_;            // by start number; completed ones erased

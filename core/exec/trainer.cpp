@@ -25,7 +25,14 @@ Trainer::Trainer(const Graph& forward, const optim::OptimizerConfig& config, con
   COHORT_CHECK(!options_.axes || options_.device == Device::kCpu, Status::kUnsupported,
                "tensor parallelism runs on the host for now: the collectives of a rank's graph have no device "
                "communicators per grid axis yet (TODO(#27))");
-  grad_ids_ = build_backward(train_, train_.loss(), param_ids_);
+  std::vector<std::vector<NodeId>> blocks;
+  if (options_.activation_checkpointing) {
+    blocks = blocks_by_name(train_);
+    COHORT_CHECK(!blocks.empty(), Status::kInvalidPlan,
+                 "activation checkpointing: the model has no transformer blocks to recompute (no node is named "
+                 "'h.<layer>.<name>', as the GPT builder names each block's nodes)");
+  }
+  grad_ids_ = build_backward(train_, train_.loss(), param_ids_, blocks);
   std::vector<ValueId> targets = {train_.loss()};
   for (ValueId g : grad_ids_) if (g >= 0) targets.push_back(g);
   // Refuses a device that cannot be used, or operators without its kernels, before allocating.
@@ -405,8 +412,10 @@ TrainerStats Trainer::stats() const {
   const double hook_norm = hook_ ? hook_->applied_grad_norm() : -1.0;
   s.grad_norm = !(hook_norm < 0) ? hook_norm : optimizer_->last_grad_norm();  // NaN: the hook skipped a step
   s.peak_activation_bytes = train_exec_->peak_activation_bytes();
-  for (size_t i = 0; i < params_.size(); ++i) s.parameter_bytes += 2 * params_[i].nbytes();
-  s.parameter_bytes += optimizer_->state_bytes();
+  for (size_t i = 0; i < params_.size(); ++i) s.parameter_value_bytes += params_[i].nbytes();
+  s.gradient_bytes = s.parameter_value_bytes;  // one gradient per parameter, of its shape and dtype
+  s.optimizer_state_bytes = optimizer_->state_bytes();
+  s.parameter_bytes = s.parameter_value_bytes + s.gradient_bytes + s.optimizer_state_bytes;
   s.last_step_seconds = last_step_seconds_;
   s.collectives = train_exec_->collective_stats();
   return s;

@@ -35,6 +35,12 @@ struct TrainerOptions {
   // step and evaluate at the same points (they run collectives).
   std::shared_ptr<const CommAxes> axes{};
   bool overlap_collectives = true;  // RunOptions::overlap
+  // Activation checkpointing per transformer block (build_backward's recompute, autodiff.h): the
+  // blocks are blocks_by_name's (the GPT builder's "h.<l>." nodes); forward keeps only what each
+  // block reads, backward recomputes a block's activations just before its gradients. The same
+  // gradients, bit for bit; less activation memory for one more forward of every block. A
+  // model without such blocks is refused (kInvalidPlan) rather than silently run without.
+  bool activation_checkpointing = false;
   // The single-rank model the graph was rewritten from (tensor parallelism): checkpoints are
   // written in its layout — whole parameters and optimizer state, its fingerprint — so that they
   // load under another grid or on one rank. nullptr: the graph itself.
@@ -45,8 +51,14 @@ struct TrainerStats {
   int64_t step = 0;
   double learning_rate = 0.0;
   double grad_norm = 0.0;
+  // Executor::peak_activation_bytes of the training steps: the most bytes a step held at once
+  // besides parameters, gradients and optimizer state (forward's activations, backward's
+  // gradients of them, recomputed ones under activation checkpointing).
   size_t peak_activation_bytes = 0;
-  size_t parameter_bytes = 0;
+  size_t parameter_bytes = 0;  // the sum of the three below
+  size_t parameter_value_bytes = 0;  // this rank's parameters (blocks of them under tensor parallelism)
+  size_t gradient_bytes = 0;         // their gradients
+  size_t optimizer_state_bytes = 0;  // moments, fp32 master copies
   double last_step_seconds = 0.0;
   CollectiveStats collectives;  // of training steps (tensor parallelism)
 };

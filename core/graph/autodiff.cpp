@@ -1,9 +1,13 @@
 // Reverse-mode autodiff over the OP-DAG. Nodes are visited in reverse id order (ids are
 // topological); contributions to one value are summed with "add" nodes, unless the rule of the
-// node visited last adds the sum so far itself (BackwardContext::accumulated_grad).
+// node visited last adds the sum so far itself (BackwardContext::accumulated_grad). A node of a
+// recomputed block (activation checkpointing) runs its rule on a copy of itself whose inputs and
+// outputs are the recomputed values; gradients stay keyed by the forward values.
 #include "core/graph/autodiff.h"
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 
 #include "core/base/error.h"
 
@@ -35,15 +39,76 @@ std::vector<bool> relevant_values(const Graph& g, ValueId loss, const std::vecto
   for (size_t i = 0; i < nv; ++i) r[i] = from_wrt[i] && to_loss[i];
   return r;
 }
+
+// The blocks to recompute, checked: block_of[node] = its block or -1.
+std::vector<int> block_index(const Graph& g, const std::vector<std::vector<NodeId>>& recompute) {
+  std::vector<int> block_of(g.nodes().size(), -1);
+  for (size_t b = 0; b < recompute.size(); ++b) {
+    COHORT_CHECK(!recompute[b].empty(), Status::kInvalidArgument, "activation checkpointing: block ", b, " is empty");
+    for (NodeId n : recompute[b]) {
+      COHORT_CHECK(n >= 0 && static_cast<size_t>(n) < g.nodes().size(), Status::kInvalidArgument,
+                   "activation checkpointing: block ", b, " names node ", n, ", the graph has ", g.nodes().size());
+      const Node& node = g.node(n);
+      COHORT_CHECK(!node.backward, Status::kInvalidArgument, "activation checkpointing: block ", b,
+                   " holds backward node '", node.name, "'");
+      COHORT_CHECK(block_of[static_cast<size_t>(n)] < 0, Status::kInvalidArgument, "activation checkpointing: node '",
+                   node.name, "' is in block ", block_of[static_cast<size_t>(n)], " and block ", b);
+      block_of[static_cast<size_t>(n)] = static_cast<int>(b);
+    }
+  }
+  return block_of;
+}
+
+// Appends the copy of a block's forward nodes (ascending ids), reading the copies of values the
+// block produced: remap[v] = v's recomputed value.
+void add_recomputation(Graph& g, std::vector<NodeId> nodes, std::unordered_map<ValueId, ValueId>& remap) {
+  std::sort(nodes.begin(), nodes.end());
+  for (NodeId id : nodes) {
+    const Node node = g.node(id);  // copy: adding nodes may reallocate the vector
+    std::vector<ValueId> inputs;
+    for (ValueId i : node.inputs) {
+      auto it = remap.find(i);
+      inputs.push_back(it == remap.end() ? i : it->second);
+    }
+    std::vector<ValueId> outputs;
+    if (node.op->name == "dropout") {
+      // The same mask: the kernel keys it on the forward node's id (core/ops/dropout.cpp).
+      Attrs a = node.attrs;
+      a.set("node", static_cast<int64_t>(node.id));
+      outputs = g.add_op("dropout_grad", node.name + ".recompute", inputs, a);
+    } else {
+      outputs = g.add_op(node.op->name, node.name + ".recompute", inputs, node.attrs);
+    }
+    for (size_t k = 0; k < outputs.size(); ++k) remap[node.outputs[k]] = outputs[k];
+  }
+}
 }  // namespace
 
-std::vector<ValueId> build_backward(Graph& g, ValueId loss, const std::vector<ValueId>& wrt) {
+std::vector<std::vector<NodeId>> blocks_by_name(const Graph& g, const std::string& prefix) {
+  std::map<int64_t, std::vector<NodeId>> blocks;
+  for (const Node& n : g.nodes()) {
+    if (n.backward || n.name.compare(0, prefix.size(), prefix) != 0) continue;
+    size_t end = prefix.size();
+    while (end < n.name.size() && std::isdigit(static_cast<unsigned char>(n.name[end]))) ++end;
+    if (end == prefix.size() || end - prefix.size() > 9 || end >= n.name.size() || n.name[end] != '.') continue;
+    blocks[std::stoll(n.name.substr(prefix.size(), end - prefix.size()))].push_back(n.id);
+  }
+  std::vector<std::vector<NodeId>> out;
+  for (auto& [layer, nodes] : blocks) out.push_back(std::move(nodes));
+  return out;
+}
+
+std::vector<ValueId> build_backward(Graph& g, ValueId loss, const std::vector<ValueId>& wrt,
+                                    const std::vector<std::vector<NodeId>>& recompute) {
   COHORT_CHECK(loss >= 0, Status::kInvalidState, "the graph has no loss");
   const TensorType& lt = g.value(loss).type;
   COHORT_CHECK(dtype_is_float(lt.dtype) && shape_numel(lt.shape) == 1, Status::kShapeMismatch,
                "loss ", g.describe(loss), " must be a float scalar");
   for (ValueId v : wrt) (void)g.value(v);
   std::vector<bool> relevant = relevant_values(g, loss, wrt);
+  const std::vector<int> block_of = block_index(g, recompute);
+  std::vector<bool> recomputed(recompute.size(), false);
+  std::unordered_map<ValueId, ValueId> remap;  // forward value of a block -> its recomputed copy
   const size_t forward_nodes = g.nodes().size();
   std::vector<ValueId> grad(g.values().size(), -1);
 
@@ -70,7 +135,17 @@ std::vector<ValueId> build_backward(Graph& g, ValueId loss, const std::vector<Va
     if (!needs_input_grad) continue;
     COHORT_CHECK(static_cast<bool>(node.op->backward), Status::kUnsupported, node.op->name, " '",
                  node.name, "' has no backward rule but the loss needs its gradient");
-    BackwardContext ctx(g, node, gout);
+    Node reads = node;  // what the rule reads: the recomputed values inside a checkpointed block
+    if (const int b = block_of[k]; b >= 0) {
+      if (!recomputed[static_cast<size_t>(b)]) {
+        add_recomputation(g, recompute[static_cast<size_t>(b)], remap);
+        recomputed[static_cast<size_t>(b)] = true;
+        grad.resize(g.values().size(), -1);
+      }
+      for (ValueId& v : reads.inputs) v = remap.count(v) ? remap.at(v) : v;
+      for (ValueId& v : reads.outputs) v = remap.at(v);
+    }
+    BackwardContext ctx(g, reads, gout);
     // Gradients summed so far, offered to the rule for inputs the node reads once.
     std::vector<ValueId> so_far(node.inputs.size(), -1);
     for (size_t i = 0; i < node.inputs.size(); ++i)

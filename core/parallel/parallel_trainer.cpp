@@ -39,6 +39,7 @@ std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::
                                                const DeviceCommFactory& device_comm) {
   COHORT_CHECK(world != nullptr, Status::kInvalidArgument, "parallel trainer: no communicator");
   validate_for_world(plan, world->size());  // before any collective: nothing to undo
+  options.activation_checkpointing = plan.activation_checkpointing;
   if (plan.tensor.degree() == 1) {
     auto trainer = std::make_unique<Trainer>(model, config, options);
     DataParallel::attach(*trainer, plan, world, device_comm ? device_comm(*trainer) : nullptr);

@@ -69,6 +69,8 @@ struct PlanConfig {
   // overlap_collectives is false (for comparison).
   TensorGrid tensor;
   bool overlap_collectives = true;
+  // Activation checkpointing per transformer block: TrainerOptions::activation_checkpointing.
+  bool activation_checkpointing = false;
 };
 
 // A preset's settings (tau as given). localsgd: alpha 1, beta 0 = plain parameter averaging.

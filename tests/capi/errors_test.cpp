@@ -3,6 +3,7 @@
 
 #include <cohort/cohort.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -365,6 +366,21 @@ TEST(CapiTrainer, StepEvaluateAndParameterErrors) {
                 "cohort_trainer_set_parameter: parameter 'w' is f32, but the buffer has dtype i32");
   EXPECT_STATUS(cohort_trainer_get_parameter(t, &pi), COHORT_ERR_SHAPE_MISMATCH,
                 "cohort_trainer_get_parameter: parameter 'w' is f32, but the buffer has dtype i32");
+  // The model state split in three (w [2, 3] and b [2] under this optimizer), summing to
+  // parameter_bytes; a caller of the size before the split gets its fields and no more.
+  st = cohort_trainer_stats{};
+  st.size = sizeof st;
+  ASSERT_EQ(cohort_trainer_get_stats(t, &st), COHORT_OK);
+  EXPECT_GT(st.parameter_value_bytes, 0);
+  EXPECT_EQ(st.gradient_bytes, st.parameter_value_bytes);
+  EXPECT_EQ(st.parameter_value_bytes + st.gradient_bytes + st.optimizer_state_bytes, st.parameter_bytes);
+  EXPECT_GT(st.peak_activation_bytes, 0);
+  cohort_trainer_stats old{};
+  old.size = offsetof(cohort_trainer_stats, parameter_value_bytes);
+  old.gradient_bytes = -7;
+  ASSERT_EQ(cohort_trainer_get_stats(t, &old), COHORT_OK);
+  EXPECT_EQ(old.parameter_bytes, st.parameter_bytes);
+  EXPECT_EQ(old.gradient_bytes, -7);
   st.size = 3;
   EXPECT_STATUS(cohort_trainer_get_stats(t, &st), COHORT_ERR_INVALID_ARGUMENT, "stats_out->size is 3");
   EXPECT_EQ(cohort_trainer_destroy(t), COHORT_OK);

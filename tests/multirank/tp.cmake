@@ -3,7 +3,8 @@
 # tests/unit/core/parallel/tp_reference.h derives (and prints): Megatron 1D over the whole world
 # at 2 and 4 ranks for the GPT and the MLP over shared memory and TCP, overlap off for
 # comparison, data 2 x tensor 2 at 4 ranks, AxoNN's grids (2 x 2 over X and Y, Z = 2 with Y = 2,
-# data 2 x X 2), and a rank killed mid-run failing every survivor.
+# data 2 x X 2), a rank killed mid-run failing every survivor, and the gpt with activation
+# checkpointing (also on the 2D grid).
 add_executable(tp_rank tp_rank.cpp)
 target_compile_options(tp_rank PRIVATE ${COHORT_WARNINGS})
 target_include_directories(tp_rank PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
@@ -34,3 +35,7 @@ foreach(model gpt mlp)
   tp_test(${model}-x2-y1 4 shm)
   tp_test(${model}-kill 4 tcp)
 endforeach()
+# Activation checkpointing under tensor parallelism (the gpt: the mlp has no blocks).
+tp_test(gpt-ckpt 2 shm)
+tp_test(gpt-ckpt 4 tcp)
+tp_test(gpt-x2-y2-ckpt 4 shm)

@@ -1,9 +1,12 @@
 // One rank of a tensor-parallel run under cohort-run (core/parallel/tensor_parallel.h), checked
 // against the single-process reference computed in the same program on the same global batch
 // (tests/unit/core/parallel/tp_reference.h, which derives and prints the fp32 tolerance). Usage:
-//   tp_rank gpt | mlp [-xN] [-yN] [-zN] [-nooverlap]   the tensor grid X x Y x Z (default: Megatron
-//                        1D over the whole world, tensor_y = world); the rest of the world is the
-//                        data axis (DDP); each data replica's Z ranks are fed consecutive rows
+//   tp_rank gpt | mlp [-xN] [-yN] [-zN] [-nooverlap] [-ckpt]   the tensor grid X x Y x Z (default:
+//                        Megatron 1D over the whole world, tensor_y = world); the rest of the world
+//                        is the data axis (DDP); each data replica's Z ranks are fed consecutive
+//                        rows; -ckpt: with activation checkpointing (gpt), also checked against
+//                        the same grid without it: a lower peak of activation bytes, and at 2
+//                        tensor ranks the same parameters bit for bit
 //   tp_rank gpt-kill | mlp-kill   the last rank dies mid-run: every survivor must fail with
 //                        kPeerFailed / kTimeout naming its world rank, within the deadline
 // Each rank initialises with a different seed: the tensor axis takes its first rank's seed and
@@ -34,6 +37,7 @@ struct Mode {
   int x = 1, y = 0, z = 1;  // y 0: the world / (x z)
   bool overlap = true;
   bool kill = false;
+  bool checkpointing = false;
 };
 
 Mode parse(const std::string& s) {
@@ -46,6 +50,7 @@ Mode parse(const std::string& s) {
     const std::string part = s.substr(dash + 1, next == std::string::npos ? std::string::npos : next - dash - 1);
     if (part == "nooverlap") m.overlap = false;
     else if (part == "kill") m.kill = true;
+    else if (part == "ckpt") m.checkpointing = true;
     else if (part.size() > 1 && part[0] == 'x') m.x = std::stoi(part.substr(1));
     else if (part.size() > 1 && part[0] == 'y') m.y = std::stoi(part.substr(1));
     else if (part.size() > 1 && part[0] == 'z') m.z = std::stoi(part.substr(1));
@@ -67,10 +72,36 @@ std::unique_ptr<Trainer> make(const Mode& m, const std::shared_ptr<coll::Communi
   parallel::PlanConfig plan = parallel::preset(parallel::Preset::kDdp, 1);
   plan.tensor = grid_of(m, comm->size());
   plan.overlap_collectives = m.overlap;
+  plan.activation_checkpointing = m.checkpointing;
   TrainerOptions o;
   o.seed = 1 + static_cast<uint64_t>(comm->rank());
   o.num_threads = 1;
   return parallel::make_parallel_trainer(test::tp_model(m.model, kRows), test::tp_optimizer(), o, plan, comm);
+}
+
+// The same grid and batches without activation checkpointing: the checkpointed run `with` must
+// hold fewer activation bytes at its peak and, at 2 tensor ranks (whose all-reduce adds two
+// partial sums: one order), end with the same parameters bit for bit; at more ranks the
+// recomputed all-reduce may sum in another order, so only the reference bound above holds.
+bool compare_without_checkpointing(Mode m, const std::shared_ptr<coll::Communicator>& comm, int slice, Trainer& with) {
+  m.checkpointing = false;
+  const int tensor = grid_of(m, comm->size()).degree();
+  auto plain = make(m, comm);
+  for (int64_t s = 0; s < kSteps; ++s) plain->step(test::tp_batch(m.model, s, slice * kRows, kRows));
+  double max_diff = 0;
+  for (size_t i = 0; i < plain->parameters().size(); ++i) {
+    const Tensor& a = plain->parameters()[i];
+    const Tensor& b = with.parameters()[i];
+    for (int64_t k = 0; k < a.numel(); ++k)
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(a.data<float>()[k] - b.data<float>()[k])));
+  }
+  const size_t peak_with = with.stats().peak_activation_bytes, peak_without = plain->stats().peak_activation_bytes;
+  const bool ok = peak_with < peak_without && (tensor != 2 || max_diff == 0);
+  std::printf("rank %d: activation checkpointing: peak activation bytes %zu, without %zu (%.2f); max |param - "
+              "unchecked run's| %.3g -> %s\n",
+              comm->rank(), peak_with, peak_without,
+              static_cast<double>(peak_with) / static_cast<double>(peak_without), max_diff, ok ? "ok" : "MISMATCH");
+  return ok;
 }
 
 int run_compare(const Mode& m, const std::shared_ptr<coll::Communicator>& comm) {
@@ -88,8 +119,9 @@ int run_compare(const Mode& m, const std::shared_ptr<coll::Communicator>& comm) 
     }
   }
   const test::TpDiff d = test::tp_parameter_diff(*t, ref);
-  const bool ok = d.blocks > 0 && d.max_abs <= ref.parameter_bound() && worst_loss <= ref.loss_relative_per_step &&
-                  t->stats().collectives.started > 0;
+  bool ok = d.blocks > 0 && d.max_abs <= ref.parameter_bound() && worst_loss <= ref.loss_relative_per_step &&
+            t->stats().collectives.started > 0;
+  if (m.checkpointing) ok = compare_without_checkpointing(m, comm, slice, *t) && ok;
   std::printf("rank %d (data %d x tensor %d x %d x %d): max |param - reference| %.3g (%s), bound %.3g (control %.3g); loss "
               "rel. diff per step %.3g (bound %.3g); %d blocks, %lld collectives, %lld hidden -> %s\n",
               comm->rank(), data, grid.x, grid.y, grid.z, d.max_abs, d.worst.c_str(), ref.parameter_bound(), ref.control_diff, worst_loss,

@@ -80,6 +80,10 @@ pub struct PlanOptions {
     pub tensor_z: i32,
     /// Wait for each tensor-parallel collective at once instead of overlapping it (comparison).
     pub tensor_overlap_off: bool,
+    /// Activation checkpointing per transformer block (a gpt's "h.<layer>." nodes): backward
+    /// recomputes each block's activations from its input; the same gradients, less activation
+    /// memory. A model without blocks is refused when the trainer is made (INVALID_PLAN).
+    pub activation_checkpointing: bool,
 }
 
 impl Default for PlanOptions {
@@ -121,6 +125,7 @@ impl Default for PlanOptions {
             tensor_y: raw.tensor_y,
             tensor_z: raw.tensor_z,
             tensor_overlap_off: raw.tensor_overlap_off != 0,
+            activation_checkpointing: raw.activation_checkpointing != 0,
         }
     }
 }
@@ -161,6 +166,7 @@ impl PlanOptions {
         raw.tensor_y = self.tensor_y;
         raw.tensor_z = self.tensor_z;
         raw.tensor_overlap_off = i32::from(self.tensor_overlap_off);
+        raw.activation_checkpointing = i32::from(self.activation_checkpointing);
         raw
     }
 }

@@ -185,6 +185,9 @@ fn invalid_plans() {
         .expect("AxoNN's 3D grid (fitted to a world when the trainer is made)");
     Plan::new(&PlanOptions { tensor_y: 2, tensor_overlap_off: true, ..PlanOptions::default() })
         .expect("a plan with tensor_y 2 (fitted to a world when the trainer is made)");
+    assert!(!PlanOptions::default().activation_checkpointing);
+    Plan::new(&PlanOptions { activation_checkpointing: true, ..PlanOptions::default() })
+        .expect("a plan with activation checkpointing (the model is checked when the trainer is made)");
     expect_error(
         Plan::new(&PlanOptions { outer_bits: 6, ..co2 }),
         Status::InvalidPlan,

@@ -391,9 +391,18 @@ typedef struct cohort_trainer_stats {
   double learning_rate;          /* used by the last step */
   double grad_norm;              /* global gradient L2 norm of the last step (before clipping); NaN or
                                   * Inf after a step skipped for non-finite values (NON_FINITE) */
-  int64_t peak_activation_bytes; /* largest live activation memory of any step so far */
+  int64_t peak_activation_bytes; /* largest live activation memory of any step so far: the most
+                                  * bytes a step's forward + backward held at once besides the
+                                  * parameters, their gradients and the optimizer state, as
+                                  * allocated (activations, gradients of activations, and under
+                                  * activation checkpointing the recomputed ones) */
   int64_t parameter_bytes;       /* parameters + gradients + optimizer state */
   double last_step_seconds;
+  /* Added after last_step_seconds; written only when size covers them. parameter_bytes split
+   * into its three parts, this rank's (under tensor parallelism: its blocks of the split layers). */
+  int64_t parameter_value_bytes; /* the parameters alone */
+  int64_t gradient_bytes;        /* their gradients */
+  int64_t optimizer_state_bytes; /* moments, fp32 master copies */
 } cohort_trainer_stats;
 COHORT_API cohort_status cohort_trainer_get_stats(const cohort_trainer* trainer, cohort_trainer_stats* stats_out);
 
@@ -767,6 +776,15 @@ typedef struct cohort_plan_options {
   /* Nonzero: each tensor-parallel collective is waited for right after it starts instead of
    * overlapping the compute that does not need its result (for comparison). Default 0. */
   int32_t tensor_overlap_off;
+  /* Added after tensor_overlap_off (read only when size covers it). Nonzero: activation
+   * checkpointing per transformer block — forward keeps only each block's input, and backward
+   * recomputes the block's activations from it just before the block's gradients (dropout draws
+   * the same masks), so a step holds one block's activations at a time instead of every block's,
+   * for one more forward of each block. Gradients are the same, bit for bit. The blocks are the
+   * nodes named "h.<layer>.<name>" (the GPT builder's, cohort_graph_create_gpt; kept under tensor
+   * parallelism); INVALID_PLAN at cohort_trainer_create_parallel for a model without any.
+   * Default 0. */
+  int32_t activation_checkpointing;
 } cohort_plan_options;
 /* preset NONE, data_parallel 0, mode DDP, tau 1, outer lr 1, momentum 0, no Nesterov, no
  * penalty (constant 1), no clip, ZeRO stage 0, bucket_bytes 25 MiB, tensor_x = tensor_y =

@@ -52,6 +52,40 @@ TEST(Executor, LongChainReusesBuffers) {
   EXPECT_LE(ex.last_activation_bytes(), 3 * buffer);
 }
 
+// The peak is counted from the buffers as they are held, with a known answer: y1 and y2 are both
+// read by y3, so all three are alive when y3 is written (3 buffers); then y1 and y2 die, and the
+// target (out, the caller's) does not count. A second target kept alive beside them (t1, read
+// by nothing) does not count either. Bytes are exact: every buffer has the same size.
+TEST(Executor, PeakActivationBytesCountTheLiveSetWithoutTargets) {
+  constexpr int64_t kN = 256;
+  Graph g;
+  ValueId x = g.add_input("x", DType::kF32, {kN});
+  ValueId y1 = g.add_op("relu", "y1", {x}, Attrs()).at(0);
+  ValueId t1 = g.add_op("tanh", "t1", {y1}, Attrs()).at(0);
+  ValueId y2 = g.add_op("relu", "y2", {y1}, Attrs()).at(0);
+  ValueId y3 = g.add_op("add", "y3", {y1, y2}, Attrs()).at(0);
+  ValueId out = g.add_op("relu", "out", {y3}, Attrs()).at(0);
+  Executor ex(g, {out, t1});
+  const size_t buffer = kN * sizeof(float);
+  for (int run = 0; run < 2; ++run) {  // the second run takes its buffers from the pool
+    std::unordered_map<ValueId, Tensor> env = {{x, Tensor::zeros({kN}, DType::kF32)}};
+    ex.run(env, RunOptions());
+    EXPECT_EQ(ex.last_activation_bytes(), 3 * buffer) << "run " << run;
+    EXPECT_EQ(ex.peak_activation_bytes(), 3 * buffer) << "run " << run;
+    EXPECT_TRUE(env.count(out) && env.count(t1) && !env.count(y3));
+  }
+  // Without the target t1 the same nodes run (out still needs y1): the peak is the same.
+  Executor only_out(g, {out});
+  std::unordered_map<ValueId, Tensor> env = {{x, Tensor::zeros({kN}, DType::kF32)}};
+  only_out.run(env, RunOptions());
+  EXPECT_EQ(only_out.last_activation_bytes(), 3 * buffer);
+  // With y3 a target, only y1 and y2 count while it is written.
+  Executor y3_kept(g, {y3});
+  env = {{x, Tensor::zeros({kN}, DType::kF32)}};
+  y3_kept.run(env, RunOptions());
+  EXPECT_EQ(y3_kept.last_activation_bytes(), 2 * buffer);
+}
+
 TEST(Executor, TargetBuffersComeBackOnceTheCallerLetsGo) {
   Graph g;
   ValueId x = g.add_input("x", DType::kF32, {256});

@@ -27,6 +27,7 @@ public final class PlanOptions {
   private int tensorY;
   private int tensorZ;
   private boolean tensorOverlapOff;
+  private boolean activationCheckpointing;
 
   public PlanOptions() {
     cohort_plan_options d = CohortC.cohort_plan_options_default();
@@ -50,6 +51,7 @@ public final class PlanOptions {
       tensorY = d.getTensor_y();
       tensorZ = d.getTensor_z();
       tensorOverlapOff = d.getTensor_overlap_off() != 0;
+      activationCheckpointing = d.getActivation_checkpointing() != 0;
     } finally {
       d.delete();
     }
@@ -199,6 +201,20 @@ public final class PlanOptions {
     return tensorOverlapOff;
   }
 
+  /**
+   * Activation checkpointing per transformer block (a gpt's "h.&lt;layer&gt;." nodes): backward
+   * recomputes each block's activations from its input; the same gradients, less activation
+   * memory. A model without blocks is refused when the trainer is made (INVALID_PLAN).
+   */
+  public PlanOptions activationCheckpointing(boolean value) {
+    activationCheckpointing = value;
+    return this;
+  }
+
+  public boolean activationCheckpointing() {
+    return activationCheckpointing;
+  }
+
   public Plan.Preset preset() {
     return preset;
   }
@@ -268,6 +284,7 @@ public final class PlanOptions {
     o.setTensor_y(tensorY);
     o.setTensor_z(tensorZ);
     o.setTensor_overlap_off(tensorOverlapOff ? 1 : 0);
+    o.setActivation_checkpointing(activationCheckpointing ? 1 : 0);
     return o;
   }
 }

@@ -124,6 +124,8 @@ class ErrorsTest {
         "cohort_plan_create", "plan: tensor_x = 0 must be in 1..65536");
     new Plan(new PlanOptions().tensor(2, 2, 2)).close();  // AxoNN's 3D grid (fitted to a world later)
     new Plan(new PlanOptions().tensor(1, 2, 1).tensorOverlapOff(true)).close();
+    assertEquals(false, new PlanOptions().activationCheckpointing());
+    new Plan(new PlanOptions().activationCheckpointing(true)).close();
   }
 
   @Test
