@@ -151,6 +151,7 @@ std::shared_ptr<Engine> Engine::create(std::shared_ptr<Store> store, int rank, i
 void Engine::setup(Store& store) {
   dead_.assign(size_, 0);
   left_.assign(size_, 0);
+  left_at_.assign(size_, Clock::time_point{});
   local_.assign(size_, 0);
   local_peers_.assign(size_, ProcessIdentity{});
   blamed_.assign(size_, 0);
