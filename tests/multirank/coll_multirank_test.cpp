@@ -163,6 +163,23 @@ TEST_P(CollMultirank, LeavingRankFailsPeersQuickly) {
   }
 }
 
+// Rank 3 of 4 is killed inside an all-reduce on {2, 3}, while rank 0 waits in one with rank 2
+// on {0, 2} (coll_rank kill-grid): rank 2 fails naming world rank 3 and leaves, and rank 0,
+// which shares no communicator with the dead rank, must fail naming world rank 2 (and what rank
+// 2 had heard), every survivor out within 15 s under the default 60 s deadline. Before, rank 0
+// waited out that deadline; now rank 2's goodbye fails it after 2 s (plus the 2 s drain of a
+// rendezvous send over tcp): measured 2.3-4.6 s. The bound is argued as above.
+TEST_P(CollMultirank, KilledRankInAGridFailsEverySurvivorQuickly) {
+  auto outcomes = run_job(4, {"kill-grid", GetParam(), "60000"}, 30);
+  EXPECT_TRUE(WIFSIGNALED(outcomes[3].status) && WTERMSIG(outcomes[3].status) == SIGKILL) << outcomes[3].output;
+  for (int r : {0, 1, 2}) {
+    EXPECT_TRUE(exited_ok(outcomes[r])) << "rank " << r << ": " << outcomes[r].output;
+    EXPECT_LT(outcomes[r].exit_s, 15) << "rank " << r << ": " << outcomes[r].output;
+  }
+  EXPECT_NE(outcomes[0].output.find("it had heard: rank 3 failed"), std::string::npos) << outcomes[0].output;
+  std::printf("exits after %.1f, %.1f, %.1f s\n", outcomes[0].exit_s, outcomes[1].exit_s, outcomes[2].exit_s);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, CollMultirank, ::testing::Values("tcp", "self,sm"),
                          [](const ::testing::TestParamInfo<const char*>& p) {
                            return std::string(p.param) == "tcp" ? "tcp" : "shm";

@@ -169,6 +169,46 @@ int leave_test(std::shared_ptr<Communicator> comm, int victim, Ms timeout, bool 
   }
 }
 
+// Rank 3 of 4 is killed in the middle of an all-reduce on the pair {2, 3} while rank 0 is inside
+// one with rank 2 on {0, 2} and rank 1 one with rank 3 on {1, 3}: ranks 1 and 2 must fail
+// naming world rank 3; rank 2 then leaves (as on an error) and rank 0, which shares no
+// communicator with the dead rank but waits for the one that left, must fail naming world rank 2.
+int kill_grid(std::shared_ptr<Communicator> comm) {
+  const int rank = comm->rank();
+  if (comm->size() != 4) return std::printf("RESULT kill-grid needs 4 ranks\n"), 1;
+  auto pair = comm->split(rank / 2, rank, "pair");    // {0, 1}, {2, 3}
+  auto cross = comm->split(rank % 2, rank, "cross");  // {0, 2}, {1, 3}
+  float one = 1;
+  for (auto* c : {pair.get(), cross.get()}) c->all_reduce(&one, 1, DataType::kF32, ReduceOp::kSum)->wait(Ms(30000));
+  comm->barrier()->wait(Ms(30000));
+  auto buffer = std::make_shared<std::vector<float>>((16u << 20) / 4, 1.0f);
+  Communicator& mine = rank >= 2 ? *pair : *cross;
+  auto start = std::chrono::steady_clock::now();
+  auto work = mine.all_reduce(buffer->data(), buffer->size(), DataType::kF32, ReduceOp::kSum);
+  if (rank == 3) {
+    try {
+      (void)work->test();
+    } catch (const Error&) {
+    }
+    raise(SIGKILL);
+  }
+  const int want = rank == 0 ? 2 : 3;
+  try {
+    work->wait(Ms(120000));
+    std::printf("RESULT all_reduce finished without world rank %d\n", want);
+    return 1;
+  } catch (const Error& e) {
+    mine.keep_alive(std::move(buffer));
+    auto ms = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - start).count();
+    std::string what = e.what();
+    bool named = what.find("world rank " + std::to_string(want) + ")") != std::string::npos;
+    std::printf("RESULT status=%s elapsed_ms=%lld named_world_rank_%d=%d msg=%s\n", status_name(e.status()),
+                static_cast<long long>(ms), want, named, what.c_str());
+    std::fflush(stdout);
+    return named ? 0 : 1;
+  }
+}
+
 // The last rank aborts its own one-rank sub-communicator, then everyone meets on the world;
 // the last rank leaves kLateMs later than the others, whose communicator teardown must wait for
 // it rather than count it failed.
@@ -200,7 +240,7 @@ int abort_leave(std::shared_ptr<Communicator> comm) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: coll_rank smoke|kill|stop|abort-leave|leave|leave-before TLS TIMEOUT_MS [VICTIM]\n");
+    std::fprintf(stderr, "usage: coll_rank smoke|kill|stop|abort-leave|leave|leave-before|kill-grid TLS TIMEOUT_MS [VICTIM]\n");
     return 2;
   }
   std::string mode = argv[1];
@@ -221,6 +261,7 @@ int main(int argc, char** argv) {
          : mode == "abort-leave" ? abort_leave(std::move(comm))
          : mode == "leave"       ? leave_test(std::move(comm), victim, timeout, false)
          : mode == "leave-before" ? leave_test(std::move(comm), victim, timeout, true)
+         : mode == "kill-grid"   ? kill_grid(std::move(comm))
                                  : smoke(*comm);
   } catch (const std::exception& e) {
     std::printf("RESULT error: %s\n", e.what());

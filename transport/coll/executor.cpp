@@ -402,6 +402,7 @@ void Executor::check_deadline(Clock::time_point now) {
       const int world = members_[left];
       std::string why = str_cat(name_, ": ", active_.front()->name, ": rank ", left, " (world rank ", world,
                                 ") left the job (said goodbye) while this operation waits for it");
+      if (!engine_->left_after(world).empty()) why += str_cat("; it had heard: ", engine_->left_after(world));
       if (set_error(Status::kPeerFailed, why, world))
         engine_->report_failure(comm_id_, world, Status::kPeerFailed, why);
       return;

@@ -154,6 +154,7 @@ void Engine::handle_control() noexcept {
       if (!left_[msg.culprit]) {
         left_[msg.culprit] = 1;
         left_at_[msg.culprit] = Clock::now();
+        left_after_[msg.culprit] = msg.text;
         ++peers_left_;
       }
     } else if ((msg.kind == kControlFailure || msg.kind == kControlAbort) && msg.culprit >= 0 &&

@@ -144,6 +144,8 @@ class Engine {
   // message it sent before reached this rank first), and when this rank heard it.
   bool peer_left(int peer) const { return left_[peer] != 0; }
   Clock::time_point left_at(int peer) const { return left_at_[peer]; }
+  // The first failure that peer had heard of when it left ("" when none): why it may have left.
+  const std::string& left_after(int peer) const { return left_after_[peer]; }
   int peers_left() const { return peers_left_; }
   // Whether `peer` runs on this host (same boot and pid namespace).
   bool peer_local(int peer) const { return peer == rank_ || local_[peer] != 0; }
@@ -218,6 +220,7 @@ class Engine {
   std::vector<char> blamed_;  // world rank -> named in a failure: not awaited at shutdown
   std::vector<char> left_;  // world rank -> said goodbye: its later disconnect is expected
   std::vector<Clock::time_point> left_at_;  // world rank -> when its goodbye arrived
+  std::vector<std::string> left_after_;      // world rank -> the failure its goodbye carried
   int peers_left_ = 0;
   std::vector<ProcessIdentity> local_peers_;  // world rank -> its process, when checkable here
   std::vector<char> local_;                   // world rank -> local_peers_[rank] is set
