@@ -369,7 +369,7 @@ int Executor::waiting_for() const {
   return waiting_for;
 }
 
-int Executor::waiting_for_left(Clock::time_point now) const {
+int Executor::waiting_for_left(Clock::time_point now, const Op** op) const {
   const auto grace = std::min<std::chrono::milliseconds>(timeout(), kLeftGrace);
   if (now - last_progress_ < grace) return -1;
   auto gone = [&](int peer) {
@@ -381,6 +381,7 @@ int Executor::waiting_for_left(Clock::time_point now) const {
       const Chain& ch = running->chains[i];
       if (ch.done) continue;
       const Stage& stage = ch.stages[ch.next];
+      *op = running.get();
       for (const Xfer& x : stage.xfers)
         if (x.transfer.in_flight() && gone(x.peer)) return x.peer;
       if (ch.pending == 0 && stage.gate) {
@@ -397,10 +398,11 @@ void Executor::check_deadline(Clock::time_point now) {
   if (engine_->peers_left() > 0) {
     // A rank that said goodbye posts nothing more, and all it had sent arrived before its
     // goodbye: an operation that still waits for it a grace period later never completes.
-    const int left = waiting_for_left(now);
+    const Op* op = nullptr;
+    const int left = waiting_for_left(now, &op);
     if (left >= 0) {
       const int world = members_[left];
-      std::string why = str_cat(name_, ": ", active_.front()->name, ": rank ", left, " (world rank ", world,
+      std::string why = str_cat(name_, ": ", op->name, ": rank ", left, " (world rank ", world,
                                 ") left the job (said goodbye) while this operation waits for it");
       if (!engine_->left_after(world).empty()) why += str_cat("; it had heard: ", engine_->left_after(world));
       if (set_error(Status::kPeerFailed, why, world))
