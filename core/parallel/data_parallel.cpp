@@ -142,6 +142,9 @@ DataParallel::~DataParallel() {
     kept->shard_grads = shard_grads_;
     comm_->keep_alive(std::move(kept));
   }
+  // The same for the tensor axis's reduction buffer (sum_over_tensor), with that communicator.
+  if (tensor_ && tensor_->status() != Status::kOk)
+    tensor_->keep_alive(std::make_shared<std::vector<float>>(std::move(tensor_scalars_)));
 }
 
 void DataParallel::build_buckets(const std::vector<Tensor>& params) {

@@ -238,7 +238,7 @@ class DataParallel : public StepHook {
   std::shared_ptr<const CommAxes> axes_;
   transport::coll::Communicator* tensor_ = nullptr;
   std::vector<std::pair<size_t, size_t>> norm_ranges_;  // (offset, count) in the flat model
-  std::vector<float> tensor_scalars_;
+  std::vector<float> tensor_scalars_;  // sum_over_tensor's buffer; kept alive as scalars_ is (~DataParallel)
   // ZeRO (zero.cpp).
   void build_shards(const optim::Optimizer& inner);
   void launch_reduction(Bucket& b);

@@ -35,6 +35,7 @@ int free_port() {
 struct Outcome {
   int status = -1;  // waitpid status
   std::string output;
+  double exit_s = 0;  // seconds from the job's start to this process's end
 };
 
 // Starts `world` coll_rank processes and waits for all of them (killing any still alive at the
@@ -71,17 +72,20 @@ std::vector<Outcome> run_job(int world, const std::vector<std::string>& args, in
   }
   std::vector<Outcome> outcomes(world);
   std::vector<bool> done(world, false);
-  auto deadline = Clock::now() + std::chrono::seconds(deadline_s);
+  const auto start = Clock::now();
+  auto deadline = start + std::chrono::seconds(deadline_s);
   for (int left = world; left > 0;) {
     for (int r = 0; r < world; ++r) {
       if (done[r]) continue;
       if (waitpid(pids[r], &outcomes[r].status, WNOHANG) == pids[r]) {
+        outcomes[r].exit_s = std::chrono::duration<double>(Clock::now() - start).count();
         done[r] = true;
         --left;
       } else if (Clock::now() > deadline) {
         kill(pids[r], SIGKILL);
         waitpid(pids[r], &outcomes[r].status, 0);
         outcomes[r].output = "killed at the deadline\n";
+        outcomes[r].exit_s = std::chrono::duration<double>(Clock::now() - start).count();
         done[r] = true;
         --left;
       }
@@ -133,6 +137,47 @@ TEST_P(CollMultirank, AbortIsNotDeathAtTeardown) {
   auto outcomes = run_job(2, {"abort-leave", GetParam(), "5000"}, 60);
   for (size_t r = 0; r < outcomes.size(); ++r)
     EXPECT_TRUE(exited_ok(outcomes[r])) << "rank " << r << ": " << outcomes[r].output;
+}
+
+// Rank 1 leaves as a rank that hit an error does (drops its communicator and engine, says
+// goodbye, exits normally): in the middle of a 16 MiB all-reduce ranks 0 and 2 are inside
+// ("leave"), or just before it ("leave-before"). Under the default 60 s no-progress deadline,
+// ranks 0 and 2 must fail naming rank 1, and every process must have exited within 15 s of the
+// job's start. Before, the survivors waited out that deadline and the leaver waited for their
+// goodbyes as long (all three exited after 60-61 s); now the leaver's abort fails them at once
+// and a goodbye fails what still waits for it after 2 s, plus up to 2 s while a rendezvous send
+// to the leaver, which UCX cannot cancel, drains: measured 0.2-4.5 s. 15 s is over 3x that, for
+// a loaded machine, and a quarter of the deadline the bug waited for.
+TEST_P(CollMultirank, LeavingRankFailsPeersQuickly) {
+  constexpr double kBoundS = 15;
+  for (const char* mode : {"leave", "leave-before"}) {
+    auto outcomes = run_job(3, {mode, GetParam(), "60000", "1"}, 30);
+    for (size_t r = 0; r < outcomes.size(); ++r) {
+      EXPECT_TRUE(exited_ok(outcomes[r])) << mode << ", rank " << r << ": " << outcomes[r].output;
+      EXPECT_LT(outcomes[r].exit_s, kBoundS) << mode << ", rank " << r << ": " << outcomes[r].output;
+    }
+    for (int r : {0, 2})
+      EXPECT_NE(outcomes[r].output.find("failed_rank=1 "), std::string::npos) << mode << ": " << outcomes[r].output;
+    std::printf("%s: exits after %.1f, %.1f, %.1f s\n", mode, outcomes[0].exit_s, outcomes[1].exit_s,
+                outcomes[2].exit_s);
+  }
+}
+
+// Rank 3 of 4 is killed inside an all-reduce on {2, 3}, while rank 0 waits in one with rank 2
+// on {0, 2} (coll_rank kill-grid): rank 2 fails naming world rank 3 and leaves, and rank 0,
+// which shares no communicator with the dead rank, must fail naming world rank 2 (and what rank
+// 2 had heard), every survivor out within 15 s under the default 60 s deadline. Before, rank 0
+// waited out that deadline; now rank 2's goodbye fails it after 2 s (plus the 2 s drain of a
+// rendezvous send over tcp): measured 2.3-4.6 s. The bound is argued as above.
+TEST_P(CollMultirank, KilledRankInAGridFailsEverySurvivorQuickly) {
+  auto outcomes = run_job(4, {"kill-grid", GetParam(), "60000"}, 30);
+  EXPECT_TRUE(WIFSIGNALED(outcomes[3].status) && WTERMSIG(outcomes[3].status) == SIGKILL) << outcomes[3].output;
+  for (int r : {0, 1, 2}) {
+    EXPECT_TRUE(exited_ok(outcomes[r])) << "rank " << r << ": " << outcomes[r].output;
+    EXPECT_LT(outcomes[r].exit_s, 15) << "rank " << r << ": " << outcomes[r].output;
+  }
+  EXPECT_NE(outcomes[0].output.find("it had heard: rank 3 failed"), std::string::npos) << outcomes[0].output;
+  std::printf("exits after %.1f, %.1f, %.1f s\n", outcomes[0].exit_s, outcomes[1].exit_s, outcomes[2].exit_s);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, CollMultirank, ::testing::Values("tcp", "self,sm"),

@@ -4,7 +4,9 @@
 // kPeerFailed/kTimeout naming the victim within the deadline; "stop" freezes the victim instead
 // (SIGSTOP; a forked helper resumes it after 3 deadlines), so only the deadline can name it; "abort-leave" has the last rank
 // abort a sub-communicator of its own and leave late, and checks that the others still wait for
-// its goodbye (an abort is not a death: the rank may still be receiving). Prints one RESULT line.
+// its goodbye (an abort is not a death: the rank may still be receiving); "leave" and
+// "leave-before" have rank `victim` leave normally (as on an error) in the middle of an
+// all-reduce or just before it, and check that this rank fails naming it. Prints one RESULT line.
 #include <signal.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -122,6 +124,91 @@ int kill_test(Communicator& c, int victim, Ms timeout, bool stop) {
   }
 }
 
+// Rank `victim` leaves as a rank that hit an error does: it drops its communicator (and engine)
+// and exits normally, saying goodbye; "leave" in the middle of a 16 MiB all-reduce the others
+// are inside, "leave-before" just before it (the others enter it without the victim). Either
+// way the others must fail naming it, and leave, long before the deadline.
+int leave_test(std::shared_ptr<Communicator> comm, int victim, Ms timeout, bool before) {
+  comm->barrier()->wait(Ms(30000));
+  float one = 1;
+  comm->all_reduce(&one, 1, DataType::kF32, ReduceOp::kSum)->wait(Ms(30000));
+  auto buffer = std::make_shared<std::vector<float>>((16u << 20) / 4, 1.0f);
+  auto start = std::chrono::steady_clock::now();
+  if (comm->rank() == victim) {
+    if (!before) {
+      auto work = comm->all_reduce(buffer->data(), buffer->size(), DataType::kF32, ReduceOp::kSum);
+      try {
+        (void)work->test();  // one poll: the transfers have started
+      } catch (const Error&) {
+      }
+      comm->keep_alive(buffer);
+    }
+    comm.reset();  // the communicator and its engine go: goodbye to the peers
+    auto ms = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - start).count();
+    std::printf("RESULT left %s the all-reduce; teardown took %lld ms\n", before ? "before" : "in the middle of",
+                static_cast<long long>(ms));
+    return 0;
+  }
+  auto work = comm->all_reduce(buffer->data(), buffer->size(), DataType::kF32, ReduceOp::kSum);
+  try {
+    work->wait(timeout * 4 + Ms(5000));
+    std::printf("RESULT all_reduce finished without the leaver\n");
+    return 1;
+  } catch (const Error& e) {
+    comm->keep_alive(std::move(buffer));
+    auto ms = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - start).count();
+    int failed = -1;
+    comm->status(nullptr, &failed);
+    std::string what = e.what();
+    bool named = failed == victim && what.find("rank " + std::to_string(victim)) != std::string::npos;
+    bool status_ok = e.status() == Status::kPeerFailed || e.status() == Status::kTimeout;
+    std::printf("RESULT status=%s failed_rank=%d elapsed_ms=%lld named=%d msg=%s\n",
+                status_name(e.status()), failed, static_cast<long long>(ms), named, what.c_str());
+    std::fflush(stdout);
+    return named && status_ok ? 0 : 1;
+  }
+}
+
+// Rank 3 of 4 is killed in the middle of an all-reduce on the pair {2, 3} while rank 0 is inside
+// one with rank 2 on {0, 2} and rank 1 one with rank 3 on {1, 3}: ranks 1 and 2 must fail
+// naming world rank 3; rank 2 then leaves (as on an error) and rank 0, which shares no
+// communicator with the dead rank but waits for the one that left, must fail naming world rank 2.
+int kill_grid(std::shared_ptr<Communicator> comm) {
+  const int rank = comm->rank();
+  if (comm->size() != 4) return std::printf("RESULT kill-grid needs 4 ranks\n"), 1;
+  auto pair = comm->split(rank / 2, rank, "pair");    // {0, 1}, {2, 3}
+  auto cross = comm->split(rank % 2, rank, "cross");  // {0, 2}, {1, 3}
+  float one = 1;
+  for (auto* c : {pair.get(), cross.get()}) c->all_reduce(&one, 1, DataType::kF32, ReduceOp::kSum)->wait(Ms(30000));
+  comm->barrier()->wait(Ms(30000));
+  auto buffer = std::make_shared<std::vector<float>>((16u << 20) / 4, 1.0f);
+  Communicator& mine = rank >= 2 ? *pair : *cross;
+  auto start = std::chrono::steady_clock::now();
+  auto work = mine.all_reduce(buffer->data(), buffer->size(), DataType::kF32, ReduceOp::kSum);
+  if (rank == 3) {
+    try {
+      (void)work->test();
+    } catch (const Error&) {
+    }
+    raise(SIGKILL);
+  }
+  const int want = rank == 0 ? 2 : 3;
+  try {
+    work->wait(Ms(120000));
+    std::printf("RESULT all_reduce finished without world rank %d\n", want);
+    return 1;
+  } catch (const Error& e) {
+    mine.keep_alive(std::move(buffer));
+    auto ms = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - start).count();
+    std::string what = e.what();
+    bool named = what.find("world rank " + std::to_string(want) + ")") != std::string::npos;
+    std::printf("RESULT status=%s elapsed_ms=%lld named_world_rank_%d=%d msg=%s\n", status_name(e.status()),
+                static_cast<long long>(ms), want, named, what.c_str());
+    std::fflush(stdout);
+    return named ? 0 : 1;
+  }
+}
+
 // The last rank aborts its own one-rank sub-communicator, then everyone meets on the world;
 // the last rank leaves kLateMs later than the others, whose communicator teardown must wait for
 // it rather than count it failed.
@@ -153,7 +240,7 @@ int abort_leave(std::shared_ptr<Communicator> comm) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: coll_rank smoke|kill|stop|abort-leave TLS TIMEOUT_MS [VICTIM]\n");
+    std::fprintf(stderr, "usage: coll_rank smoke|kill|stop|abort-leave|leave|leave-before|kill-grid TLS TIMEOUT_MS [VICTIM]\n");
     return 2;
   }
   std::string mode = argv[1];
@@ -172,6 +259,9 @@ int main(int argc, char** argv) {
     rc = mode == "kill"          ? kill_test(*comm, victim, timeout, false)
          : mode == "stop"        ? kill_test(*comm, victim, timeout, true)
          : mode == "abort-leave" ? abort_leave(std::move(comm))
+         : mode == "leave"       ? leave_test(std::move(comm), victim, timeout, false)
+         : mode == "leave-before" ? leave_test(std::move(comm), victim, timeout, true)
+         : mode == "kill-grid"   ? kill_grid(std::move(comm))
                                  : smoke(*comm);
   } catch (const std::exception& e) {
     std::printf("RESULT error: %s\n", e.what());

@@ -49,6 +49,7 @@
 #include "core/device/device.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/device_comm.h"
+#include "tests/multirank/kill_check.h"
 #include "tests/unit/core/parallel/dp_reference.h"
 #include "transport/bootstrap/env.h"
 #include "transport/coll/ucx_communicator.h"
@@ -340,13 +341,7 @@ int run_kill(const std::string& mode, std::shared_ptr<coll::Communicator> comm) 
     try {
       t->step(test::dp_batch(s, rank * test::kShard, test::kShard));
     } catch (const Error& e) {
-      double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      std::string want = "rank " + std::to_string(last);
-      bool ok = (e.status() == Status::kPeerFailed || e.status() == Status::kTimeout) &&
-                std::string(e.what()).find(want) != std::string::npos && took < 30;
-      std::printf("rank %d: step %lld failed after %.1f s with status %d: %s (%s)\n", rank, static_cast<long long>(s),
-                  took, static_cast<int>(e.status()), e.what(), ok ? "expected" : "UNEXPECTED");
-      return ok ? 0 : 1;
+      return test::check_kill_failure(rank, s, e, "rank " + std::to_string(last), start);
     }
   }
   std::printf("rank %d: no failure reported after the peer died\n", rank);

@@ -21,6 +21,7 @@
 
 #include "core/base/error.h"
 #include "core/parallel/parallel_trainer.h"
+#include "tests/multirank/kill_check.h"
 #include "tests/unit/core/parallel/tp_reference.h"
 #include "transport/bootstrap/env.h"
 #include "transport/coll/ucx_communicator.h"
@@ -139,13 +140,7 @@ int run_kill(const Mode& m, const std::shared_ptr<coll::Communicator>& comm) {
     try {
       t->step(test::tp_batch(m.model, s, 0, kRows));
     } catch (const Error& e) {
-      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const std::string want = "world rank " + std::to_string(last);
-      const bool ok = (e.status() == Status::kPeerFailed || e.status() == Status::kTimeout) &&
-                      std::string(e.what()).find(want) != std::string::npos && took < 30;
-      std::printf("rank %d: step %lld failed after %.1f s with status %d: %s (%s)\n", rank, static_cast<long long>(s),
-                  took, static_cast<int>(e.status()), e.what(), ok ? "expected" : "UNEXPECTED");
-      return ok ? 0 : 1;
+      return test::check_kill_failure(rank, s, e, "world rank " + std::to_string(last), start);
     }
   }
   std::printf("rank %d: no failure reported after the peer died\n", rank);

@@ -7,7 +7,11 @@
 //
 // Failure: a dead peer, a peer's report, or an operation that makes no progress for timeout()
 // sets a sticky error (kPeerFailed or kTimeout naming the rank); every pending and later Work
-// then fails at once with it. Recover by destroying the communicator (and its engine).
+// then fails at once with it. Recover by destroying the communicator (and its engine). A rank
+// that leaves early (an error: it destroys its communicators and engine) costs its peers no
+// deadline: destroying a communicator with an operation unfinished tells the peers as abort()
+// does, and an operation still waiting for a rank 2 s (or timeout(), if shorter) after that
+// rank's engine said goodbye fails naming it (kPeerFailed).
 //
 // Issue operations on one communicator from one thread at a time, in the same order on every
 // rank. Destroying a communicator (or a failure) fails its pending Works; a backend may still

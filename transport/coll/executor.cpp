@@ -11,6 +11,15 @@
 
 namespace cohort::transport::coll {
 
+namespace {
+// Whether `op` needs other ranks (a local step, such as deallocate's, does not) and its Work is
+// still pending. Reads only what submit() fixed and the Work: safe from the caller's thread
+// under the executor's mutex (the progress thread builds some ops' chains as they start).
+bool unfinished_with_peers(const Op& op) {
+  return !op.local && op.work && op.work->status() == Status::kInvalidState;
+}
+}  // namespace
+
 Executor::Executor(ucx::Engine* engine, uint32_t comm_id, std::vector<int> members, int rank,
                    std::string name, std::chrono::milliseconds timeout)
     : engine_(engine),
@@ -35,6 +44,7 @@ std::shared_ptr<Work> Executor::submit(std::unique_ptr<Op> op, Order order, int 
     if (order == Order::kSend) op->seq = send_seq_[peer]++;
     if (order == Order::kRecv) op->seq = recv_seq_[peer]++;
     op->p2p = order == Order::kSend || order == Order::kRecv;
+    op->local = order == Order::kLocal;
     queue_.push_back(std::move(op));
   }
   engine_->wake();
@@ -70,7 +80,24 @@ void Executor::abort(const std::string& reason) {
 
 void Executor::close() {
   closed_.store(true);
-  set_error(Status::kInvalidState, str_cat(name_, ": communicator destroyed"), -1);
+  // Destroyed with an operation that needs its peers unfinished (the owner is leaving on an
+  // error): the peers inside that operation would wait for this rank until their deadline, so
+  // they are told, as by abort(). A communicator destroyed idle tells nobody: at the end of a
+  // run the peers may not have destroyed theirs yet.
+  std::string unfinished;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& op : active_)
+      if (unfinished.empty() && unfinished_with_peers(*op)) unfinished = op->name;
+    for (const auto& op : queue_)
+      if (unfinished.empty() && unfinished_with_peers(*op)) unfinished = op->name;
+  }
+  if (unfinished.empty()) {
+    set_error(Status::kInvalidState, str_cat(name_, ": communicator destroyed"), -1);
+  } else {
+    give_up(Status::kInvalidState,
+            str_cat(name_, ": communicator destroyed (its rank left) with ", unfinished, " unfinished"));
+  }
 }
 
 void Executor::keep_alive(std::shared_ptr<void> buffers) {
@@ -342,8 +369,47 @@ int Executor::waiting_for() const {
   return waiting_for;
 }
 
+int Executor::waiting_for_left(Clock::time_point now, const Op** op) const {
+  const auto grace = std::min<std::chrono::milliseconds>(timeout(), kLeftGrace);
+  if (now - last_progress_ < grace) return -1;
+  auto gone = [&](int peer) {
+    const int world = members_[peer];
+    return engine_->peer_left(world) && now - engine_->left_at(world) >= grace;
+  };
+  for (auto& running : active_) {
+    for (size_t i = running->first_live; i < running->started; ++i) {
+      const Chain& ch = running->chains[i];
+      if (ch.done) continue;
+      const Stage& stage = ch.stages[ch.next];
+      *op = running.get();
+      for (const Xfer& x : stage.xfers)
+        if (x.transfer.in_flight() && gone(x.peer)) return x.peer;
+      if (ch.pending == 0 && stage.gate) {
+        const int peer = stage.gate();
+        if (peer >= 0 && gone(peer)) return peer;
+      }
+    }
+  }
+  return -1;
+}
+
 void Executor::check_deadline(Clock::time_point now) {
   auto limit = timeout();
+  if (engine_->peers_left() > 0) {
+    // A rank that said goodbye posts nothing more, and all it had sent arrived before its
+    // goodbye: an operation that still waits for it a grace period later never completes.
+    const Op* op = nullptr;
+    const int left = waiting_for_left(now, &op);
+    if (left >= 0) {
+      const int world = members_[left];
+      std::string why = str_cat(name_, ": ", op->name, ": rank ", left, " (world rank ", world,
+                                ") left the job (said goodbye) while this operation waits for it");
+      if (!engine_->left_after(world).empty()) why += str_cat("; it had heard: ", engine_->left_after(world));
+      if (set_error(Status::kPeerFailed, why, world))
+        engine_->report_failure(comm_id_, world, Status::kPeerFailed, why);
+      return;
+    }
+  }
   const auto grace = std::min<std::chrono::milliseconds>(limit / 4, std::chrono::milliseconds(1000));
   if (asked_ && now - last_progress_ >= grace && answered_for_ != last_progress_) {
     // Another rank suspects this one: if this one is stalled too, say at once whom it waits

@@ -62,6 +62,10 @@ class Executor : public ucx::Client {
   bool check_stage(Op& op, Stage& stage);
   void check_deadline(Clock::time_point now);
   int waiting_for() const;  // comm rank the running op waits for (a receive first), or -1
+  // Comm rank of a peer that said goodbye at least kLeftGrace ago (or timeout(), if shorter)
+  // which a running op (set in *op), stalled as long, still waits for; or -1.
+  int waiting_for_left(Clock::time_point now, const Op** op) const;
+  static constexpr std::chrono::milliseconds kLeftGrace{2000};
   void cancel_transfers(Op& op);
   // Records the sticky error (first one wins) and fails every queued Work; running ones fail
   // in poll() once drained. Any thread.

@@ -43,6 +43,7 @@ struct Chain {
 struct Op {
   std::string name;  // "all_reduce(f32 x 1000, sum)"
   bool p2p = false;
+  bool local = false;  // submitted as Executor::Order::kLocal: exchanges nothing with peers
   uint32_t seq = 0;
   size_t window = 1;  // chains in flight at once
   bool memory = false;  // stages wait on shared memory (gates): poll without waiting for events

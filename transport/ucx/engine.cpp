@@ -151,7 +151,12 @@ void Engine::handle_control() noexcept {
       int reporter = std::atoi(msg.text);
       for (auto& client : clients_) client->on_suspect(msg.comm, reporter, msg.culprit);
     } else if (msg.kind == kControlGoodbye && msg.culprit >= 0 && msg.culprit < size_) {
-      left_[msg.culprit] = 1;
+      if (!left_[msg.culprit]) {
+        left_[msg.culprit] = 1;
+        left_at_[msg.culprit] = Clock::now();
+        left_after_[msg.culprit] = msg.text;
+        ++peers_left_;
+      }
     } else if ((msg.kind == kControlFailure || msg.kind == kControlAbort) && msg.culprit >= 0 &&
                msg.culprit < size_) {
       if (msg.kind == kControlFailure) {  // an abort comes from a live rank: still awaited at shutdown

@@ -140,6 +140,13 @@ class Engine {
   void recv(int peer, void* buf, size_t bytes, uint64_t tag, Transfer* t);
   void cancel(Transfer* t);
   bool peer_dead(int peer) const { return dead_[peer] != 0; }
+  // Whether `peer` said goodbye (its engine shuts down: it posts no transfer any more, and every
+  // message it sent before reached this rank first), and when this rank heard it.
+  bool peer_left(int peer) const { return left_[peer] != 0; }
+  Clock::time_point left_at(int peer) const { return left_at_[peer]; }
+  // The first failure that peer had heard of when it left ("" when none): why it may have left.
+  const std::string& left_after(int peer) const { return left_after_[peer]; }
+  int peers_left() const { return peers_left_; }
   // Whether `peer` runs on this host (same boot and pid namespace).
   bool peer_local(int peer) const { return peer == rank_ || local_[peer] != 0; }
   // The UCX handles, for shared regions (shared_memory.h); nullptr endpoint for this rank.
@@ -212,6 +219,9 @@ class Engine {
   std::vector<char> dead_;  // world rank -> died (UCX error or report)
   std::vector<char> blamed_;  // world rank -> named in a failure: not awaited at shutdown
   std::vector<char> left_;  // world rank -> said goodbye: its later disconnect is expected
+  std::vector<Clock::time_point> left_at_;  // world rank -> when its goodbye arrived
+  std::vector<std::string> left_after_;      // world rank -> the failure its goodbye carried
+  int peers_left_ = 0;
   std::vector<ProcessIdentity> local_peers_;  // world rank -> its process, when checkable here
   std::vector<char> local_;                   // world rank -> local_peers_[rank] is set
   Clock::time_point next_liveness_check_{};

@@ -151,6 +151,8 @@ std::shared_ptr<Engine> Engine::create(std::shared_ptr<Store> store, int rank, i
 void Engine::setup(Store& store) {
   dead_.assign(size_, 0);
   left_.assign(size_, 0);
+  left_at_.assign(size_, Clock::time_point{});
+  left_after_.assign(size_, std::string());
   local_.assign(size_, 0);
   local_peers_.assign(size_, ProcessIdentity{});
   blamed_.assign(size_, 0);
@@ -294,10 +296,13 @@ void Engine::progress_until(Clock::time_point deadline, const std::function<bool
 }
 
 // Tells every live peer that this rank leaves and waits (bounded) for theirs, so that neither
-// side takes the other's disconnect for a failure, nor cuts off messages still in flight.
+// side takes the other's disconnect for a failure, nor cuts off messages still in flight. The
+// goodbye carries the first failure this rank heard of, if any: a peer still waiting for this
+// rank learns why it may have left.
 void Engine::say_goodbye(Clock::time_point deadline) {
+  const std::string after = failures_.empty() ? std::string() : failures_.front().why;
   for (int peer = 0; peer < size_; ++peer)
-    if (peer != rank_ && !dead_[peer]) send_control(peer, kControlGoodbye, 0, rank_, Status::kOk, "");
+    if (peer != rank_ && !dead_[peer]) send_control(peer, kControlGoodbye, 0, rank_, Status::kOk, after);
   progress_until(deadline, [&] {
     handle_control();
     for (int peer = 0; peer < size_; ++peer)
