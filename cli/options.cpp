@@ -194,7 +194,8 @@ const char* usage_text() {
          "         [--staleness-penalty 0|1] [--outer-clip C] [--overlap N|auto (1..tau)] [--outer-bits 32|8|4]\n"
          "         (co2 only; --tau auto = --overlap auto: chosen from the measured all-reduce and step times)\n"
          "         [--tensor N | --grid XxYxZ]  (mlp and gpt: tensor parallelism over groups of N or X*Y*Z ranks)\n"
-         "         [--activation-checkpointing]  (gpt: recompute each block's activations in backward)\n";
+         "         [--activation-checkpointing]  (gpt: recompute each block's activations in backward)\n"
+         "         [--sequence-parallel]  (gpt with --tensor / --grid Y > 1: Megatron's sequence parallelism)\n";
 }
 
 const char* usage_notes() {
@@ -220,7 +221,10 @@ const char* usage_notes() {
          "--activation-checkpointing (a field of the --parallel plan; --parallel sync with no launcher runs\n"
          "one rank) keeps only each transformer block's input through forward and recomputes the block\n"
          "just before its backward: the same gradients, less activation memory (the memory line printed at\n"
-         "the end), one more forward of every block.\n";
+         "the end), one more forward of every block.\n"
+         "--sequence-parallel (Megatron-LM's) also splits the layernorm, dropout and residual regions between\n"
+         "the split layers along the tokens over Y: their activations shrink by Y too, for the same bytes\n"
+         "sent (an all-gather and a reduce-scatter where an all-reduce was). Y must divide --context.\n";
 }
 
 Options parse_train_options(int argc, char** argv, int first) {
@@ -231,8 +235,8 @@ Options parse_train_options(int argc, char** argv, int first) {
       (flag == "--quiet" ? o.quiet : o.no_eval) = true;
       continue;
     }
-    if (flag == "--activation-checkpointing") {
-      o.activation_checkpointing = true;
+    if (flag == "--activation-checkpointing" || flag == "--sequence-parallel") {
+      (flag == "--sequence-parallel" ? o.sequence_parallel : o.activation_checkpointing) = true;
       continue;
     }
     auto it = setters().find(flag);
@@ -290,6 +294,9 @@ void check_parallel_flags(const Options& o) {
           "--tensor and --grid need --parallel (sync, localsgd, slowmo, diloco or co2: how the model replicas "
           "train)");
   require(o.tensor_degree() == 1 || o.zero == 0, "--tensor and --grid with --zero are not supported yet");
+  require(!o.sequence_parallel || (o.model == "gpt" && o.tensor > 1),
+          "--sequence-parallel applies to --model gpt with --tensor N or --grid XxYxZ, Y > 1 (it splits the tokens "
+          "over Y)");
   require(!o.activation_checkpointing || o.model == "gpt",
           "--activation-checkpointing applies to --model gpt (it recomputes transformer blocks; " + o.model +
               " has none)");

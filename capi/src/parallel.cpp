@@ -26,6 +26,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   const bool has_bits = o.size >= offsetof(cohort_plan_options, outer_bits) + sizeof(int32_t);
   const bool has_tensor = o.size >= offsetof(cohort_plan_options, tensor_overlap_off) + sizeof(int32_t);
   const bool has_checkpointing = o.size >= offsetof(cohort_plan_options, activation_checkpointing) + sizeof(int32_t);
+  const bool has_sequence = o.size >= offsetof(cohort_plan_options, sequence_parallel) + sizeof(int32_t);
   parallel::PlanConfig c;
   if (enum_int(o.preset) != COHORT_PRESET_NONE) {
     int p = enum_int(o.preset);
@@ -57,6 +58,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
     c.overlap_collectives = o.tensor_overlap_off == 0;
   }
   if (has_checkpointing) c.activation_checkpointing = o.activation_checkpointing != 0;
+  if (has_sequence) c.sequence_parallel = o.sequence_parallel != 0;
   parallel::validate(c);
   return c;
 }

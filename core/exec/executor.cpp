@@ -34,18 +34,25 @@ std::vector<NodeId> needed_nodes(const Graph& g, const std::vector<ValueId>& tar
 // its inputs, so that it starts as soon as it can and the compute it does not feed runs while it
 // is in flight. A collective reading only bound values (inputs, parameters) stays where it is:
 // started at once it would hold its result from the beginning of the run. Every rank of an axis
-// runs the same graph, so each computes the same order and starts its collectives alike.
+// runs the same graph, so each computes the same order and starts its collectives alike. A
+// backward collective reading only forward's values (one that backward recomputes, autodiff.h)
+// stays where autodiff put it too: moved up into forward, its result would live through forward
+// again, which is what recomputing it avoids.
 std::vector<NodeId> start_collectives_early(const Graph& g, const std::vector<NodeId>& order) {
   std::vector<NodeId> out;
   std::vector<int64_t> position_of_value(g.values().size(), -1);  // position of its producer in out
+  int64_t first_backward = -1;                                     // position in out
   for (NodeId id : order) {
     const Node& n = g.node(id);
     int64_t at = static_cast<int64_t>(out.size());
     if (n.op->collective) {
       int64_t last = -1;
       for (ValueId i : n.inputs) last = std::max(last, position_of_value[static_cast<size_t>(i)]);
-      if (last >= 0) at = last + 1;
+      const bool recomputed = n.backward && (first_backward < 0 || last < first_backward);
+      if (last >= 0 && !recomputed) at = last + 1;
     }
+    if (n.backward && first_backward < 0) first_backward = at;
+    else if (first_backward >= 0 && at <= first_backward) ++first_backward;
     out.insert(out.begin() + at, id);
     for (size_t p = static_cast<size_t>(at); p < out.size(); ++p)
       for (ValueId o : g.node(out[p]).outputs) position_of_value[static_cast<size_t>(o)] = static_cast<int64_t>(p);

@@ -32,7 +32,14 @@ Trainer::Trainer(const Graph& forward, const optim::OptimizerConfig& config, con
                  "activation checkpointing: the model has no transformer blocks to recompute (no node is named "
                  "'h.<layer>.<name>', as the GPT builder names each block's nodes)");
   }
-  grad_ids_ = build_backward(train_, train_.loss(), param_ids_, blocks);
+  std::vector<NodeId> on_read;
+  for (const std::string& name : options_.recompute_nodes) {
+    const ValueId v = train_.find(name);
+    COHORT_CHECK(v >= 0 && train_.value(v).producer >= 0, Status::kInvalidArgument, "recompute: the graph has no node '",
+                 name, "'");
+    on_read.push_back(train_.value(v).producer);
+  }
+  grad_ids_ = build_backward(train_, train_.loss(), param_ids_, blocks, on_read);
   std::vector<ValueId> targets = {train_.loss()};
   for (ValueId g : grad_ids_) if (g >= 0) targets.push_back(g);
   // Refuses a device that cannot be used, or operators without its kernels, before allocating.

@@ -41,6 +41,12 @@ struct TrainerOptions {
   // gradients, bit for bit; less activation memory for one more forward of every block. A
   // model without such blocks is refused (kInvalidPlan) rather than silently run without.
   bool activation_checkpointing = false;
+  // Forward nodes (by name) that backward runs again, just before the first gradient that reads
+  // them, instead of keeping their outputs from forward (build_backward's recompute_on_read):
+  // sequence parallelism's token all-gathers, whose whole-sequence results would otherwise
+  // outlive forward (tensor_parallel.h). Nodes inside an activation-checkpointing block are
+  // recomputed with it.
+  std::vector<std::string> recompute_nodes{};
   // The single-rank model the graph was rewritten from (tensor parallelism): checkpoints are
   // written in its layout — whole parameters and optimizer state, its fingerprint — so that they
   // load under another grid or on one rank. nullptr: the graph itself.

@@ -99,7 +99,8 @@ std::vector<std::vector<NodeId>> blocks_by_name(const Graph& g, const std::strin
 }
 
 std::vector<ValueId> build_backward(Graph& g, ValueId loss, const std::vector<ValueId>& wrt,
-                                    const std::vector<std::vector<NodeId>>& recompute) {
+                                    const std::vector<std::vector<NodeId>>& recompute,
+                                    const std::vector<NodeId>& recompute_on_read) {
   COHORT_CHECK(loss >= 0, Status::kInvalidState, "the graph has no loss");
   const TensorType& lt = g.value(loss).type;
   COHORT_CHECK(dtype_is_float(lt.dtype) && shape_numel(lt.shape) == 1, Status::kShapeMismatch,
@@ -110,6 +111,13 @@ std::vector<ValueId> build_backward(Graph& g, ValueId loss, const std::vector<Va
   std::vector<bool> recomputed(recompute.size(), false);
   std::unordered_map<ValueId, ValueId> remap;  // forward value of a block -> its recomputed copy
   const size_t forward_nodes = g.nodes().size();
+  std::vector<bool> on_read(forward_nodes, false);
+  for (NodeId n : recompute_on_read) {
+    COHORT_CHECK(n >= 0 && static_cast<size_t>(n) < forward_nodes && !g.node(n).backward, Status::kInvalidArgument,
+                 "recompute on read: ", n, " is not a forward node");
+    on_read[static_cast<size_t>(n)] = block_of[static_cast<size_t>(n)] < 0;  // a block recomputes it already
+  }
+  std::unordered_map<ValueId, ValueId> reread;  // forward value of an on-read node -> its copy
   std::vector<ValueId> grad(g.values().size(), -1);
 
   g.set_backward_mode(true);
@@ -144,6 +152,15 @@ std::vector<ValueId> build_backward(Graph& g, ValueId loss, const std::vector<Va
       }
       for (ValueId& v : reads.inputs) v = remap.count(v) ? remap.at(v) : v;
       for (ValueId& v : reads.outputs) v = remap.at(v);
+    }
+    for (ValueId& v : reads.inputs) {
+      const NodeId p = g.value(v).producer;
+      if (p < 0 || static_cast<size_t>(p) >= forward_nodes || !on_read[static_cast<size_t>(p)]) continue;
+      if (!reread.count(v)) {  // the node's copy, just before the first rule that reads it
+        add_recomputation(g, {p}, reread);
+        grad.resize(g.values().size(), -1);
+      }
+      v = reread.at(v);
     }
     BackwardContext ctx(g, reads, gout);
     // Gradients summed so far, offered to the rule for inputs the node reads once.

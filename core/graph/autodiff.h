@@ -26,8 +26,14 @@ namespace cohort {
 // they reproduce forward's values bit for bit — dropout too: its copy applies the mask of the
 // forward node (dropout_grad with that node's id, the kernel dropout's backward uses). Throws
 // kInvalidArgument for a block holding a backward node, a node twice or an unknown node.
+//
+// `recompute_on_read` lists single forward nodes whose outputs backward reads from a copy of the
+// node added just before the first backward rule that reads them (sequence parallelism's token
+// all-gathers: the whole sequence is gathered again for the layer's gradients instead of kept
+// through forward). A node inside a `recompute` block is recomputed with its block.
 std::vector<ValueId> build_backward(Graph& graph, ValueId loss, const std::vector<ValueId>& wrt,
-                                    const std::vector<std::vector<NodeId>>& recompute = {});
+                                    const std::vector<std::vector<NodeId>>& recompute = {},
+                                    const std::vector<NodeId>& recompute_on_read = {});
 
 // The transformer blocks of a graph by node name, for activation checkpointing: the forward
 // nodes named "<prefix><l>.<rest>" (l a decimal layer number) form block l, in order of l. The

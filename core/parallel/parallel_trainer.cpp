@@ -49,9 +49,9 @@ std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::
                "tensor parallelism runs on the host for now: no device communicator per grid axis (TODO(#27))");
   // The model is checked (degrees against widths and heads) before the collectives too: every
   // rank sees the same model and refuses alike.
-  (void)shard_for_tensor_parallel(model, plan.tensor, TensorPosition{});
+  (void)shard_for_tensor_parallel(model, plan.tensor, TensorPosition{}, plan.sequence_parallel);
   GridAxes grid = make_grid(*world, plan);
-  TensorParallelGraph part = shard_for_tensor_parallel(model, plan.tensor, grid.position);
+  TensorParallelGraph part = shard_for_tensor_parallel(model, plan.tensor, grid.position, plan.sequence_parallel);
   // One seed per model replica: the blocks are cut from one initialisation, and dropout in the
   // replicated regions must draw the same masks on every tensor rank. The first tensor rank's.
   int64_t seed = static_cast<int64_t>(options.seed);
@@ -59,10 +59,12 @@ std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::
   options.seed = static_cast<uint64_t>(seed);
   options.axes = grid.axes;
   options.whole_model = std::make_shared<const Graph>(model);
+  options.recompute_nodes = part.recompute;
   options.overlap_collectives = plan.overlap_collectives;
   auto trainer = std::make_unique<Trainer>(part.graph, config, options);
   PlanConfig data_plan = plan;
   data_plan.tensor = TensorGrid{};
+  data_plan.sequence_parallel = false;  // the tensor axes' business, done above
   data_plan.data_parallel = grid.data_size;
   DataParallel::attach(*trainer, data_plan, grid.data, nullptr);
   return trainer;

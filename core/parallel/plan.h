@@ -71,6 +71,9 @@ struct PlanConfig {
   bool overlap_collectives = true;
   // Activation checkpointing per transformer block: TrainerOptions::activation_checkpointing.
   bool activation_checkpointing = false;
+  // Megatron's sequence parallelism over tensor_y: the regions between split layers hold their
+  // tokens' block (tensor_parallel.h, shard_for_tensor_parallel).
+  bool sequence_parallel = false;
 };
 
 // A preset's settings (tau as given). localsgd: alpha 1, beta 0 = plain parameter averaging.

@@ -197,8 +197,9 @@ void check_vocab_divides(const Graph& g, const VocabHead& h, const TensorGrid& g
 class Rewriter {
  public:
   Rewriter(const Graph& model, const std::vector<Pair>& pairs, const VocabHead& vocab, const TensorGrid& grid,
-           const TensorPosition& at)
-      : m_(model), grid_(grid), at_(at), vocab_(grid.y > 1 ? vocab : VocabHead{}), map_(model.values().size(), -1) {
+           const TensorPosition& at, int64_t sequence_tokens)
+      : m_(model), grid_(grid), at_(at), vocab_(grid.y > 1 ? vocab : VocabHead{}), tokens_(sequence_tokens),
+        map_(model.values().size(), -1) {
     for (const Pair& p : pairs) {
       column_[p.column] = feature_groups(model, p);
       row_.insert(p.row);
@@ -277,6 +278,35 @@ class Rewriter {
   }
   int64_t last_dim(ValueId v) const { return static_cast<int64_t>(g_.value(v).type.shape.size()) - 1; }
 
+  // Where replicated data enters per-rank computation over Y: f (copy_to_axis), or under
+  // sequence parallelism the tokens' blocks gathered (all_gather: the gradient reduce-scattered).
+  ValueId enter_y(const std::string& name, ValueId x) {
+    if (tokens_ == 0) return g_.add_op("copy_to_axis", name + ".copy_to_y", {x}, axis_attr("y")).at(0);
+    recompute_.push_back(name + ".gather_tokens_y");  // gathered again in backward, not kept
+    return g_.add_op("all_gather", name + ".gather_tokens_y", {x}, dim_attrs("y", 1, grid_.y)).at(0);
+  }
+  // Where partial sums over Y leave: g (all_reduce), or under sequence parallelism each rank's
+  // block of the tokens of the sum (reduce_scatter: the gradient all-gathered).
+  ValueId leave_y(const std::string& name, ValueId x) {
+    if (tokens_ == 0) return g_.add_op("all_reduce", name, {x}, axis_attr("y")).at(0);
+    return g_.add_op("reduce_scatter", name, {x}, dim_attrs("y", 1, grid_.y)).at(0);
+  }
+  // A whole parameter read in a token-split region: each rank's gradient covers its tokens only,
+  // so it is summed over Y (copy_to_axis) — except a [T, C] table added to the tokens (the
+  // position embedding), of which each rank reads its tokens' rows (split_to_axis: the rows'
+  // gradients gathered whole).
+  ValueId sequence_param(const Node& n, ValueId model_value) {
+    auto it = sequence_params_.find(model_value);
+    if (it != sequence_params_.end()) return it->second;
+    const Value& v = m_.value(model_value);
+    const bool per_token = n.op->name == "add" && v.type.shape.size() == 2 && v.type.shape[0] == tokens_;
+    const ValueId r = per_token ? g_.add_op("split_to_axis", v.name + ".split_tokens_y", {mapped(model_value)},
+                                            dim_attrs("y", 0, grid_.y)).at(0)
+                                : g_.add_op("copy_to_axis", v.name + ".copy_to_y", {mapped(model_value)},
+                                            axis_attr("y")).at(0);
+    return sequence_params_[model_value] = r;
+  }
+
   // Column layer: weight [out, in] cut over Y along out (in q/k/v groups), over X along in; the
   // bias over Y. Row layer: weight cut over Y along in, over X along out; the bias over X. Both
   // weights' blocks then cut over Z along their rows.
@@ -321,10 +351,10 @@ class Rewriter {
       // This rank's rows of the table, zeros for the others' ids: summed over Y.
       Attrs a = vocab_attrs(Attrs());
       const ValueId part = g_.add_op("vocab_embedding", n.name + ".partial", in, a).at(0);
-      out = {g_.add_op("all_reduce", n.name, {part}, axis_attr("y")).at(0)};
+      out = {leave_y(n.name, part)};
     } else if (vocab_.loss >= 0 && (n.id == vocab_.linear || (vocab_.linear < 0 && n.id == vocab_.head))) {
       // The logits of this rank's vocabulary rows; f over Y (the input gradient is partial).
-      in[0] = g_.add_op("copy_to_axis", n.name + ".copy_to_y", {in[0]}, axis_attr("y")).at(0);
+      in[0] = enter_y(n.name, in[0]);
       out = g_.add_op(n.op->name, n.id == vocab_.head ? n.name + ".local" : n.name, in, n.attrs);
     } else if (vocab_.loss >= 0 && vocab_.linear >= 0 && n.id == vocab_.head) {
       Attrs a = n.attrs;
@@ -344,7 +374,7 @@ class Rewriter {
       // partial over the out-features, summed backward). The product is partial over X (summed
       // forward), the bias added after.
       in[0] = over("split_to_axis", n.name + ".split_x", in[0], "x", grid_.x, last_dim(in[0]));
-      in[0] = over("copy_to_axis", n.name + ".copy_to_y", in[0], "y", grid_.y);
+      if (grid_.y > 1) in[0] = enter_y(n.name, in[0]);
       if (grid_.x == 1) {
         out = g_.add_op(n.op->name, n.name, in, n.attrs);
       } else {
@@ -358,15 +388,15 @@ class Rewriter {
     } else if (row_.count(n.id)) {
       // f over X (the input gradients are partial over the X blocks of the out-features); the
       // product partial over Y (summed: g); the bias; the X blocks of the output gathered whole.
-      const ValueId bias_value = bias ? in[2] : -1;
+      ValueId bias_value = bias ? in[2] : -1;
       if (bias) in.pop_back();
       in[0] = over("copy_to_axis", n.name + ".copy_to_x", in[0], "x", grid_.x);
       const bool reduce = grid_.y > 1, gather = grid_.x > 1;
       // The last operator of the chain takes the layer's name.
       out = g_.add_op(n.op->name, reduce || bias || gather ? n.name + ".partial" : n.name, in, n.attrs);
       ValueId y = out[0];
-      if (reduce)
-        y = g_.add_op("all_reduce", bias || gather ? n.name + ".all_reduce_y" : n.name, {y}, axis_attr("y")).at(0);
+      if (reduce) y = leave_y(bias || gather ? n.name + ".all_reduce_y" : n.name, y);
+      if (tokens_ > 0 && bias) bias_value = sequence_param(n, n.inputs[2]);
       if (bias) y = g_.add_op("add", gather ? n.name + ".bias" : n.name, {y, bias_value}, Attrs()).at(0);
       if (gather) y = g_.add_op("gather_from_axis", n.name, {y}, dim_attrs("x", last_dim(y), grid_.x)).at(0);
       out[0] = y;
@@ -375,6 +405,10 @@ class Rewriter {
       a.set("heads", n.attrs.get_int("heads") / grid_.y);
       out = g_.add_op(n.op->name, n.name, in, a);
     } else {
+      if (tokens_ > 0)  // a token-split region (layernorms, residual adds, dropout, embeddings)
+        for (size_t i = 0; i < in.size(); ++i)
+          if (m_.value(n.inputs[i]).kind == ValueKind::kParameter && !cuts_.count(n.inputs[i]))
+            in[i] = sequence_param(n, n.inputs[i]);
       out = g_.add_op(n.op->name, local_loss ? n.name + ".local" : n.name, in, n.attrs);
     }
     COHORT_ASSERT(out.size() == n.outputs.size(), n.name, ": the rewrite changed the number of outputs");
@@ -385,7 +419,12 @@ class Rewriter {
   const TensorGrid grid_;
   const TensorPosition at_;
   const VocabHead vocab_;  // none (loss -1) when Y is 1 or the model's loss is made otherwise
+  const int64_t tokens_;   // sequence parallelism: the tokens T cut over Y (dim 1 of [B, T, C]); 0 = off
   Graph g_;
+  std::map<ValueId, ValueId> sequence_params_;  // model parameter -> its read in the token-split regions
+
+ public:
+  std::vector<std::string> recompute_;  // nodes backward runs again (TensorParallelGraph::recompute)
   std::vector<ValueId> map_;                          // model value -> rank graph value
   std::map<NodeId, int64_t> column_;                  // column-parallel node -> its feature groups
   std::set<NodeId> row_, between_;
@@ -402,6 +441,8 @@ void validate_tensor_grid(const PlanConfig& p) {
                  kMaxDegree);
   COHORT_CHECK(p.tensor.degree() <= kMaxDegree, Status::kInvalidPlan, "plan: the tensor degree tensor_x x tensor_y x "
                "tensor_z = ", p.tensor.x, " x ", p.tensor.y, " x ", p.tensor.z, " must be at most ", kMaxDegree);
+  COHORT_CHECK(!p.sequence_parallel || p.tensor.y > 1, Status::kInvalidPlan,
+               "plan: sequence parallelism splits the tokens over tensor_y, which is ", p.tensor.y);
   COHORT_CHECK(p.tensor.degree() == 1 || p.zero_stage == 0, Status::kUnsupported, "plan: ZeRO stage ", p.zero_stage,
                " with tensor parallelism (tensor ", p.tensor.x, " x ", p.tensor.y, " x ", p.tensor.z,
                ") is not implemented yet: ZeRO's gradient norm would miss the tensor axes (TODO(#27))");
@@ -418,9 +459,10 @@ std::vector<LinearPair> find_linear_pairs(const Graph& model) {
 }
 
 TensorParallelGraph shard_for_tensor_parallel(const Graph& model, const TensorGrid& grid,
-                                              const TensorPosition& position) {
+                                              const TensorPosition& position, bool sequence_parallel) {
   PlanConfig check;
   check.tensor = grid;
+  check.sequence_parallel = sequence_parallel;
   validate_tensor_grid(check);
   COHORT_CHECK(model.loss() >= 0, Status::kInvalidState, "tensor parallelism: the model has no loss");
   for (const Node& n : model.nodes())
@@ -446,7 +488,23 @@ TensorParallelGraph shard_for_tensor_parallel(const Graph& model, const TensorGr
   for (const Pair& p : pairs) check_divides(model, p, grid);
   const VocabHead vocab = find_vocab_head(model, pairs);
   if (grid.y > 1) check_vocab_divides(model, vocab, grid);
-  r.graph = Rewriter(model, pairs, vocab, grid, position).run();
+  int64_t tokens = 0;
+  if (sequence_parallel) {
+    COHORT_CHECK(grid.x == 1, Status::kUnsupported, "plan: sequence parallelism with tensor_x = ", grid.x,
+                 " is not implemented yet (Megatron's sequence parallelism runs over tensor_y alone) (TODO(#27))");
+    const Node& first = model.node(pairs.front().column);
+    const Shape& x = model.value(first.inputs[0]).type.shape;
+    COHORT_CHECK(x.size() == 3, Status::kInvalidPlan, "plan: sequence parallelism splits [batch, tokens, features] "
+                 "activations along the tokens, but linear '", first.name, "' reads ", shape_str(x));
+    COHORT_CHECK(vocab.loss >= 0, Status::kInvalidPlan, "plan: sequence parallelism needs the loss to be the cross "
+                 "entropy of an output head cut along the vocabulary (the GPT's), which gathers the tokens back");
+    tokens = x[1];
+    COHORT_CHECK(tokens % grid.y == 0, Status::kInvalidPlan, "plan: sequence parallelism: tensor_y = ", grid.y,
+                 " does not divide the ", tokens, " tokens of the context");
+  }
+  Rewriter rewriter(model, pairs, vocab, grid, position, tokens);
+  r.graph = rewriter.run();
+  r.recompute = rewriter.recompute_;
   return r;
 }
 

@@ -66,6 +66,9 @@ struct LinearPair {
 struct TensorParallelGraph {
   Graph graph;  // this rank's forward graph (with the model's inputs, outputs and loss names)
   std::vector<LinearPair> pairs;
+  // Nodes the trainer runs again in backward rather than keeping (TrainerOptions::recompute_nodes):
+  // under sequence parallelism, the all-gathers of the tokens, as Megatron gathers them again.
+  std::vector<std::string> recompute;
 };
 
 // The pairs the rewrite would split in `model` (a forward graph), in graph order.
@@ -76,7 +79,15 @@ std::vector<LinearPair> find_linear_pairs(const Graph& model);
 // divide what it cuts (features of a split layer, the heads of attention, the rows of a weight
 // block), or when the model has no pair to split; kUnsupported for grids validate_tensor_grid
 // refuses.
+//
+// sequence_parallel (Megatron-LM's, Korthikanti et al. 2022): the regions between the pairs
+// (layernorms, residual adds, dropout, the embeddings) hold [B, T / Y, C], each rank its block of
+// the tokens, so their activations shrink by Y too: a pair's entry f becomes an all_gather of the
+// tokens and its exit g a reduce_scatter of them (the same bytes as the all_reduce they replace);
+// the whole parameters read there have their gradients summed over Y, and the position table is
+// read by token blocks. Needs Y > 1, X = 1, [B, T, C] activations, T divisible by Y and the
+// vocabulary-parallel head (kInvalidPlan / kUnsupported naming what is missing).
 TensorParallelGraph shard_for_tensor_parallel(const Graph& model, const TensorGrid& grid,
-                                              const TensorPosition& position);
+                                              const TensorPosition& position, bool sequence_parallel = false);
 
 }  // namespace cohort::parallel

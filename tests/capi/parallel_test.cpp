@@ -116,6 +116,13 @@ TEST_F(CapiParallel, PlanErrorPaths) {
   EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
   o.zero_stage = 1;
   EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_UNSUPPORTED, "ZeRO stage 1 with tensor parallelism (tensor 2 x 2 x 2)");
+  o = cohort_plan_options_default();
+  o.sequence_parallel = 1;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN,
+                "plan: sequence parallelism splits the tokens over tensor_y, which is 1");
+  o.size = offsetof(cohort_plan_options, sequence_parallel);  // a caller built before the field: not read
+  EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
   // A caller built before the tensor fields passes a smaller size: they are not read (0 would
   // be refused).
   o = cohort_plan_options_default();

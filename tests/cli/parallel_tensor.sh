@@ -94,6 +94,18 @@ co2=(train --model mlp --steps 12 --threads 1 --no-eval --parallel co2 --tau 2 -
   { cat "$dir"/co2_*.out; echo "FAIL: the co2 --tensor 2 resume runs exited non-zero"; exit 1; }
 [ "$(field "$dir/co2_full.jsonl" loss)" = "$(field "$dir/co2_res.jsonl" loss)" ] ||
   { echo "FAIL: co2 resumed $(field "$dir/co2_res.jsonl" loss), uninterrupted $(field "$dir/co2_full.jsonl" loss)"; exit 1; }
+# Megatron's sequence parallelism on the gpt (Brown): the same loss and gradient norm as --tensor 2
+# without it within 1e-5 (sums in another order), fewer activation bytes at the peak.
+gpt=(train --model gpt --layers 2 --width 64 --heads 4 --context 64 --batch 4 --steps 4 --threads 1 --no-eval
+     --log-every 2 --parallel sync --tensor 2)
+"$run" -n 2 -- "$cli" "${gpt[@]}" --metrics "$dir/gpt.jsonl" >"$dir/gpt.out" 2>&1 &&
+  "$run" -n 2 -- "$cli" "${gpt[@]}" --sequence-parallel --metrics "$dir/sp.jsonl" >"$dir/sp.out" 2>&1 ||
+  { cat "$dir/gpt.out" "$dir/sp.out"; echo "FAIL: the gpt --tensor 2 runs exited non-zero"; exit 1; }
+grep -q "sync tensor 2 sequence parallel" "$dir/sp.out" || { cat "$dir/sp.out"; echo "FAIL: the banner does not say it"; exit 1; }
+same_run gpt sp "loss grad_norm"
+a=$(field "$dir/gpt.jsonl" peak_activation_bytes) b=$(field "$dir/sp.jsonl" peak_activation_bytes)
+[ "$b" -lt "$a" ] || { echo "FAIL: sequence parallelism holds $b activation bytes, without it $a"; exit 1; }
+sizes="$sizes; gpt activations with sequence parallelism $b/$a"
 refused() {  # refused <expected text> <args...>
   local want=$1; shift
   if "$run" -n 2 -- "$cli" train --steps 2 --threads 1 --parallel sync "$@" >"$dir/bad.out" 2>&1; then

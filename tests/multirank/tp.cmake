@@ -39,3 +39,7 @@ endforeach()
 tp_test(gpt-ckpt 2 shm)
 tp_test(gpt-ckpt 4 tcp)
 tp_test(gpt-x2-y2-ckpt 4 shm)
+# Megatron's sequence parallelism (the gpt: the mlp has no tokens), with checkpointing too.
+tp_test(gpt-seq 2 tcp)
+tp_test(gpt-y2-z2-seq 4 shm)
+tp_test(gpt-seq-ckpt 4 shm)

@@ -4,7 +4,8 @@
 //   tp_rank gpt | mlp [-xN] [-yN] [-zN] [-nooverlap] [-ckpt]   the tensor grid X x Y x Z (default:
 //                        Megatron 1D over the whole world, tensor_y = world); the rest of the world
 //                        is the data axis (DDP); each data replica's Z ranks are fed consecutive
-//                        rows; -ckpt: with activation checkpointing (gpt), also checked against
+//                        rows; -seq: Megatron's sequence parallelism over Y (gpt);
+//                        -ckpt: with activation checkpointing (gpt), also checked against
 //                        the same grid without it: a lower peak of activation bytes, and at 2
 //                        tensor ranks the same parameters bit for bit
 //   tp_rank gpt-kill | mlp-kill   the last rank dies mid-run: every survivor must fail with
@@ -39,6 +40,7 @@ struct Mode {
   bool overlap = true;
   bool kill = false;
   bool checkpointing = false;
+  bool sequence = false;  // Megatron's sequence parallelism over Y
 };
 
 Mode parse(const std::string& s) {
@@ -52,6 +54,7 @@ Mode parse(const std::string& s) {
     if (part == "nooverlap") m.overlap = false;
     else if (part == "kill") m.kill = true;
     else if (part == "ckpt") m.checkpointing = true;
+    else if (part == "seq") m.sequence = true;
     else if (part.size() > 1 && part[0] == 'x') m.x = std::stoi(part.substr(1));
     else if (part.size() > 1 && part[0] == 'y') m.y = std::stoi(part.substr(1));
     else if (part.size() > 1 && part[0] == 'z') m.z = std::stoi(part.substr(1));
@@ -74,6 +77,7 @@ std::unique_ptr<Trainer> make(const Mode& m, const std::shared_ptr<coll::Communi
   plan.tensor = grid_of(m, comm->size());
   plan.overlap_collectives = m.overlap;
   plan.activation_checkpointing = m.checkpointing;
+  plan.sequence_parallel = m.sequence;
   TrainerOptions o;
   o.seed = 1 + static_cast<uint64_t>(comm->rank());
   o.num_threads = 1;

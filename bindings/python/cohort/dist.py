@@ -185,14 +185,15 @@ class Plan(Handle):
     tensor_z (AxoNN's tensor grid; tensor_y alone is Megatron's 1D tensor parallelism: each rank trains
     its part of the model, and the ranks of one tensor group step on the same rows, except that the Z
     ranks each step on their own), tensor_overlap_off, activation_checkpointing (recompute each
-    transformer block of a gpt in backward)."""
+    transformer block of a gpt in backward), sequence_parallel (Megatron's, over tensor_y: the regions
+    between split layers hold each rank's block of the tokens)."""
 
     __slots__ = ()
     _destroy = staticmethod(_capi.cohort_plan_destroy)
     FIELDS = ("data_parallel", "mode", "tau", "outer_lr", "outer_momentum", "outer_nesterov", "staleness_penalty",
               "penalty_constant", "clip_threshold", "zero_stage", "bucket_bytes", "inner_noise_scaling",
               "overlap_steps", "outer_bits", "tensor_x", "tensor_y", "tensor_z", "tensor_overlap_off",
-              "activation_checkpointing")
+              "activation_checkpointing", "sequence_parallel")
 
     def __init__(self, preset="none", **options):
         o = _capi.cohort_plan_options_default()

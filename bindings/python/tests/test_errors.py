@@ -189,6 +189,9 @@ class ErrorTest(unittest.TestCase):
         self.assertFails(cohort.InvalidPlanError, "plan: tensor_y = 0 must be in 1..65536", cohort.Plan, tensor_y=0)
         self.assertFails(cohort.InvalidPlanError, "plan: tensor_z = 0 must be in 1..65536", cohort.Plan, tensor_z=0)
         cohort.Plan(tensor_x=2, tensor_y=2, tensor_z=2).close()  # AxoNN's 3D grid (fitted to a world later)
+        self.assertFails(cohort.InvalidPlanError, "plan: sequence parallelism splits the tokens over tensor_y, which is 1",
+                         cohort.Plan, sequence_parallel=1)
+        cohort.Plan(tensor_y=2, sequence_parallel=1).close()
         cohort.Plan("co2", tau=2, tensor_y=2, tensor_overlap_off=1).close()
         cohort.Plan("ddp", activation_checkpointing=1).close()  # a model without blocks: refused by the trainer
         with cohort.Plan("ddp") as plan:

@@ -785,6 +785,15 @@ typedef struct cohort_plan_options {
    * parallelism); INVALID_PLAN at cohort_trainer_create_parallel for a model without any.
    * Default 0. */
   int32_t activation_checkpointing;
+  /* Added after activation_checkpointing (read only when size covers it). Nonzero: Megatron-LM's
+   * sequence parallelism over tensor_y — the regions between the split layers (layernorms,
+   * residual adds, dropout, the embeddings) hold each rank's block of the tokens, so their
+   * activations shrink by tensor_y too; each split pair's all-reduce becomes an all-gather of the
+   * tokens before it and a reduce-scatter after it (the same bytes). INVALID_PLAN when tensor_y
+   * is 1, and at cohort_trainer_create_parallel for a model whose activations are not [batch,
+   * tokens, features], whose tokens tensor_y does not divide, or whose loss is not the cross
+   * entropy of a vocabulary-split head (the GPT's is); UNSUPPORTED with tensor_x > 1. Default 0. */
+  int32_t sequence_parallel;
 } cohort_plan_options;
 /* preset NONE, data_parallel 0, mode DDP, tau 1, outer lr 1, momentum 0, no Nesterov, no
  * penalty (constant 1), no clip, ZeRO stage 0, bucket_bytes 25 MiB, tensor_x = tensor_y =

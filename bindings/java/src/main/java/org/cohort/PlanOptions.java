@@ -28,6 +28,7 @@ public final class PlanOptions {
   private int tensorZ;
   private boolean tensorOverlapOff;
   private boolean activationCheckpointing;
+  private boolean sequenceParallel;
 
   public PlanOptions() {
     cohort_plan_options d = CohortC.cohort_plan_options_default();
@@ -52,6 +53,7 @@ public final class PlanOptions {
       tensorZ = d.getTensor_z();
       tensorOverlapOff = d.getTensor_overlap_off() != 0;
       activationCheckpointing = d.getActivation_checkpointing() != 0;
+      sequenceParallel = d.getSequence_parallel() != 0;
     } finally {
       d.delete();
     }
@@ -215,6 +217,20 @@ public final class PlanOptions {
     return activationCheckpointing;
   }
 
+  /**
+   * Megatron's sequence parallelism over tensorY: the regions between split layers hold each
+   * rank's block of the tokens. tensorY 1 is INVALID_PLAN; a model it does not fit is refused when
+   * the trainer is made.
+   */
+  public PlanOptions sequenceParallel(boolean value) {
+    sequenceParallel = value;
+    return this;
+  }
+
+  public boolean sequenceParallel() {
+    return sequenceParallel;
+  }
+
   public Plan.Preset preset() {
     return preset;
   }
@@ -285,6 +301,7 @@ public final class PlanOptions {
     o.setTensor_z(tensorZ);
     o.setTensor_overlap_off(tensorOverlapOff ? 1 : 0);
     o.setActivation_checkpointing(activationCheckpointing ? 1 : 0);
+    o.setSequence_parallel(sequenceParallel ? 1 : 0);
     return o;
   }
 }
