@@ -3,7 +3,9 @@
 // data 2 x tensor 2 (1x2x1) — each with the collectives overlapped and not, against two anchors
 // measured in the same invocation:
 //   (a) the single-rank step on the same global batch: rank 0 alone (a plain Trainer, 1 thread)
-//       before the parallel runs, while the other ranks block on the job store (no CPU);
+//       while the other ranks block on the job store (no CPU), measured before every grid and
+//       after the last, each grid's ratio taken against the mean of the two measured around it
+//       (a shared box's load drifts within a run);
 //   (b) an analytical prediction in the spirit of AxoNN (Singh et al. 2024, section 5): every
 //       collective node of this rank's training graph (forward + backward as the trainer builds
 //       it: shard_for_tensor_parallel's forward graph through build_backward), plus what the
@@ -335,6 +337,7 @@ struct Row {
   std::string grid;
   StepTiming off, on;
   double comm_pred = 0;
+  double single = 0;  // the single-rank anchor: mean of the measurements before and after
 };
 
 int run(const Options& o, const std::shared_ptr<coll::Communicator>& world,
@@ -356,8 +359,9 @@ int run(const Options& o, const std::shared_ptr<coll::Communicator>& world,
     std::fflush(stdout);
   }
   // (a) The single-rank anchor: rank 0 alone, the others blocked on the store (no CPU). Measured
-  // before and after the parallel runs (the box's load drifts); the ratios use their mean.
-  auto measure_single = [&](const char* when) {
+  // before each grid and after the last (the box's load drifts); a grid's ratios use the mean of
+  // the two around it.
+  auto measure_single = [&](const std::string& when) {
     double single = 0;
     if (rank == 0) {
       models::GptConfig c = cfg;
@@ -368,16 +372,15 @@ int run(const Options& o, const std::shared_ptr<coll::Communicator>& world,
       Trainer t(models::build_gpt(c), adamw(), to);
       single = time_steps(t, nullptr, gpt_batch(c, o.batch, 0), o).step;
       store->set(str_cat("bench_tensor/single/", when), transport::Bytes{1});
-      std::printf("single rank (%s the parallel runs), batch %lld: step %.1f ms (rank 0 alone; the other ranks blocked "
-                  "on the store)\n",
-                  when, static_cast<long long>(o.batch), single * 1e3);
+      std::printf("single rank (%s), batch %lld: step %.1f ms (rank 0 alone; the other ranks blocked on the store)\n",
+                  when.c_str(), static_cast<long long>(o.batch), single * 1e3);
       std::fflush(stdout);
     } else {
       (void)store->get(str_cat("bench_tensor/single/", when), Ms(1800000));
     }
     return world_max(*world, {single})[0];
   };
-  const double single_before = o.single ? measure_single("before") : 0.0;
+  std::vector<double> singles;  // before grid i, and after the last
 
   std::vector<Row> rows;
   for (const parallel::TensorGrid& grid : o.grids) {
@@ -389,6 +392,7 @@ int run(const Options& o, const std::shared_ptr<coll::Communicator>& world,
                  " is not a multiple of data x z = ", data * grid.z);
     Row row;
     row.grid = grid_name(grid, data);
+    if (o.single) singles.push_back(measure_single("before " + row.grid));
     Model model;
     for (bool overlap : {false, true}) {
       parallel::PlanConfig plan = parallel::preset(parallel::Preset::kDdp, 1);
@@ -435,29 +439,31 @@ int run(const Options& o, const std::shared_ptr<coll::Communicator>& world,
     rows.push_back(row);
   }
 
-  const double single_after = o.single ? measure_single("after") : 0.0;
-  const double single = (single_before + single_after) / 2;
+  if (o.single) singles.push_back(measure_single("after the last grid"));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i].single = o.single ? (singles[i] + singles[i + 1]) / 2 : 0.0;
   if (rank == 0) {
-    const double ideal = single / std::min<double>(size, cores);
-    std::printf("\nGPT step at %d ranks on %u cores (oversubscribed: %s); single rank %.1f ms (1 thread, rank 0 alone; "
-                "mean of %.1f before and %.1f after the parallel runs)\n",
-                size, cores, static_cast<unsigned>(size) > cores ? "yes" : "no", single * 1e3, single_before * 1e3,
-                single_after * 1e3);
-    std::printf("prediction (overlap off) = compute + predicted communication; compute_meas = measured step - measured "
-                "wait on collectives; compute_ideal = single / min(ranks, cores) = %.1f ms\n",
-                ideal * 1e3);
-    std::printf("%-16s %9s %9s %8s %8s | %9s %9s %8s | %9s %9s %8s %9s %8s\n", "grid", "off ms", "on ms", "off/1",
+    double single = 0;
+    for (double v : singles) single += v / static_cast<double>(singles.size());
+    std::printf("\nGPT step at %d ranks on %u cores (oversubscribed: %s); single rank (1 thread, rank 0 alone) %.1f ms "
+                "on average, from %.1f to %.1f\n",
+                size, cores, static_cast<unsigned>(size) > cores ? "yes" : "no", single * 1e3,
+                singles.empty() ? 0.0 : *std::min_element(singles.begin(), singles.end()) * 1e3,
+                singles.empty() ? 0.0 : *std::max_element(singles.begin(), singles.end()) * 1e3);
+    std::printf("prediction (overlap off) = compute + predicted communication; compute = measured step - measured wait "
+                "on collectives (pred ms), or single / min(ranks, cores) (ideal ms)\n");
+    std::printf("%-16s %9s %9s %9s %8s %8s | %9s %9s %8s | %9s %9s %8s %9s %8s\n", "grid", "single ms", "off ms", "on ms", "off/1",
                 "on/1", "wait ms", "comm pred", "pred/w", "compute", "pred ms", "pred/off", "ideal ms", "idl/off");
     for (const Row& r : rows) {
       const double compute = r.off.step - r.off.wait;
+      const double ideal = r.single / std::min<double>(size, cores);
       const double pred = compute + r.comm_pred, pred_ideal = ideal + r.comm_pred;
-      std::printf("%-16s %9.1f %9.1f %8.2f %8.2f | %9.1f %9.1f %8.2f | %9.1f %9.1f %8.2f %9.1f %8.2f\n", r.grid.c_str(),
-                  r.off.step * 1e3, r.on.step * 1e3, single > 0 ? r.off.step / single : 0.0,
-                  single > 0 ? r.on.step / single : 0.0, r.off.wait * 1e3, r.comm_pred * 1e3,
+      std::printf("%-16s %9.1f %9.1f %9.1f %8.2f %8.2f | %9.1f %9.1f %8.2f | %9.1f %9.1f %8.2f %9.1f %8.2f\n", r.grid.c_str(),
+                  r.single * 1e3, r.off.step * 1e3, r.on.step * 1e3, r.single > 0 ? r.off.step / r.single : 0.0,
+                  r.single > 0 ? r.on.step / r.single : 0.0, r.off.wait * 1e3, r.comm_pred * 1e3,
                   r.off.wait > 0 ? r.comm_pred / r.off.wait : 0.0, compute * 1e3, pred * 1e3, pred / r.off.step,
-                  pred_ideal * 1e3, single > 0 ? pred_ideal / r.off.step : 0.0);
+                  pred_ideal * 1e3, pred_ideal / r.off.step);
     }
-    std::printf("columns: off/on ms = measured step (median, slowest rank) with overlap off/on; off/1, on/1 = "
+    std::printf("columns: single ms = single-rank step, mean of the two measured around the grid; off/on ms = measured step (median, slowest rank) with overlap off/on; off/1, on/1 = "
                 "parallel / single-rank step; wait ms = measured wait on collectives per step (overlap off); comm pred = "
                 "model's communication per step; pred/w = comm pred / wait; pred/off, idl/off = predicted / measured step\n");
     std::fflush(stdout);

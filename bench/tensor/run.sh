@@ -21,12 +21,13 @@ BUILD="$(cd "$BUILD" && pwd)"
 RUNNER="$BUILD/transport/launcher/cohort-run"
 BENCH="$BUILD/bench/tensor/bench_tensor"
 for f in "$RUNNER" "$BENCH"; do [[ -x "$f" ]] || { echo "run.sh: $f not built" >&2; exit 2; }; done
+CORES=$(nproc)  # before OMP_NUM_THREADS, which GNU nproc honours
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive OPENBLAS_NUM_THREADS=1
-echo "bench/tensor: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $RANKS ranks$([[ $RANKS -gt $(nproc) ]] && echo " (oversubscribed: more ranks than cores)")"
+echo "bench/tensor: $(date -u +%Y-%m-%dT%H:%MZ), $CORES cores, $RANKS ranks$([[ $RANKS -gt $CORES ]] && echo " (oversubscribed: more ranks than cores)"), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for t in "${TRANSPORTS[@]}"; do
   tls="self,sm"; [[ "$t" == tcp ]] && tls="tcp"
   echo
   echo "######## $t (UCX_TLS=$tls) ########"
   UCX_TLS="$tls" "$RUNNER" -n "$RANKS" -- "$BENCH" "${ARGS[@]}" 2>&1 |
-    sed -n -e 's/^\[rank 0\] //p' -e '/^\[rank 0\]/d' -e '/[Ee]rror\|[Ff]ail\|bench_tensor\|cohort-run/p'
+    sed -n -e '/^\[rank 0\] /{s///;p;d}' -e '/[Ee]rror\|[Ff]ail\|bench_tensor:\|cohort-run/p'
 done
