@@ -3,9 +3,7 @@
 // data 2 x tensor 2 (1x2x1) — each with the collectives overlapped and not, against two anchors
 // measured in the same invocation:
 //   (a) the single-rank step on the same global batch: rank 0 alone (a plain Trainer, 1 thread)
-//       while the other ranks block on the job store (no CPU), measured before every grid and
-//       after the last, each grid's ratio taken against the mean of the two measured around it
-//       (a shared box's load drifts within a run);
+//       while the other ranks block on the job store (no CPU);
 //   (b) an analytical prediction in the spirit of AxoNN (Singh et al. 2024, section 5): every
 //       collective node of this rank's training graph (forward + backward as the trainer builds
 //       it: shard_for_tensor_parallel's forward graph through build_backward), plus what the
@@ -20,7 +18,9 @@
 //                         over the cores the ranks share, no replicated work (AxoNN's premise
 //                         that compute does not depend on the grid).
 // Step time: the median over N timed steps (after W warm-up steps) of the slowest rank's time of
-// that step. Ranks run with 1 thread each; at 4 ranks on a 2-core box they are oversubscribed
+// that step. A shared box's load drifts within a run (one run's single-rank step went from 757 to
+// 458 ms), so a grid's three configurations — single rank, overlap off, overlap on — run in rounds
+// of 2 steps each, the order rotated every round, and each ratio is taken within the grid. Ranks run with 1 thread each; at 4 ranks on a 2-core box they are oversubscribed
 // (2 processes per core), which the output states.
 //
 //   cohort-run -n 4 -- bench_tensor [--grids 1x4x1,2x2x1,2x1x2,1x2x1] [--batch 8] [--steps 10]
@@ -294,39 +294,44 @@ double dp_wait(const Trainer& t) {
   return dp ? dp->stats().wait_seconds : 0.0;
 }
 
-StepTiming time_steps(Trainer& t, coll::Communicator* world, const std::map<std::string, Tensor>& batch,
-                      const Options& o) {
-  for (int64_t s = 0; s < o.warmup; ++s) t.step(batch);
-  if (world) world->barrier()->wait(Ms(600000));
-  const CollectiveStats c0 = t.stats().collectives;
-  const double w0 = dp_wait(t);
-  std::vector<double> times;
-  for (int64_t s = 0; s < o.steps; ++s) {
-    const auto t0 = Clock::now();
-    t.step(batch);
-    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+// The timed steps of one trainer, gathered round by round.
+struct Series {
+  std::vector<double> times;  // this rank's, per step
+  double wait = 0;
+  int64_t started = 0, hidden = 0;
+
+  void run(Trainer& t, const std::map<std::string, Tensor>& batch, int64_t steps) {
+    const CollectiveStats c0 = t.stats().collectives;
+    const double w0 = dp_wait(t);
+    for (int64_t s = 0; s < steps; ++s) {
+      const auto t0 = Clock::now();
+      t.step(batch);
+      times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    const CollectiveStats c1 = t.stats().collectives;
+    wait += c1.wait_seconds - c0.wait_seconds + dp_wait(t) - w0;
+    started += c1.started - c0.started;
+    hidden += c1.complete_when_needed - c0.complete_when_needed;
   }
-  const CollectiveStats c1 = t.stats().collectives;
-  StepTiming r;
-  const double steps = static_cast<double>(o.steps);
-  double wait = (c1.wait_seconds - c0.wait_seconds + dp_wait(t) - w0) / steps;
-  double started = static_cast<double>(c1.started - c0.started) / steps;
-  double hidden = c1.started > c0.started ? static_cast<double>(c1.complete_when_needed - c0.complete_when_needed) /
-                                                static_cast<double>(c1.started - c0.started)
-                                          : 0.0;
-  if (world) {
-    times = world_max(*world, times);
-    const double n = world->size();
-    wait = world_sum(*world, wait) / n;
-    started = world_sum(*world, started) / n;
-    hidden = world_sum(*world, hidden) / n;
+  // Collective over the world when given: each step's slowest rank, the rank means of the rest.
+  StepTiming finish(coll::Communicator* world) const {
+    const double steps = static_cast<double>(times.size());
+    StepTiming r;
+    std::vector<double> t = times;
+    r.wait = wait / steps;
+    r.started = static_cast<double>(started) / steps;
+    r.hidden = started > 0 ? static_cast<double>(hidden) / static_cast<double>(started) : 0.0;
+    if (world) {
+      t = world_max(*world, t);
+      const double n = world->size();
+      r.wait = world_sum(*world, r.wait) / n;
+      r.started = world_sum(*world, r.started) / n;
+      r.hidden = world_sum(*world, r.hidden) / n;
+    }
+    r.step = median(t);
+    return r;
   }
-  r.step = median(times);
-  r.wait = wait;
-  r.started = started;
-  r.hidden = hidden;
-  return r;
-}
+};
 
 std::string grid_name(const parallel::TensorGrid& g, int data) {
   std::string s = std::to_string(g.x) + "x" + std::to_string(g.y) + "x" + std::to_string(g.z);
@@ -337,50 +342,57 @@ struct Row {
   std::string grid;
   StepTiming off, on;
   double comm_pred = 0;
-  double single = 0;  // the single-rank anchor: mean of the measurements before and after
+  double single = 0;  // the single-rank anchor, timed in the same rounds as this grid
 };
 
 int run(const Options& o, const std::shared_ptr<coll::Communicator>& world,
         const std::shared_ptr<transport::Store>& store) {
   const int rank = world->rank(), size = world->size();
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  models::GptConfig cfg = o.gpt;
+  const models::GptConfig cfg = o.gpt;
+  // Rounds: every configuration of a grid (the single rank, overlap off, overlap on) runs
+  // steps_per_round steps in turn, the order rotated each round, so that the box's load drifts
+  // over all three alike.
+  const int64_t steps_per_round = 2;
+  const int64_t rounds = std::max<int64_t>(1, (o.steps + steps_per_round - 1) / steps_per_round);
   if (rank == 0) {
     std::printf("bench_tensor: GPT width %lld, %lld layers, %lld heads, context %lld, vocab %lld, %lld parameters; "
-                "global batch %lld; AdamW, clip 1.0; median of %lld steps after %lld warm-up\n",
+                "global batch %lld; AdamW, clip 1.0; median of %lld steps (%lld rounds of %lld, interleaved with the "
+                "single rank's and the other overlap setting's) after %lld warm-up\n",
                 static_cast<long long>(cfg.width), static_cast<long long>(cfg.layers), static_cast<long long>(cfg.heads),
                 static_cast<long long>(cfg.context), static_cast<long long>(cfg.vocab),
                 static_cast<long long>(models::gpt_parameter_count(cfg)), static_cast<long long>(o.batch),
-                static_cast<long long>(o.steps), static_cast<long long>(o.warmup));
+                static_cast<long long>(rounds * steps_per_round), static_cast<long long>(rounds),
+                static_cast<long long>(steps_per_round), static_cast<long long>(o.warmup));
     std::printf("bench_tensor: %d ranks, 1 thread each, on %u cores%s\n", size, cores,
                 static_cast<unsigned>(size) > cores ? " — OVERSUBSCRIBED: ranks share cores, so every parallel figure "
                                                       "includes waiting for a core, not only for the network"
                                                     : "");
     std::fflush(stdout);
   }
-  // (a) The single-rank anchor: rank 0 alone, the others blocked on the store (no CPU). Measured
-  // before each grid and after the last (the box's load drifts); a grid's ratios use the mean of
-  // the two around it.
-  auto measure_single = [&](const std::string& when) {
-    double single = 0;
+  // (a) The single-rank anchor: a plain Trainer on rank 0 on the global batch, timed while the
+  // other ranks block on the job store (no CPU).
+  std::unique_ptr<Trainer> single;
+  models::GptConfig single_cfg = cfg;
+  single_cfg.batch = o.batch;
+  const auto single_batch = gpt_batch(single_cfg, o.batch, 0);
+  if (rank == 0 && o.single) {
+    TrainerOptions to;
+    to.seed = 1;
+    to.num_threads = 1;
+    single = std::make_unique<Trainer>(models::build_gpt(single_cfg), adamw(), to);
+    for (int64_t s = 0; s < o.warmup; ++s) single->step(single_batch);
+  }
+  int64_t single_turns = 0;
+  auto single_turn = [&](Series& series) {
+    const std::string key = str_cat("bench_tensor/single/", single_turns++);
     if (rank == 0) {
-      models::GptConfig c = cfg;
-      c.batch = o.batch;
-      TrainerOptions to;
-      to.seed = 1;
-      to.num_threads = 1;
-      Trainer t(models::build_gpt(c), adamw(), to);
-      single = time_steps(t, nullptr, gpt_batch(c, o.batch, 0), o).step;
-      store->set(str_cat("bench_tensor/single/", when), transport::Bytes{1});
-      std::printf("single rank (%s), batch %lld: step %.1f ms (rank 0 alone; the other ranks blocked on the store)\n",
-                  when.c_str(), static_cast<long long>(o.batch), single * 1e3);
-      std::fflush(stdout);
+      series.run(*single, single_batch, steps_per_round);
+      store->set(key, transport::Bytes{1});
     } else {
-      (void)store->get(str_cat("bench_tensor/single/", when), Ms(1800000));
+      (void)store->get(key, Ms(1800000));
     }
-    return world_max(*world, {single})[0];
   };
-  std::vector<double> singles;  // before grid i, and after the last
 
   std::vector<Row> rows;
   for (const parallel::TensorGrid& grid : o.grids) {
@@ -392,80 +404,97 @@ int run(const Options& o, const std::shared_ptr<coll::Communicator>& world,
                  " is not a multiple of data x z = ", data * grid.z);
     Row row;
     row.grid = grid_name(grid, data);
-    if (o.single) singles.push_back(measure_single("before " + row.grid));
-    Model model;
-    for (bool overlap : {false, true}) {
+    models::GptConfig c = cfg;
+    c.batch = rows_per_rank;
+    const auto batch = gpt_batch(c, rows_per_rank, static_cast<uint64_t>(rank));
+    std::unique_ptr<Trainer> trainers[2];  // overlap off, on
+    for (int k = 0; k < 2; ++k) {
       parallel::PlanConfig plan = parallel::preset(parallel::Preset::kDdp, 1);
       plan.tensor = grid;
       plan.data_parallel = data;
-      plan.overlap_collectives = overlap;
-      models::GptConfig c = cfg;
-      c.batch = rows_per_rank;
+      plan.overlap_collectives = k == 1;
       TrainerOptions to;
       to.seed = 1;
       to.num_threads = 1;
-      auto t = parallel::make_parallel_trainer(models::build_gpt(c), adamw(), to, plan, world);
-      const auto batch = gpt_batch(c, rows_per_rank, static_cast<uint64_t>(rank));
-      if (!overlap) {
-        model = measure_axes(*world, *t->axes());
-        const auto items = predict(*t, plan, model);
-        for (const auto& [key, it] : items) row.comm_pred += it.seconds;
-        if (rank == 0) {
-          std::printf("\n== %s (rows per rank %lld) ==\n", row.grid.c_str(), static_cast<long long>(rows_per_rank));
-          for (const auto& [key, f] : model) {
-            std::printf("  fit %-6s %-14s latency %7.1f us, bandwidth %7.3f GB/s", key.first.c_str(), key.second.c_str(),
-                        f.latency * 1e6, f.seconds_per_byte > 0 ? 1e-9 / f.seconds_per_byte : 0.0);
-            if (o.verbose)
-              for (auto [b, s] : f.points) std::printf("  [%.0f B: %.1f us, model %.1f]", b, s * 1e6, f.at(b) * 1e6);
-            std::printf("\n");
-          }
-          for (const auto& [key, it] : items)
-            std::printf("  step: %3lld x %-14s over %-6s %9.3f MiB -> predicted %7.2f ms\n",
-                        static_cast<long long>(it.count), it.kind.c_str(), it.axis.c_str(), it.bytes / (1 << 20),
-                        it.seconds * 1e3);
-          std::fflush(stdout);
-        }
-      }
-      const StepTiming s = time_steps(*t, world.get(), batch, o);
-      (overlap ? row.on : row.off) = s;
+      trainers[k] = parallel::make_parallel_trainer(models::build_gpt(c), adamw(), to, plan, world);
+      if (k == 1) continue;
+      // (b) The model: this grid's axes timed now, this rank's graph priced with them.
+      const Model model = measure_axes(*world, *trainers[k]->axes());
+      const auto items = predict(*trainers[k], plan, model);
+      for (const auto& [key, it] : items) row.comm_pred += it.seconds;
       if (rank == 0) {
-        std::printf("  overlap %-3s: step %7.1f ms, waiting on collectives %6.1f ms/step, %.0f collectives/step, "
-                    "%.0f%% complete when needed\n",
-                    overlap ? "on" : "off", s.step * 1e3, s.wait * 1e3, s.started, 100 * s.hidden);
+        std::printf("\n== %s (rows per rank %lld) ==\n", row.grid.c_str(), static_cast<long long>(rows_per_rank));
+        for (const auto& [key, f] : model) {
+          std::printf("  fit %-6s %-14s latency %7.1f us, bandwidth %7.3f GB/s", key.first.c_str(), key.second.c_str(),
+                      f.latency * 1e6, f.seconds_per_byte > 0 ? 1e-9 / f.seconds_per_byte : 0.0);
+          if (o.verbose)
+            for (auto [bytes, sec] : f.points) std::printf("  [%.0f B: %.1f us, model %.1f]", bytes, sec * 1e6, f.at(bytes) * 1e6);
+          std::printf("\n");
+        }
+        for (const auto& [key, it] : items)
+          std::printf("  step: %3lld x %-14s over %-6s %9.3f MiB -> predicted %7.2f ms\n",
+                      static_cast<long long>(it.count), it.kind.c_str(), it.axis.c_str(), it.bytes / (1 << 20),
+                      it.seconds * 1e3);
         std::fflush(stdout);
       }
-      world->barrier()->wait(Ms(600000));  // every rank done with this trainer's communicators
     }
+    for (auto& t : trainers)
+      for (int64_t s = 0; s < o.warmup; ++s) t->step(batch);
+    Series series[3];  // overlap off, on, single rank
+    for (int64_t r = 0; r < rounds; ++r) {
+      for (int j = 0; j < 3; ++j) {
+        const int which = static_cast<int>((r + j) % 3);
+        if (which == 2) {
+          if (o.single) single_turn(series[2]);
+          continue;
+        }
+        world->barrier()->wait(Ms(600000));
+        series[which].run(*trainers[which], batch, steps_per_round);
+      }
+    }
+    row.off = series[0].finish(world.get());
+    row.on = series[1].finish(world.get());
+    if (o.single) row.single = world_max(*world, {rank == 0 ? series[2].finish(nullptr).step : 0.0})[0];
+    if (rank == 0) {
+      for (int k = 0; k < 2; ++k) {
+        const StepTiming& s = k ? row.on : row.off;
+        std::printf("  overlap %-3s: step %7.1f ms, waiting on collectives %6.1f ms/step, %.0f collectives/step, "
+                    "%.0f%% complete when needed\n",
+                    k ? "on" : "off", s.step * 1e3, s.wait * 1e3, s.started, 100 * s.hidden);
+      }
+      if (o.single) std::printf("  single rank, batch %lld (rank 0 alone, the others blocked on the store): step %7.1f ms\n",
+                                static_cast<long long>(o.batch), row.single * 1e3);
+      std::fflush(stdout);
+    }
+    world->barrier()->wait(Ms(600000));  // every rank done with these trainers' communicators
     rows.push_back(row);
   }
 
-  if (o.single) singles.push_back(measure_single("after the last grid"));
-  for (size_t i = 0; i < rows.size(); ++i) rows[i].single = o.single ? (singles[i] + singles[i + 1]) / 2 : 0.0;
   if (rank == 0) {
-    double single = 0;
-    for (double v : singles) single += v / static_cast<double>(singles.size());
-    std::printf("\nGPT step at %d ranks on %u cores (oversubscribed: %s); single rank (1 thread, rank 0 alone) %.1f ms "
-                "on average, from %.1f to %.1f\n",
-                size, cores, static_cast<unsigned>(size) > cores ? "yes" : "no", single * 1e3,
-                singles.empty() ? 0.0 : *std::min_element(singles.begin(), singles.end()) * 1e3,
-                singles.empty() ? 0.0 : *std::max_element(singles.begin(), singles.end()) * 1e3);
+    double lo = 1e30, hi = 0;
+    for (const Row& r : rows) lo = std::min(lo, r.single), hi = std::max(hi, r.single);
+    std::printf("\nGPT step at %d ranks on %u cores (oversubscribed: %s); single rank (1 thread, rank 0 alone) "
+                "%.1f to %.1f ms across the grids' rounds\n",
+                size, cores, static_cast<unsigned>(size) > cores ? "yes" : "no", lo * 1e3, hi * 1e3);
     std::printf("prediction (overlap off) = compute + predicted communication; compute = measured step - measured wait "
                 "on collectives (pred ms), or single / min(ranks, cores) (ideal ms)\n");
-    std::printf("%-16s %9s %9s %9s %8s %8s | %9s %9s %8s | %9s %9s %8s %9s %8s\n", "grid", "single ms", "off ms", "on ms", "off/1",
-                "on/1", "wait ms", "comm pred", "pred/w", "compute", "pred ms", "pred/off", "ideal ms", "idl/off");
+    std::printf("%-16s %9s %9s %9s %8s %8s | %9s %9s %8s | %9s %9s %8s %9s %8s\n", "grid", "single ms", "off ms",
+                "on ms", "off/1", "on/1", "wait ms", "comm pred", "pred/w", "compute", "pred ms", "pred/off", "ideal ms",
+                "idl/off");
     for (const Row& r : rows) {
       const double compute = r.off.step - r.off.wait;
       const double ideal = r.single / std::min<double>(size, cores);
       const double pred = compute + r.comm_pred, pred_ideal = ideal + r.comm_pred;
-      std::printf("%-16s %9.1f %9.1f %9.1f %8.2f %8.2f | %9.1f %9.1f %8.2f | %9.1f %9.1f %8.2f %9.1f %8.2f\n", r.grid.c_str(),
-                  r.single * 1e3, r.off.step * 1e3, r.on.step * 1e3, r.single > 0 ? r.off.step / r.single : 0.0,
-                  r.single > 0 ? r.on.step / r.single : 0.0, r.off.wait * 1e3, r.comm_pred * 1e3,
-                  r.off.wait > 0 ? r.comm_pred / r.off.wait : 0.0, compute * 1e3, pred * 1e3, pred / r.off.step,
-                  pred_ideal * 1e3, pred_ideal / r.off.step);
+      std::printf("%-16s %9.1f %9.1f %9.1f %8.2f %8.2f | %9.1f %9.1f %8.2f | %9.1f %9.1f %8.2f %9.1f %8.2f\n",
+                  r.grid.c_str(), r.single * 1e3, r.off.step * 1e3, r.on.step * 1e3,
+                  r.single > 0 ? r.off.step / r.single : 0.0, r.single > 0 ? r.on.step / r.single : 0.0,
+                  r.off.wait * 1e3, r.comm_pred * 1e3, r.off.wait > 0 ? r.comm_pred / r.off.wait : 0.0, compute * 1e3,
+                  pred * 1e3, pred / r.off.step, pred_ideal * 1e3, pred_ideal / r.off.step);
     }
-    std::printf("columns: single ms = single-rank step, mean of the two measured around the grid; off/on ms = measured step (median, slowest rank) with overlap off/on; off/1, on/1 = "
-                "parallel / single-rank step; wait ms = measured wait on collectives per step (overlap off); comm pred = "
-                "model's communication per step; pred/w = comm pred / wait; pred/off, idl/off = predicted / measured step\n");
+    std::printf("columns: single ms = single-rank step on the global batch, timed in the grid's rounds; off/on ms = "
+                "measured step (median, slowest rank) with overlap off/on; off/1, on/1 = parallel / single-rank step; "
+                "wait ms = measured wait on collectives per step (overlap off); comm pred = the model's communication "
+                "per step; pred/w = comm pred / wait; pred/off, idl/off = predicted / measured step (overlap off)\n");
     std::fflush(stdout);
   }
   return 0;
