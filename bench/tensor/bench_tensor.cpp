@@ -285,6 +285,9 @@ std::map<std::pair<std::string, std::string>, CommItem> predict(const Trainer& t
 struct StepTiming {
   double step = 0;         // median over steps of the slowest rank
   double wait = 0;         // mean over ranks: seconds per step blocked on collectives
+  // The least-waiting rank's: the rank that comes last to a collective waits for the transfer
+  // alone, the others also for it (skew: on an oversubscribed box, for a core).
+  double wait_min = 0;
   double started = 0;      // collectives per step (graph), rank mean
   double hidden = 0;       // share found complete when needed, rank mean
 };
@@ -324,10 +327,12 @@ struct Series {
     if (world) {
       t = world_max(*world, t);
       const double n = world->size();
+      r.wait_min = -world_max(*world, {-r.wait})[0];
       r.wait = world_sum(*world, r.wait) / n;
       r.started = world_sum(*world, r.started) / n;
       r.hidden = world_sum(*world, r.hidden) / n;
     }
+    if (!world) r.wait_min = r.wait;
     r.step = median(t);
     return r;
   }
@@ -458,9 +463,9 @@ int run(const Options& o, const std::shared_ptr<coll::Communicator>& world,
     if (rank == 0) {
       for (int k = 0; k < 2; ++k) {
         const StepTiming& s = k ? row.on : row.off;
-        std::printf("  overlap %-3s: step %7.1f ms, waiting on collectives %6.1f ms/step, %.0f collectives/step, "
-                    "%.0f%% complete when needed\n",
-                    k ? "on" : "off", s.step * 1e3, s.wait * 1e3, s.started, 100 * s.hidden);
+        std::printf("  overlap %-3s: step %7.1f ms, waiting on collectives %6.1f ms/step (rank mean; least %.1f), "
+                    "%.0f collectives/step, %.0f%% complete when needed\n",
+                    k ? "on" : "off", s.step * 1e3, s.wait * 1e3, s.wait_min * 1e3, s.started, 100 * s.hidden);
       }
       if (o.single) std::printf("  single rank, batch %lld (rank 0 alone, the others blocked on the store): step %7.1f ms\n",
                                 static_cast<long long>(o.batch), row.single * 1e3);
@@ -478,22 +483,23 @@ int run(const Options& o, const std::shared_ptr<coll::Communicator>& world,
                 size, cores, static_cast<unsigned>(size) > cores ? "yes" : "no", lo * 1e3, hi * 1e3);
     std::printf("prediction (overlap off) = compute + predicted communication; compute = measured step - measured wait "
                 "on collectives (pred ms), or single / min(ranks, cores) (ideal ms)\n");
-    std::printf("%-16s %9s %9s %9s %8s %8s | %9s %9s %8s | %9s %9s %8s %9s %8s\n", "grid", "single ms", "off ms",
-                "on ms", "off/1", "on/1", "wait ms", "comm pred", "pred/w", "compute", "pred ms", "pred/off", "ideal ms",
-                "idl/off");
+    std::printf("%-16s %9s %9s %9s %8s %8s | %9s %9s %9s %8s | %9s %9s %8s %9s %8s\n", "grid", "single ms", "off ms",
+                "on ms", "off/1", "on/1", "wait ms", "least ms", "comm pred", "pred/w", "compute", "pred ms", "pred/off",
+                "ideal ms", "idl/off");
     for (const Row& r : rows) {
       const double compute = r.off.step - r.off.wait;
       const double ideal = r.single / std::min<double>(size, cores);
       const double pred = compute + r.comm_pred, pred_ideal = ideal + r.comm_pred;
-      std::printf("%-16s %9.1f %9.1f %9.1f %8.2f %8.2f | %9.1f %9.1f %8.2f | %9.1f %9.1f %8.2f %9.1f %8.2f\n",
+      std::printf("%-16s %9.1f %9.1f %9.1f %8.2f %8.2f | %9.1f %9.1f %9.1f %8.2f | %9.1f %9.1f %8.2f %9.1f %8.2f\n",
                   r.grid.c_str(), r.single * 1e3, r.off.step * 1e3, r.on.step * 1e3,
                   r.single > 0 ? r.off.step / r.single : 0.0, r.single > 0 ? r.on.step / r.single : 0.0,
-                  r.off.wait * 1e3, r.comm_pred * 1e3, r.off.wait > 0 ? r.comm_pred / r.off.wait : 0.0, compute * 1e3,
+                  r.off.wait * 1e3, r.off.wait_min * 1e3, r.comm_pred * 1e3, r.off.wait > 0 ? r.comm_pred / r.off.wait : 0.0, compute * 1e3,
                   pred * 1e3, pred / r.off.step, pred_ideal * 1e3, pred_ideal / r.off.step);
     }
     std::printf("columns: single ms = single-rank step on the global batch, timed in the grid's rounds; off/on ms = "
                 "measured step (median, slowest rank) with overlap off/on; off/1, on/1 = parallel / single-rank step; "
-                "wait ms = measured wait on collectives per step (overlap off); comm pred = the model's communication "
+                "wait ms = measured wait on collectives per step (overlap off), rank mean; least ms = the least-waiting rank's "
+                "(closest to the transfer alone); comm pred = the model's communication "
                 "per step; pred/w = comm pred / wait; pred/off, idl/off = predicted / measured step (overlap off)\n");
     std::fflush(stdout);
   }
