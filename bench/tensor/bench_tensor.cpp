@@ -10,7 +10,8 @@
 //       trainer and DDP send outside the graph (the model's gradient norm over "tensor", the
 //       gradient buckets over "data"), costs latency + bytes / bandwidth of its axis and kind,
 //       fitted to the same axis communicators' all_reduce / all_gather / reduce_scatter timed at
-//       a few message sizes in this run. Predicted step (overlap off) = compute + predicted
+//       a few message sizes in this run — between otherwise idle ranks, and again while every rank
+//       keeps a thread computing (busy), as in a step. Predicted step (overlap off) = compute + predicted
 //       communication, with compute defined two ways (both printed):
 //         compute_meas  = the grid's measured step (overlap off) minus the measured wait on its
 //                         collectives (executor + DDP), so the ratio tests the communication model;
@@ -29,6 +30,7 @@
 // A grid XxYxZ whose degree is below the world runs data = world / degree replicas (DDP over the
 // data axis); the global batch is the same for every grid (rows per rank = batch / (data z)).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -206,7 +208,28 @@ double time_collective(coll::Communicator& world, coll::Communicator& comm, cons
 }
 
 // The fits for every axis of this grid (the same names on every rank: a collective over world).
-Model measure_axes(coll::Communicator& world, const CommAxes& axes) {
+// busy: each rank keeps one thread computing meanwhile, as its training thread does in a step, so
+// the collectives' progress threads compete with compute for the cores (on an oversubscribed box,
+// with their peers' compute too).
+Model measure_axes(coll::Communicator& world, const CommAxes& axes, bool busy) {
+  std::atomic<bool> stop{false};
+  std::thread worker;
+  if (busy)
+    worker = std::thread([&stop] {
+      std::vector<float> v(1 << 14, 1.0f);
+      while (!stop.load(std::memory_order_relaxed))
+        for (size_t i = 0; i < v.size(); ++i) v[i] = v[i] * 0.999f + 0.001f;
+      volatile float sink = v[0];
+      (void)sink;
+    });
+  struct Join {
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~Join() {
+      stop = true;
+      if (t.joinable()) t.join();
+    }
+  } join{stop, worker};
   Model m;
   const std::vector<size_t> sizes = {4u << 10, 64u << 10, 512u << 10, 2u << 20, 8u << 20};
   for (const char* axis : {"x", "y", "z", "data"}) {
@@ -346,7 +369,8 @@ std::string grid_name(const parallel::TensorGrid& g, int data) {
 struct Row {
   std::string grid;
   StepTiming off, on;
-  double comm_pred = 0;
+  double comm_pred = 0;       // collectives timed between otherwise idle ranks
+  double comm_pred_busy = 0;  // timed while every rank computes on another thread
   double single = 0;  // the single-rank anchor, timed in the same rounds as this grid
 };
 
@@ -424,22 +448,28 @@ int run(const Options& o, const std::shared_ptr<coll::Communicator>& world,
       trainers[k] = parallel::make_parallel_trainer(models::build_gpt(c), adamw(), to, plan, world);
       if (k == 1) continue;
       // (b) The model: this grid's axes timed now, this rank's graph priced with them.
-      const Model model = measure_axes(*world, *trainers[k]->axes());
+      const Model model = measure_axes(*world, *trainers[k]->axes(), false);
+      const Model busy = measure_axes(*world, *trainers[k]->axes(), true);
       const auto items = predict(*trainers[k], plan, model);
+      const auto items_busy = predict(*trainers[k], plan, busy);
       for (const auto& [key, it] : items) row.comm_pred += it.seconds;
+      for (const auto& [key, it] : items_busy) row.comm_pred_busy += it.seconds;
       if (rank == 0) {
         std::printf("\n== %s (rows per rank %lld) ==\n", row.grid.c_str(), static_cast<long long>(rows_per_rank));
         for (const auto& [key, f] : model) {
-          std::printf("  fit %-6s %-14s latency %7.1f us, bandwidth %7.3f GB/s", key.first.c_str(), key.second.c_str(),
-                      f.latency * 1e6, f.seconds_per_byte > 0 ? 1e-9 / f.seconds_per_byte : 0.0);
+          const Fit& fb = busy.at(key);
+          std::printf("  fit %-6s %-14s latency %7.1f us, bandwidth %7.3f GB/s; busy: %7.1f us, %7.3f GB/s",
+                      key.first.c_str(), key.second.c_str(), f.latency * 1e6,
+                      f.seconds_per_byte > 0 ? 1e-9 / f.seconds_per_byte : 0.0, fb.latency * 1e6,
+                      fb.seconds_per_byte > 0 ? 1e-9 / fb.seconds_per_byte : 0.0);
           if (o.verbose)
             for (auto [bytes, sec] : f.points) std::printf("  [%.0f B: %.1f us, model %.1f]", bytes, sec * 1e6, f.at(bytes) * 1e6);
           std::printf("\n");
         }
         for (const auto& [key, it] : items)
-          std::printf("  step: %3lld x %-14s over %-6s %9.3f MiB -> predicted %7.2f ms\n",
+          std::printf("  step: %3lld x %-14s over %-6s %9.3f MiB -> predicted %7.2f ms (busy: %.2f)\n",
                       static_cast<long long>(it.count), it.kind.c_str(), it.axis.c_str(), it.bytes / (1 << 20),
-                      it.seconds * 1e3);
+                      it.seconds * 1e3, items_busy.at(key).seconds * 1e3);
         std::fflush(stdout);
       }
     }
@@ -481,26 +511,28 @@ int run(const Options& o, const std::shared_ptr<coll::Communicator>& world,
     std::printf("\nGPT step at %d ranks on %u cores (oversubscribed: %s); single rank (1 thread, rank 0 alone) "
                 "%.1f to %.1f ms across the grids' rounds\n",
                 size, cores, static_cast<unsigned>(size) > cores ? "yes" : "no", lo * 1e3, hi * 1e3);
-    std::printf("prediction (overlap off) = compute + predicted communication; compute = measured step - measured wait "
-                "on collectives (pred ms), or single / min(ranks, cores) (ideal ms)\n");
-    std::printf("%-16s %9s %9s %9s %8s %8s | %9s %9s %9s %8s | %9s %9s %8s %9s %8s\n", "grid", "single ms", "off ms",
-                "on ms", "off/1", "on/1", "wait ms", "least ms", "comm pred", "pred/w", "compute", "pred ms", "pred/off",
-                "ideal ms", "idl/off");
+    std::printf("prediction (overlap off) = compute + predicted communication, compute = measured step - measured wait "
+                "on collectives; the collectives timed between idle ranks (idle) or while each rank computes (busy); "
+                "ideal: compute = single / min(ranks, cores), idle collectives\n");
+    std::printf("%-16s %9s %9s %9s %6s %6s | %8s %8s %9s %9s | %8s %8s %8s %8s\n", "grid", "single ms", "off ms",
+                "on ms", "off/1", "on/1", "wait ms", "least ms", "idle pred", "busy pred", "compute", "idle/off",
+                "busy/off", "idl/off");
     for (const Row& r : rows) {
       const double compute = r.off.step - r.off.wait;
       const double ideal = r.single / std::min<double>(size, cores);
-      const double pred = compute + r.comm_pred, pred_ideal = ideal + r.comm_pred;
-      std::printf("%-16s %9.1f %9.1f %9.1f %8.2f %8.2f | %9.1f %9.1f %9.1f %8.2f | %9.1f %9.1f %8.2f %9.1f %8.2f\n",
+      std::printf("%-16s %9.1f %9.1f %9.1f %6.2f %6.2f | %8.1f %8.1f %9.1f %9.1f | %8.1f %8.2f %8.2f %8.2f\n",
                   r.grid.c_str(), r.single * 1e3, r.off.step * 1e3, r.on.step * 1e3,
                   r.single > 0 ? r.off.step / r.single : 0.0, r.single > 0 ? r.on.step / r.single : 0.0,
-                  r.off.wait * 1e3, r.off.wait_min * 1e3, r.comm_pred * 1e3, r.off.wait > 0 ? r.comm_pred / r.off.wait : 0.0, compute * 1e3,
-                  pred * 1e3, pred / r.off.step, pred_ideal * 1e3, pred_ideal / r.off.step);
+                  r.off.wait * 1e3, r.off.wait_min * 1e3, r.comm_pred * 1e3, r.comm_pred_busy * 1e3, compute * 1e3,
+                  (compute + r.comm_pred) / r.off.step, (compute + r.comm_pred_busy) / r.off.step,
+                  (ideal + r.comm_pred) / r.off.step);
     }
     std::printf("columns: single ms = single-rank step on the global batch, timed in the grid's rounds; off/on ms = "
                 "measured step (median, slowest rank) with overlap off/on; off/1, on/1 = parallel / single-rank step; "
-                "wait ms = measured wait on collectives per step (overlap off), rank mean; least ms = the least-waiting rank's "
-                "(closest to the transfer alone); comm pred = the model's communication "
-                "per step; pred/w = comm pred / wait; pred/off, idl/off = predicted / measured step (overlap off)\n");
+                "wait ms = measured wait on collectives per step (overlap off), rank mean; least ms = the least-waiting "
+                "rank's; idle/busy pred = the model's communication per step from collectives timed between idle ranks "
+                "/ while every rank computes; compute = off ms - wait ms; idle/off, busy/off, idl/off = predicted / "
+                "measured step (overlap off), the last with compute = single / min(ranks, cores)\n");
     std::fflush(stdout);
   }
   return 0;
