@@ -10,9 +10,9 @@
 //       trainer and DDP send outside the graph (the model's gradient norm over "tensor", the
 //       gradient buckets over "data"), costs latency + bytes / bandwidth of its axis and kind,
 //       fitted to the same axis communicators' all_reduce / all_gather / reduce_scatter timed at
-//       a few message sizes in this run — between otherwise idle ranks, and again while every rank
-//       keeps a thread computing (busy), as in a step. Predicted step (overlap off) = compute + predicted
-//       communication, with compute defined two ways (both printed):
+//       a few message sizes in this run — between otherwise idle ranks, and again while every
+//       rank keeps a thread computing (busy), as in a step. Predicted step (overlap off) =
+//       compute + predicted communication, with compute defined two ways (both printed):
 //         compute_meas  = the grid's measured step (overlap off) minus the measured wait on its
 //                         collectives (executor + DDP), so the ratio tests the communication model;
 //         compute_ideal = the single-rank step / min(world, cores): the step's work spread evenly
@@ -21,8 +21,9 @@
 // Step time: the median over N timed steps (after W warm-up steps) of the slowest rank's time of
 // that step. A shared box's load drifts within a run (one run's single-rank step went from 757 to
 // 458 ms), so a grid's three configurations — single rank, overlap off, overlap on — run in rounds
-// of 2 steps each, the order rotated every round, and each ratio is taken within the grid. Ranks run with 1 thread each; at 4 ranks on a 2-core box they are oversubscribed
-// (2 processes per core), which the output states.
+// of 2 steps each, the order rotated every round, and each ratio is taken within the grid. Ranks
+// run with 1 thread each; at 4 ranks on a 2-core box they are oversubscribed (2 processes per
+// core), which the output states.
 //
 //   cohort-run -n 4 -- bench_tensor [--grids 1x4x1,2x2x1,2x1x2,1x2x1] [--batch 8] [--steps 10]
 //       [--warmup 3] [--width 256] [--layers 4] [--heads 4] [--context 128] [--vocab 256]
