@@ -293,7 +293,7 @@ void check_parallel_flags(const Options& o) {
   require(o.tensor_degree() == 1 || !o.parallel.empty(),
           "--tensor and --grid need --parallel (sync, localsgd, slowmo, diloco or co2: how the model replicas "
           "train)");
-  require(o.tensor_degree() == 1 || o.zero == 0, "--tensor and --grid with --zero are not supported yet");
+  require(o.tensor_degree() == 1 || o.zero <= 2, "--tensor and --grid with --zero 3 are not supported yet");
   require(!o.sequence_parallel || (o.model == "gpt" && o.tensor > 1),
           "--sequence-parallel applies to --model gpt with --tensor N or --grid XxYxZ, Y > 1 (it splits the tokens "
           "over Y)");

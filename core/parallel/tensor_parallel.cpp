@@ -443,9 +443,10 @@ void validate_tensor_grid(const PlanConfig& p) {
                "tensor_z = ", p.tensor.x, " x ", p.tensor.y, " x ", p.tensor.z, " must be at most ", kMaxDegree);
   COHORT_CHECK(!p.sequence_parallel || p.tensor.y > 1, Status::kInvalidPlan,
                "plan: sequence parallelism splits the tokens over tensor_y, which is ", p.tensor.y);
-  COHORT_CHECK(p.tensor.degree() == 1 || p.zero_stage == 0, Status::kUnsupported, "plan: ZeRO stage ", p.zero_stage,
+  COHORT_CHECK(p.tensor.degree() == 1 || p.zero_stage <= 2, Status::kUnsupported, "plan: ZeRO stage ", p.zero_stage,
                " with tensor parallelism (tensor ", p.tensor.x, " x ", p.tensor.y, " x ", p.tensor.z,
-               ") is not implemented yet: ZeRO's gradient norm would miss the tensor axes (TODO(#27))");
+               ") is not implemented yet: its parameters' gathers would interleave with the tensor axes' "
+               "collectives differently on each rank (stages 1 and 2 take a tensor grid) (TODO(#27))");
 }
 
 std::vector<LinearPair> find_linear_pairs(const Graph& model) {

@@ -49,7 +49,8 @@
 namespace cohort::parallel {
 
 // Throws kInvalidPlan naming the field for a degree < 1 or > 65536 (or a product above it), and
-// kUnsupported for what is not implemented yet (ZeRO with a tensor degree > 1). Called by validate().
+// kUnsupported for what is not implemented yet (ZeRO stage 3 with a tensor degree > 1; stages 1
+// and 2 shard over the data axis). Called by validate().
 void validate_tensor_grid(const PlanConfig& plan);
 
 // This rank's coordinates on the tensor axes.

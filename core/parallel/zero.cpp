@@ -96,8 +96,30 @@ void DataParallel::copy_shard(const Bucket& b, std::vector<Tensor>& params, floa
 
 double DataParallel::global_grad_norm() {
   // ||g||^2 = sum over ranks of the shard sums of squares (the shards are disjoint).
-  float sum = static_cast<float>(kernels::cpu::sum_of_squares(shard_grads_.data<float>(), shard_grads_.numel()));
-  return std::sqrt(sum_over_ranks(&sum, 1));
+  if (!tensor_) {
+    float sum = static_cast<float>(kernels::cpu::sum_of_squares(shard_grads_.data<float>(), shard_grads_.numel()));
+    return std::sqrt(sum_over_ranks(&sum, 1));
+  }
+  // Under tensor parallelism the whole model's: in this rank's shard, the elements of the
+  // parameters it counts (a block, or a replicated parameter on one tensor rank: counts_in_norm),
+  // summed over the data ranks' shards and then over the tensor ranks.
+  const size_t rank = static_cast<size_t>(comm_->rank());
+  const std::vector<Tensor>& params = trainer_->parameters();
+  double local = 0;
+  for (const Bucket& b : buckets_) {
+    const size_t lo = rank * b.block, hi = lo + b.block;
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      if (!trainer_->counts_in_norm()[b.params[j]]) continue;
+      const size_t begin = std::max(lo, b.offsets[j]);
+      const size_t end = std::min(hi, b.offsets[j] + static_cast<size_t>(params[b.params[j]].numel()));
+      if (begin >= end) continue;
+      local += kernels::cpu::sum_of_squares(shard_grads_.data<float>() + b.shard_offset + (begin - lo),
+                                            static_cast<int64_t>(end - begin));
+    }
+  }
+  float sum = static_cast<float>(local);
+  sum = static_cast<float>(sum_over_ranks(&sum, 1));
+  return std::sqrt(sum_over_tensor(&sum, 1));
 }
 
 bool DataParallel::apply_update(std::vector<Tensor>& params, std::vector<Tensor>&) {

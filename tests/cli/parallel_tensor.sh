@@ -94,6 +94,12 @@ co2=(train --model mlp --steps 12 --threads 1 --no-eval --parallel co2 --tau 2 -
   { cat "$dir"/co2_*.out; echo "FAIL: the co2 --tensor 2 resume runs exited non-zero"; exit 1; }
 [ "$(field "$dir/co2_full.jsonl" loss)" = "$(field "$dir/co2_res.jsonl" loss)" ] ||
   { echo "FAIL: co2 resumed $(field "$dir/co2_res.jsonl" loss), uninterrupted $(field "$dir/co2_full.jsonl" loss)"; exit 1; }
+# ZeRO 2 over the data axis of data 2 x tensor 2 updates like DDP there (the gradient norm summed
+# over the tensor axis, each replicated parameter once): the same evaluations, loss and norm.
+"$run" -n 4 -- "$cli" "${common[@]}" --parallel sync --tensor 2 --metrics "$dir/d2t2.jsonl" >"$dir/d2t2.out" 2>&1 &&
+  "$run" -n 4 -- "$cli" "${common[@]}" --parallel sync --tensor 2 --zero 2 --metrics "$dir/d2t2z.jsonl" \
+    >"$dir/d2t2z.out" 2>&1 || { cat "$dir/d2t2.out" "$dir/d2t2z.out"; echo "FAIL: --tensor 2 (--zero 2) at 4 ranks"; exit 1; }
+same_run d2t2 d2t2z "loss grad_norm"
 # Megatron's sequence parallelism on the gpt (Brown): the same loss and gradient norm as --tensor 2
 # without it within 1e-5 (sums in another order), fewer activation bytes at the peak.
 gpt=(train --model gpt --layers 2 --width 64 --heads 4 --context 64 --batch 4 --steps 4 --threads 1 --no-eval

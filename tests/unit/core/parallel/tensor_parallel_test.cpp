@@ -299,8 +299,8 @@ TEST(TensorParallel, APlanThatDoesNotFitTheWorldNamesTheFields) {
   p.tensor.z = 1;
   EXPECT_NO_THROW(validate_for_world(p, 4));  // AxoNN's 2D grid
   p.tensor.x = 1;
-  p.zero_stage = 1;
-  expect_error([&] { validate(p); }, Status::kUnsupported, "ZeRO stage 1 with tensor parallelism");
+  p.zero_stage = 3;
+  expect_error([&] { validate(p); }, Status::kUnsupported, "ZeRO stage 3 with tensor parallelism");
 }
 
 struct GridCase {
@@ -310,6 +310,7 @@ struct GridCase {
   bool overlap;
   std::string label;
   bool sequence_parallel = false;
+  int zero_stage = 0;  // over the data axis
 };
 
 TensorGrid grid_of(int x, int y, int z) {
@@ -337,6 +338,7 @@ TEST_P(TensorParallelTraining, MatchesOneProcessOnTheGlobalBatch) {
     plan.tensor = c.grid;
     plan.overlap_collectives = c.overlap;
     plan.sequence_parallel = c.sequence_parallel;
+    plan.zero_stage = c.zero_stage;
     TrainerOptions o;
     o.seed = 1 + static_cast<uint64_t>(comm->rank());  // the data axis broadcasts rank 0's blocks
     o.num_threads = 1;
@@ -403,7 +405,10 @@ INSTANTIATE_TEST_SUITE_P(
                       GridCase{"gpt", 2, grid_of(1, 2, 1), true, "gpt_y2_sequence", true},
                       GridCase{"gpt", 4, grid_of(1, 4, 1), true, "gpt_y4_sequence", true},
                       GridCase{"gpt", 4, grid_of(1, 2, 2), true, "gpt_y2_z2_sequence", true},
-                      GridCase{"gpt", 4, grid_of(1, 2, 1), false, "gpt_data2_y2_sequence_no_overlap", true}),
+                      GridCase{"gpt", 4, grid_of(1, 2, 1), false, "gpt_data2_y2_sequence_no_overlap", true},
+                      GridCase{"gpt", 4, grid_of(1, 2, 1), true, "gpt_data2_y2_zero1", false, 1},
+                      GridCase{"mlp", 4, grid_of(2, 1, 1), true, "mlp_data2_x2_zero2", false, 2},
+                      GridCase{"gpt", 4, grid_of(1, 1, 2), true, "gpt_data2_z2_zero2", false, 2}),
     [](const ::testing::TestParamInfo<GridCase>& i) { return i.param.label; });
 
 // Dropout in the replicated regions (embeddings, residual branches) draws the same masks on
