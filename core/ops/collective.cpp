@@ -150,6 +150,17 @@ OpSchema collective_schema(const char* name, bool with_dim) {
   return s;
 }
 
+// reduce_scatter's and split_to_axis's shape: input 0 with dim cut into the axis's parts.
+std::vector<TensorType> block_shape(const ShapeContext& c) {
+  const auto [dim, parts] = dim_and_parts(c);
+  TensorType t = c.inputs[0];
+  if (t.shape[dim] % parts != 0)
+    shape_error(str_cat("input 0 has shape ", shape_str(t.shape), ": dim ", dim, " (", t.shape[dim],
+                        ") is not divisible by the ", parts, " ranks of axis '", c.attrs.get_string("axis"), "'"));
+  t.shape[dim] /= parts;
+  return {t};
+}
+
 OpSchema all_reduce_op() {
   OpSchema s = collective_schema("all_reduce", false);
   s.infer = [](const ShapeContext& c) {
@@ -211,15 +222,7 @@ OpSchema all_gather_op() {
 
 OpSchema reduce_scatter_op() {
   OpSchema s = collective_schema("reduce_scatter", true);
-  s.infer = [](const ShapeContext& c) {
-    const auto [dim, parts] = dim_and_parts(c);
-    TensorType t = c.inputs[0];
-    if (t.shape[dim] % parts != 0)
-      shape_error(str_cat("input 0 has shape ", shape_str(t.shape), ": dim ", dim, " (", t.shape[dim],
-                          ") is not divisible by the ", parts, " ranks of axis '", c.attrs.get_string("axis"), "'"));
-    t.shape[dim] /= parts;
-    return std::vector<TensorType>{t};
-  };
+  s.infer = block_shape;
   s.kernels[0] = [](KernelContext& k) {
     coll::Communicator& c = axis_comm(k, "reduce_scatter");
     check_parts(k, c, "reduce_scatter");
@@ -264,15 +267,7 @@ OpSchema split_to_axis_op() {
   s.host_only = true;
   s.bf16_kernel = true;
   s.attrs = axis_attrs(true);
-  s.infer = [](const ShapeContext& c) {
-    const auto [dim, parts] = dim_and_parts(c);
-    TensorType t = c.inputs[0];
-    if (t.shape[dim] % parts != 0)
-      shape_error(str_cat("input 0 has shape ", shape_str(t.shape), ": dim ", dim, " (", t.shape[dim],
-                          ") is not divisible by the ", parts, " ranks of axis '", c.attrs.get_string("axis"), "'"));
-    t.shape[dim] /= parts;
-    return std::vector<TensorType>{t};
-  };
+  s.infer = block_shape;
   s.kernels[0] = [](KernelContext& k) {
     COHORT_CHECK(k.axes != nullptr, Status::kInvalidState,
                  "split_to_axis: the run has no grid axes (collective operators run only in a trainer made with a "
