@@ -140,6 +140,11 @@ const std::map<std::string, Setter>& setters() {
          o.tensor = parse_int(f, v);
          if (o.tensor < 1 || o.tensor > 65536) throw UsageError(f + " must be in 1..65536, got " + v);
        }},
+      {"--sequence-parallel",
+       [](Options& o, const std::string& f, const std::string& v) {
+         if (v != "megatron" && v != "all-to-all") throw UsageError(f + " must be megatron or all-to-all, got '" + v + "'");
+         o.sequence_parallel = v;
+       }},
       {"--grid",
        [](Options& o, const std::string& f, const std::string& v) {
          if (o.tensor_x * o.tensor * o.tensor_z > 1) throw UsageError("give one of --tensor and --grid");
@@ -195,7 +200,7 @@ const char* usage_text() {
          "         (co2 only; --tau auto = --overlap auto: chosen from the measured all-reduce and step times)\n"
          "         [--tensor N | --grid XxYxZ]  (mlp and gpt: tensor parallelism over groups of N or X*Y*Z ranks)\n"
          "         [--activation-checkpointing]  (gpt: recompute each block's activations in backward)\n"
-         "         [--sequence-parallel]  (gpt with --tensor / --grid Y > 1: Megatron's sequence parallelism)\n";
+         "         [--sequence-parallel megatron|all-to-all]  (gpt with --tensor / --grid Y > 1: tokens split over Y)\n";
 }
 
 const char* usage_notes() {
@@ -222,9 +227,12 @@ const char* usage_notes() {
          "one rank) keeps only each transformer block's input through forward and recomputes the block\n"
          "just before its backward: the same gradients, less activation memory (the memory line printed at\n"
          "the end), one more forward of every block.\n"
-         "--sequence-parallel (Megatron-LM's) also splits the layernorm, dropout and residual regions between\n"
+         "--sequence-parallel megatron also splits the layernorm, dropout and residual regions between\n"
          "the split layers along the tokens over Y: their activations shrink by Y too, for the same bytes\n"
-         "sent (an all-gather and a reduce-scatter where an all-reduce was). Y must divide --context.\n";
+         "sent (an all-gather and a reduce-scatter where an all-reduce was). --sequence-parallel\n"
+         "all-to-all (DeepSpeed-Ulysses') makes Y a sequence axis instead: nothing is cut by features,\n"
+         "every layer holds its rank's block of the tokens, and attention exchanges them for every token\n"
+         "of heads / Y heads (--tensor N or --grid 1xNx1). Y must divide --context (and the heads).\n";
 }
 
 Options parse_train_options(int argc, char** argv, int first) {
@@ -235,8 +243,8 @@ Options parse_train_options(int argc, char** argv, int first) {
       (flag == "--quiet" ? o.quiet : o.no_eval) = true;
       continue;
     }
-    if (flag == "--activation-checkpointing" || flag == "--sequence-parallel") {
-      (flag == "--sequence-parallel" ? o.sequence_parallel : o.activation_checkpointing) = true;
+    if (flag == "--activation-checkpointing") {
+      o.activation_checkpointing = true;
       continue;
     }
     auto it = setters().find(flag);
@@ -294,7 +302,7 @@ void check_parallel_flags(const Options& o) {
           "--tensor and --grid need --parallel (sync, localsgd, slowmo, diloco or co2: how the model replicas "
           "train)");
   require(o.tensor_degree() == 1 || o.zero <= 2, "--tensor and --grid with --zero 3 are not supported yet");
-  require(!o.sequence_parallel || (o.model == "gpt" && o.tensor > 1),
+  require(o.sequence_parallel.empty() || (o.model == "gpt" && o.tensor > 1),
           "--sequence-parallel applies to --model gpt with --tensor N or --grid XxYxZ, Y > 1 (it splits the tokens "
           "over Y)");
   require(!o.activation_checkpointing || o.model == "gpt",

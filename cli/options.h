@@ -73,8 +73,8 @@ struct Options {
   int64_t tensor_degree() const { return tensor_x * tensor * tensor_z; }
   // cohort_plan_options::activation_checkpointing: recompute each gpt block in backward.
   bool activation_checkpointing = false;
-  // cohort_plan_options::sequence_parallel: Megatron's sequence parallelism over Y (gpt).
-  bool sequence_parallel = false;
+  // cohort_plan_options::sequence_parallel over Y (gpt): "megatron", "all-to-all", or "" (none).
+  std::string sequence_parallel;
   uint64_t seed = 1;
   // Hidden flags for tests/parity: initial weights from a file, every step's batch to a file,
   // and every step's loss to a text file.

@@ -202,7 +202,9 @@ void Task::create_trainer() {
     po.tensor_y = static_cast<int32_t>(o_.tensor);
     po.tensor_z = static_cast<int32_t>(o_.tensor_z);
     po.activation_checkpointing = o_.activation_checkpointing ? 1 : 0;
-    po.sequence_parallel = o_.sequence_parallel ? 1 : 0;
+    po.sequence_parallel = o_.sequence_parallel == "megatron"     ? COHORT_SEQUENCE_PARALLEL_MEGATRON
+                           : o_.sequence_parallel == "all-to-all" ? COHORT_SEQUENCE_PARALLEL_ALL_TO_ALL
+                                                                  : COHORT_SEQUENCE_PARALLEL_NONE;
     cohort_plan* plan = nullptr;
     st = cohort_plan_create(&po, &plan);
     if (st == COHORT_OK) st = cohort_trainer_create_parallel(graph_, opt, plan, comm_, &to, &trainer_);

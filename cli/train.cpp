@@ -361,7 +361,7 @@ int run_train(Options o) {
                 o.parallel.empty() ? "" : (o.parallel + (o.parallel == "sync" ? "" : " tau " + std::to_string(*o.tau)) +
                                            (o.zero > 0 ? " zero " + std::to_string(o.zero) : "") +
                                            grid_text(o) +
-                                           (o.sequence_parallel ? " sequence parallel" : "") +
+                                           (o.sequence_parallel.empty() ? "" : " sequence " + o.sequence_parallel) +
                                            (o.activation_checkpointing ? " activation checkpointing" : "")).c_str(),
                 static_cast<long long>(total), static_cast<long long>(task.steps_per_epoch()), o.optimizer.c_str(), *o.lr,
                 static_cast<long long>(*o.warmup));

@@ -58,7 +58,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
     c.overlap_collectives = o.tensor_overlap_off == 0;
   }
   if (has_checkpointing) c.activation_checkpointing = o.activation_checkpointing != 0;
-  if (has_sequence) c.sequence_parallel = o.sequence_parallel != 0;
+  if (has_sequence) c.sequence_parallel = static_cast<parallel::SequenceParallel>(o.sequence_parallel);  // validated
   parallel::validate(c);
   return c;
 }

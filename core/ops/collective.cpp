@@ -11,6 +11,7 @@
 #include "core/base/error.h"
 #include "core/device/device.h"
 #include "core/graph/graph.h"
+#include "core/graph/shard.h"
 #include "transport/coll/communicator.h"
 
 namespace cohort {
@@ -44,6 +45,18 @@ int CommAxes::size(const std::string& axis) const {
   return c ? c->size() : 1;
 }
 
+Attrs all_to_all_attrs(const std::string& axis, int64_t parts, int64_t split_dim, int64_t split_groups,
+                       int64_t concat_dim, int64_t concat_groups) {
+  Attrs a;
+  a.set("axis", axis);
+  a.set("parts", parts);
+  a.set("split_dim", split_dim);
+  a.set("split_groups", split_groups);
+  a.set("concat_dim", concat_dim);
+  a.set("concat_groups", concat_groups);
+  return a;
+}
+
 namespace {
 
 std::vector<AttrSpec> axis_attrs(bool with_dim) {
@@ -59,10 +72,11 @@ void check_axis_attr(const ShapeContext& c) {
   if (c.attrs.get_string("axis").empty()) throw Error(Status::kInvalidArgument, "attribute 'axis' is empty");
 }
 
-// dim and parts of all_gather / reduce_scatter, checked against input 0.
-std::pair<size_t, int64_t> dim_and_parts(const ShapeContext& c) {
+// dim and parts of all_gather / reduce_scatter / split_to_axis, checked against input 0 (a float
+// one unless any_dtype: split_to_axis also cuts ids).
+std::pair<size_t, int64_t> dim_and_parts(const ShapeContext& c, bool any_dtype = false) {
   check_axis_attr(c);
-  expect_float(c, 0);
+  if (!any_dtype) expect_float(c, 0);
   const Shape& s = c.inputs[0].shape;
   const int64_t dim = c.attrs.get_int("dim"), parts = c.attrs.get_int("parts");
   if (dim < 0 || dim >= static_cast<int64_t>(s.size()))
@@ -151,8 +165,8 @@ OpSchema collective_schema(const char* name, bool with_dim) {
 }
 
 // reduce_scatter's and split_to_axis's shape: input 0 with dim cut into the axis's parts.
-std::vector<TensorType> block_shape(const ShapeContext& c) {
-  const auto [dim, parts] = dim_and_parts(c);
+std::vector<TensorType> block_shape(const ShapeContext& c, bool any_dtype) {
+  const auto [dim, parts] = dim_and_parts(c, any_dtype);
   TensorType t = c.inputs[0];
   if (t.shape[dim] % parts != 0)
     shape_error(str_cat("input 0 has shape ", shape_str(t.shape), ": dim ", dim, " (", t.shape[dim],
@@ -222,7 +236,7 @@ OpSchema all_gather_op() {
 
 OpSchema reduce_scatter_op() {
   OpSchema s = collective_schema("reduce_scatter", true);
-  s.infer = block_shape;
+  s.infer = [](const ShapeContext& c) { return block_shape(c, false); };
   s.kernels[0] = [](KernelContext& k) {
     coll::Communicator& c = axis_comm(k, "reduce_scatter");
     check_parts(k, c, "reduce_scatter");
@@ -248,6 +262,89 @@ OpSchema reduce_scatter_op() {
   return s;
 }
 
+// all_to_all: block q of x along split_dim (of each of split_groups groups) goes to rank q; the
+// blocks received are laid along concat_dim in rank order (in each of concat_groups groups).
+// Backward: the same exchange the other way (split and concat swapped). The blocks move through
+// packed buffers (take_shard / put_shard, core/graph/shard.h).
+OpSchema all_to_all_op() {
+  OpSchema s = collective_schema("all_to_all", false);
+  s.attrs = {{"axis", AttrType::kString, true, std::string()},
+             {"parts", AttrType::kInt, true, int64_t{1}},
+             {"split_dim", AttrType::kInt, true, int64_t{0}},
+             {"split_groups", AttrType::kInt, false, int64_t{1}},
+             {"concat_dim", AttrType::kInt, true, int64_t{0}},
+             {"concat_groups", AttrType::kInt, false, int64_t{1}}};
+  s.infer = [](const ShapeContext& c) {
+    check_axis_attr(c);
+    expect_float(c, 0);
+    TensorType t = c.inputs[0];
+    const int64_t rank = static_cast<int64_t>(t.shape.size()), parts = c.attrs.get_int("parts");
+    const int64_t sd = c.attrs.get_int("split_dim"), cd = c.attrs.get_int("concat_dim");
+    const int64_t sg = c.attrs.get_int("split_groups"), cg = c.attrs.get_int("concat_groups");
+    if (parts < 1 || sg < 1 || cg < 1)
+      throw Error(Status::kInvalidArgument, str_cat("attributes 'parts', 'split_groups' and 'concat_groups' must be "
+                                                    ">= 1, got ", parts, ", ", sg, ", ", cg));
+    if (sd < 0 || sd >= rank || cd < 0 || cd >= rank)
+      throw Error(Status::kInvalidArgument, str_cat("split_dim ", sd, " or concat_dim ", cd,
+                                                    " is out of range for input 0 of shape ", shape_str(t.shape)));
+    if (t.shape[static_cast<size_t>(sd)] % (sg * parts) != 0)
+      shape_error(str_cat("input 0 has shape ", shape_str(t.shape), ": dim ", sd, " (", t.shape[static_cast<size_t>(sd)],
+                          ") is not divisible by ", sg, " group(s) of the ", parts, " ranks of axis '",
+                          c.attrs.get_string("axis"), "'"));
+    t.shape[static_cast<size_t>(sd)] /= parts;
+    if (t.shape[static_cast<size_t>(cd)] % cg != 0)
+      shape_error(str_cat("input 0 has shape ", shape_str(c.inputs[0].shape), ": its blocks' dim ", cd, " (",
+                          t.shape[static_cast<size_t>(cd)], ") is not divisible by ", cg, " group(s)"));
+    t.shape[static_cast<size_t>(cd)] *= parts;
+    return std::vector<TensorType>{t};
+  };
+  s.kernels[0] = [](KernelContext& k) {
+    coll::Communicator& c = axis_comm(k, "all_to_all");
+    check_parts(k, c, "all_to_all");
+    const Tensor x = k.inputs[0].contiguous();
+    const int64_t parts = c.size();
+    const ShardCut split{static_cast<int>(k.attrs.get_int("split_dim")), k.attrs.get_int("split_groups"), parts, 0, ""};
+    const ShardCut concat{static_cast<int>(k.attrs.get_int("concat_dim")), k.attrs.get_int("concat_groups"), parts, 0,
+                          ""};
+    Tensor send, recv;
+    size_t block_bytes = 0;
+    int64_t count = 0;
+    Shape block_shape;
+    for (int64_t q = 0; q < parts; ++q) {  // rank q's block, packed at [q]
+      ShardCut at = split;
+      at.index = q;
+      const Tensor block = take_shard(x, {at});
+      if (q == 0) {
+        count = block.numel();
+        block_bytes = block.nbytes();
+        block_shape = block.shape();
+        send = Tensor::empty({parts * count}, x.dtype());
+        recv = Tensor::empty({parts * count}, x.dtype());
+      }
+      std::memcpy(static_cast<char*>(send.raw()) + static_cast<size_t>(q) * block_bytes, block.raw(), block_bytes);
+    }
+    k.pending = c.all_to_all(send.raw(), recv.raw(), static_cast<size_t>(count), comm_type(x));
+    Tensor out = k.outputs[0];
+    k.on_complete = [send, recv, out, concat, parts, block_bytes, block_shape]() mutable {
+      Tensor part = Tensor::empty(block_shape, recv.dtype());
+      for (int64_t q = 0; q < parts; ++q) {  // rank q's block into its place
+        std::memcpy(part.raw(), static_cast<const char*>(recv.raw()) + static_cast<size_t>(q) * block_bytes, block_bytes);
+        ShardCut at = concat;
+        at.index = q;
+        put_shard(out, part, {at});
+      }
+    };
+  };
+  s.backward = [](BackwardContext& b) {
+    const Attrs& a = b.attrs();
+    b.set_grad_input(0, b.add1("all_to_all", {b.grad_output(0)},
+                               all_to_all_attrs(a.get_string("axis"), a.get_int("parts"), a.get_int("concat_dim"),
+                                                a.get_int("concat_groups"), a.get_int("split_dim"),
+                                                a.get_int("split_groups"))));
+  };
+  return s;
+}
+
 // gather_from_axis: forward all_gather's, backward this rank's block of dy (split_to_axis).
 OpSchema gather_from_axis_op() {
   OpSchema s = all_gather_op();
@@ -267,7 +364,7 @@ OpSchema split_to_axis_op() {
   s.host_only = true;
   s.bf16_kernel = true;
   s.attrs = axis_attrs(true);
-  s.infer = block_shape;
+  s.infer = [](const ShapeContext& c) { return block_shape(c, true); };  // ids too
   s.kernels[0] = [](KernelContext& k) {
     COHORT_CHECK(k.axes != nullptr, Status::kInvalidState,
                  "split_to_axis: the run has no grid axes (collective operators run only in a trainer made with a "
@@ -302,6 +399,7 @@ void register_collective_ops(OpRegistry& r) {
   r.add(reduce_scatter_op());
   r.add(gather_from_axis_op());
   r.add(split_to_axis_op());
+  r.add(all_to_all_op());
 }
 
 }  // namespace cohort

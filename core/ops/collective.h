@@ -12,6 +12,9 @@
 //                                                                 backward: all_gather of dy.
 //   gather_from_axis(x; dim) forward: all_gather's.               backward: this rank's block of dy.
 //   split_to_axis(x; dim)  forward: this rank's block along dim.  backward: gather_from_axis of dy.
+//   all_to_all(x; split_dim, concat_dim)  forward: block q along split_dim to rank q, the blocks
+//                          received laid along concat_dim in rank order (each dim in 'groups'
+//                          groups, as ShardCut cuts them).  backward: all_to_all back.
 // all_gather and reduce_scatter carry the axis size as 'parts' (shape rules run before any
 // communicator exists); the kernel checks it against the communicator.
 //
@@ -41,6 +44,10 @@ class Communicator;
 
 // The communicators of a run's grid axes, by name: "x", "y", "z" (tensor axes), "tensor" (every
 // tensor rank of one data-parallel replica), "data". Holding it keeps them alive.
+// The attributes of an all_to_all node (above).
+Attrs all_to_all_attrs(const std::string& axis, int64_t parts, int64_t split_dim, int64_t split_groups,
+                       int64_t concat_dim, int64_t concat_groups);
+
 class CommAxes {
  public:
   void set(const std::string& axis, std::shared_ptr<transport::coll::Communicator> comm);

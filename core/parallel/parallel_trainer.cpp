@@ -64,7 +64,7 @@ std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::
   auto trainer = std::make_unique<Trainer>(part.graph, config, options);
   PlanConfig data_plan = plan;
   data_plan.tensor = TensorGrid{};
-  data_plan.sequence_parallel = false;  // the tensor axes' business, done above
+  data_plan.sequence_parallel = SequenceParallel::kNone;  // the tensor axes' business, done above
   data_plan.data_parallel = grid.data_size;
   DataParallel::attach(*trainer, data_plan, grid.data, nullptr);
   return trainer;

@@ -40,6 +40,12 @@ struct TensorGrid {
   int degree() const { return x * y * z; }
 };
 
+// Sequence parallelism over the Y axis: none; Megatron-LM's (Korthikanti et al. 2022: the
+// regions between tensor-split layers hold each rank's block of the tokens); or the all-to-all
+// kind (DeepSpeed-Ulysses, Jacobs et al. 2023: every layer holds its tokens' block, nothing is
+// cut by features, attention exchanges heads for tokens). Values as cohort_plan_options'.
+enum class SequenceParallel { kNone = 0, kMegatron = 1, kAllToAll = 2 };
+
 struct PlanConfig {
   int data_parallel = 0;  // ranks in the data-parallel group; 0 = the whole world
   SyncMode mode = SyncMode::kSync;
@@ -71,9 +77,8 @@ struct PlanConfig {
   bool overlap_collectives = true;
   // Activation checkpointing per transformer block: TrainerOptions::activation_checkpointing.
   bool activation_checkpointing = false;
-  // Megatron's sequence parallelism over tensor_y: the regions between split layers hold their
-  // tokens' block (tensor_parallel.h, shard_for_tensor_parallel).
-  bool sequence_parallel = false;
+  // Sequence parallelism over tensor_y (tensor_parallel.h, shard_for_tensor_parallel).
+  SequenceParallel sequence_parallel = SequenceParallel::kNone;
 };
 
 // A preset's settings (tau as given). localsgd: alpha 1, beta 0 = plain parameter averaging.

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/base/error.h"
+#include "core/ops/collective.h"
 
 namespace cohort::parallel {
 
@@ -196,9 +197,13 @@ void check_vocab_divides(const Graph& g, const VocabHead& h, const TensorGrid& g
 // rewrite with X = Z = 1.
 class Rewriter {
  public:
+  // sequence_tokens: Megatron's sequence parallelism over Y (0: off). all_to_all_parts: instead,
+  // the all-to-all kind over that many ranks of Y (the grid given then has Y = 1: nothing is cut
+  // by features; every region holds its tokens' block and attention exchanges heads for tokens).
   Rewriter(const Graph& model, const std::vector<Pair>& pairs, const VocabHead& vocab, const TensorGrid& grid,
-           const TensorPosition& at, int64_t sequence_tokens)
+           const TensorPosition& at, int64_t sequence_tokens, int all_to_all_parts = 0)
       : m_(model), grid_(grid), at_(at), vocab_(grid.y > 1 ? vocab : VocabHead{}), tokens_(sequence_tokens),
+        a2a_parts_(all_to_all_parts), seq_parts_(all_to_all_parts > 0 ? all_to_all_parts : grid.y),
         map_(model.values().size(), -1) {
     for (const Pair& p : pairs) {
       column_[p.column] = feature_groups(model, p);
@@ -210,7 +215,14 @@ class Rewriter {
   Graph run() {
     plan_parameter_cuts();
     for (const Value& v : m_.values()) {
-      if (v.kind == ValueKind::kInput) map_[static_cast<size_t>(v.id)] = g_.add_input(v.name, v.type.dtype, v.type.shape);
+      if (v.kind == ValueKind::kInput) {
+        map_[static_cast<size_t>(v.id)] = g_.add_input(v.name, v.type.dtype, v.type.shape);
+        // All-to-all sequence parallelism: an input with the tokens (ids, targets) is read by
+        // this rank's block of them.
+        if (a2a_parts_ > 0 && v.type.shape.size() >= 2 && v.type.shape[1] == tokens_)
+          map_[static_cast<size_t>(v.id)] = g_.add_op("split_to_axis", v.name + ".split_tokens_y", {mapped(v.id)},
+                                                      dim_attrs("y", 1, a2a_parts_)).at(0);
+      }
       if (v.kind != ValueKind::kParameter) continue;
       auto cut = cuts_.find(v.id);
       const std::vector<ShardCut> cuts = cut == cuts_.end() ? std::vector<ShardCut>{} : cut->second;
@@ -234,17 +246,24 @@ class Rewriter {
       if (o == vocab_.logits)
         g_.mark_output(g_.add_op("gather_from_axis", m_.node(vocab_.head).name, {mapped(o)},
                                  dim_attrs("y", last_dim(mapped(o)), grid_.y)).at(0));
+      else if (gathered_output(m_.node(m_.value(o).producer)))  // every token, for a caller that asks
+        g_.mark_output(g_.add_op("gather_from_axis", m_.node(m_.value(o).producer).name, {mapped(o)},
+                                 dim_attrs("y", 1, a2a_parts_)).at(0));
       else
         g_.mark_output(mapped(o));
     }
     if (m_.loss() >= 0) {
       ValueId loss = mapped(m_.loss());
-      if (grid_.z > 1) {  // the mean over every Z rank's rows: each rank's mean / Z, summed
+      // The mean over every Z rank's rows (and, under all-to-all sequence parallelism, every Y
+      // rank's tokens): each rank's mean / (Z Y), summed.
+      const int64_t shares = static_cast<int64_t>(grid_.z) * std::max(a2a_parts_, 1);
+      if (shares > 1) {
         Attrs f;
-        f.set("factor", 1.0 / grid_.z);
+        f.set("factor", 1.0 / static_cast<double>(shares));
         const std::string& name = m_.node(m_.value(m_.loss()).producer).name;
-        loss = g_.add_op("scale", name + ".over_z", {loss}, f).at(0);
-        loss = g_.add_op("all_reduce", name, {loss}, axis_attr("z")).at(0);
+        loss = g_.add_op("scale", name + ".share", {loss}, f).at(0);
+        if (grid_.z > 1) loss = g_.add_op("all_reduce", a2a_parts_ > 0 ? name + ".sum_z" : name, {loss}, axis_attr("z")).at(0);
+        if (a2a_parts_ > 0) loss = g_.add_op("all_reduce", name, {loss}, axis_attr("y")).at(0);
       }
       g_.set_loss(loss);
     }
@@ -276,6 +295,15 @@ class Rewriter {
     const Attrs a = dim < 0 ? axis_attr(axis) : dim_attrs(axis, dim, degree);
     return g_.add_op(op, name, {x}, a).at(0);
   }
+  // All-to-all sequence parallelism: a graph output (not the loss) with the tokens, made by n. The
+  // rank's graph gathers it under n's name, for a caller that asks; n's own node is n.local.
+  bool gathered_output(const Node& n) const {
+    if (a2a_parts_ == 0 || n.outputs.size() != 1) return false;
+    const ValueId o = n.outputs[0];
+    const Shape& s = m_.value(o).type.shape;
+    return o != m_.loss() && s.size() >= 2 && s[1] == tokens_ &&
+           std::count(m_.outputs().begin(), m_.outputs().end(), o) > 0;
+  }
   int64_t last_dim(ValueId v) const { return static_cast<int64_t>(g_.value(v).type.shape.size()) - 1; }
 
   // Where replicated data enters per-rank computation over Y: f (copy_to_axis), or under
@@ -301,7 +329,7 @@ class Rewriter {
     const Value& v = m_.value(model_value);
     const bool per_token = n.op->name == "add" && v.type.shape.size() == 2 && v.type.shape[0] == tokens_;
     const ValueId r = per_token ? g_.add_op("split_to_axis", v.name + ".split_tokens_y", {mapped(model_value)},
-                                            dim_attrs("y", 0, grid_.y)).at(0)
+                                            dim_attrs("y", 0, seq_parts_)).at(0)
                                 : g_.add_op("copy_to_axis", v.name + ".copy_to_y", {mapped(model_value)},
                                             axis_attr("y")).at(0);
     return sequence_params_[model_value] = r;
@@ -345,8 +373,10 @@ class Rewriter {
     std::vector<ValueId> in = mapped(n.inputs);
     std::vector<ValueId> out;
     const bool bias = in.size() > 2;
-    // Under Z the loss is this rank's rows' part; the mean over the Z ranks takes its name.
-    const bool local_loss = grid_.z > 1 && std::count(n.outputs.begin(), n.outputs.end(), m_.loss()) > 0;
+    // Under Z (or all-to-all sequence parallelism) the loss is this rank's rows' (tokens') part;
+    // the mean over the ranks takes its name.
+    const bool local_loss =
+        (grid_.z > 1 || a2a_parts_ > 0) && std::count(n.outputs.begin(), n.outputs.end(), m_.loss()) > 0;
     if (vocab_.loss >= 0 && n.id == vocab_.embedding) {
       // This rank's rows of the table, zeros for the others' ids: summed over Y.
       Attrs a = vocab_attrs(Attrs());
@@ -400,6 +430,16 @@ class Rewriter {
       if (bias) y = g_.add_op("add", gather ? n.name + ".bias" : n.name, {y, bias_value}, Attrs()).at(0);
       if (gather) y = g_.add_op("gather_from_axis", n.name, {y}, dim_attrs("x", last_dim(y), grid_.x)).at(0);
       out[0] = y;
+    } else if (a2a_parts_ > 0 && n.op->name == "attention") {
+      // Heads for tokens: [B, T / P, 3C] -> every token of this rank's heads (q, k, v alike)
+      // [B, T, 3C / P]; attention over them; [B, T, C / P] -> this rank's tokens of every head.
+      const int64_t p = a2a_parts_;
+      const ValueId qkv = g_.add_op("all_to_all", n.name + ".heads_for_tokens", {in[0]},
+                                    all_to_all_attrs("y", p, 2, 3, 1, 1)).at(0);
+      Attrs a = n.attrs;
+      a.set("heads", n.attrs.get_int("heads") / p);
+      out = g_.add_op(n.op->name, n.name + ".heads", {qkv}, a);  // y, and what backward saves (per head)
+      out[0] = g_.add_op("all_to_all", n.name, {out[0]}, all_to_all_attrs("y", p, 1, 1, 2, 1)).at(0);
     } else if (between_.count(n.id) && n.op->name == "attention") {
       Attrs a = n.attrs;
       a.set("heads", n.attrs.get_int("heads") / grid_.y);
@@ -409,7 +449,7 @@ class Rewriter {
         for (size_t i = 0; i < in.size(); ++i)
           if (m_.value(n.inputs[i]).kind == ValueKind::kParameter && !cuts_.count(n.inputs[i]))
             in[i] = sequence_param(n, n.inputs[i]);
-      out = g_.add_op(n.op->name, local_loss ? n.name + ".local" : n.name, in, n.attrs);
+      out = g_.add_op(n.op->name, local_loss || gathered_output(n) ? n.name + ".local" : n.name, in, n.attrs);
     }
     COHORT_ASSERT(out.size() == n.outputs.size(), n.name, ": the rewrite changed the number of outputs");
     for (size_t k = 0; k < out.size(); ++k) map_[static_cast<size_t>(n.outputs[k])] = out[k];
@@ -420,6 +460,8 @@ class Rewriter {
   const TensorPosition at_;
   const VocabHead vocab_;  // none (loss -1) when Y is 1 or the model's loss is made otherwise
   const int64_t tokens_;   // sequence parallelism: the tokens T cut over Y (dim 1 of [B, T, C]); 0 = off
+  const int a2a_parts_;    // all-to-all sequence parallelism: the ranks of Y; 0 = Megatron's or none
+  const int seq_parts_;    // the ranks the tokens are cut over
   Graph g_;
   std::map<ValueId, ValueId> sequence_params_;  // model parameter -> its read in the token-split regions
 
@@ -441,7 +483,10 @@ void validate_tensor_grid(const PlanConfig& p) {
                  kMaxDegree);
   COHORT_CHECK(p.tensor.degree() <= kMaxDegree, Status::kInvalidPlan, "plan: the tensor degree tensor_x x tensor_y x "
                "tensor_z = ", p.tensor.x, " x ", p.tensor.y, " x ", p.tensor.z, " must be at most ", kMaxDegree);
-  COHORT_CHECK(!p.sequence_parallel || p.tensor.y > 1, Status::kInvalidPlan,
+  const int sequence = static_cast<int>(p.sequence_parallel);
+  COHORT_CHECK(sequence >= 0 && sequence <= 2, Status::kInvalidPlan, "plan: sequence_parallel = ", sequence,
+               " (0 none, 1 Megatron's, 2 all-to-all)");
+  COHORT_CHECK(p.sequence_parallel == SequenceParallel::kNone || p.tensor.y > 1, Status::kInvalidPlan,
                "plan: sequence parallelism splits the tokens over tensor_y, which is ", p.tensor.y);
   COHORT_CHECK(p.tensor.degree() == 1 || p.zero_stage <= 2, Status::kUnsupported, "plan: ZeRO stage ", p.zero_stage,
                " with tensor parallelism (tensor ", p.tensor.x, " x ", p.tensor.y, " x ", p.tensor.z,
@@ -459,11 +504,43 @@ std::vector<LinearPair> find_linear_pairs(const Graph& model) {
   return out;
 }
 
+namespace {
+
+// All-to-all sequence parallelism over Y (shard_for_tensor_parallel's kAllToAll): checks what it
+// needs, then the Rewriter with nothing cut by features.
+TensorParallelGraph shard_all_to_all(const Graph& model, const TensorGrid& grid, const TensorPosition& position) {
+  COHORT_CHECK(grid.x == 1 && grid.z == 1, Status::kUnsupported, "plan: all-to-all sequence parallelism with tensor_x = ",
+               grid.x, " and tensor_z = ", grid.z, " is not implemented yet (it runs over tensor_y alone) (TODO(#27))");
+  int64_t tokens = 0;
+  for (const Node& n : model.nodes()) {
+    if (n.op->name != "attention") continue;
+    const Shape& qkv = model.value(n.inputs[0]).type.shape;
+    const int64_t heads = n.attrs.get_int("heads");
+    COHORT_CHECK(heads % grid.y == 0, Status::kInvalidPlan, "plan: all-to-all sequence parallelism: tensor_y = ",
+                 grid.y, " does not divide the ", heads, " heads of attention '", n.name, "'");
+    COHORT_CHECK(tokens == 0 || tokens == qkv[1], Status::kInvalidPlan, "plan: all-to-all sequence parallelism: "
+                 "attention '", n.name, "' reads ", qkv[1], " tokens where another reads ", tokens);
+    tokens = qkv[1];
+  }
+  COHORT_CHECK(tokens > 0, Status::kInvalidPlan, "plan: all-to-all sequence parallelism exchanges attention's heads "
+               "for tokens, but the model has no attention");
+  COHORT_CHECK(tokens % grid.y == 0, Status::kInvalidPlan, "plan: all-to-all sequence parallelism: tensor_y = ",
+               grid.y, " does not divide the ", tokens, " tokens of the context");
+  TensorParallelGraph r;
+  r.pairs = find_linear_pairs(model);
+  TensorGrid none;
+  Rewriter rewriter(model, {}, VocabHead{}, none, position, tokens, grid.y);
+  r.graph = rewriter.run();
+  return r;
+}
+
+}  // namespace
+
 TensorParallelGraph shard_for_tensor_parallel(const Graph& model, const TensorGrid& grid,
-                                              const TensorPosition& position, bool sequence_parallel) {
+                                              const TensorPosition& position, SequenceParallel sequence) {
   PlanConfig check;
   check.tensor = grid;
-  check.sequence_parallel = sequence_parallel;
+  check.sequence_parallel = sequence;
   validate_tensor_grid(check);
   COHORT_CHECK(model.loss() >= 0, Status::kInvalidState, "tensor parallelism: the model has no loss");
   for (const Node& n : model.nodes())
@@ -481,6 +558,7 @@ TensorParallelGraph shard_for_tensor_parallel(const Graph& model, const TensorGr
     r.graph = model;
     return r;
   }
+  if (sequence == SequenceParallel::kAllToAll) return shard_all_to_all(model, grid, position);
   COHORT_CHECK(!pairs.empty(), Status::kInvalidPlan, "plan: ",
                grid.x == 1 && grid.z == 1 ? str_cat("tensor_y = ", grid.y)
                                           : str_cat("tensor_x x tensor_y x tensor_z = ", grid.x, " x ", grid.y, " x ", grid.z),
@@ -490,7 +568,7 @@ TensorParallelGraph shard_for_tensor_parallel(const Graph& model, const TensorGr
   const VocabHead vocab = find_vocab_head(model, pairs);
   if (grid.y > 1) check_vocab_divides(model, vocab, grid);
   int64_t tokens = 0;
-  if (sequence_parallel) {
+  if (sequence == SequenceParallel::kMegatron) {
     COHORT_CHECK(grid.x == 1, Status::kUnsupported, "plan: sequence parallelism with tensor_x = ", grid.x,
                  " is not implemented yet (Megatron's sequence parallelism runs over tensor_y alone) (TODO(#27))");
     const Node& first = model.node(pairs.front().column);

@@ -88,7 +88,15 @@ std::vector<LinearPair> find_linear_pairs(const Graph& model);
 // the whole parameters read there have their gradients summed over Y, and the position table is
 // read by token blocks. Needs Y > 1, X = 1, [B, T, C] activations, T divisible by Y and the
 // vocabulary-parallel head (kInvalidPlan / kUnsupported naming what is missing).
+//
+// SequenceParallel::kAllToAll (DeepSpeed-Ulysses') instead cuts nothing by features: Y's ranks
+// each hold their block of the tokens everywhere (the inputs with a token axis split, every
+// parameter whole with its gradient summed over Y, the position table read by token blocks),
+// and around attention an all_to_all exchanges them for every token of H / Y heads and back. The
+// loss is the mean of the ranks' (all_reduce of each one's / Y). Needs Y > 1 dividing the heads
+// and the tokens, and X = Z = 1 (kUnsupported otherwise).
 TensorParallelGraph shard_for_tensor_parallel(const Graph& model, const TensorGrid& grid,
-                                              const TensorPosition& position, bool sequence_parallel = false);
+                                              const TensorPosition& position,
+                                              SequenceParallel sequence = SequenceParallel::kNone);
 
 }  // namespace cohort::parallel

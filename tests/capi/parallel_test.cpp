@@ -120,7 +120,15 @@ TEST_F(CapiParallel, PlanErrorPaths) {
   EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
   EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
   o = cohort_plan_options_default();
-  o.sequence_parallel = 1;
+  o.tensor_y = 2;
+  o.sequence_parallel = 3;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN,
+                "plan: sequence_parallel = 3 (0 none, 1 Megatron's, 2 all-to-all)");
+  o.sequence_parallel = COHORT_SEQUENCE_PARALLEL_ALL_TO_ALL;
+  EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
+  o.tensor_y = 1;
+  o.sequence_parallel = COHORT_SEQUENCE_PARALLEL_MEGATRON;
   EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN,
                 "plan: sequence parallelism splits the tokens over tensor_y, which is 1");
   o.size = offsetof(cohort_plan_options, sequence_parallel);  // a caller built before the field: not read

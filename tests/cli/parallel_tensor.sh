@@ -105,13 +105,15 @@ same_run d2t2 d2t2z "loss grad_norm"
 gpt=(train --model gpt --layers 2 --width 64 --heads 4 --context 64 --batch 4 --steps 4 --threads 1 --no-eval
      --log-every 2 --parallel sync --tensor 2)
 "$run" -n 2 -- "$cli" "${gpt[@]}" --metrics "$dir/gpt.jsonl" >"$dir/gpt.out" 2>&1 &&
-  "$run" -n 2 -- "$cli" "${gpt[@]}" --sequence-parallel --metrics "$dir/sp.jsonl" >"$dir/sp.out" 2>&1 ||
-  { cat "$dir/gpt.out" "$dir/sp.out"; echo "FAIL: the gpt --tensor 2 runs exited non-zero"; exit 1; }
-grep -q "sync tensor 2 sequence parallel" "$dir/sp.out" || { cat "$dir/sp.out"; echo "FAIL: the banner does not say it"; exit 1; }
+  "$run" -n 2 -- "$cli" "${gpt[@]}" --sequence-parallel megatron --metrics "$dir/sp.jsonl" >"$dir/sp.out" 2>&1 &&
+  "$run" -n 2 -- "$cli" "${gpt[@]}" --sequence-parallel all-to-all --metrics "$dir/a2a.jsonl" >"$dir/a2a.out" 2>&1 ||
+  { cat "$dir/gpt.out" "$dir/sp.out" "$dir/a2a.out"; echo "FAIL: the gpt --tensor 2 runs exited non-zero"; exit 1; }
+grep -q "sync tensor 2 sequence megatron" "$dir/sp.out" || { cat "$dir/sp.out"; echo "FAIL: the banner does not say it"; exit 1; }
 same_run gpt sp "loss grad_norm"
+same_run gpt a2a "loss grad_norm"  # all-to-all: Y a sequence axis, the same training
 a=$(field "$dir/gpt.jsonl" peak_activation_bytes) b=$(field "$dir/sp.jsonl" peak_activation_bytes)
 [ "$b" -lt "$a" ] || { echo "FAIL: sequence parallelism holds $b activation bytes, without it $a"; exit 1; }
-sizes="$sizes; gpt activations with sequence parallelism $b/$a"
+sizes="$sizes; gpt activations with sequence parallelism $b/$a (all-to-all $(field "$dir/a2a.jsonl" peak_activation_bytes))"
 refused() {  # refused <expected text> <args...>
   local want=$1; shift
   if "$run" -n 2 -- "$cli" train --steps 2 --threads 1 --parallel sync "$@" >"$dir/bad.out" 2>&1; then

@@ -185,8 +185,9 @@ class Plan(Handle):
     tensor_z (AxoNN's tensor grid; tensor_y alone is Megatron's 1D tensor parallelism: each rank trains
     its part of the model, and the ranks of one tensor group step on the same rows, except that the Z
     ranks each step on their own), tensor_overlap_off, activation_checkpointing (recompute each
-    transformer block of a gpt in backward), sequence_parallel (Megatron's, over tensor_y: the regions
-    between split layers hold each rank's block of the tokens)."""
+    transformer block of a gpt in backward), sequence_parallel (over tensor_y: 0 none, 1 Megatron's, the
+    regions between split layers hold each rank's block of the tokens; 2 the all-to-all kind, tensor_y a
+    sequence axis whose attention exchanges tokens for heads)."""
 
     __slots__ = ()
     _destroy = staticmethod(_capi.cohort_plan_destroy)

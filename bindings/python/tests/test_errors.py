@@ -192,6 +192,8 @@ class ErrorTest(unittest.TestCase):
         self.assertFails(cohort.InvalidPlanError, "plan: sequence parallelism splits the tokens over tensor_y, which is 1",
                          cohort.Plan, sequence_parallel=1)
         cohort.Plan(tensor_y=2, sequence_parallel=1).close()
+        self.assertFails(cohort.InvalidPlanError, "plan: sequence_parallel = 3 (0 none, 1 Megatron's, 2 all-to-all)",
+                         cohort.Plan, tensor_y=2, sequence_parallel=3)
         cohort.Plan("co2", tau=2, tensor_y=2, tensor_overlap_off=1).close()
         cohort.Plan("ddp", activation_checkpointing=1).close()  # a model without blocks: refused by the trainer
         with cohort.Plan("ddp") as plan:

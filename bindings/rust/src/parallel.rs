@@ -84,10 +84,11 @@ pub struct PlanOptions {
     /// recomputes each block's activations from its input; the same gradients, less activation
     /// memory. A model without blocks is refused when the trainer is made (INVALID_PLAN).
     pub activation_checkpointing: bool,
-    /// Megatron's sequence parallelism over tensor_y: the regions between split layers hold each
-    /// rank's block of the tokens. tensor_y 1 is INVALID_PLAN; a model it does not fit is refused
-    /// when the trainer is made.
-    pub sequence_parallel: bool,
+    /// Sequence parallelism over tensor_y: 0 none, 1 Megatron's (the regions between split layers
+    /// hold each rank's block of the tokens), 2 the all-to-all kind (tensor_y a sequence axis:
+    /// attention exchanges the tokens for heads). tensor_y 1 is INVALID_PLAN; a model it does not
+    /// fit is refused when the trainer is made.
+    pub sequence_parallel: i32,
 }
 
 impl Default for PlanOptions {
@@ -130,7 +131,7 @@ impl Default for PlanOptions {
             tensor_z: raw.tensor_z,
             tensor_overlap_off: raw.tensor_overlap_off != 0,
             activation_checkpointing: raw.activation_checkpointing != 0,
-            sequence_parallel: raw.sequence_parallel != 0,
+            sequence_parallel: raw.sequence_parallel,
         }
     }
 }
@@ -172,7 +173,7 @@ impl PlanOptions {
         raw.tensor_z = self.tensor_z;
         raw.tensor_overlap_off = i32::from(self.tensor_overlap_off);
         raw.activation_checkpointing = i32::from(self.activation_checkpointing);
-        raw.sequence_parallel = i32::from(self.sequence_parallel);
+        raw.sequence_parallel = self.sequence_parallel;
         raw
     }
 }

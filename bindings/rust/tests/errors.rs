@@ -184,12 +184,12 @@ fn invalid_plans() {
     Plan::new(&PlanOptions { tensor_x: 2, tensor_y: 2, tensor_z: 2, ..PlanOptions::default() })
         .expect("AxoNN's 3D grid (fitted to a world when the trainer is made)");
     expect_error(
-        Plan::new(&PlanOptions { sequence_parallel: true, ..PlanOptions::default() }),
+        Plan::new(&PlanOptions { sequence_parallel: 1, ..PlanOptions::default() }),
         Status::InvalidPlan,
         &["plan: sequence parallelism splits the tokens over tensor_y, which is 1"],
     );
-    Plan::new(&PlanOptions { tensor_y: 2, sequence_parallel: true, ..PlanOptions::default() })
-        .expect("sequence parallelism over tensor_y 2");
+    Plan::new(&PlanOptions { tensor_y: 2, sequence_parallel: 2, ..PlanOptions::default() })
+        .expect("all-to-all sequence parallelism over tensor_y 2");
     Plan::new(&PlanOptions { tensor_y: 2, tensor_overlap_off: true, ..PlanOptions::default() })
         .expect("a plan with tensor_y 2 (fitted to a world when the trainer is made)");
     assert!(!PlanOptions::default().activation_checkpointing);

@@ -712,6 +712,13 @@ typedef enum cohort_plan_preset {
                                  on); overlap_steps as given (0: 1) */
 } cohort_plan_preset;
 
+/* cohort_plan_options.sequence_parallel: none, Megatron-LM's, or the all-to-all kind. */
+typedef enum {
+  COHORT_SEQUENCE_PARALLEL_NONE = 0,
+  COHORT_SEQUENCE_PARALLEL_MEGATRON = 1,
+  COHORT_SEQUENCE_PARALLEL_ALL_TO_ALL = 2
+} cohort_sequence_parallel;
+
 typedef struct cohort_plan_options {
   size_t size;                /* sizeof(cohort_plan_options) */
   cohort_plan_preset preset;  /* not NONE: sets mode and every outer_* / penalty / clip field */
@@ -785,14 +792,21 @@ typedef struct cohort_plan_options {
    * parallelism); INVALID_PLAN at cohort_trainer_create_parallel for a model without any.
    * Default 0. */
   int32_t activation_checkpointing;
-  /* Added after activation_checkpointing (read only when size covers it). Nonzero: Megatron-LM's
-   * sequence parallelism over tensor_y — the regions between the split layers (layernorms,
-   * residual adds, dropout, the embeddings) hold each rank's block of the tokens, so their
-   * activations shrink by tensor_y too; each split pair's all-reduce becomes an all-gather of the
-   * tokens before it and a reduce-scatter after it (the same bytes). INVALID_PLAN when tensor_y
-   * is 1, and at cohort_trainer_create_parallel for a model whose activations are not [batch,
-   * tokens, features], whose tokens tensor_y does not divide, or whose loss is not the cross
-   * entropy of a vocabulary-split head (the GPT's is); UNSUPPORTED with tensor_x > 1. Default 0. */
+  /* Added after activation_checkpointing (read only when size covers it). Sequence parallelism
+   * over tensor_y. 1: Megatron-LM's — the regions between the split layers (layernorms, residual
+   * adds, dropout, the embeddings) hold each rank's block of the tokens, so their activations
+   * shrink by tensor_y too; each split pair's all-reduce becomes an all-gather of the tokens
+   * before it and a reduce-scatter after it (the same bytes). INVALID_PLAN at
+   * cohort_trainer_create_parallel for a model whose activations are not [batch, tokens,
+   * features], whose tokens tensor_y does not divide, or whose loss is not the cross entropy of a
+   * vocabulary-split head (the GPT's is); UNSUPPORTED with tensor_x > 1. 2: the all-to-all kind
+   * (DeepSpeed-Ulysses') — tensor_y cuts nothing by features: every layer holds each rank's block
+   * of the tokens, the parameters are whole (their gradients summed over tensor_y), and around
+   * attention an all-to-all exchanges the tokens for every token of heads / tensor_y heads and
+   * back; INVALID_PLAN at cohort_trainer_create_parallel when tensor_y does not divide the heads
+   * or the tokens or the model has no attention; UNSUPPORTED with tensor_x or tensor_z > 1. Both:
+   * INVALID_PLAN when tensor_y is 1, and for another value. Default 0 (none). Values:
+   * cohort_sequence_parallel. */
   int32_t sequence_parallel;
 } cohort_plan_options;
 /* preset NONE, data_parallel 0, mode DDP, tau 1, outer lr 1, momentum 0, no Nesterov, no

@@ -292,6 +292,44 @@ TEST_P(Collectives, SplitToAxisAndGatherFromAxisKeepReplicatedGradientsWhole) {
   }
 }
 
+// all_to_all as sequence parallelism uses it (heads for tokens): x_r [2 tokens, 3 groups x n] ->
+// y_r [2n tokens, 3], y_r[2q + t, g] = x_q[t, g n + r] (rank q's tokens, this rank's column of
+// each group). loss = all_reduce(sum(y_r * W_r)): dloss/dx_q[t, g n + r] = W_r[2q + t, g], the
+// exchange back.
+TEST_P(Collectives, AllToAllExchangesGroupedFeatureBlocksForTokenBlocks) {
+  const int world = GetParam();
+  std::vector<std::string> names;
+  auto out = run_spmd(world, [&](Graph& g, int n) {
+    ValueId x = g.add_input("p0", DType::kF32, {2, 3 * n});
+    ValueId w = g.add_input("p1", DType::kF32, {2 * n, 3});
+    Attrs a = axis_attrs();
+    a.set("parts", int64_t{n});
+    a.set("split_dim", int64_t{1});
+    a.set("split_groups", int64_t{3});
+    a.set("concat_dim", int64_t{0});
+    ValueId y = g.add_op("all_to_all", "y", {x}, a).at(0);
+    ValueId s = g.add_op("sum", "s", {g.add_op("mul", "yw", {y, w}, Attrs()).at(0)}, Attrs()).at(0);
+    ValueId loss = g.add_op("all_reduce", "loss", {s}, axis_attrs()).at(0);
+    g.set_loss(loss);
+    names = {"y", g.value(build_backward(g, loss, {x})[0]).name};
+    return names;
+  });
+  const int64_t n = world;
+  for (int r = 0; r < world; ++r) {
+    std::vector<double> y, dx;
+    for (int64_t q = 0; q < n; ++q)
+      for (int64_t t = 0; t < 2; ++t)
+        for (int64_t g = 0; g < 3; ++g) y.push_back(input_value(0, static_cast<int>(q), t * 3 * n + g * n + r));
+    for (int64_t t = 0; t < 2; ++t)
+      for (int64_t f = 0; f < 3 * n; ++f) {
+        const int64_t g = f / n, owner = f % n;  // the rank whose y holds this element
+        dx.push_back(input_value(1, static_cast<int>(owner), (2 * r + t) * 3 + g));
+      }
+    expect_near(out[static_cast<size_t>(r)][names[0]], y, str_cat("all_to_all on rank ", r));
+    expect_near(out[static_cast<size_t>(r)][names[1]], dx, str_cat("its gradient on rank ", r));
+  }
+}
+
 // Without the axes (a graph not made by a plan) a collective names what is missing.
 TEST(CollectivesAlone, WithoutAxesTheRunFailsNamingTheAxis) {
   Graph g;

@@ -139,7 +139,7 @@ TEST(TensorParallel, SequenceParallelismSplitsTheRegionsBetweenPairsAlongTheToke
   const Graph model = test::tp_model("gpt", 2);
   TensorGrid grid;
   grid.y = 2;
-  const Graph g = shard_for_tensor_parallel(model, grid, TensorPosition{0, 1, 0}, true).graph;
+  const Graph g = shard_for_tensor_parallel(model, grid, TensorPosition{0, 1, 0}, SequenceParallel::kMegatron).graph;
   std::map<std::string, int> ops;
   for (const Node& n : g.nodes()) {
     ops[n.op->name]++;
@@ -157,22 +157,62 @@ TEST(TensorParallel, SequenceParallelismSplitsTheRegionsBetweenPairsAlongTheToke
   EXPECT_TRUE(g.find("h.0.ln_1.weight.copy_to_y") >= 0);
   EXPECT_TRUE(g.find("h.0.attn.c_proj.bias.copy_to_y") >= 0);
 
-  expect_error([&] { shard_for_tensor_parallel(model, TensorGrid{}, {}, true); }, Status::kInvalidPlan,
+  expect_error([&] { shard_for_tensor_parallel(model, TensorGrid{}, {}, SequenceParallel::kMegatron); }, Status::kInvalidPlan,
                "plan: sequence parallelism splits the tokens over tensor_y, which is 1");
   TensorGrid xy;
   xy.x = 2;
   xy.y = 2;
-  expect_error([&] { shard_for_tensor_parallel(model, xy, {}, true); }, Status::kUnsupported,
+  expect_error([&] { shard_for_tensor_parallel(model, xy, {}, SequenceParallel::kMegatron); }, Status::kUnsupported,
                "plan: sequence parallelism with tensor_x = 2 is not implemented yet");
-  expect_error([&] { shard_for_tensor_parallel(test::tp_model("mlp", 2), grid, {}, true); }, Status::kInvalidPlan,
+  expect_error([&] { shard_for_tensor_parallel(test::tp_model("mlp", 2), grid, {}, SequenceParallel::kMegatron); }, Status::kInvalidPlan,
                "plan: sequence parallelism splits [batch, tokens, features] activations along the tokens, but "
                "linear 'fc1' reads [2, 12]");
   models::GptConfig odd = test::tp_gpt_config(2);
   odd.context = 6;
   TensorGrid four;
   four.y = 4;
-  expect_error([&] { shard_for_tensor_parallel(models::build_gpt(odd), four, {}, true); }, Status::kInvalidPlan,
+  expect_error([&] { shard_for_tensor_parallel(models::build_gpt(odd), four, {}, SequenceParallel::kMegatron); }, Status::kInvalidPlan,
                "plan: sequence parallelism: tensor_y = 4 does not divide the 6 tokens of the context");
+}
+
+// The all-to-all kind: Y cuts nothing by features; the token inputs are split, every parameter
+// is whole (its gradient summed over Y), and attention is wrapped in two all_to_all nodes over H
+// / Y heads; the loss the mean of the ranks'. What it does not fit is named.
+TEST(TensorParallel, AllToAllSequenceParallelismExchangesTokensForHeadsAroundAttention) {
+  const Graph model = test::tp_model("gpt", 2);
+  TensorGrid grid;
+  grid.y = 2;
+  const Graph g = shard_for_tensor_parallel(model, grid, TensorPosition{0, 1, 0}, SequenceParallel::kAllToAll).graph;
+  std::map<std::string, int> ops;
+  for (const Node& n : g.nodes()) {
+    ops[n.op->name]++;
+    if (n.op->name == "attention") {
+      EXPECT_EQ(n.attrs.get_int("heads"), 2) << n.name;
+    }
+  }
+  for (ValueId p : g.parameters()) EXPECT_TRUE(g.value(p).shard.empty()) << g.value(p).name;
+  EXPECT_EQ(ops["all_to_all"], 4);     // two around each block's attention
+  EXPECT_EQ(ops["split_to_axis"], 3);  // tokens, targets, the position table's rows
+  EXPECT_EQ(ops["all_reduce"], 1);     // the loss
+  EXPECT_EQ(g.value(g.find("h.0.attn.heads_for_tokens")).type.shape, (Shape{2, 8, 24}));  // [B, T, 3C / 2]
+  EXPECT_EQ(g.value(g.find("h.0.attn")).type.shape, (Shape{2, 4, 16}));                   // [B, T / 2, C]
+  EXPECT_EQ(g.value(g.find("logits")).type.shape, (Shape{2, 8, 32}));                     // gathered
+  EXPECT_EQ(g.node(g.value(g.loss()).producer).op->name, "all_reduce");
+
+  expect_error([&] { shard_for_tensor_parallel(test::tp_model("mlp", 2), grid, {}, SequenceParallel::kAllToAll); },
+               Status::kInvalidPlan, "plan: all-to-all sequence parallelism exchanges attention's heads for tokens, "
+               "but the model has no attention");
+  TensorGrid y4z2 = grid;
+  y4z2.z = 2;
+  expect_error([&] { shard_for_tensor_parallel(model, y4z2, {}, SequenceParallel::kAllToAll); }, Status::kUnsupported,
+               "plan: all-to-all sequence parallelism with tensor_x = 1 and tensor_z = 2 is not implemented yet");
+  models::GptConfig odd = test::tp_gpt_config(2);
+  odd.heads = 2;
+  TensorGrid four;
+  four.y = 4;
+  expect_error([&] { shard_for_tensor_parallel(models::build_gpt(odd), four, {}, SequenceParallel::kAllToAll); },
+               Status::kInvalidPlan, "plan: all-to-all sequence parallelism: tensor_y = 4 does not divide the 2 heads "
+               "of attention 'h.0.attn'");
 }
 
 // Per rank, sequence parallelism holds less activation memory than the same grid without it (the
@@ -188,7 +228,7 @@ TEST(TensorParallel, SequenceParallelismShrinksThePeakOfActivations) {
     ct::run_ranks_shared(2, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
       PlanConfig plan = preset(Preset::kDdp, 1);
       plan.tensor.y = 2;
-      plan.sequence_parallel = sequence;
+      plan.sequence_parallel = sequence ? SequenceParallel::kMegatron : SequenceParallel::kNone;
       TrainerOptions o;
       o.seed = 3;
       o.num_threads = 1;
@@ -309,7 +349,7 @@ struct GridCase {
   TensorGrid grid;
   bool overlap;
   std::string label;
-  bool sequence_parallel = false;
+  SequenceParallel sequence_parallel = SequenceParallel::kNone;
   int zero_stage = 0;  // over the data axis
 };
 
@@ -378,7 +418,11 @@ TEST_P(TensorParallelTraining, MatchesOneProcessOnTheGlobalBatch) {
                 c.label.c_str(), comm->rank(), diff.max_abs, diff.worst.c_str(), ref.parameter_bound(), ref.control_diff,
                 worst_loss, ref.loss_relative_per_step, diff.blocks,
                 static_cast<long long>(trainer->stats().collectives.started));
-    EXPECT_GT(diff.blocks, 0);
+    if (c.sequence_parallel == SequenceParallel::kAllToAll) {
+      EXPECT_EQ(diff.blocks, 0);  // nothing cut by features: every parameter whole
+    } else {
+      EXPECT_GT(diff.blocks, 0);
+    }
     EXPECT_LE(diff.max_abs, ref.parameter_bound()) << c.label << " rank " << comm->rank() << ": parameter " << diff.worst;
     EXPECT_LE(worst_loss, ref.loss_relative_per_step) << c.label << " rank " << comm->rank();
   });
@@ -402,13 +446,17 @@ INSTANTIATE_TEST_SUITE_P(
                       GridCase{"gpt", 4, grid_of(1, 2, 2), true, "gpt_y2_z2"},
                       GridCase{"mlp", 4, grid_of(2, 1, 2), true, "mlp_x2_z2"},
                       GridCase{"gpt", 4, grid_of(2, 1, 1), true, "gpt_data2_x2"},
-                      GridCase{"gpt", 2, grid_of(1, 2, 1), true, "gpt_y2_sequence", true},
-                      GridCase{"gpt", 4, grid_of(1, 4, 1), true, "gpt_y4_sequence", true},
-                      GridCase{"gpt", 4, grid_of(1, 2, 2), true, "gpt_y2_z2_sequence", true},
-                      GridCase{"gpt", 4, grid_of(1, 2, 1), false, "gpt_data2_y2_sequence_no_overlap", true},
-                      GridCase{"gpt", 4, grid_of(1, 2, 1), true, "gpt_data2_y2_zero1", false, 1},
-                      GridCase{"mlp", 4, grid_of(2, 1, 1), true, "mlp_data2_x2_zero2", false, 2},
-                      GridCase{"gpt", 4, grid_of(1, 1, 2), true, "gpt_data2_z2_zero2", false, 2}),
+                      GridCase{"gpt", 2, grid_of(1, 2, 1), true, "gpt_y2_sequence", SequenceParallel::kMegatron},
+                      GridCase{"gpt", 4, grid_of(1, 4, 1), true, "gpt_y4_sequence", SequenceParallel::kMegatron},
+                      GridCase{"gpt", 4, grid_of(1, 2, 2), true, "gpt_y2_z2_sequence", SequenceParallel::kMegatron},
+                      GridCase{"gpt", 4, grid_of(1, 2, 1), false, "gpt_data2_y2_sequence_no_overlap", SequenceParallel::kMegatron},
+                      GridCase{"gpt", 4, grid_of(1, 2, 1), true, "gpt_data2_y2_zero1", SequenceParallel::kNone, 1},
+                      GridCase{"mlp", 4, grid_of(2, 1, 1), true, "mlp_data2_x2_zero2", SequenceParallel::kNone, 2},
+                      GridCase{"gpt", 4, grid_of(1, 1, 2), true, "gpt_data2_z2_zero2", SequenceParallel::kNone, 2},
+                      GridCase{"gpt", 2, grid_of(1, 2, 1), true, "gpt_y2_all_to_all", SequenceParallel::kAllToAll},
+                      GridCase{"gpt", 4, grid_of(1, 4, 1), true, "gpt_y4_all_to_all", SequenceParallel::kAllToAll},
+                      GridCase{"gpt", 4, grid_of(1, 2, 1), false, "gpt_data2_y2_all_to_all_no_overlap",
+                               SequenceParallel::kAllToAll}),
     [](const ::testing::TestParamInfo<GridCase>& i) { return i.param.label; });
 
 // Dropout in the replicated regions (embeddings, residual branches) draws the same masks on

@@ -28,7 +28,7 @@ public final class PlanOptions {
   private int tensorZ;
   private boolean tensorOverlapOff;
   private boolean activationCheckpointing;
-  private boolean sequenceParallel;
+  private int sequenceParallel;
 
   public PlanOptions() {
     cohort_plan_options d = CohortC.cohort_plan_options_default();
@@ -53,7 +53,7 @@ public final class PlanOptions {
       tensorZ = d.getTensor_z();
       tensorOverlapOff = d.getTensor_overlap_off() != 0;
       activationCheckpointing = d.getActivation_checkpointing() != 0;
-      sequenceParallel = d.getSequence_parallel() != 0;
+      sequenceParallel = d.getSequence_parallel();
     } finally {
       d.delete();
     }
@@ -218,16 +218,17 @@ public final class PlanOptions {
   }
 
   /**
-   * Megatron's sequence parallelism over tensorY: the regions between split layers hold each
-   * rank's block of the tokens. tensorY 1 is INVALID_PLAN; a model it does not fit is refused when
-   * the trainer is made.
+   * Sequence parallelism over tensorY: 0 none, 1 Megatron's (the regions between split layers hold
+   * each rank's block of the tokens), 2 the all-to-all kind (tensorY a sequence axis: every layer
+   * holds its block of the tokens, attention exchanges them for heads). tensorY 1 is INVALID_PLAN;
+   * a model it does not fit is refused when the trainer is made.
    */
-  public PlanOptions sequenceParallel(boolean value) {
-    sequenceParallel = value;
+  public PlanOptions sequenceParallel(int mode) {
+    sequenceParallel = mode;
     return this;
   }
 
-  public boolean sequenceParallel() {
+  public int sequenceParallel() {
     return sequenceParallel;
   }
 
@@ -301,7 +302,7 @@ public final class PlanOptions {
     o.setTensor_z(tensorZ);
     o.setTensor_overlap_off(tensorOverlapOff ? 1 : 0);
     o.setActivation_checkpointing(activationCheckpointing ? 1 : 0);
-    o.setSequence_parallel(sequenceParallel ? 1 : 0);
+    o.setSequence_parallel(sequenceParallel);
     return o;
   }
 }

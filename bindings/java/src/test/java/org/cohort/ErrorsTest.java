@@ -123,9 +123,12 @@ class ErrorsTest {
     TestSupport.expectError(Status.INVALID_PLAN, () -> new Plan(new PlanOptions().tensor(0, 2, 1)).close(),
         "cohort_plan_create", "plan: tensor_x = 0 must be in 1..65536");
     new Plan(new PlanOptions().tensor(2, 2, 2)).close();  // AxoNN's 3D grid (fitted to a world later)
-    TestSupport.expectError(Status.INVALID_PLAN, () -> new Plan(new PlanOptions().sequenceParallel(true)).close(),
+    TestSupport.expectError(Status.INVALID_PLAN, () -> new Plan(new PlanOptions().sequenceParallel(1)).close(),
         "cohort_plan_create", "plan: sequence parallelism splits the tokens over tensor_y, which is 1");
-    new Plan(new PlanOptions().tensor(1, 2, 1).sequenceParallel(true)).close();
+    TestSupport.expectError(Status.INVALID_PLAN,
+        () -> new Plan(new PlanOptions().tensor(1, 2, 1).sequenceParallel(3)).close(), "cohort_plan_create",
+        "plan: sequence_parallel = 3 (0 none, 1 Megatron's, 2 all-to-all)");
+    new Plan(new PlanOptions().tensor(1, 2, 1).sequenceParallel(2)).close();
     new Plan(new PlanOptions().tensor(1, 2, 1).tensorOverlapOff(true)).close();
     assertEquals(false, new PlanOptions().activationCheckpointing());
     new Plan(new PlanOptions().activationCheckpointing(true)).close();
