@@ -236,6 +236,8 @@ class Rewriter {
       // before use (its gradient reduce-scattered: summed over the rows of every Z rank); any
       // other parameter is replicated over Z and its gradient summed there (copy_to_axis).
       const bool over_z = !cuts.empty() && cuts.back().axis == "z";
+      // Gathered again in backward rather than kept through forward (as FSDP does).
+      if (over_z) recompute_.push_back(v.name + ".gather_z");
       map_[static_cast<size_t>(v.id)] =
           over_z ? g_.add_op("all_gather", v.name + ".gather_z", {id}, dim_attrs("z", 0, grid_.z)).at(0)
                  : g_.add_op("copy_to_axis", v.name + ".copy_to_z", {id}, axis_attr("z")).at(0);

@@ -34,10 +34,11 @@
 // (split_to_axis), the first product summed over X (all_reduce) and the second over Y, and the
 // output's X blocks gathered (gather_from_axis); copy_to_axis before each layer sums its input
 // gradient over the axis that cuts its out-features. Z cuts every weight block once more along its
-// rows, gathered before use (all_gather: the gradient reduce-scattered); the Z ranks of a replica
-// step on their own rows, so every other parameter's gradient is summed over Z (copy_to_axis) and
-// the loss is the mean of theirs (all_reduce of each rank's loss / Z). Megatron's 1D is Y alone:
-// a collective over an axis of one rank is left out.
+// rows; a block is gathered before use (all_gather: the gradient reduce-scattered), in forward and
+// again in backward rather than kept between them, as FSDP does (TensorParallelGraph::recompute).
+// The Z ranks of a replica step on their own rows, so every other parameter's gradient is summed
+// over Z (copy_to_axis) and the loss is the mean of theirs (all_reduce of each rank's loss / Z).
+// Megatron's 1D is Y alone: a collective over an axis of one rank is left out.
 #pragma once
 
 #include <string>
@@ -68,7 +69,8 @@ struct TensorParallelGraph {
   Graph graph;  // this rank's forward graph (with the model's inputs, outputs and loss names)
   std::vector<LinearPair> pairs;
   // Nodes the trainer runs again in backward rather than keeping (TrainerOptions::recompute_nodes):
-  // under sequence parallelism, the all-gathers of the tokens, as Megatron gathers them again.
+  // the all-gathers of the tokens under sequence parallelism, as Megatron gathers them again, and
+  // of the weight blocks over Z, as FSDP does.
   std::vector<std::string> recompute;
 };
 
