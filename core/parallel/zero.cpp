@@ -33,6 +33,21 @@ namespace cohort::parallel {
 
 namespace coll = transport::coll;
 
+namespace {
+// For each parameter j of bucket b that this rank's block covers — bucket elements [lo, hi),
+// lo = rank * block; parameter j covers [offsets[j], offsets[j] + numel) — f(j, begin, end, lo)
+// with [begin, end) their intersection (the padding, >= b.numel, is in no parameter).
+template <typename Bucket, typename F>
+void for_each_block_piece(const Bucket& b, size_t rank, const std::vector<Tensor>& params, F f) {
+  const size_t lo = rank * b.block, hi = lo + b.block;
+  for (size_t j = 0; j < b.params.size(); ++j) {
+    const size_t begin = std::max(lo, b.offsets[j]);
+    const size_t end = std::min(hi, b.offsets[j] + static_cast<size_t>(params[b.params[j]].numel()));
+    if (begin < end) f(j, begin, end, lo);
+  }
+}
+}  // namespace
+
 void DataParallel::build_shards(const optim::Optimizer& inner) {
   const size_t world = static_cast<size_t>(comm_->size());
   size_t shard = 0;
@@ -80,18 +95,14 @@ void DataParallel::take_gradient_shard(Bucket& b) {
 void DataParallel::copy_shard(const Bucket& b, std::vector<Tensor>& params, float* shard, bool to_params) const {
   // This rank's block covers bucket elements [lo, hi); parameter j of the bucket covers
   // [offsets[j], offsets[j] + numel). Copy their intersections; padding (>= b.numel) is zero.
-  const size_t lo = static_cast<size_t>(comm_->rank()) * b.block, hi = lo + b.block;
   if (!to_params) std::fill(shard, shard + b.block, 0.0f);
-  for (size_t j = 0; j < b.params.size(); ++j) {
-    Tensor& p = params[b.params[j]];
-    const size_t begin = std::max(lo, b.offsets[j]);
-    const size_t end = std::min(hi, b.offsets[j] + static_cast<size_t>(p.numel()));
-    if (begin >= end) continue;
-    float* in_param = p.data<float>() + (begin - b.offsets[j]);
-    float* in_shard = shard + (begin - lo);
-    if (to_params) std::memcpy(in_param, in_shard, (end - begin) * sizeof(float));
-    else std::memcpy(in_shard, in_param, (end - begin) * sizeof(float));
-  }
+  for_each_block_piece(b, static_cast<size_t>(comm_->rank()), params,
+                       [&](size_t j, size_t begin, size_t end, size_t lo) {
+                         float* in_param = params[b.params[j]].data<float>() + (begin - b.offsets[j]);
+                         float* in_shard = shard + (begin - lo);
+                         if (to_params) std::memcpy(in_param, in_shard, (end - begin) * sizeof(float));
+                         else std::memcpy(in_shard, in_param, (end - begin) * sizeof(float));
+                       });
 }
 
 double DataParallel::global_grad_norm() {
@@ -103,20 +114,14 @@ double DataParallel::global_grad_norm() {
   // Under tensor parallelism the whole model's: in this rank's shard, the elements of the
   // parameters it counts (a block, or a replicated parameter on one tensor rank: counts_in_norm),
   // summed over the data ranks' shards and then over the tensor ranks.
-  const size_t rank = static_cast<size_t>(comm_->rank());
-  const std::vector<Tensor>& params = trainer_->parameters();
   double local = 0;
-  for (const Bucket& b : buckets_) {
-    const size_t lo = rank * b.block, hi = lo + b.block;
-    for (size_t j = 0; j < b.params.size(); ++j) {
-      if (!trainer_->counts_in_norm()[b.params[j]]) continue;
-      const size_t begin = std::max(lo, b.offsets[j]);
-      const size_t end = std::min(hi, b.offsets[j] + static_cast<size_t>(params[b.params[j]].numel()));
-      if (begin >= end) continue;
-      local += kernels::cpu::sum_of_squares(shard_grads_.data<float>() + b.shard_offset + (begin - lo),
-                                            static_cast<int64_t>(end - begin));
-    }
-  }
+  for (const Bucket& b : buckets_)
+    for_each_block_piece(b, static_cast<size_t>(comm_->rank()), trainer_->parameters(),
+                         [&](size_t j, size_t begin, size_t end, size_t lo) {
+                           if (!trainer_->counts_in_norm()[b.params[j]]) return;
+                           local += kernels::cpu::sum_of_squares(
+                               shard_grads_.data<float>() + b.shard_offset + (begin - lo), static_cast<int64_t>(end - begin));
+                         });
   float sum = static_cast<float>(local);
   sum = static_cast<float>(sum_over_ranks(&sum, 1));
   return std::sqrt(sum_over_tensor(&sum, 1));
