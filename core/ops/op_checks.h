@@ -25,6 +25,16 @@ Error bad_label_error(const Shape& shape, int64_t position, int64_t value, int64
 // ignore_index) for the mean.
 bool mean_reduction(const Attrs& a);
 int64_t counted_labels(const Tensor& labels, int64_t ignore_index);
+// The shape rule of cross_entropy's inputs, which the vocabulary-parallel cross entropy shares:
+// logits [N, V] or [B, T, V] (float), labels of the logits' shape without V (i32), attribute
+// 'reduction' "mean" or "sum". Returns the labels' shape.
+Shape cross_entropy_rows(const ShapeContext& c);
+// The loss from the sum of the counted rows' losses: their mean (0 when none counts, not NaN: a
+// fully padded batch must not poison the parameters) or the sum, as 'reduction' says.
+double cross_entropy_reduce(const Attrs& a, double total, int64_t count);
+// The scale of a (logits, labels, lse, dloss) gradient kernel: dloss, over the counted labels
+// under the mean.
+double cross_entropy_grad_scale(const KernelContext& k);
 // The attention operators' dims from their attributes and the qkv shape [B, T, 3C].
 kernels::cpu::AttentionDims attention_dims(const Attrs& a, const Shape& qkv);
 // What concat and split_grad join along attrs.axis into output 0: the parts (null: zeros) and

@@ -75,8 +75,39 @@ void register_softmax_like(OpRegistry& r, const std::string& name, bool log) {
 
 }  // namespace
 
-// Declared in core/ops/op_checks.h (shared with the CUDA kernels).
+// Declared in core/ops/op_checks.h (shared with the CUDA kernels and vocab_parallel.cpp).
 bool mean_reduction(const Attrs& a) { return a.get_string("reduction") == "mean"; }
+
+Shape cross_entropy_rows(const ShapeContext& c) {
+  expect_float(c, 0);
+  const Shape& x = c.inputs[0].shape;
+  const Shape& labels = c.inputs[1].shape;
+  if (x.size() != 2 && x.size() != 3)
+    shape_error(str_cat("input 0 has shape ", shape_str(x), ", expected [N, V] or [B, T, V]"));
+  const Shape rows(x.begin(), x.end() - 1);
+  if (labels != rows)
+    shape_error(str_cat("input 1 has shape ", shape_str(labels), ", expected ", shape_str(rows),
+                        " (the logits' shape without V)"));
+  if (c.inputs[1].dtype != DType::kI32)
+    shape_error(str_cat("input 1 has dtype ", dtype_name(c.inputs[1].dtype), ", expected i32"));
+  const std::string& red = c.attrs.get_string("reduction");
+  if (red != "mean" && red != "sum")
+    throw Error(Status::kInvalidArgument,
+                str_cat("attribute 'reduction' is \"", red, "\", expected \"mean\" or \"sum\""));
+  return rows;
+}
+
+double cross_entropy_reduce(const Attrs& a, double total, int64_t count) {
+  if (!mean_reduction(a)) return total;
+  return count > 0 ? total / static_cast<double>(count) : 0.0;
+}
+
+double cross_entropy_grad_scale(const KernelContext& k) {
+  const double dloss = k.inputs[3].data<float>()[0];
+  if (!mean_reduction(k.attrs)) return dloss;
+  const int64_t count = counted_labels(k.inputs[1], k.attrs.get_int("ignore_index"));
+  return count > 0 ? dloss / static_cast<double>(count) : 0.0;
+}
 
 int64_t counted_labels(const Tensor& labels, int64_t ignore_index) {
   int64_t count = 0;
@@ -99,22 +130,7 @@ void check_labels(const Tensor& labels, int64_t V, int64_t ignore_index) {
 namespace {
 
 std::vector<TensorType> cross_entropy_shape(const ShapeContext& c) {
-  expect_float(c, 0);
-  const Shape& x = c.inputs[0].shape;
-  const Shape& labels = c.inputs[1].shape;
-  if (x.size() != 2 && x.size() != 3)
-    shape_error(str_cat("input 0 has shape ", shape_str(x), ", expected [N, V] or [B, T, V]"));
-  const Shape rows(x.begin(), x.end() - 1);
-  if (labels != rows)
-    shape_error(str_cat("input 1 has shape ", shape_str(labels), ", expected ", shape_str(rows),
-                        " (the logits' shape without V)"));
-  if (c.inputs[1].dtype != DType::kI32)
-    shape_error(str_cat("input 1 has dtype ", dtype_name(c.inputs[1].dtype), ", expected i32"));
-  const std::string& red = c.attrs.get_string("reduction");
-  if (red != "mean" && red != "sum")
-    throw Error(Status::kInvalidArgument,
-                str_cat("attribute 'reduction' is \"", red, "\", expected \"mean\" or \"sum\""));
-  return {{c.inputs[0].dtype, {}}, {DType::kF32, rows}};
+  return {{c.inputs[0].dtype, {}}, {DType::kF32, cross_entropy_rows(c)}};
 }
 
 void cross_entropy_kernel(KernelContext& k) {
@@ -124,21 +140,14 @@ void cross_entropy_kernel(KernelContext& k) {
   int64_t count = 0;
   double total = kc::cross_entropy_forward(x.data<float>(), k.inputs[1].data<int32_t>(),
                                            k.outputs[1].data<float>(), rows, V, ignore, &count);
-  // Mean over zero labels (everything ignored) is defined as 0, not NaN: a fully padded batch
-  // must not poison the parameters.
-  if (mean_reduction(k.attrs)) total = count > 0 ? total / static_cast<double>(count) : 0.0;
-  k.outputs[0].data<float>()[0] = static_cast<float>(total);
+  k.outputs[0].data<float>()[0] = static_cast<float>(cross_entropy_reduce(k.attrs, total, count));
 }
 
 void cross_entropy_grad_kernel(KernelContext& k) {
   const Tensor& x = k.inputs[0];
   const int64_t V = x.shape().back(), rows = x.numel() / V, ignore = k.attrs.get_int("ignore_index");
   const int32_t* labels = k.inputs[1].data<int32_t>();
-  double scale = k.inputs[3].data<float>()[0];
-  if (mean_reduction(k.attrs)) {
-    const int64_t count = counted_labels(k.inputs[1], ignore);
-    scale = count > 0 ? scale / static_cast<double>(count) : 0.0;
-  }
+  const double scale = cross_entropy_grad_scale(k);
   kc::cross_entropy_backward(x.data<float>(), labels, k.inputs[2].data<float>(), static_cast<float>(scale),
                              k.outputs[0].data<float>(), rows, V, ignore);
 }

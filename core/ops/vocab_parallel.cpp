@@ -48,21 +48,12 @@ void check_block(const ShapeContext& c, int64_t v_local) {
                                                   ") of the vocabulary are not inside [0, vocab = ", vocab, ")"));
 }
 
-void check_labels_input(const ShapeContext& c, const Shape& rows) {
-  if (c.inputs[1].shape != rows)
-    shape_error(str_cat("input 1 has shape ", shape_str(c.inputs[1].shape), ", expected ", shape_str(rows),
-                        " (the logits' shape without V)"));
-  if (c.inputs[1].dtype != DType::kI32)
-    shape_error(str_cat("input 1 has dtype ", dtype_name(c.inputs[1].dtype), ", expected i32"));
-}
-
+// cross_entropy's shape rule (op_checks.h) on this rank's logits [..., V_local], and their
+// block of the vocabulary.
 Shape logits_rows(const ShapeContext& c) {
-  expect_float(c, 0);
-  const Shape& x = c.inputs[0].shape;
-  if (x.size() != 2 && x.size() != 3)
-    shape_error(str_cat("input 0 has shape ", shape_str(x), ", expected [N, V_local] or [B, T, V_local]"));
-  check_block(c, x.back());
-  return Shape(x.begin(), x.end() - 1);
+  const Shape rows = cross_entropy_rows(c);
+  check_block(c, c.inputs[0].shape.back());
+  return rows;
 }
 
 void check_host_f32(const KernelContext& k, const char* op) {
@@ -138,11 +129,7 @@ void register_cross_entropy(OpRegistry& r) {
   p.attrs = vocab_attrs(true);
   p.nondiff_inputs = {0, 1};
   p.infer = [](const ShapeContext& c) {
-    const Shape rows = logits_rows(c);
-    check_labels_input(c, rows);
-    int64_t n = 1;
-    for (int64_t d : rows) n *= d;
-    return std::vector<TensorType>{{DType::kF32, {1, n, 3}}};
+    return std::vector<TensorType>{{DType::kF32, {1, shape_numel(logits_rows(c)), 3}}};
   };
   p.kernels[0] = [](KernelContext& k) {
     check_host_f32(k, "vocab_cross_entropy_partials");
@@ -165,13 +152,7 @@ void register_cross_entropy(OpRegistry& r) {
   s.nondiff_inputs = {1, 2};
   s.infer = [](const ShapeContext& c) {
     const Shape rows = logits_rows(c);
-    check_labels_input(c, rows);
-    const std::string& red = c.attrs.get_string("reduction");
-    if (red != "mean" && red != "sum")
-      throw Error(Status::kInvalidArgument,
-                  str_cat("attribute 'reduction' is \"", red, "\", expected \"mean\" or \"sum\""));
-    int64_t n = 1;
-    for (int64_t d : rows) n *= d;
+    const int64_t n = shape_numel(rows);
     const Shape& parts = c.inputs[2].shape;
     if (parts.size() != 3 || parts[1] != n || parts[2] != 3)
       shape_error(str_cat("input 2 has shape ", shape_str(parts), ", expected [parts, ", n, ", 3]"));
@@ -184,8 +165,7 @@ void register_cross_entropy(OpRegistry& r) {
     double total = kc::vocab_cross_entropy_combine(parts.data<float>(), k.inputs[1].data<int32_t>(),
                                                    k.outputs[1].data<float>(), parts.dim(0), parts.dim(1),
                                                    k.attrs.get_int("ignore_index"), &count);
-    if (mean_reduction(k.attrs)) total = count > 0 ? total / static_cast<double>(count) : 0.0;  // as cross_entropy
-    k.outputs[0].data<float>()[0] = static_cast<float>(total);
+    k.outputs[0].data<float>()[0] = static_cast<float>(cross_entropy_reduce(k.attrs, total, count));
   };
   s.backward = [](BackwardContext& b) {
     if (b.grad_output(0) < 0) return;
@@ -204,11 +184,7 @@ void register_cross_entropy(OpRegistry& r) {
   g.kernels[0] = [](KernelContext& k) {
     const Tensor& x = k.inputs[0];
     const int64_t v_local = x.shape().back(), ignore = k.attrs.get_int("ignore_index");
-    double scale = k.inputs[3].data<float>()[0];
-    if (mean_reduction(k.attrs)) {
-      const int64_t count = counted_labels(k.inputs[1], ignore);
-      scale = count > 0 ? scale / static_cast<double>(count) : 0.0;
-    }
+    const double scale = cross_entropy_grad_scale(k);
     kc::vocab_cross_entropy_backward(x.data<float>(), k.inputs[1].data<int32_t>(), k.inputs[2].data<float>(),
                                      static_cast<float>(scale), k.outputs[0].data<float>(), x.numel() / v_local,
                                      v_local, k.attrs.get_int("offset"), ignore);
