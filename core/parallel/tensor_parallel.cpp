@@ -212,6 +212,9 @@ class Rewriter {
     }
   }
 
+  // After run(): the nodes backward runs again rather than keeping (TensorParallelGraph::recompute).
+  const std::vector<std::string>& recompute() const { return recompute_; }
+
   Graph run() {
     plan_parameter_cuts();
     for (const Value& v : m_.values()) {
@@ -466,9 +469,7 @@ class Rewriter {
   const int seq_parts_;    // the ranks the tokens are cut over
   Graph g_;
   std::map<ValueId, ValueId> sequence_params_;  // model parameter -> its read in the token-split regions
-
- public:
-  std::vector<std::string> recompute_;  // nodes backward runs again (TensorParallelGraph::recompute)
+  std::vector<std::string> recompute_;          // nodes backward runs again (TensorParallelGraph::recompute)
   std::vector<ValueId> map_;                          // model value -> rank graph value
   std::map<NodeId, int64_t> column_;                  // column-parallel node -> its feature groups
   std::set<NodeId> row_, between_;
@@ -585,7 +586,7 @@ TensorParallelGraph shard_for_tensor_parallel(const Graph& model, const TensorGr
   }
   Rewriter rewriter(model, pairs, vocab, grid, position, tokens);
   r.graph = rewriter.run();
-  r.recompute = rewriter.recompute_;
+  r.recompute = rewriter.recompute();
   return r;
 }
 
