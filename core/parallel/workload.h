@@ -39,7 +39,8 @@ struct WorkloadOptions {
   // Where timings are cached: a file path. Empty: $COHORT_CACHE_DIR/workload.bin, else
   // $XDG_CACHE_HOME/cohort/workload.bin, else ~/.cache/cohort/workload.bin. A cache that cannot be
   // read (corrupt, another version) is ignored and rewritten; one that cannot be written is
-  // skipped (the timings stay in the process).
+  // skipped (the timings stay in the process). The process keeps each path's timings, read or
+  // timed, so no instance is timed twice in one process.
   std::string cache_path;
   // Time the model's operator instances the cache lacks (false: price them by the fitted rates,
   // or by default rates when nothing is cached — for tests and the planner's large models).
