@@ -14,9 +14,11 @@ namespace cohort {
 
 namespace {
 // Nodes needed to compute targets, and the values they read that nothing in the plan produces.
-std::vector<NodeId> needed_nodes(const Graph& g, const std::vector<ValueId>& targets) {
+std::vector<NodeId> needed_nodes(const Graph& g, const std::vector<ValueId>& targets,
+                                 const std::vector<ValueId>& given) {
   std::vector<bool> need_value(g.values().size(), false);
   for (ValueId t : targets) need_value[static_cast<size_t>(t)] = true;
+  for (ValueId v : given) need_value[static_cast<size_t>(v)] = false;
   std::vector<NodeId> order;
   for (size_t k = g.nodes().size(); k-- > 0;) {
     const Node& n = g.nodes()[k];
@@ -24,7 +26,8 @@ std::vector<NodeId> needed_nodes(const Graph& g, const std::vector<ValueId>& tar
     for (ValueId o : n.outputs) needed = needed || need_value[static_cast<size_t>(o)];
     if (!needed) continue;
     order.push_back(n.id);
-    for (ValueId i : n.inputs) need_value[static_cast<size_t>(i)] = true;
+    for (ValueId i : n.inputs)
+      if (std::find(given.begin(), given.end(), i) == given.end()) need_value[static_cast<size_t>(i)] = true;
   }
   std::reverse(order.begin(), order.end());
   return order;
@@ -61,11 +64,12 @@ std::vector<NodeId> start_collectives_early(const Graph& g, const std::vector<No
 }
 }  // namespace
 
-Executor::Executor(const Graph& graph, std::vector<ValueId> targets, Device device)
+Executor::Executor(const Graph& graph, std::vector<ValueId> targets, Device device, const std::vector<ValueId>& given)
     : graph_(graph), device_(device), targets_(std::move(targets)) {
   is_target_.assign(graph_.values().size(), false);
   for (ValueId t : targets_) is_target_[static_cast<size_t>(graph_.value(t).id)] = true;
-  order_ = start_collectives_early(graph_, needed_nodes(graph_, targets_));
+  for (ValueId v : given) graph_.value(v);  // throws for an unknown id
+  order_ = start_collectives_early(graph_, needed_nodes(graph_, targets_, given));
   std::vector<int> last_use(graph_.values().size(), -1);
   std::vector<bool> produced(graph_.values().size(), false);
   for (size_t s = 0; s < order_.size(); ++s) {
@@ -176,7 +180,15 @@ void Executor::run(std::unordered_map<ValueId, Tensor>& env, const RunOptions& o
         }
       }
     }
-    while (!flights_.empty()) complete(flights_.begin()->first, options);
+    while (!flights_.empty()) {
+      auto it = flights_.begin();
+      if (options.unfinished_sends && it->second.op->send && !it->second.on_complete && it->second.work &&
+          !it->second.work->test()) {
+        detach(it->first, *options.unfinished_sends);
+      } else {
+        complete(it->first, options);
+      }
+    }
   } catch (...) {
     settle_in_flight();
     throw;
@@ -221,6 +233,17 @@ void Executor::complete(uint64_t flight, const RunOptions& o) {
     for (ValueId v : outputs) o.on_value(v);
 }
 
+void Executor::detach(uint64_t flight, std::vector<UnfinishedSend>& out) {
+  auto it = flights_.find(flight);
+  InFlight& f = it->second;
+  // The buffers leave the executor's pool for good: the caller frees them after the send.
+  for (const Tensor& t : f.held)
+    if (t.defined()) owned_.erase(t.storage().get());
+  out.push_back(UnfinishedSend{std::move(f.work), std::move(f.held)});
+  for (ValueId v : f.outputs) flight_of_.erase(v);
+  flights_.erase(it);
+}
+
 void Executor::settle_in_flight() noexcept {
   for (auto& [number, f] : flights_) {
     try {
@@ -238,6 +261,7 @@ void Executor::run_node(const Node& node, std::unordered_map<ValueId, Tensor>& e
   const OpSchema& op = *node.op;
   KernelContext ctx{node.attrs, {}, {}, o.step, o.seed, o.training, node.id, o.num_threads};
   ctx.axes = o.axes;
+  ctx.micro_batch = o.micro_batch;
   bool convert = false;
   for (ValueId i : node.inputs) {
     Tensor t = env.at(i);
@@ -292,11 +316,12 @@ void Executor::run_node(const Node& node, std::unordered_map<ValueId, Tensor>& e
     f.on_complete = std::move(ctx.on_complete);
     f.held = ctx.inputs;
     f.held.insert(f.held.end(), ctx.outputs.begin(), ctx.outputs.end());
-    f.outputs = node.outputs;
+    // A send's token is final at once (readers need not wait): only its input stays held.
+    if (!op.send) f.outputs = node.outputs;
     f.op = &op;
     for (size_t k = 0; k < node.outputs.size(); ++k) {
       env[node.outputs[k]] = ctx.outputs[k];
-      flight_of_[node.outputs[k]] = number;
+      if (!op.send) flight_of_[node.outputs[k]] = number;
     }
     return;
   }

@@ -24,9 +24,17 @@
 
 namespace cohort {
 
+// A send a run left in flight (RunOptions::unfinished_sends): the caller waits for `work` before
+// letting go of `buffers` (the tensor being sent and the node's token).
+struct UnfinishedSend {
+  std::shared_ptr<transport::coll::Work> work;
+  std::vector<Tensor> buffers;
+};
+
 struct RunOptions {
   int64_t step = 0;
   uint64_t seed = 0;
+  int micro_batch = 0;  // KernelContext::micro_batch
   bool training = true;
   int num_threads = 1;
   // Called on the running thread right after a node has put output `value` into env (before any
@@ -42,6 +50,10 @@ struct RunOptions {
   // Collectives overlap the compute that does not need their results (see above); false waits
   // for each right after starting it. on_value reports a collective's output once it is complete.
   bool overlap = true;
+  // Not null: sends (OpSchema::send) still in flight when the run ends are appended here instead
+  // of waited for — a pipeline stage goes on to its next micro-batch while the peer has not yet
+  // posted the receive (both waiting would deadlock two stages that send to each other).
+  std::vector<UnfinishedSend>* unfinished_sends = nullptr;
 };
 
 // What a run did with its collectives (cumulative over runs).
@@ -56,8 +68,11 @@ struct CollectiveStats {
 class Executor {
  public:
   // targets: values the caller wants back after run(). Values bound in run()'s env (inputs,
-  // parameters) are never freed by the executor.
-  Executor(const Graph& graph, std::vector<ValueId> targets, Device device = Device::kCpu);
+  // parameters) are never freed by the executor. given: values the caller binds although a node
+  // of the graph produces them (a pipeline stage's backward binds what its forward kept); their
+  // producers do not run.
+  Executor(const Graph& graph, std::vector<ValueId> targets, Device device = Device::kCpu,
+           const std::vector<ValueId>& given = {});
 
   // env holds the bound values on entry (every input/parameter the plan reads) and the targets
   // on return. Throws kInvalidArgument naming a missing or mis-shaped bound value.
@@ -90,6 +105,8 @@ class Executor {
   // Waits for the collective producing `value` (if one is in flight), then completes it.
   void wait_for(ValueId value, const RunOptions& o);
   void complete(uint64_t flight, const RunOptions& o);
+  // Hands a send still in flight to the caller (RunOptions::unfinished_sends).
+  void detach(uint64_t flight, std::vector<UnfinishedSend>& out);
   // After a failure: waits out every collective in flight without throwing, so that no buffer
   // they use is reused or freed while the transport may still touch it.
   void settle_in_flight() noexcept;

@@ -26,7 +26,9 @@ std::vector<bool> relevant_values(const Graph& g, ValueId loss, const std::vecto
       bool nondiff = std::find(nd.begin(), nd.end(), static_cast<int>(i)) != nd.end();
       if (!nondiff && from_wrt[static_cast<size_t>(n.inputs[i])]) any = true;
     }
-    if (any) for (ValueId o : n.outputs) from_wrt[static_cast<size_t>(o)] = true;
+    // A node that hands its outputs' gradient on although it has no input to differentiate
+    // (pipe_recv: to the stage its output came from) starts a path of its own.
+    if (any || n.op->source_of_gradient) for (ValueId o : n.outputs) from_wrt[static_cast<size_t>(o)] = true;
   }
   to_loss[static_cast<size_t>(loss)] = true;
   for (size_t k = g.nodes().size(); k-- > 0;) {
@@ -140,7 +142,7 @@ std::vector<ValueId> build_backward(Graph& g, ValueId loss, const std::vector<Va
     if (!any) continue;
     bool needs_input_grad = false;
     for (ValueId i : node.inputs) needs_input_grad = needs_input_grad || relevant[static_cast<size_t>(i)];
-    if (!needs_input_grad) continue;
+    if (!needs_input_grad && !node.op->source_of_gradient) continue;
     COHORT_CHECK(static_cast<bool>(node.op->backward), Status::kUnsupported, node.op->name, " '",
                  node.name, "' has no backward rule but the loss needs its gradient");
     Node reads = node;  // what the rule reads: the recomputed values inside a checkpointed block

@@ -215,8 +215,10 @@ Graph Graph::with_batch(int64_t batch) const {
     std::vector<ValueId> in;
     for (ValueId i : n.inputs) in.push_back(map[static_cast<size_t>(i)]);
     std::vector<ValueId> out;
+    Attrs attrs = n.attrs;
+    if (n.op->rebatch) n.op->rebatch(attrs, batch);
     try {
-      out = g.add_op(n.op->name, n.name, in, n.attrs);
+      out = g.add_op(n.op->name, n.name, in, attrs);
     } catch (const Error& e) {
       throw Error(e.status(), str_cat("with batch ", batch, ": ", e.what()));
     }

@@ -57,6 +57,14 @@ Attrs all_to_all_attrs(const std::string& axis, int64_t parts, int64_t split_dim
   return a;
 }
 
+Attrs pipe_attrs(const std::string& axis, const std::string& reverse_axis, int64_t peer) {
+  Attrs a;
+  a.set("axis", axis);
+  a.set("reverse_axis", reverse_axis);
+  a.set("peer", peer);
+  return a;
+}
+
 namespace {
 
 std::vector<AttrSpec> axis_attrs(bool with_dim) {
@@ -390,6 +398,106 @@ OpSchema split_to_axis_op() {
   return s;
 }
 
+// pipe_send / pipe_recv: one stage's activation to another stage's rank of axis 'axis' (point to
+// point, matched in issue order per pair of ranks: collective.h), and their gradients back over
+// 'reverse_axis', a second communicator of the same ranks, so that activations and gradients
+// between one pair never share an order. The send's output is a token, a scalar zero: a stage
+// that ends in sends takes their tokens' sum as its loss, whose gradient (one) reaches each send,
+// whose backward receives the real gradient from the peer.
+std::vector<AttrSpec> pipe_attr_specs() {
+  return {{"axis", AttrType::kString, true, std::string()},
+          {"reverse_axis", AttrType::kString, true, std::string()},
+          {"peer", AttrType::kInt, true, int64_t{0}}};
+}
+
+void check_pipe_attrs(const Attrs& a) {
+  if (a.get_string("axis").empty() || a.get_string("reverse_axis").empty())
+    throw Error(Status::kInvalidArgument, "attributes 'axis' and 'reverse_axis' must name grid axes");
+  if (a.get_int("peer") < 0)
+    throw Error(Status::kInvalidArgument, str_cat("attribute 'peer' is ", a.get_int("peer"), ", expected >= 0"));
+}
+
+coll::Communicator& pipe_comm(const KernelContext& k, const char* op) {
+  coll::Communicator& c = axis_comm(k, op);
+  const int64_t peer = k.attrs.get_int("peer");
+  COHORT_CHECK(peer < c.size() && peer != c.rank(), Status::kInvalidState, op, ": peer ", peer, " on grid axis '",
+               k.attrs.get_string("axis"), "' of ", c.size(), " ranks (this one is ", c.rank(), ")");
+  return c;
+}
+
+OpSchema pipe_send_op() {
+  OpSchema s;
+  s.name = "pipe_send";
+  s.inputs = {"x"};
+  s.outputs = {"token"};
+  s.internal = true;
+  s.collective = true;
+  s.send = true;
+  s.host_only = true;
+  s.bf16_kernel = true;
+  s.attrs = pipe_attr_specs();
+  s.infer = [](const ShapeContext& c) {
+    check_pipe_attrs(c.attrs);
+    expect_float(c, 0);
+    return std::vector<TensorType>{TensorType{DType::kF32, {}}};
+  };
+  s.kernels[0] = [](KernelContext& k) {
+    coll::Communicator& c = pipe_comm(k, "pipe_send");
+    const Tensor& x = k.inputs[0];
+    k.outputs[0].fill(0.0f);
+    k.pending = c.send(x.raw(), static_cast<size_t>(x.numel()), comm_type(x), static_cast<int>(k.attrs.get_int("peer")));
+  };
+  s.backward = [](BackwardContext& b) {
+    const Attrs& f = b.attrs();
+    Attrs a = pipe_attrs(f.get_string("reverse_axis"), f.get_string("axis"), f.get_int("peer"));
+    a.set("shape", b.input_type(0).shape);
+    a.set("dtype", static_cast<int64_t>(b.input_type(0).dtype));
+    b.set_grad_input(0, b.add1("pipe_recv", {}, a));
+  };
+  return s;
+}
+
+OpSchema pipe_recv_op() {
+  OpSchema s;
+  s.name = "pipe_recv";
+  s.inputs = {};
+  s.internal = true;
+  s.collective = true;
+  s.source_of_gradient = true;
+  s.host_only = true;
+  s.bf16_kernel = true;
+  s.attrs = pipe_attr_specs();
+  s.attrs.push_back({"shape", AttrType::kInts, true, std::vector<int64_t>{}});
+  s.attrs.push_back({"dtype", AttrType::kInt, false, static_cast<int64_t>(DType::kF32)});
+  s.infer = [](const ShapeContext& c) {
+    check_pipe_attrs(c.attrs);
+    const auto dtype = static_cast<DType>(c.attrs.get_int("dtype"));
+    if (dtype != DType::kF32 && dtype != DType::kBF16)
+      throw Error(Status::kInvalidArgument, str_cat("attribute 'dtype' is ", dtype_name(dtype), ", expected f32 or bf16"));
+    const std::vector<int64_t>& shape = c.attrs.get_ints("shape");
+    for (int64_t d : shape)
+      if (d < 0) throw Error(Status::kInvalidArgument, str_cat("attribute 'shape' is ", shape_str(shape)));
+    return std::vector<TensorType>{TensorType{dtype, shape}};
+  };
+  // Dim 0 is the batch (Graph::with_batch).
+  s.rebatch = [](Attrs& a, int64_t batch) {
+    std::vector<int64_t> shape = a.get_ints("shape");
+    if (!shape.empty()) shape[0] = batch;
+    a.set("shape", shape);
+  };
+  s.kernels[0] = [](KernelContext& k) {
+    coll::Communicator& c = pipe_comm(k, "pipe_recv");
+    Tensor& y = k.outputs[0];
+    k.pending = c.recv(y.raw(), static_cast<size_t>(y.numel()), comm_type(y), static_cast<int>(k.attrs.get_int("peer")));
+  };
+  s.backward = [](BackwardContext& b) {
+    if (b.grad_output(0) < 0) return;
+    const Attrs& f = b.attrs();
+    b.add1("pipe_send", {b.grad_output(0)}, pipe_attrs(f.get_string("reverse_axis"), f.get_string("axis"), f.get_int("peer")));
+  };
+  return s;
+}
+
 }  // namespace
 
 void register_collective_ops(OpRegistry& r) {
@@ -400,6 +508,8 @@ void register_collective_ops(OpRegistry& r) {
   r.add(gather_from_axis_op());
   r.add(split_to_axis_op());
   r.add(all_to_all_op());
+  r.add(pipe_send_op());
+  r.add(pipe_recv_op());
 }
 
 }  // namespace cohort

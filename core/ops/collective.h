@@ -15,6 +15,10 @@
 //   all_to_all(x; split_dim, concat_dim)  forward: block q along split_dim to rank q, the blocks
 //                          received laid along concat_dim in rank order (each dim in 'groups'
 //                          groups, as ShardCut cuts them).  backward: all_to_all back.
+//   pipe_send(x; peer)     forward: x to rank 'peer' of the axis; a scalar zero token out.
+//                                                                 backward: pipe_recv over reverse_axis.
+//   pipe_recv(; peer, shape, dtype)  forward: a tensor from rank 'peer'.  backward: pipe_send of dy
+//                          over reverse_axis (pipeline stages, core/parallel/pipeline.h).
 // all_gather and reduce_scatter carry the axis size as 'parts' (shape rules run before any
 // communicator exists); the kernel checks it against the communicator.
 //
@@ -42,12 +46,17 @@ namespace transport::coll {
 class Communicator;
 }
 
-// The communicators of a run's grid axes, by name: "x", "y", "z" (tensor axes), "tensor" (every
-// tensor rank of one data-parallel replica), "data". Holding it keeps them alive.
 // The attributes of an all_to_all node (above).
 Attrs all_to_all_attrs(const std::string& axis, int64_t parts, int64_t split_dim, int64_t split_groups,
                        int64_t concat_dim, int64_t concat_groups);
 
+// The attributes of a pipe_send / pipe_recv node (above); pipe_recv also takes 'shape' and 'dtype'.
+Attrs pipe_attrs(const std::string& axis, const std::string& reverse_axis, int64_t peer);
+
+// The communicators of a run's grid axes, by name: "x", "y", "z" (tensor axes), "pipe" and
+// "pipe_grad" (pipeline stages), "model" (every rank of one data-parallel replica: its stages
+// and tensor ranks), "data", "tied.<parameter>" (the stages holding a tied parameter). Holding
+// it keeps them alive.
 class CommAxes {
  public:
   void set(const std::string& axis, std::shared_ptr<transport::coll::Communicator> comm);

@@ -25,7 +25,10 @@ void run_dropout(KernelContext& k, int64_t node_id) {
     std::memcpy(out, x.data<float>(), static_cast<size_t>(x.numel()) * sizeof(float));
     return;
   }
-  const uint64_t key = kc::dropout_key(static_cast<uint64_t>(k.attrs.get_int("seed")), k.seed, k.step, node_id);
+  // Micro-batches of one step draw different masks: the micro-batch number is mixed into the
+  // node's (0 for a step without them, so its masks are as they were).
+  const uint64_t key = kc::dropout_key(static_cast<uint64_t>(k.attrs.get_int("seed")), k.seed, k.step,
+                                       node_id + (static_cast<int64_t>(k.micro_batch) << 32));
   kc::dropout_apply(x.data<float>(), out, x.numel(), static_cast<float>(p), key);
 }
 

@@ -46,6 +46,7 @@ struct KernelContext {
   bool training = true;    // false during evaluation (dropout is the identity)
   int32_t node_id = 0;
   int num_threads = 1;
+  int micro_batch = 0;     // within the step (TrainerOptions::micro_batches), for dropout's masks
   // Collective operators (OpSchema::collective): the communicators of the run's grid axes
   // (nullptr when the run has none), and what the kernel leaves in flight: `pending`, the
   // collective it started, and `on_complete`, run on the executor's thread once pending has
@@ -129,9 +130,18 @@ struct OpSchema {
   // CUDA device that needs an NCCL communicator per axis, which no plan makes yet, so the CUDA
   // slot stays empty: a declared refusal (the executor names the operator before a run).
   bool collective = false;
+  // A point-to-point send (pipe_send): with RunOptions::unfinished_sends a run may return while
+  // it is still in flight (the peer receives it later in its own schedule).
+  bool send = false;
+  // Its backward rule runs whenever the loss depends on its outputs, though no input needs a
+  // gradient (pipe_recv sends its output's gradient back to the stage the value came from).
+  bool source_of_gradient = false;
   // Runs on the host only (the tensor-parallel rewrite's split_to_axis and vocabulary-parallel
   // operators: tensor parallelism runs on the host): no CUDA kernel, the slot a declared refusal.
   bool host_only = false;
+  // An operator whose output shape is an attribute (pipe_recv) rewrites it for another batch
+  // size, dim 0 of the graph's inputs (Graph::with_batch). Empty: the shape rule derives it.
+  std::function<void(Attrs& attrs, int64_t batch)> rebatch;
 
   int max_inputs() const { return static_cast<int>(inputs.size()); }
   int min_inputs() const { return max_inputs() - optional_inputs; }

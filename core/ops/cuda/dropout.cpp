@@ -23,7 +23,7 @@ void run_dropout(KernelContext& k, int64_t node_id, const char* name) {
     return;
   }
   const uint64_t key = kernels::cpu::dropout_key(static_cast<uint64_t>(k.attrs.get_int("seed")), k.seed, k.step,
-                                                 node_id);
+                                                 node_id + (static_cast<int64_t>(k.micro_batch) << 32));
   kcu::dropout_apply(type, x.raw(), out.raw(), x.numel(), static_cast<float>(p), key, compute_stream());
 }
 
