@@ -17,8 +17,10 @@ namespace cohort {
 
 Trainer::Trainer(const Graph& forward, const optim::OptimizerConfig& config, const TrainerOptions& options)
     : forward_(forward), train_(forward), options_(options) {
-  COHORT_CHECK(forward_.loss() >= 0, Status::kInvalidState,
+  COHORT_CHECK(forward_.loss() >= 0 || !options_.chunk_losses.empty(), Status::kInvalidState,
                "the graph has no loss: call set_loss before creating a trainer");
+  COHORT_CHECK(options_.micro_batches >= 1, Status::kInvalidArgument, "micro_batches is ", options_.micro_batches,
+               ", expected >= 1");
   optim::validate(config);
   param_ids_ = train_.parameters();
   COHORT_CHECK(!param_ids_.empty(), Status::kInvalidArgument, "the graph has no parameters to train");
@@ -39,11 +41,17 @@ Trainer::Trainer(const Graph& forward, const optim::OptimizerConfig& config, con
                  name, "'");
     on_read.push_back(train_.value(v).producer);
   }
-  grad_ids_ = build_backward(train_, train_.loss(), param_ids_, blocks, on_read);
-  std::vector<ValueId> targets = {train_.loss()};
-  for (ValueId g : grad_ids_) if (g >= 0) targets.push_back(g);
-  // Refuses a device that cannot be used, or operators without its kernels, before allocating.
-  train_exec_ = std::make_unique<Executor>(train_, targets, options_.device);
+  if (options_.chunk_losses.empty() && options_.micro_batches == 1) {
+    grad_ids_ = build_backward(train_, train_.loss(), param_ids_, blocks, on_read);
+    std::vector<ValueId> targets = {train_.loss()};
+    for (ValueId g : grad_ids_) if (g >= 0) targets.push_back(g);
+    // Refuses a device that cannot be used, or operators without its kernels, before allocating.
+    train_exec_ = std::make_unique<Executor>(train_, targets, options_.device);
+  } else {
+    COHORT_CHECK(options_.device == Device::kCpu, Status::kUnsupported,
+                 "micro-batches and pipeline stages run on the host for now (TODO(#28))");
+    build_chunks(blocks, on_read);
+  }
   Allocator* alloc = device_allocator(options_.device);
   for (ValueId p : param_ids_) {
     const Value& v = train_.value(p);
@@ -63,6 +71,9 @@ Trainer::Trainer(const Graph& forward, const optim::OptimizerConfig& config, con
       for (const ShardCut& c : v.shard) cut = cut || c.axis == axis;
       if (!cut && options_.axes && options_.axes->coordinate(axis) != 0) counted = false;
     }
+    // A parameter several pipeline stages hold: the first of them counts it.
+    auto tied = options_.tied_parameters.find(v.name);
+    if (tied != options_.tied_parameters.end() && options_.axes->coordinate(tied->second) != 0) counted = false;
     counts_in_norm_.push_back(counted);
     param_names_.push_back(v.name);
     params_.push_back(to_device(t, options_.device));
@@ -102,12 +113,6 @@ void Trainer::bind_inputs(const Graph& g, const std::map<std::string, Tensor>& i
 float Trainer::step(const std::map<std::string, Tensor>& inputs) {
   auto start = std::chrono::steady_clock::now();
   kernels::cpu::use_threads(options_.num_threads);
-  std::unordered_map<ValueId, Tensor> env;
-  bind_inputs(train_, inputs, env, "step", true);
-  for (size_t i = 0; i < param_ids_.size(); ++i) env[param_ids_[i]] = params_[i];
-  for (ValueId r : train_exec_->required_values())
-    COHORT_CHECK(env.count(r), Status::kInvalidArgument, "step: input '", train_.value(r).name,
-                 "' is needed by the loss but was not given");
   RunOptions ro;
   ro.step = step_;
   ro.seed = options_.seed;
@@ -117,30 +122,13 @@ float Trainer::step(const std::map<std::string, Tensor>& inputs) {
   // Last step's gradients are spent: letting go of them lets the executor reuse their buffers.
   for (size_t i = 0; i < grad_ids_.size(); ++i)
     if (grad_ids_[i] >= 0) grads_[i] = Tensor();
-  if (hook_) {
-    hook_->begin_step();
-    // Gradients the loss does not reach are zeros, final before backward starts.
-    for (size_t i = 0; i < grad_ids_.size(); ++i)
-      if (grad_ids_[i] < 0) {
-        grads_[i].fill(0.0f);
-        hook_->on_gradient(i, grads_[i]);
-      }
-    ro.on_value = [this, &env](ValueId v) {
-      if (v == train_.loss()) return hook_->on_loss(env.at(v));
-      auto it = grad_index_.find(v);
-      if (it != grad_index_.end()) hook_->on_gradient(it->second, env.at(v));
-    };
-    if (hook_->observes_nodes()) {
-      ro.before_node = [this](size_t position) { hook_->before_node(position); };
-      ro.after_node = [this](size_t position) { hook_->after_node(position); };
-    }
-  }
-  train_exec_->run(env, ro);
-  const Tensor loss_t = to_device(env.at(train_.loss()), Device::kCpu);
-  float loss = loss_t.dtype() == DType::kBF16 ? bf16_to_f32(loss_t.data<uint16_t>()[0]) : loss_t.data<float>()[0];
-  for (size_t i = 0; i < grad_ids_.size(); ++i) {
-    if (grad_ids_[i] >= 0) grads_[i] = env.at(grad_ids_[i]);
-    else grads_[i].fill(0.0f);
+  if (hook_) hook_->begin_step();
+  float loss = 0.0f;
+  if (chunks_.empty()) {
+    std::unordered_map<ValueId, Tensor> env;
+    loss = run_whole(inputs, env, ro);
+  } else {
+    loss = run_schedule(inputs, ro);
   }
   if (hook_) hook_->before_update(grads_);
   // NaN or Inf in the loss or the gradients: the update is skipped. The optimizer (or the ZeRO
@@ -164,6 +152,280 @@ float Trainer::step(const std::map<std::string, Tensor>& inputs) {
   return loss;
 }
 
+float Trainer::run_whole(const std::map<std::string, Tensor>& inputs, std::unordered_map<ValueId, Tensor>& env,
+                         RunOptions& ro) {
+  bind_inputs(train_, inputs, env, "step", true);
+  for (size_t i = 0; i < param_ids_.size(); ++i) env[param_ids_[i]] = params_[i];
+  for (ValueId r : train_exec_->required_values())
+    COHORT_CHECK(env.count(r), Status::kInvalidArgument, "step: input '", train_.value(r).name,
+                 "' is needed by the loss but was not given");
+  if (hook_) {
+    // Gradients the loss does not reach are zeros, final before backward starts.
+    for (size_t i = 0; i < grad_ids_.size(); ++i)
+      if (grad_ids_[i] < 0) {
+        grads_[i].fill(0.0f);
+        hook_->on_gradient(i, grads_[i]);
+      }
+    ro.on_value = [this, &env](ValueId v) {
+      if (v == train_.loss()) return hook_->on_loss(env.at(v));
+      auto it = grad_index_.find(v);
+      if (it != grad_index_.end()) hook_->on_gradient(it->second, env.at(v));
+    };
+    if (hook_->observes_nodes()) {
+      ro.before_node = [this](size_t position) { hook_->before_node(position); };
+      ro.after_node = [this](size_t position) { hook_->after_node(position); };
+    }
+  }
+  train_exec_->run(env, ro);
+  const Tensor loss_t = to_device(env.at(train_.loss()), Device::kCpu);
+  float loss = loss_t.dtype() == DType::kBF16 ? bf16_to_f32(loss_t.data<uint16_t>()[0]) : loss_t.data<float>()[0];
+  for (size_t i = 0; i < grad_ids_.size(); ++i) {
+    if (grad_ids_[i] >= 0) grads_[i] = env.at(grad_ids_[i]);
+    else grads_[i].fill(0.0f);
+  }
+  return loss;
+}
+
+void Trainer::build_chunks(const std::vector<std::vector<NodeId>>& blocks, const std::vector<NodeId>& on_read) {
+  std::vector<std::string> losses = options_.chunk_losses;
+  if (losses.empty()) losses.push_back(train_.value(train_.loss()).name);
+  grad_ids_.assign(param_ids_.size(), -1);  // >= 0: some chunk's loss reaches the parameter
+  const size_t forward_nodes = train_.nodes().size();
+  for (const std::string& name : losses) {
+    const ValueId loss = train_.find(name);
+    COHORT_CHECK(loss >= 0 && train_.value(loss).producer >= 0 && train_.value(loss).producer < static_cast<NodeId>(forward_nodes),
+                 Status::kInvalidArgument, "chunk loss '", name, "' is not a value of the forward graph");
+    COHORT_CHECK(shape_numel(train_.value(loss).type.shape) == 1 && train_.value(loss).type.dtype == DType::kF32,
+                 Status::kInvalidArgument, "chunk loss ", train_.describe(loss), " is not an f32 scalar");
+    // The chunk's forward nodes: those its loss depends on. Its recomputed blocks are among them.
+    std::vector<bool> in_chunk(forward_nodes, false);
+    std::vector<bool> need(train_.values().size(), false);
+    need[static_cast<size_t>(loss)] = true;
+    for (size_t k = forward_nodes; k-- > 0;) {
+      const Node& n = train_.nodes()[k];
+      bool needed = false;
+      for (ValueId o : n.outputs) needed = needed || need[static_cast<size_t>(o)];
+      if (!needed) continue;
+      in_chunk[k] = true;
+      for (ValueId i : n.inputs) need[static_cast<size_t>(i)] = true;
+    }
+    std::vector<std::vector<NodeId>> chunk_blocks;
+    for (const auto& b : blocks)
+      if (!b.empty() && in_chunk[static_cast<size_t>(b.front())]) chunk_blocks.push_back(b);
+    std::vector<NodeId> chunk_on_read;
+    for (NodeId n : on_read)
+      if (in_chunk[static_cast<size_t>(n)]) chunk_on_read.push_back(n);
+    const size_t before = train_.nodes().size();
+    const std::vector<ValueId> grads = build_backward(train_, loss, param_ids_, chunk_blocks, chunk_on_read);
+    Chunk chunk;
+    chunk.loss = loss;
+    for (size_t i = 0; i < grads.size(); ++i)
+      if (grads[i] >= 0) {
+        chunk.grads.emplace_back(i, grads[i]);
+        grad_ids_[i] = grads[i];
+      }
+    // What the backward reads of the forward (kept between them), and the sends it makes.
+    std::vector<ValueId> backward_targets, sends;
+    std::vector<bool> kept(train_.values().size(), false);
+    for (size_t k = before; k < train_.nodes().size(); ++k) {
+      const Node& n = train_.nodes()[k];
+      if (n.op->send) sends.push_back(n.outputs[0]);
+      for (ValueId i : n.inputs) {
+        const NodeId producer = train_.value(i).producer;
+        if (producer >= 0 && !train_.node(producer).backward) kept[static_cast<size_t>(i)] = true;
+      }
+    }
+    for (size_t v = 0; v < kept.size(); ++v)
+      if (kept[v]) chunk.kept.push_back(static_cast<ValueId>(v));
+    std::vector<ValueId> forward_targets = {loss};
+    for (ValueId v : chunk.kept)
+      if (v != loss) forward_targets.push_back(v);
+    for (const auto& [i, g] : chunk.grads) backward_targets.push_back(g);
+    backward_targets.insert(backward_targets.end(), sends.begin(), sends.end());
+    chunk.forward = std::make_unique<Executor>(train_, forward_targets, options_.device);
+    chunk.backward = std::make_unique<Executor>(train_, backward_targets, options_.device, chunk.kept);
+    chunks_.push_back(std::move(chunk));
+  }
+  for (size_t i = 0; i < grad_ids_.size(); ++i)
+    if (grad_ids_[i] >= 0) grad_index_[grad_ids_[i]] = i;
+}
+
+namespace {
+// dst += src (f32, same shape), and dst *= scale.
+void add_into(Tensor& dst, const Tensor& src) {
+  const Tensor s = src.contiguous();
+  float* d = dst.data<float>();
+  const float* x = s.data<float>();
+  for (int64_t k = 0; k < dst.numel(); ++k) d[k] += x[k];
+}
+void scale_by(Tensor& t, float scale) {
+  float* d = t.data<float>();
+  for (int64_t k = 0; k < t.numel(); ++k) d[k] *= scale;
+}
+}  // namespace
+
+float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOptions& ro) {
+  const int m_count = options_.micro_batches;
+  // The inputs cut into micro-batches along dim 0 (views of one contiguous host copy).
+  std::vector<std::unordered_map<ValueId, Tensor>> base(static_cast<size_t>(m_count));
+  for (const auto& [name, given] : inputs) {
+    const ValueId id = train_.find(name);
+    COHORT_CHECK(id >= 0 && train_.value(id).kind == ValueKind::kInput, Status::kNotFound,
+                 "step: the graph has no input named '", name, "'");
+    const TensorType& want = train_.value(id).type;
+    Shape whole = want.shape;
+    COHORT_CHECK(!whole.empty(), Status::kInvalidArgument, "step: input '", name,
+                 "' has rank 0 and cannot be cut into micro-batches");
+    whole[0] *= m_count;
+    COHORT_CHECK(given.shape() == whole, Status::kShapeMismatch, "step: input '", name, "' has shape ",
+                 shape_str(given.shape()), ", expected ", shape_str(whole), " (", m_count, " micro-batches of ",
+                 shape_str(want.shape), ")");
+    COHORT_CHECK(given.dtype() == want.dtype, Status::kShapeMismatch, "step: input '", name, "' has dtype ",
+                 dtype_name(given.dtype()), ", expected ", dtype_name(want.dtype));
+    const Tensor t = to_device(given, Device::kCpu).contiguous();
+    const size_t offset = static_cast<size_t>(static_cast<const char*>(t.raw()) -
+                                              static_cast<const char*>(t.storage()->data()));
+    const size_t bytes = t.nbytes() / static_cast<size_t>(m_count);
+    for (int m = 0; m < m_count; ++m)
+      base[static_cast<size_t>(m)][id] = Tensor::view_of(t.storage(), offset + static_cast<size_t>(m) * bytes, want.shape, want.dtype);
+  }
+  for (const Chunk& c : chunks_)
+    for (const Executor* e : {c.forward.get(), c.backward.get()})
+      for (ValueId r : e->required_values())
+        COHORT_CHECK(train_.value(r).kind != ValueKind::kInput || base[0].count(r), Status::kInvalidArgument,
+                     "step: input '", train_.value(r).name, "' is needed by the loss but was not given");
+  for (auto& env : base)
+    for (size_t i = 0; i < param_ids_.size(); ++i) env[param_ids_[i]] = params_[i];
+
+  std::vector<PipelineOp> schedule = options_.schedule;
+  if (schedule.empty())
+    for (int m = 0; m < m_count; ++m) {
+      for (int c = 0; c < static_cast<int>(chunks_.size()); ++c) schedule.push_back({true, c, m});
+      for (int c = static_cast<int>(chunks_.size()); c-- > 0;) schedule.push_back({false, c, m});
+    }
+  // Every parameter's contributions: one per micro-batch of each chunk that reaches it.
+  std::vector<int> expected(params_.size(), 0), got(params_.size(), 0);
+  for (const Chunk& c : chunks_)
+    for (const auto& [i, g] : c.grads) expected[i] += m_count;
+  int loss_chunk = -1;
+  for (size_t c = 0; c < chunks_.size(); ++c)
+    if (chunks_[c].loss == train_.loss()) loss_chunk = static_cast<int>(c);
+  double loss_sum = 0.0;
+  std::map<std::pair<int, int>, std::unordered_map<ValueId, Tensor>> kept;  // (chunk, micro-batch)
+  size_t kept_bytes = 0, peak = 0;
+  double busy = 0.0;
+  const auto begin = std::chrono::steady_clock::now();
+  ro.unfinished_sends = &unfinished_sends_;
+  try {
+    for (const PipelineOp& op : schedule) {
+      COHORT_CHECK(op.chunk >= 0 && op.chunk < static_cast<int>(chunks_.size()) && op.micro_batch >= 0 &&
+                       op.micro_batch < m_count,
+                   Status::kInvalidArgument, "schedule: chunk ", op.chunk, " micro-batch ", op.micro_batch,
+                   " is outside the ", chunks_.size(), " chunks and ", m_count, " micro-batches");
+      Chunk& chunk = chunks_[static_cast<size_t>(op.chunk)];
+      const auto key = std::make_pair(op.chunk, op.micro_batch);
+      std::unordered_map<ValueId, Tensor> env = base[static_cast<size_t>(op.micro_batch)];
+      Executor& exec = op.forward ? *chunk.forward : *chunk.backward;
+      if (!op.forward) {
+        auto it = kept.find(key);
+        COHORT_CHECK(it != kept.end(), Status::kInvalidArgument, "schedule: the backward of chunk ", op.chunk,
+                     " micro-batch ", op.micro_batch, " comes before its forward");
+        for (auto& [v, t] : it->second) {
+          kept_bytes -= t.nbytes();
+          env[v] = std::move(t);
+        }
+        kept.erase(it);
+      } else {
+        COHORT_CHECK(!kept.count(key), Status::kInvalidArgument, "schedule: chunk ", op.chunk, " micro-batch ",
+                     op.micro_batch, " runs forward twice");
+      }
+      ro.micro_batch = op.micro_batch;
+      const double waited = exec.collective_stats().wait_seconds;
+      const auto t0 = std::chrono::steady_clock::now();
+      exec.run(env, ro);
+      busy += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() -
+              (exec.collective_stats().wait_seconds - waited);
+      peak = std::max(peak, kept_bytes + exec.last_activation_bytes());
+      if (op.forward) {
+        auto& keep = kept[key];
+        for (ValueId v : chunk.kept) {
+          keep[v] = env.at(v);
+          kept_bytes += env.at(v).nbytes();
+        }
+        if (op.chunk == loss_chunk) loss_sum += env.at(chunk.loss).data<float>()[0];
+        continue;
+      }
+      for (const auto& [i, g] : chunk.grads) {
+        const Tensor& t = env.at(g);
+        COHORT_CHECK(t.dtype() == DType::kF32, Status::kUnsupported, "micro-batches: the gradient of '",
+                     param_names_[i], "' is ", dtype_name(t.dtype()), "; only f32 gradients are accumulated");
+        if (got[i]++ == 0) {
+          grads_[i] = Tensor::empty(t.shape(), DType::kF32);
+          grads_[i].copy_from(t);
+        } else {
+          add_into(grads_[i], t);
+        }
+      }
+    }
+    COHORT_CHECK(kept.empty(), Status::kInvalidArgument, "schedule: ", kept.size(),
+                 " forward(s) have no backward (every chunk and micro-batch runs once each way)");
+    for (size_t i = 0; i < params_.size(); ++i)
+      COHORT_CHECK(got[i] == expected[i], Status::kInvalidArgument, "schedule: parameter '", param_names_[i], "' got ",
+                   got[i], " of ", expected[i], " micro-batch gradients");
+    finish_sends(false);
+  } catch (...) {
+    finish_sends(true);
+    throw;
+  }
+  ro.unfinished_sends = nullptr;
+  const double schedule_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  pipeline_busy_seconds_ = busy;
+  pipeline_bubble_fraction_ = schedule_seconds > 0 ? std::max(0.0, 1.0 - busy / schedule_seconds) : 0.0;
+  schedule_peak_bytes_ = std::max(schedule_peak_bytes_, peak);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (expected[i] == 0) grads_[i].fill(0.0f);
+    else if (m_count > 1) scale_by(grads_[i], 1.0f / static_cast<float>(m_count));
+  }
+  // Tied parameters: every holder's gradient is the sum of theirs.
+  for (const auto& [name, axis] : options_.tied_parameters) {
+    const size_t i = parameter_index(name);
+    transport::coll::Communicator& comm = options_.axes->at(axis, str_cat("tied parameter '", name, "'"));
+    comm.all_reduce(grads_[i].raw(), grads_[i].raw(), static_cast<size_t>(grads_[i].numel()),
+                    transport::coll::DataType::kF32, transport::coll::ReduceOp::kSum)
+        ->wait();
+  }
+  // The model's loss, from the last stage to every stage.
+  float loss = loss_chunk >= 0 ? static_cast<float>(loss_sum / m_count) : std::nanf("");
+  transport::coll::Communicator* pipe = options_.axes ? options_.axes->find("pipe") : nullptr;
+  if (pipe != nullptr && pipe->size() > 1)
+    pipe->broadcast(&loss, 1, transport::coll::DataType::kF32, pipe->size() - 1)->wait();
+  else
+    COHORT_CHECK(loss_chunk >= 0, Status::kInvalidState, "step: no chunk of this rank computes the model's loss");
+  if (hook_) {
+    Tensor loss_t = Tensor::empty({}, DType::kF32);
+    loss_t.data<float>()[0] = loss;
+    hook_->on_loss(loss_t);
+    for (size_t i = 0; i < params_.size(); ++i) hook_->on_gradient(i, grads_[i]);
+  }
+  return loss;
+}
+
+void Trainer::finish_sends(bool quietly) {
+  std::vector<UnfinishedSend> sends = std::move(unfinished_sends_);
+  unfinished_sends_.clear();
+  std::exception_ptr failure;
+  for (UnfinishedSend& s : sends) {
+    try {
+      s.work->wait();  // a lost peer, a timeout: thrown naming it
+    } catch (...) {
+      // Every other send is still waited for (the transport may be reading its buffer); the
+      // communicator's error is sticky, so they end quickly.
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure && !quietly) std::rethrow_exception(failure);
+}
+
 double Trainer::model_grad_norm() {
   // Each block counted once over the tensor axes (counts_in_norm_), summed there in f32: the
   // transport has no f64, and the clipping factor needs no more (a NaN or Inf survives the sum).
@@ -174,10 +436,10 @@ double Trainer::model_grad_norm() {
     local += g.dtype() == DType::kBF16 ? kernels::cpu::sum_of_squares_bf16(g.data<uint16_t>(), g.numel())
                                        : kernels::cpu::sum_of_squares(g.data<float>(), g.numel());
   }
-  transport::coll::Communicator* tensor = options_.axes->find("tensor");
-  if (tensor == nullptr || tensor->size() == 1) return std::sqrt(local);
+  transport::coll::Communicator* model = options_.axes->find("model");
+  if (model == nullptr || model->size() == 1) return std::sqrt(local);
   float sum = static_cast<float>(local);
-  tensor->all_reduce(&sum, 1, transport::coll::DataType::kF32, transport::coll::ReduceOp::kSum)->wait();
+  model->all_reduce(&sum, 1, transport::coll::DataType::kF32, transport::coll::ReduceOp::kSum)->wait();
   return std::sqrt(static_cast<double>(sum));
 }
 
@@ -222,6 +484,9 @@ Trainer::EvalPlan& Trainer::eval_plan(int64_t batch, const std::vector<std::stri
     COHORT_CHECK(id >= 0, Status::kNotFound, "evaluate: the graph has no value named '", o, "'");
     targets.push_back(id);
   }
+  // A pipeline stage runs its part whatever is asked of it: the next stage waits for its sends.
+  for (const Node& n : plan.graph.nodes())
+    if (n.op->send) targets.push_back(n.outputs[0]);
   if (eval_plans_.size() > 16) eval_plans_.clear();  // bounded cache of shapes
   auto& slot = eval_plans_[key];
   slot.graph = std::move(plan.graph);
@@ -243,8 +508,25 @@ void Trainer::evaluate(const std::map<std::string, Tensor>& inputs, std::map<std
                  t.dim(0), " but another input has ", batch);
   }
   COHORT_CHECK(batch > 0, Status::kInvalidArgument, "evaluate: no inputs given");
+  // Pipeline stages: an output is computed by the stage holding it and broadcast to the others
+  // (owner: its rank on the "pipe" axis).
+  transport::coll::Communicator* pipe = options_.axes ? options_.axes->find("pipe") : nullptr;
+  if (pipe != nullptr && pipe->size() == 1) pipe = nullptr;
   std::vector<std::string> names;
-  for (const auto& kv : outputs) names.push_back(kv.first);
+  std::vector<int64_t> owner;
+  for (const auto& kv : outputs) {
+    const bool here = forward_.find(kv.first) >= 0;
+    if (here || pipe == nullptr) names.push_back(kv.first);
+    owner.push_back(here ? pipe != nullptr ? pipe->rank() : 0 : -1);
+  }
+  if (pipe != nullptr) {
+    pipe->all_reduce(owner.data(), owner.data(), owner.size(), transport::coll::DataType::kI64,
+                     transport::coll::ReduceOp::kMax)
+        ->wait();
+    size_t k = 0;
+    for (const auto& kv : outputs)
+      COHORT_CHECK(owner[k++] >= 0, Status::kNotFound, "evaluate: no pipeline stage has a value named '", kv.first, "'");
+  }
   EvalPlan& plan = eval_plan(batch, names);
   gather_parameters();
   std::unordered_map<ValueId, Tensor> env;
@@ -254,6 +536,7 @@ void Trainer::evaluate(const std::map<std::string, Tensor>& inputs, std::map<std
     COHORT_CHECK(env.count(r), Status::kInvalidArgument, "evaluate: input '", plan.graph.value(r).name,
                  "' is needed for the requested outputs but was not given");
   for (auto& [name, dst] : outputs) {
+    if (plan.graph.find(name) < 0) continue;  // another stage's (checked there)
     const TensorType& t = plan.graph.value(plan.graph.find(name)).type;
     COHORT_CHECK(dst.shape() == t.shape, Status::kShapeMismatch, "evaluate: output '", name,
                  "' buffer has shape ", shape_str(dst.shape()), ", expected ", shape_str(t.shape));
@@ -269,7 +552,22 @@ void Trainer::evaluate(const std::map<std::string, Tensor>& inputs, std::map<std
   ro.axes = options_.axes.get();
   ro.overlap = options_.overlap_collectives;
   plan.executor->run(env, ro);
-  for (auto& [name, dst] : outputs) dst.copy_from(env.at(plan.graph.find(name)));
+  size_t k = 0;
+  for (auto& [name, dst] : outputs) {
+    const ValueId v = plan.graph.find(name);
+    if (v >= 0) dst.copy_from(env.at(v));
+    if (pipe == nullptr) continue;
+    // The owner's values to every stage, through a host buffer of the caller's dtype.
+    Tensor staged = Tensor::empty(dst.shape(), dst.dtype());
+    if (v >= 0) staged.copy_from(dst);
+    COHORT_CHECK(dst.dtype() == DType::kF32 || dst.dtype() == DType::kBF16, Status::kUnsupported,
+                 "evaluate: pipeline stages broadcast f32 or bf16 outputs, '", name, "' is ", dtype_name(dst.dtype()));
+    pipe->broadcast(staged.raw(), static_cast<size_t>(staged.numel()),
+                    dst.dtype() == DType::kF32 ? transport::coll::DataType::kF32 : transport::coll::DataType::kBF16,
+                    static_cast<int>(owner[k++]))
+        ->wait();
+    dst.copy_from(staged);
+  }
 }
 
 Tensor& Trainer::parameter(const std::string& name) {
@@ -360,6 +658,8 @@ void Trainer::gather_parameters() {
 }
 
 std::vector<std::vector<size_t>> Trainer::parameter_reads() const {
+  COHORT_CHECK(train_exec_ != nullptr, Status::kUnsupported,
+               "parameter reads: a step under micro-batches runs several orders (one per chunk and direction)");
   // A view (an alias op's output) of a parameter reads it wherever the view is read.
   std::unordered_map<ValueId, size_t> owner;
   for (size_t i = 0; i < param_ids_.size(); ++i) owner[param_ids_[i]] = i;
@@ -382,6 +682,8 @@ std::vector<std::vector<size_t>> Trainer::parameter_reads() const {
 }
 
 size_t Trainer::backward_begin() const {
+  COHORT_CHECK(train_exec_ != nullptr, Status::kUnsupported,
+               "backward begin: a step under micro-batches runs several orders (one per chunk and direction)");
   // build_backward appends backward's nodes after the forward ones (node ids in order).
   const std::vector<NodeId>& order = train_exec_->order();
   const NodeId first_backward = static_cast<NodeId>(forward_.nodes().size());
@@ -418,13 +720,25 @@ TrainerStats Trainer::stats() const {
   s.learning_rate = optimizer_->lr_at(step_ > 0 ? step_ - 1 : 0);
   const double hook_norm = hook_ ? hook_->applied_grad_norm() : -1.0;
   s.grad_norm = !(hook_norm < 0) ? hook_norm : optimizer_->last_grad_norm();  // NaN: the hook skipped a step
-  s.peak_activation_bytes = train_exec_->peak_activation_bytes();
+  s.peak_activation_bytes = train_exec_ ? train_exec_->peak_activation_bytes() : schedule_peak_bytes_;
   for (size_t i = 0; i < params_.size(); ++i) s.parameter_value_bytes += params_[i].nbytes();
   s.gradient_bytes = s.parameter_value_bytes;  // one gradient per parameter, of its shape and dtype
   s.optimizer_state_bytes = optimizer_->state_bytes();
   s.parameter_bytes = s.parameter_value_bytes + s.gradient_bytes + s.optimizer_state_bytes;
   s.last_step_seconds = last_step_seconds_;
-  s.collectives = train_exec_->collective_stats();
+  if (train_exec_) {
+    s.collectives = train_exec_->collective_stats();
+  } else {
+    for (const Chunk& c : chunks_)
+      for (const Executor* e : {c.forward.get(), c.backward.get()}) {
+        s.collectives.started += e->collective_stats().started;
+        s.collectives.complete_when_needed += e->collective_stats().complete_when_needed;
+        s.collectives.wait_seconds += e->collective_stats().wait_seconds;
+      }
+  }
+  s.micro_batches = options_.micro_batches;
+  s.pipeline_busy_seconds = pipeline_busy_seconds_;
+  s.pipeline_bubble_fraction = pipeline_bubble_fraction_;
   return s;
 }
 

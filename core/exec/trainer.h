@@ -18,6 +18,14 @@
 
 namespace cohort {
 
+// One entry of a pipeline stage's schedule (TrainerOptions::schedule): the forward or the
+// backward of one chunk of this rank's graph on one micro-batch.
+struct PipelineOp {
+  bool forward = true;
+  int chunk = 0;
+  int micro_batch = 0;
+};
+
 struct TrainerOptions {
   uint64_t seed = 0;
   int num_threads = 0;  // 0: leave the process setting
@@ -30,7 +38,7 @@ struct TrainerOptions {
   // model, with collective operators over the grid axes these communicators carry and parameters
   // that are blocks of whole ones (Value::shard). Each such parameter starts as its block of the
   // whole parameter's initialisation, and the gradient norm (clipping, the NaN / Inf skip) is the
-  // whole model's, summed over the "tensor" axis, so every rank of a model replica updates alike.
+  // whole model's, summed over the "model" axis, so every rank of a model replica updates alike.
   // Host only for now (kUnsupported on the CUDA device). Every rank of the tensor axes calls
   // step and evaluate at the same points (they run collectives).
   std::shared_ptr<const CommAxes> axes{};
@@ -51,6 +59,27 @@ struct TrainerOptions {
   // written in its layout — whole parameters and optimizer state, its fingerprint — so that they
   // load under another grid or on one rank. nullptr: the graph itself.
   std::shared_ptr<const Graph> whole_model{};
+
+  // Micro-batches (gradient accumulation, and the pipeline's unit of work): the graph is one
+  // micro-batch; step's inputs are micro_batches times its dim 0, cut into that many whose
+  // gradients are summed and divided by their number — one step on the whole batch of a loss
+  // that is a mean over it (every loss operator here is), within fp32 rounding.
+  int micro_batches = 1;
+  // Pipeline parallelism (core/parallel/pipeline.h): the graph holds this rank's stages, its
+  // "chunks" (one; several under the interleaved schedule), which meet only through pipe_send /
+  // pipe_recv, each with the name of its loss value: the model's loss in the model's last stage,
+  // else the sum of the tokens its sends output. Empty: one chunk, the graph's loss. Chunks run
+  // their forward and their backward separately, micro-batch by micro-batch, in `schedule`'s
+  // order (every chunk and micro-batch once each way, a forward before its backward; empty: each
+  // micro-batch forward then backward); a backward reads what its forward kept. The "pipe" axis
+  // links the stages: the model's loss is broadcast from its last rank, so that every stage
+  // returns it and skips a non-finite step alike.
+  std::vector<std::string> chunk_losses{};
+  std::vector<PipelineOp> schedule{};
+  // Parameters held whole by several stages (a tied embedding read by the first and the last):
+  // name -> the grid axis of their holders, over which the gradient is summed after the last
+  // micro-batch; the holder of coordinate 0 on that axis alone counts it in the model's norm.
+  std::map<std::string, std::string> tied_parameters{};
 };
 
 struct TrainerStats {
@@ -67,6 +96,12 @@ struct TrainerStats {
   size_t optimizer_state_bytes = 0;  // moments, fp32 master copies
   double last_step_seconds = 0.0;
   CollectiveStats collectives;  // of training steps (tensor parallelism)
+  // Micro-batches and pipeline stages, the last step: the seconds this rank spent running its
+  // forward and backward work (busy), and the rest of the schedule's time, waiting for the
+  // neighbouring stages (the bubble), as a fraction of the schedule's time.
+  int micro_batches = 1;
+  double pipeline_busy_seconds = 0.0;
+  double pipeline_bubble_fraction = 0.0;
 };
 
 // Observes and extends a training step; core/parallel implements it (DDP gradient averaging,
@@ -202,8 +237,24 @@ class Trainer {
   void bind_inputs(const Graph& g, const std::map<std::string, Tensor>& inputs,
                    std::unordered_map<ValueId, Tensor>& env, const char* what, bool keep);
   EvalPlan& eval_plan(int64_t batch, const std::vector<std::string>& outputs);
+  // One chunk of the graph under micro-batches (TrainerOptions::chunk_losses): its forward and
+  // backward run separately, the backward binding what the forward kept.
+  struct Chunk {
+    ValueId loss = -1;                // in train_
+    std::unique_ptr<Executor> forward, backward;
+    std::vector<ValueId> kept;        // forward values its backward reads
+    std::vector<std::pair<size_t, ValueId>> grads;  // (parameter index, gradient value)
+  };
+  void build_chunks(const std::vector<std::vector<NodeId>>& blocks, const std::vector<NodeId>& on_read);
+  // step() over one whole batch (one chunk, one micro-batch), and over micro-batches and chunks:
+  // each fills grads_ and returns the loss.
+  float run_whole(const std::map<std::string, Tensor>& inputs, std::unordered_map<ValueId, Tensor>& env,
+                  RunOptions& ro);
+  float run_schedule(const std::map<std::string, Tensor>& inputs, RunOptions& ro);
+  // Waits for the sends the schedule left in flight (all of them when the step fails, quietly).
+  void finish_sends(bool quietly);
   // The whole model's gradient L2 norm from this rank's blocks (options_.axes): a collective
-  // over the "tensor" axis, the same on every rank of it.
+  // over the "model" axis, the same on every rank of it.
   double model_grad_norm();
   size_t parameter_index(const std::string& name) const;  // kNotFound naming it
   // The kNonFinite error of a skipped step: the loss, the norm, the gradients holding NaN or Inf.
@@ -229,6 +280,10 @@ class Trainer {
   // Tensor parallelism: whether this rank counts parameter i in the model's gradient norm (it
   // holds a block no other rank of the tensor axes holds, or is the first holder of a copy).
   std::vector<bool> counts_in_norm_;
+  std::vector<Chunk> chunks_;  // empty: one executor runs the whole step (train_exec_)
+  std::vector<UnfinishedSend> unfinished_sends_;
+  double pipeline_busy_seconds_ = 0.0, pipeline_bubble_fraction_ = 0.0;
+  size_t schedule_peak_bytes_ = 0;  // activations held at once under micro-batches: kept + running
 };
 
 }  // namespace cohort

@@ -54,9 +54,9 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
   comm->broadcast(flat.data(), flat.size(), coll::DataType::kF32, 0)->wait();
   unflatten(flat.data(), params);
   dp->trainer_ = &trainer;
-  if (trainer.axes() && trainer.axes()->size("tensor") > 1) {
+  if (trainer.axes() && trainer.axes()->size("model") > 1) {
     dp->axes_ = trainer.axes();
-    dp->tensor_ = trainer.axes()->find("tensor");
+    dp->model_ = trainer.axes()->find("model");
     size_t offset = 0;
     for (size_t i = 0; i < params.size(); ++i) {
       const size_t n = static_cast<size_t>(params[i].numel());
@@ -142,9 +142,9 @@ DataParallel::~DataParallel() {
     kept->shard_grads = shard_grads_;
     comm_->keep_alive(std::move(kept));
   }
-  // The same for the tensor axis's reduction buffer (sum_over_tensor), with that communicator.
-  if (tensor_ && tensor_->status() != Status::kOk)
-    tensor_->keep_alive(std::make_shared<std::vector<float>>(std::move(tensor_scalars_)));
+  // The same for the model axis's reduction buffer (sum_over_model), with that communicator.
+  if (model_ && model_->status() != Status::kOk)
+    model_->keep_alive(std::make_shared<std::vector<float>>(std::move(model_scalars_)));
 }
 
 void DataParallel::build_buckets(const std::vector<Tensor>& params) {
@@ -246,7 +246,7 @@ void DataParallel::mark_if_loss_not_finite(Bucket& b) {
 bool DataParallel::outer_finite(const float* d, size_t n) {
   float bad = std::isfinite(kernels::cpu::sum_of_squares(d, static_cast<int64_t>(n))) ? 0.0f : 1.0f;
   if (outer_sharded()) sum_over_ranks(&bad, 1);
-  bad = any_over_tensor(bad != 0.0f) ? 1.0f : 0.0f;  // the tensor ranks' blocks differ
+  bad = any_over_model(bad != 0.0f) ? 1.0f : 0.0f;  // the tensor ranks' blocks differ
   if (bad == 0.0f) return true;
   log(LogLevel::kWarn, str_cat("data parallel: the averaged pseudo-gradient of outer round ", stats_.rounds + 1,
                                " holds NaN or Inf; its outer step is skipped on every rank (anchor and outer "
@@ -256,7 +256,7 @@ bool DataParallel::outer_finite(const float* d, size_t n) {
 
 void DataParallel::drop_if_not_finite(float* d, size_t n, const char* what) {
   // Under tensor parallelism a model replica drops its round as one (each rank holds blocks).
-  if (!any_over_tensor(!std::isfinite(kernels::cpu::sum_of_squares(d, static_cast<int64_t>(n))))) return;
+  if (!any_over_model(!std::isfinite(kernels::cpu::sum_of_squares(d, static_cast<int64_t>(n))))) return;
   std::fill(d, d + n, 0.0f);
   log(LogLevel::kWarn, str_cat("data parallel: ", what, " of this rank holds NaN or Inf (its parameters are not "
                                "finite); its round is dropped and it restarts from the anchor"));
@@ -353,7 +353,7 @@ void DataParallel::outer_step(const float* d) {
   // (the anchor and the momentum unchanged).
   if (!outer_finite(d, numel_)) return;
   std::function<double(double)> model_norm;  // the clip's norm: the whole model's momentum
-  if (tensor_) model_norm = [this](double) { return model_sum_of_squares(outer_.momentum().data()); };
+  if (model_) model_norm = [this](double) { return model_sum_of_squares(outer_.momentum().data()); };
   stats_.last_momentum_norm = outer_.step(anchor_, d, 1.0, model_norm);
 }
 
@@ -434,7 +434,7 @@ void DataParallel::merge_co2(std::vector<Tensor>& params) {
   //    penalty's factor (1 when off). e_k is spent: inflight_ takes y. Steps that left this
   //    rank's parameters non-finite are dropped: it goes on from x_{k+1}.
   flatten(params, inflight_.data());
-  if (any_over_tensor(!std::isfinite(kernels::cpu::sum_of_squares(inflight_.data(), static_cast<int64_t>(numel_))))) {
+  if (any_over_model(!std::isfinite(kernels::cpu::sum_of_squares(inflight_.data(), static_cast<int64_t>(numel_))))) {
     log(LogLevel::kWarn, "data parallel: this rank's parameters (or a tensor-parallel peer's blocks) hold NaN or Inf at "
                          "the merge; its steps since the round began are dropped and it goes on from the new anchor");
     std::copy(round_start_.begin(), round_start_.end(), inflight_.data());  // y - G = 0
@@ -450,12 +450,12 @@ void DataParallel::merge_co2(std::vector<Tensor>& params) {
         progress += d * d;
       }
     };
-    if (!tensor_) {
+    if (!model_) {
       add(0, numel_);
-    } else {  // the whole model's norms: each replicated parameter counted once over the tensor axis
+    } else {  // the whole model's norms: each replicated parameter counted once over the model axis
       for (const auto& [offset, count] : norm_ranges_) add(offset, count);
       float sums[2] = {static_cast<float>(gap), static_cast<float>(progress)};
-      sum_over_tensor(sums, 2);
+      sum_over_model(sums, 2);
       gap = sums[0];
       progress = sums[1];
     }
@@ -703,19 +703,19 @@ ParallelStats DataParallel::stats() const {
   return s;
 }
 
-bool DataParallel::any_over_tensor(bool local) {
-  if (!tensor_) return local;
+bool DataParallel::any_over_model(bool local) {
+  if (!model_) return local;
   float flag = local ? 1.0f : 0.0f;
-  return sum_over_tensor(&flag, 1) != 0.0f;
+  return sum_over_model(&flag, 1) != 0.0f;
 }
 
 double DataParallel::model_sum_of_squares(const float* flat) {
-  if (!tensor_) return kernels::cpu::sum_of_squares(flat, static_cast<int64_t>(numel_));
+  if (!model_) return kernels::cpu::sum_of_squares(flat, static_cast<int64_t>(numel_));
   double local = 0;
   for (const auto& [offset, count] : norm_ranges_)
     local += kernels::cpu::sum_of_squares(flat + offset, static_cast<int64_t>(count));
   float sum = static_cast<float>(local);
-  return sum_over_tensor(&sum, 1);
+  return sum_over_model(&sum, 1);
 }
 
 }  // namespace cohort::parallel

@@ -203,7 +203,7 @@ class DataParallel : public StepHook {
   void end_round_sharded(std::vector<Tensor>& params);
   // Blocking sum of n floats over `comm`'s ranks, reduced in `buffer` (a member: a failed
   // reduction may leave a send holding it, work.h); returns values[0]. sum_over_ranks is it over
-  // the data-parallel communicator, sum_over_tensor over the tensor axis.
+  // the data-parallel communicator, sum_over_model over the model axis.
   double sum_over(transport::coll::Communicator& comm, std::vector<float>& buffer, float* values, size_t n);
   double sum_over_ranks(float* values, size_t n) { return sum_over(*comm_, scalars_, values, n); }
   std::vector<float> scalars_;  // sum_over_ranks' reduction buffer
@@ -226,19 +226,19 @@ class DataParallel : public StepHook {
   // what applies them.
   void save_co2_state(checkpoint::CheckpointExtra& extra);
   std::function<void()> load_co2_state(const checkpoint::CheckpointExtra& extra);
-  // Tensor parallelism (the trainer's "tensor" axis, of more than one rank): this rank holds
-  // blocks of the model, so every decision the outer step takes from a norm or a finiteness check
+  // Tensor and pipeline parallelism (the trainer's "model" axis, of more than one rank): this
+  // rank holds part of the model, so every decision the outer step takes from a norm or a finiteness check
   // (the momentum clip, the staleness penalty, skipping or dropping a round, co2's merge) is taken from the
-  // whole model's, summed over the tensor axis with each replicated parameter counted once
-  // (norm_ranges_: the flat ranges this rank counts) — so every tensor rank decides alike.
+  // whole model's, summed over the model axis with each replicated parameter counted once
+  // (norm_ranges_: the flat ranges this rank counts) — so every rank of the replica decides alike.
   // Without the axis these are plain local sums.
   double model_sum_of_squares(const float* flat);  // over numel_ floats; collective on the axis
-  bool any_over_tensor(bool local);                // collective on the axis
-  double sum_over_tensor(float* values, size_t n) { return sum_over(*tensor_, tensor_scalars_, values, n); }
+  bool any_over_model(bool local);                // collective on the axis
+  double sum_over_model(float* values, size_t n) { return sum_over(*model_, model_scalars_, values, n); }
   std::shared_ptr<const CommAxes> axes_;
-  transport::coll::Communicator* tensor_ = nullptr;
+  transport::coll::Communicator* model_ = nullptr;
   std::vector<std::pair<size_t, size_t>> norm_ranges_;  // (offset, count) in the flat model
-  std::vector<float> tensor_scalars_;  // sum_over_tensor's buffer; kept alive as scalars_ is (~DataParallel)
+  std::vector<float> model_scalars_;  // sum_over_model's buffer; kept alive as scalars_ is (~DataParallel)
   // ZeRO (zero.cpp).
   void build_shards(const optim::Optimizer& inner);
   void launch_reduction(Bucket& b);

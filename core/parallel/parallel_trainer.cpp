@@ -2,6 +2,7 @@
 #include "core/parallel/parallel_trainer.h"
 
 #include "core/base/error.h"
+#include "core/parallel/workload.h"
 
 namespace cohort::parallel {
 
@@ -9,15 +10,17 @@ namespace coll = transport::coll;
 
 GridAxes make_grid(coll::Communicator& world, const PlanConfig& plan) {
   validate_for_world(plan, world.size());
-  const int tensor = plan.tensor.degree();
-  const std::vector<int> dims = {world.size() / tensor, plan.tensor.x, plan.tensor.y, plan.tensor.z};
+  const int model = plan.model_degree();
+  const std::vector<int> dims = {world.size() / model, plan.pipeline.stages, plan.tensor.x, plan.tensor.y,
+                                 plan.tensor.z};
   const std::vector<int> at = coll::grid_coordinates(world.rank(), dims);
-  const char* names[] = {"data", "x", "y", "z"};
+  const char* names[] = {"data", "pipe", "x", "y", "z"};
   GridAxes g;
   g.axes = std::make_shared<CommAxes>();
   g.data_index = at[0];
   g.data_size = dims[0];
-  g.position = TensorPosition{at[1], at[2], at[3]};
+  g.pipe_index = at[1];
+  g.position = TensorPosition{at[2], at[3], at[4]};
   // One split per axis: ranks that differ only in that coordinate, ordered by it. Axes of one
   // rank are skipped (every rank skips the same ones, so the splits stay matched).
   for (size_t a = 0; a < dims.size(); ++a) {
@@ -27,44 +30,108 @@ GridAxes make_grid(coll::Communicator& world, const PlanConfig& plan) {
     auto comm = world.split(color, at[a], str_cat(world.name(), "/", names[a]));
     g.axes->set(names[a], comm);
     if (a == 0) g.data = comm;
+    // The gradients' way back between stages: the same ranks, a second communicator, so that
+    // the two directions between one pair of ranks never share an order.
+    if (a == 1) g.axes->set("pipe_grad", world.split(color, at[a], str_cat(world.name(), "/pipe_grad")));
   }
-  // Every tensor rank of this data replica: where the model's gradient norm is summed.
-  if (tensor > 1) g.axes->set("tensor", world.split(at[0], world.rank(), str_cat(world.name(), "/tensor")));
+  // Every rank of this model replica: where the model's gradient norm is summed.
+  if (model > 1) g.axes->set("model", world.split(at[0], world.rank(), str_cat(world.name(), "/model")));
   return g;
 }
+
+namespace {
+
+// The model at the micro-batch size: the batch (dim 0 of its inputs) cut into micro_batches.
+Graph micro_batch_model(const Graph& model, int micro_batches) {
+  if (micro_batches == 1) return model;
+  const std::vector<ValueId> inputs = model.inputs();
+  COHORT_CHECK(!inputs.empty() && !model.value(inputs[0]).type.shape.empty(), Status::kInvalidPlan,
+               "plan: micro_batches = ", micro_batches, " but the model has no batched input");
+  const int64_t batch = model.value(inputs[0]).type.shape[0];
+  COHORT_CHECK(batch % micro_batches == 0, Status::kInvalidPlan, "plan: micro_batches = ", micro_batches,
+               " does not divide the batch ", batch);
+  return model.with_batch(batch / micro_batches);
+}
+
+}  // namespace
 
 std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::OptimizerConfig& config,
                                                TrainerOptions options, const PlanConfig& plan,
                                                std::shared_ptr<coll::Communicator> world,
-                                               const DeviceCommFactory& device_comm) {
+                                               const DeviceCommFactory& device_comm,
+                                               const std::function<void(const std::string&)>& on_stages) {
   COHORT_CHECK(world != nullptr, Status::kInvalidArgument, "parallel trainer: no communicator");
   validate_for_world(plan, world->size());  // before any collective: nothing to undo
   options.activation_checkpointing = plan.activation_checkpointing;
-  if (plan.tensor.degree() == 1) {
-    auto trainer = std::make_unique<Trainer>(model, config, options);
+  const PipelineConfig& pp = plan.pipeline;
+  // The model is checked (micro-batches against the batch, degrees against widths and heads,
+  // stages against cut points) before the collectives too: every rank sees the same model and
+  // refuses alike.
+  const Graph micro = micro_batch_model(model, pp.micro_batches);
+  options.micro_batches = pp.micro_batches;
+  if (plan.model_degree() == 1) {
+    auto trainer = std::make_unique<Trainer>(micro, config, options);
     DataParallel::attach(*trainer, plan, world, device_comm ? device_comm(*trainer) : nullptr);
     return trainer;
   }
   COHORT_CHECK(options.device == Device::kCpu, Status::kUnsupported,
-               "tensor parallelism runs on the host for now: no device communicator per grid axis (TODO(#27))");
-  // The model is checked (degrees against widths and heads) before the collectives too: every
-  // rank sees the same model and refuses alike.
-  (void)shard_for_tensor_parallel(model, plan.tensor, TensorPosition{}, plan.sequence_parallel);
+               "tensor and pipeline parallelism run on the host for now: no device communicator per grid axis "
+               "(TODO(#27), TODO(#28))");
+  if (plan.tensor.degree() > 1)
+    (void)shard_for_tensor_parallel(micro, plan.tensor, TensorPosition{}, plan.sequence_parallel);
+  const int stage_count = pp.stages * pp.chunks;
+  if (pp.stages > 1 && !pp.cuts.empty())
+    (void)cut_pipeline_stages(micro, stage_count, std::vector<double>(micro.nodes().size(), 0.0), pp.cuts);
+  else if (pp.stages > 1)
+    COHORT_CHECK(pipeline_cut_points(micro).size() + 1 >= static_cast<size_t>(stage_count), Status::kInvalidPlan,
+                 "plan: pipeline_stages x pipeline_chunks = ", stage_count, " stages, but the model has ",
+                 pipeline_cut_points(micro).size(), " cut point(s)");
   GridAxes grid = make_grid(*world, plan);
-  TensorParallelGraph part = shard_for_tensor_parallel(model, plan.tensor, grid.position, plan.sequence_parallel);
+  Graph part = micro;
+  if (plan.tensor.degree() > 1) {
+    TensorParallelGraph tp = shard_for_tensor_parallel(micro, plan.tensor, grid.position, plan.sequence_parallel);
+    part = std::move(tp.graph);
+    options.recompute_nodes = tp.recompute;
+  }
+  if (pp.stages > 1) {
+    // World rank 0 chooses the cuts (its workload estimate; the tensor rewrite gives every rank
+    // the same nodes in the same order), everyone takes them.
+    std::vector<int64_t> begin(static_cast<size_t>(stage_count), 0);
+    if (world->rank() == 0) {
+      const PipelineStages stages = cut_pipeline_stages(part, stage_count, estimate_node_seconds(part), pp.cuts);
+      for (size_t s = 0; s < begin.size(); ++s) begin[s] = static_cast<int64_t>(stages.begin[s]);
+      if (on_stages) on_stages(stages.describe(part));
+    }
+    world->broadcast(begin.data(), begin.size(), coll::DataType::kI64, 0)->wait();
+    PipelineStages stages;
+    for (int64_t b : begin) stages.begin.push_back(static_cast<size_t>(b));
+    PipelineGraph pg = build_pipeline_graph(part, stages, pp.stages, grid.pipe_index);
+    // A parameter several stages hold: an axis of its holders, over which its gradient is summed.
+    coll::Communicator& pipe = grid.axes->at("pipe", "parallel trainer");
+    for (const auto& [name, ranks] : pg.tied_holders) {
+      const bool holds = std::find(ranks.begin(), ranks.end(), grid.pipe_index) != ranks.end();
+      auto comm = pipe.split(holds ? 0 : 1, grid.pipe_index, str_cat(pipe.name(), "/tied/", name));
+      if (!holds) continue;
+      grid.axes->set("tied." + name, comm);
+      options.tied_parameters[name] = "tied." + name;
+    }
+    options.chunk_losses = pg.chunk_losses;
+    options.schedule = pipeline_schedule(pp.schedule, pp.stages, pp.chunks, pp.micro_batches, grid.pipe_index);
+    part = std::move(pg.graph);
+  }
   // One seed per model replica: the blocks are cut from one initialisation, and dropout in the
-  // replicated regions must draw the same masks on every tensor rank. The first tensor rank's.
+  // replicated regions must draw the same masks on every tensor rank. The first model rank's.
   int64_t seed = static_cast<int64_t>(options.seed);
-  grid.axes->at("tensor", "parallel trainer").broadcast(&seed, 1, coll::DataType::kI64, 0)->wait();
+  grid.axes->at("model", "parallel trainer").broadcast(&seed, 1, coll::DataType::kI64, 0)->wait();
   options.seed = static_cast<uint64_t>(seed);
   options.axes = grid.axes;
   options.whole_model = std::make_shared<const Graph>(model);
-  options.recompute_nodes = part.recompute;
   options.overlap_collectives = plan.overlap_collectives;
-  auto trainer = std::make_unique<Trainer>(part.graph, config, options);
+  auto trainer = std::make_unique<Trainer>(part, config, options);
   PlanConfig data_plan = plan;
   data_plan.tensor = TensorGrid{};
-  data_plan.sequence_parallel = SequenceParallel::kNone;  // the tensor axes' business, done above
+  data_plan.pipeline = PipelineConfig{};
+  data_plan.sequence_parallel = SequenceParallel::kNone;  // the model axes' business, done above
   data_plan.data_parallel = grid.data_size;
   DataParallel::attach(*trainer, data_plan, grid.data, nullptr);
   return trainer;

@@ -9,17 +9,22 @@
 
 #include "core/exec/trainer.h"
 #include "core/parallel/data_parallel.h"
+#include "core/parallel/pipeline.h"
 #include "core/parallel/plan.h"
 #include "core/parallel/tensor_parallel.h"
 #include "transport/coll/communicator.h"
 
 namespace cohort::parallel {
 
-// The axes of this rank in the plan's grid (data x X x Y x Z, row-major: z fastest).
+// The axes of this rank in the plan's grid (data x pipe x X x Y x Z, row-major: z fastest).
 struct GridAxes {
-  std::shared_ptr<CommAxes> axes;  // "data", "tensor", and each tensor axis of size > 1
+  // "data"; "model" (every rank of this model replica: pipeline stages x tensor grid) when it
+  // has more than one; "pipe" and "pipe_grad" (two communicators of the same ranks: activations
+  // and gradients) with more than one stage; each tensor axis of size > 1.
+  std::shared_ptr<CommAxes> axes;
   std::shared_ptr<transport::coll::Communicator> data;
   int data_index = 0, data_size = 1;  // this rank's coordinate on the data axis, and its size
+  int pipe_index = 0;                 // and on the pipe axis
   TensorPosition position;
 };
 
@@ -28,9 +33,11 @@ struct GridAxes {
 GridAxes make_grid(transport::coll::Communicator& world, const PlanConfig& plan);
 
 // Validates the plan against the world (kInvalidPlan / kUnsupported, before any collective) and
-// the model (kInvalidPlan naming the node), then builds this rank's trainer: the model rewritten
-// for its tensor position when the plan's tensor degree is above 1, its parameters the blocks of
-// the single-rank initialisation, data parallelism attached over the data axis (rank 0 of each
+// the model (kInvalidPlan naming the node), then builds this rank's trainer: the model at the
+// micro-batch size, rewritten for its tensor position when the plan's tensor degree is above 1,
+// cut into pipeline stages when it has more than one (world rank 0 chooses the cuts and
+// `on_stages`, when given, is called there with them, to print), its parameters the blocks of the
+// single-rank initialisation, data parallelism attached over the data axis (rank 0 of each
 // data group broadcasts its parameters). Collective over world. device_comm, when given, is
 // called once the trainer exists (it has refused a device it cannot use by then) for
 // DataParallel::attach's device communicator; tensor parallelism runs on the host only.
@@ -38,6 +45,7 @@ using DeviceCommFactory = std::function<std::shared_ptr<transport::coll::Communi
 std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::OptimizerConfig& config,
                                                TrainerOptions options, const PlanConfig& plan,
                                                std::shared_ptr<transport::coll::Communicator> world,
-                                               const DeviceCommFactory& device_comm = nullptr);
+                                               const DeviceCommFactory& device_comm = nullptr,
+                                               const std::function<void(const std::string&)>& on_stages = nullptr);
 
 }  // namespace cohort::parallel

@@ -101,24 +101,56 @@ void validate(const PlanConfig& p) {
                " of co2's outer state would save nothing: every rank's guess needs the whole anchor and outer "
                "momentum (use stage 0, or diloco with stage 1)");
   validate_tensor_grid(p);
+  const PipelineConfig& pp = p.pipeline;
+  COHORT_CHECK(pp.stages >= 1 && pp.stages <= 65536, Status::kInvalidPlan, "plan: pipeline_stages = ", pp.stages,
+               " must be in [1, 65536]");
+  COHORT_CHECK(pp.chunks >= 1 && pp.chunks <= 1024, Status::kInvalidPlan, "plan: pipeline_chunks = ", pp.chunks,
+               " must be in [1, 1024]");
+  COHORT_CHECK(pp.micro_batches >= 1, Status::kInvalidPlan, "plan: micro_batches = ", pp.micro_batches,
+               " must be >= 1");
+  const int kind = static_cast<int>(pp.schedule);
+  COHORT_CHECK(kind >= 0 && kind <= 2, Status::kInvalidPlan, "plan: unknown pipeline_schedule ", kind);
+  COHORT_CHECK(pp.chunks == 1 || pp.schedule == PipelineSchedule::kInterleaved, Status::kInvalidPlan,
+               "plan: pipeline_chunks = ", pp.chunks, " needs the interleaved schedule (", schedule_name(pp.schedule),
+               " runs one stage per rank)");
+  COHORT_CHECK(pp.schedule != PipelineSchedule::kInterleaved || pp.micro_batches % pp.stages == 0,
+               Status::kInvalidPlan, "plan: the interleaved schedule needs micro_batches (", pp.micro_batches,
+               ") to be a multiple of pipeline_stages (", pp.stages, ")");
+  COHORT_CHECK(pp.cuts.empty() || pp.cuts.size() + 1 == static_cast<size_t>(pp.stages * pp.chunks),
+               Status::kInvalidPlan, "plan: pipeline_cuts names ", pp.cuts.size(), " node(s); ",
+               pp.stages * pp.chunks, " stages need ", pp.stages * pp.chunks - 1);
+  // Stage 3 gathers each parameter bucket around the nodes of one order; a step under
+  // micro-batches runs one order per chunk and direction.
+  COHORT_CHECK(p.zero_stage < 3 || (pp.stages == 1 && pp.micro_batches == 1), Status::kUnsupported,
+               "plan: ZeRO stage 3 with pipeline stages or micro-batches is not implemented (TODO(#28)); use stage 1 or 2");
+}
+
+const char* schedule_name(PipelineSchedule s) {
+  switch (s) {
+    case PipelineSchedule::kGPipe: return "gpipe";
+    case PipelineSchedule::kOneFOneB: return "1f1b";
+    case PipelineSchedule::kInterleaved: return "interleaved";
+  }
+  return "unknown";
 }
 
 void validate_for_world(const PlanConfig& p, int world_size) {
   validate(p);
   COHORT_CHECK(world_size >= 1, Status::kInvalidPlan, "plan: world size ", world_size, " must be >= 1");
-  const int tensor = p.tensor.degree();
-  COHORT_CHECK(world_size % tensor == 0, Status::kInvalidPlan, "plan: the tensor grid tensor_x ", p.tensor.x,
-               " x tensor_y ", p.tensor.y, " x tensor_z ", p.tensor.z, " = ", tensor, " ranks does not divide the world size ",
-               world_size);
-  int degree = p.data_parallel == 0 ? world_size / tensor : p.data_parallel;
+  const int model = p.model_degree();
+  // The model axes as named in the messages: the pipeline only when it has stages.
+  const std::string stages = p.pipeline.stages > 1 ? str_cat("pipeline_stages ", p.pipeline.stages, " x ") : "";
+  COHORT_CHECK(world_size % model == 0, Status::kInvalidPlan, "plan: ", stages, "the tensor grid tensor_x ", p.tensor.x,
+               " x tensor_y ", p.tensor.y, " x tensor_z ", p.tensor.z, " = ", model,
+               " ranks does not divide the world size ", world_size);
+  int degree = p.data_parallel == 0 ? world_size / model : p.data_parallel;
   COHORT_CHECK(world_size % degree == 0, Status::kInvalidPlan, "plan: data-parallel degree ", degree,
                " does not divide the world size ", world_size);
-  COHORT_CHECK(degree * tensor <= world_size, Status::kInvalidPlan, "plan: data_parallel ", degree,
-               " x the tensor grid's ", tensor, " ranks = ", degree * tensor, " ranks, the world has ", world_size);
-  // Another axis (pipeline) arrives with its plan; until then data x tensor spans the world.
-  COHORT_CHECK(degree * tensor == world_size, Status::kUnsupported, "plan: data-parallel degree ", degree,
-               " x tensor degree ", tensor, " < world size ", world_size,
-               " needs another parallel axis, which is not implemented yet");
+  COHORT_CHECK(degree * model <= world_size, Status::kInvalidPlan, "plan: data_parallel ", degree, " x ", stages,
+               "the tensor grid's ", p.tensor.degree(), " ranks = ", degree * model, " ranks, the world has ", world_size);
+  COHORT_CHECK(degree * model == world_size, Status::kUnsupported, "plan: data-parallel degree ", degree, " x ", stages,
+               "tensor degree ", p.tensor.degree(), " < world size ", world_size,
+               " needs another parallel axis, which does not exist");
 }
 
 }  // namespace cohort::parallel

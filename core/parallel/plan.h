@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace cohort::parallel {
 
@@ -46,6 +47,22 @@ struct TensorGrid {
 // cut by features, attention exchanges heads for tokens). Values as cohort_plan_options'.
 enum class SequenceParallel { kNone = 0, kMegatron = 1, kAllToAll = 2 };
 
+// Pipeline parallelism (core/parallel/pipeline.h): the model cut into stages * chunks contiguous
+// stages over `stages` ranks; values as cohort_plan_options'.
+enum class PipelineSchedule { kGPipe = 0, kOneFOneB = 1, kInterleaved = 2 };
+struct PipelineConfig {
+  int stages = 1;         // ranks on the pipe axis
+  int chunks = 1;         // stages per rank (virtual stages; > 1: the interleaved schedule)
+  // The batch is cut into this many micro-batches (1..batch, dividing it); with one stage this is
+  // gradient accumulation.
+  int micro_batches = 1;
+  PipelineSchedule schedule = PipelineSchedule::kOneFOneB;
+  // The first node of stages 1..S-1 (pipeline_cut_points lists where a stage may begin); empty:
+  // balanced by the workload estimator.
+  std::vector<std::string> cuts;
+};
+const char* schedule_name(PipelineSchedule schedule);
+
 struct PlanConfig {
   int data_parallel = 0;  // ranks in the data-parallel group; 0 = the whole world
   SyncMode mode = SyncMode::kSync;
@@ -79,6 +96,10 @@ struct PlanConfig {
   bool activation_checkpointing = false;
   // Sequence parallelism over tensor_y (tensor_parallel.h, shard_for_tensor_parallel).
   SequenceParallel sequence_parallel = SequenceParallel::kNone;
+  // Pipeline stages, and micro-batches. Ranks are laid out row-major over (data, pipe, x, y, z).
+  PipelineConfig pipeline;
+  // Ranks of one model replica: pipeline stages x the tensor grid.
+  int model_degree() const { return pipeline.stages * tensor.degree(); }
 };
 
 // A preset's settings (tau as given). localsgd: alpha 1, beta 0 = plain parameter averaging.

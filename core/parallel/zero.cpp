@@ -107,7 +107,7 @@ void DataParallel::copy_shard(const Bucket& b, std::vector<Tensor>& params, floa
 
 double DataParallel::global_grad_norm() {
   // ||g||^2 = sum over ranks of the shard sums of squares (the shards are disjoint).
-  if (!tensor_) {
+  if (!model_) {
     float sum = static_cast<float>(kernels::cpu::sum_of_squares(shard_grads_.data<float>(), shard_grads_.numel()));
     return std::sqrt(sum_over_ranks(&sum, 1));
   }
@@ -124,7 +124,7 @@ double DataParallel::global_grad_norm() {
                          });
   float sum = static_cast<float>(local);
   sum = static_cast<float>(sum_over_ranks(&sum, 1));
-  return std::sqrt(sum_over_tensor(&sum, 1));
+  return std::sqrt(sum_over_model(&sum, 1));
 }
 
 bool DataParallel::apply_update(std::vector<Tensor>& params, std::vector<Tensor>&) {

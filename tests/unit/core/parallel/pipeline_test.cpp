@@ -1,0 +1,248 @@
+// Pipeline parallelism (core/parallel/pipeline.h, parallel_trainer.h): where stages may be cut
+// and where the balance puts them, each rank's stage graph, the schedules' orders, the plan's
+// checks (each error naming the field), and training at 2 and 4 ranks — threads with their own
+// UCX engines — against one process on the same global batch, within tp_reference.h's bound
+// (micro-batches add the batch's rows in M partial sums: reordering, as tensor parallelism's).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <mutex>
+#include <set>
+
+#include "core/parallel/parallel_trainer.h"
+#include "core/parallel/pipeline.h"
+#include "tests/support/expect_error.h"
+#include "tests/unit/core/parallel/tp_reference.h"
+#include "tests/unit/transport/coll/coll_test_util.h"
+
+namespace cohort::parallel {
+namespace {
+
+using test::expect_error;
+namespace ct = transport::coll::testing;
+
+std::vector<std::string> names_at(const Graph& g, const std::vector<size_t>& at) {
+  std::vector<std::string> out;
+  for (size_t k : at) out.push_back(g.nodes()[k].name);
+  return out;
+}
+
+TEST(Pipeline, StagesMayBeginWhereOnlyTheResidualStreamCrosses) {
+  const Graph gpt = test::tp_model("gpt", 2);
+  const std::vector<std::string> points = names_at(gpt, pipeline_cut_points(gpt));
+  // Between the blocks (and after each block's attention half), never inside attention or the MLP.
+  EXPECT_NE(std::find(points.begin(), points.end(), "h.1.ln_1"), points.end());
+  for (const std::string& p : points) {
+    EXPECT_EQ(p.find("attn.c_proj"), std::string::npos) << p;
+    EXPECT_EQ(p.find("mlp.c_proj"), std::string::npos) << p;
+  }
+  const Graph mlp = test::tp_model("mlp", 2);
+  EXPECT_GE(pipeline_cut_points(mlp).size(), 3u);
+}
+
+TEST(Pipeline, TheBalancedCutEvensOutTheEstimatedStageTimes) {
+  const Graph gpt = test::tp_model("gpt", 2);
+  const size_t n = gpt.nodes().size();
+  std::vector<double> cost(n, 1.0);
+  const PipelineStages two = cut_pipeline_stages(gpt, 2, cost);
+  ASSERT_EQ(two.begin.size(), 2u);
+  EXPECT_EQ(two.begin[0], 0u);
+  // No other cut point makes the most expensive stage cheaper.
+  const double worst = std::max(two.seconds[0], two.seconds[1]);
+  for (size_t k : pipeline_cut_points(gpt)) EXPECT_GE(std::max<double>(k, n - k), worst) << k;
+  // A costly node moves the cut towards it.
+  std::vector<double> heavy = cost;
+  heavy[n - 2] = static_cast<double>(n);
+  const PipelineStages shifted = cut_pipeline_stages(gpt, 2, heavy);
+  EXPECT_GT(shifted.begin[1], two.begin[1]);
+  EXPECT_NE(two.describe(gpt).find("stage 1: nodes"), std::string::npos) << two.describe(gpt);
+  // Named cuts are taken as given.
+  const PipelineStages named = cut_pipeline_stages(gpt, 2, cost, {"h.1.ln_1"});
+  EXPECT_EQ(gpt.nodes()[named.begin[1]].name, "h.1.ln_1");
+}
+
+TEST(Pipeline, BadCutsAndStageCountsNameTheField) {
+  const Graph gpt = test::tp_model("gpt", 2);
+  const std::vector<double> cost(gpt.nodes().size(), 1.0);
+  expect_error([&] { cut_pipeline_stages(gpt, 2, cost, {"nope"}); }, Status::kInvalidPlan,
+               "plan: pipeline_cuts names 'nope', which is no node of the model");
+  expect_error([&] { cut_pipeline_stages(gpt, 2, cost, {"h.0.attn.c_proj"}); }, Status::kInvalidPlan,
+               "plan: pipeline_cuts names 'h.0.attn.c_proj', where no stage can begin");
+  expect_error([&] { cut_pipeline_stages(gpt, 3, cost, {"h.1.ln_1"}); }, Status::kInvalidPlan,
+               "plan: pipeline_cuts names 1 node(s); 3 stages need 2");
+  const size_t points = pipeline_cut_points(gpt).size();
+  expect_error([&] { cut_pipeline_stages(gpt, static_cast<int>(points) + 2, cost); }, Status::kInvalidPlan,
+               str_cat("stages, but the model has ", points, " cut point(s)"));
+  const Graph mlp = test::tp_model("mlp", 2);  // two layers: at most two stages with parameters
+  expect_error([&] { cut_pipeline_stages(mlp, 3, std::vector<double>(mlp.nodes().size(), 1.0)); }, Status::kInvalidPlan,
+               "plan: pipeline_stages x pipeline_chunks = 3 stages, but no cut of the model gives each stage a parameter");
+  PlanConfig p;
+  p.pipeline.micro_batches = 0;
+  expect_error([&] { validate(p); }, Status::kInvalidPlan, "plan: micro_batches = 0 must be >= 1");
+  p.pipeline.micro_batches = 3;
+  p.pipeline.stages = 2;
+  p.pipeline.schedule = PipelineSchedule::kInterleaved;
+  expect_error([&] { validate(p); }, Status::kInvalidPlan,
+               "plan: the interleaved schedule needs micro_batches (3) to be a multiple of pipeline_stages (2)");
+  p.pipeline.schedule = PipelineSchedule::kOneFOneB;
+  p.pipeline.chunks = 2;
+  expect_error([&] { validate(p); }, Status::kInvalidPlan, "plan: pipeline_chunks = 2 needs the interleaved schedule");
+  p.pipeline.chunks = 1;
+  p.zero_stage = 3;
+  expect_error([&] { validate(p); }, Status::kUnsupported, "plan: ZeRO stage 3 with pipeline stages");
+  p.zero_stage = 0;
+  expect_error([&] { validate_for_world(p, 3); }, Status::kInvalidPlan,
+               "plan: pipeline_stages 2 x the tensor grid tensor_x 1 x tensor_y 1 x tensor_z 1 = 2 ranks does not "
+               "divide the world size 3");
+}
+
+TEST(Pipeline, AMicroBatchCountThatDoesNotDivideTheBatchIsRefusedBeforeAnyCollective) {
+  PlanConfig p;
+  p.pipeline.micro_batches = 3;
+  // One rank, no communicator traffic: the check comes first.
+  ct::run_ranks_shared(1, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    expect_error([&] { make_parallel_trainer(test::tp_model("mlp", 8), test::tp_optimizer(), TrainerOptions(), p, comm); },
+                 Status::kInvalidPlan, "plan: micro_batches = 3 does not divide the batch 8");
+  });
+}
+
+TEST(Pipeline, EachRankGraphHoldsItsStagesWithSendsAndReceives) {
+  const Graph gpt = test::tp_model("gpt", 2);
+  const PipelineStages stages = cut_pipeline_stages(gpt, 4, std::vector<double>(gpt.nodes().size(), 1.0));
+  std::set<std::string> params;
+  for (int rank = 0; rank < 2; ++rank) {
+    const PipelineGraph pg = build_pipeline_graph(gpt, stages, 2, rank);
+    ASSERT_EQ(pg.chunk_losses.size(), 2u);  // two virtual stages per rank
+    int sends = 0, recvs = 0;
+    for (const Node& n : pg.graph.nodes()) {
+      sends += n.op->name == "pipe_send";
+      recvs += n.op->name == "pipe_recv";
+    }
+    EXPECT_EQ(recvs, rank == 0 ? 1 : 2);  // stage 0 receives nothing
+    EXPECT_EQ(sends, rank == 0 ? 2 : 1);  // the last stage sends nothing
+    EXPECT_EQ(pg.graph.loss() >= 0, rank == 1);
+    for (ValueId p : pg.graph.parameters()) params.insert(pg.graph.value(p).name);
+    // The tied embedding: read by the first stage (lookup) and the last (the head).
+    ASSERT_EQ(pg.tied_holders.count("wte.weight"), 1u);
+    EXPECT_EQ(pg.tied_holders.at("wte.weight"), (std::vector<int>{0, 1}));
+  }
+  EXPECT_EQ(params.size(), gpt.parameters().size());  // every parameter somewhere
+}
+
+TEST(Pipeline, SchedulesRunEveryMicroBatchOnceEachWayWithTheirInFlightBounds) {
+  for (PipelineSchedule kind : {PipelineSchedule::kGPipe, PipelineSchedule::kOneFOneB, PipelineSchedule::kInterleaved}) {
+    const int p = 4, m = 8, chunks = kind == PipelineSchedule::kInterleaved ? 2 : 1;
+    for (int rank = 0; rank < p; ++rank) {
+      const std::vector<PipelineOp> ops = pipeline_schedule(kind, p, chunks, m, rank);
+      ASSERT_EQ(ops.size(), static_cast<size_t>(2 * m * chunks));
+      std::set<std::pair<int, int>> open, done;
+      size_t most = 0;
+      for (const PipelineOp& op : ops) {
+        const auto key = std::make_pair(op.chunk, op.micro_batch);
+        if (op.forward) {
+          EXPECT_TRUE(open.insert(key).second);
+        } else {
+          EXPECT_EQ(open.erase(key), 1u) << "backward before forward";
+          done.insert(key);
+        }
+        most = std::max(most, open.size());
+      }
+      EXPECT_EQ(done.size(), static_cast<size_t>(m * chunks));
+      // GPipe keeps every micro-batch; 1F1B at most P - r; interleaved its warm-up + 1.
+      size_t bound = static_cast<size_t>(m);
+      if (kind == PipelineSchedule::kOneFOneB) bound = static_cast<size_t>(p - rank);
+      if (kind == PipelineSchedule::kInterleaved)
+        bound = static_cast<size_t>(std::min((p - rank - 1) * 2 + (chunks - 1) * p + 1, m * chunks));
+      EXPECT_EQ(most, bound) << schedule_name(kind) << " rank " << rank;
+    }
+  }
+}
+
+struct PipeCase {
+  std::string model;
+  int world;
+  int stages, chunks, micro_batches;
+  PipelineSchedule schedule;
+  std::string label;
+  TensorGrid tensor{};
+  SyncMode mode = SyncMode::kSync;
+  int zero_stage = 0;
+};
+
+// Every rank trains its stages for kSteps steps on its replica's rows; each must match the
+// reference's loss and the reference's values of the parameters it holds.
+class PipelineTraining : public ::testing::TestWithParam<PipeCase> {};
+
+TEST_P(PipelineTraining, MatchesOneProcessOnTheGlobalBatch) {
+  const PipeCase& c = GetParam();
+  constexpr int64_t kSteps = 3, kRows = 8;  // rows per replica and step
+  const int model_ranks = c.stages * c.tensor.degree(), data = c.world / model_ranks;
+  const int64_t global = kRows * data;
+  const test::TpReference ref = test::tp_reference(c.model, global, kSteps, 1);
+  std::mutex mutex;
+  ct::run_ranks_shared(c.world, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    PlanConfig plan = preset(Preset::kDdp, 1);
+    plan.tensor = c.tensor;
+    plan.pipeline.stages = c.stages;
+    plan.pipeline.chunks = c.chunks;
+    plan.pipeline.micro_batches = c.micro_batches;
+    plan.pipeline.schedule = c.schedule;
+    plan.zero_stage = c.zero_stage;
+    TrainerOptions o;
+    o.seed = 1 + static_cast<uint64_t>(comm->rank());  // the model and data axes take rank 0's
+    o.num_threads = 1;
+    auto trainer = make_parallel_trainer(test::tp_model(c.model, kRows), test::tp_optimizer(), o, plan, comm);
+    const int replica = comm->rank() / model_ranks;
+    double worst_loss = 0;
+    for (int64_t s = 0; s < kSteps; ++s) {
+      const float loss = trainer->step(test::tp_batch(c.model, s, replica * kRows, kRows));
+      if (data == 1) {
+        const double rel = std::fabs(loss - ref.losses[static_cast<size_t>(s)]) / std::fabs(ref.losses[static_cast<size_t>(s)]);
+        worst_loss = std::max(worst_loss, rel / static_cast<double>(s + 1));
+      }
+    }
+    const test::TpDiff diff = test::tp_parameter_diff(*trainer, ref);
+    const TrainerStats st = trainer->stats();
+    std::lock_guard<std::mutex> lock(mutex);
+    std::printf("%s rank %d: %zu parameters, max |param - reference| %.3g (%s), bound %.3g; loss rel. diff per step "
+                "%.3g (bound %.3g); busy %.2f ms, bubble %.2f\n",
+                c.label.c_str(), comm->rank(), trainer->parameters().size(), diff.max_abs, diff.worst.c_str(),
+                ref.parameter_bound(), worst_loss, ref.loss_relative_per_step, st.pipeline_busy_seconds * 1e3,
+                st.pipeline_bubble_fraction);
+    if (c.stages > 1) {
+      EXPECT_LT(trainer->parameters().size(), ref.parameters.size());  // only its stages'
+    }
+    EXPECT_LE(diff.max_abs, ref.parameter_bound()) << c.label << " rank " << comm->rank() << ": parameter " << diff.worst;
+    EXPECT_LE(worst_loss, ref.loss_relative_per_step) << c.label << " rank " << comm->rank();
+    EXPECT_EQ(st.micro_batches, c.micro_batches);
+    EXPECT_GE(st.pipeline_bubble_fraction, 0.0);
+    EXPECT_LT(st.pipeline_bubble_fraction, 1.0);
+  });
+}
+
+TensorGrid y2() {
+  TensorGrid g;
+  g.y = 2;
+  return g;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, PipelineTraining,
+    ::testing::Values(PipeCase{"mlp", 1, 1, 1, 4, PipelineSchedule::kGPipe, "mlp_micro4"},
+                      PipeCase{"gpt", 1, 1, 1, 2, PipelineSchedule::kOneFOneB, "gpt_micro2"},
+                      PipeCase{"mlp", 2, 2, 1, 4, PipelineSchedule::kGPipe, "mlp_p2_gpipe"},
+                      PipeCase{"gpt", 2, 2, 1, 4, PipelineSchedule::kGPipe, "gpt_p2_gpipe"},
+                      PipeCase{"gpt", 2, 2, 1, 4, PipelineSchedule::kOneFOneB, "gpt_p2_1f1b"},
+                      PipeCase{"mlp", 2, 2, 1, 4, PipelineSchedule::kOneFOneB, "mlp_p2_1f1b"},
+                      PipeCase{"gpt", 4, 4, 1, 8, PipelineSchedule::kOneFOneB, "gpt_p4_1f1b"},
+                      PipeCase{"gpt", 4, 4, 1, 4, PipelineSchedule::kGPipe, "gpt_p4_gpipe"},
+                      PipeCase{"gpt", 2, 2, 2, 4, PipelineSchedule::kInterleaved, "gpt_p2_interleaved2"},
+                      PipeCase{"gpt", 4, 2, 2, 2, PipelineSchedule::kInterleaved, "gpt_data2_p2_interleaved2"},
+                      PipeCase{"gpt", 4, 2, 1, 4, PipelineSchedule::kOneFOneB, "gpt_data2_p2_1f1b"},
+                      PipeCase{"gpt", 4, 2, 1, 2, PipelineSchedule::kOneFOneB, "gpt_data2_p2_zero1", TensorGrid{},
+                               SyncMode::kSync, 1},
+                      PipeCase{"gpt", 4, 2, 1, 2, PipelineSchedule::kOneFOneB, "gpt_p2_y2_1f1b", y2()}),
+    [](const ::testing::TestParamInfo<PipeCase>& i) { return i.param.label; });
+
+}  // namespace
+}  // namespace cohort::parallel
