@@ -113,29 +113,41 @@ struct Reshard {
 };
 
 // Points each optimizer state entry at the matching tensor of the staged optimizer — or, for a
-// parameter this rank holds a block of, at a whole staging tensor cut into it after the read.
+// parameter this rank holds a block of, at a whole staging tensor cut into it after the read; for
+// another pipeline stage's parameter, at scratch (read and checked all the same: every byte of
+// the file is).
 void stage_state(const fb::Checkpoint* m, const Trainer& trainer, optim::Optimizer& opt,
                  const std::string& what, std::vector<Target>& targets, std::vector<Reshard>& reshards) {
   std::vector<std::pair<std::string, Tensor>> expected;
-  std::vector<size_t> owner;
-  for (size_t i = 0; m->has_optimizer_state() && i < opt.num_params(); ++i)
-    for (auto& [name, t] : opt.state(i)) {
-      expected.emplace_back(trainer.parameter_names()[i] + "/" + name, t);
-      owner.push_back(i);
+  std::vector<int64_t> owner;  // this rank's parameter index, or -1
+  const Graph& model = trainer.model_graph();
+  for (ValueId p : model.parameters()) {
+    if (!m->has_optimizer_state()) break;
+    const std::string& name = model.value(p).name;
+    for (auto& [entry, t] : model_state_entries(trainer, opt, name)) {
+      expected.emplace_back(name + "/" + entry, t);
+      owner.push_back(trainer.local_parameter(name));
     }
+  }
   check_state_names(m, expected, what);
   for (size_t k = 0; k < expected.size(); ++k) {
     const fb::TensorEntry* e = m->optimizer_state()->Get(static_cast<flatbuffers::uoffset_t>(k));
     const EntryType type = entry_type(e, what, "optimizer state");
+    if (owner[k] < 0) {
+      reshards.push_back({0, Tensor::empty(type.shape, type.dtype), Tensor()});
+      targets.push_back({e->extent(), reshards.back().whole.raw(), str_cat("optimizer state '", expected[k].first, "'")});
+      continue;
+    }
+    const size_t i = static_cast<size_t>(owner[k]);
     const Tensor& t = expected[k].second;
-    const bool block = trainer.is_sharded(owner[k]);
-    const Shape want = block ? trainer.whole_shape(owner[k]) : t.shape();
+    const bool block = trainer.is_sharded(i);
+    const Shape want = block ? trainer.whole_shape(i) : t.shape();
     COHORT_CHECK(type.dtype == t.dtype() && type.shape == want, Status::kCorrupt, what, ": optimizer state '",
                  expected[k].first, "' is ", shape_str(type.shape), " ", dtype_name(type.dtype), " there, ",
                  shape_str(want), " ", dtype_name(t.dtype()), " here");
     void* dest = t.raw();
     if (block) {
-      reshards.push_back({owner[k], Tensor::empty(want, t.dtype()), t});
+      reshards.push_back({i, Tensor::empty(want, t.dtype()), t});
       dest = reshards.back().whole.raw();
     }
     targets.push_back({e->extent(), dest, str_cat("optimizer state '", expected[k].first, "'")});
@@ -155,19 +167,31 @@ void load_checkpoint(Trainer& trainer, const std::string& path, CheckpointExtra*
 
   // Stage: new tensors for the parameters, a new optimizer for the state, new extra values.
   // The file holds whole parameters; a tensor-parallel rank keeps its blocks (Reshard).
+  // A pipeline rank reads the other stages' parameters into scratch (Reshard without a dest).
   std::vector<Target> targets;
   std::vector<Tensor> params;
   std::vector<Reshard> reshards;
   for (size_t i = 0; i < trainer.parameters().size(); ++i) {
     const Tensor& p = trainer.parameters()[i];
     params.push_back(Tensor::zeros(p.shape(), p.dtype()));
-    void* dest = params.back().raw();
-    if (trainer.is_sharded(i)) {
-      reshards.push_back({i, Tensor::empty(trainer.whole_shape(i), p.dtype()), params.back()});
+  }
+  for (flatbuffers::uoffset_t k = 0; k < m->parameters()->size(); ++k) {
+    const fb::TensorEntry* e = m->parameters()->Get(k);
+    const int64_t local = trainer.local_parameter(e->name()->str());
+    void* dest = nullptr;
+    if (local < 0) {
+      const EntryType type = entry_type(e, what, "parameter");
+      reshards.push_back({0, Tensor::empty(type.shape, type.dtype), Tensor()});
       dest = reshards.back().whole.raw();
+    } else {
+      const size_t i = static_cast<size_t>(local);
+      dest = params[i].raw();
+      if (trainer.is_sharded(i)) {
+        reshards.push_back({i, Tensor::empty(trainer.whole_shape(i), params[i].dtype()), params[i]});
+        dest = reshards.back().whole.raw();
+      }
     }
-    targets.push_back({m->parameters()->Get(static_cast<flatbuffers::uoffset_t>(i))->extent(), dest,
-                       str_cat("parameter '", trainer.parameter_names()[i], "'")});
+    targets.push_back({e->extent(), dest, str_cat("parameter '", e->name()->str(), "'")});
   }
   auto opt = std::make_unique<optim::Optimizer>(trainer.optimizer().config());
   if (m->has_optimizer_state()) opt->init_state(params);
@@ -176,6 +200,7 @@ void load_checkpoint(Trainer& trainer, const std::string& path, CheckpointExtra*
   stage_extra(m->extra(), what, extra, targets);
   read_targets(file, h, std::move(targets), what);
   for (Reshard& r : reshards) {
+    if (!r.dest.defined()) continue;  // another stage's
     const Tensor block = trainer.block_of(r.param, r.whole);
     device_copy(r.dest.raw(), r.dest.device(), block.raw(), Device::kCpu, block.nbytes());
   }

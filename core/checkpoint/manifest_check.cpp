@@ -93,20 +93,22 @@ void check_fields(const fb::Checkpoint* m, uint64_t data_length, const std::stri
 }
 
 void check_model(const fb::Checkpoint* m, const Trainer& trainer, const std::string& what) {
+  // The whole model's parameters (a tensor-parallel or pipeline rank's file holds them all, whole).
   const auto& entries = *m->parameters();
-  const std::vector<Tensor>& params = trainer.parameters();
-  const std::vector<std::string>& names = trainer.parameter_names();
+  const Graph& model = trainer.model_graph();
+  const std::vector<ValueId> params = model.parameters();
   for (size_t i = 0; i < params.size() && i < entries.size(); ++i) {
     const fb::TensorEntry* e = entries.Get(static_cast<flatbuffers::uoffset_t>(i));
     const EntryType t = entry_type(e, what, "parameter");
-    if (e->name()->str() != names[i])
-      other_model(what, str_cat("parameter ", i, " is '", e->name()->str(), "' there, '", names[i], "' here"));
-    if (t.dtype != params[i].dtype())
-      other_model(what, str_cat("parameter '", names[i], "' has dtype ", dtype_name(t.dtype), " there, ",
-                                dtype_name(params[i].dtype()), " here"));
-    if (t.shape != trainer.whole_shape(i))  // a tensor-parallel rank's file holds whole parameters
-      other_model(what, str_cat("parameter '", names[i], "' has shape ", shape_str(t.shape), " there, ",
-                                shape_str(trainer.whole_shape(i)), " here"));
+    const Value& v = model.value(params[i]);
+    if (e->name()->str() != v.name)
+      other_model(what, str_cat("parameter ", i, " is '", e->name()->str(), "' there, '", v.name, "' here"));
+    if (t.dtype != v.type.dtype)
+      other_model(what, str_cat("parameter '", v.name, "' has dtype ", dtype_name(t.dtype), " there, ",
+                                dtype_name(v.type.dtype), " here"));
+    if (t.shape != v.type.shape)
+      other_model(what, str_cat("parameter '", v.name, "' has shape ", shape_str(t.shape), " there, ",
+                                shape_str(v.type.shape), " here"));
   }
   if (entries.size() != params.size())
     other_model(what, str_cat("it has ", entries.size(), " parameters, this model ", params.size()));
@@ -117,6 +119,24 @@ void check_model(const fb::Checkpoint* m, const Trainer& trainer, const std::str
   const int kind = static_cast<int>(trainer.optimizer().config().kind);
   COHORT_CHECK(m->optimizer_kind() == kind, Status::kInvalidArgument, what, " was written with the ",
                optimizer_name(m->optimizer_kind()), " optimizer, this trainer uses ", optimizer_name(kind));
+}
+
+std::vector<std::pair<std::string, Tensor>> model_state_entries(const Trainer& trainer, optim::Optimizer& opt,
+                                                                const std::string& name) {
+  const int64_t i = trainer.local_parameter(name);
+  if (i >= 0) return opt.state(static_cast<size_t>(i));
+  // Another stage's parameter: the entries one of this rank's parameters of its dtype has (the
+  // optimizer gives every parameter of a dtype the same ones), as dtype hints.
+  const DType dtype = trainer.model_graph().value(trainer.model_graph().find(name)).type.dtype;
+  for (size_t k = 0; k < trainer.parameters().size(); ++k)
+    if (trainer.parameters()[k].dtype() == dtype) {
+      std::vector<std::pair<std::string, Tensor>> hints;
+      for (const auto& [entry, t] : opt.state(k)) hints.emplace_back(entry, Tensor::empty({}, t.dtype()));
+      return hints;
+    }
+  throw Error(Status::kUnsupported, str_cat("checkpoint: parameter '", name, "' is ", dtype_name(dtype),
+                                            " and this pipeline stage holds no parameter of that dtype to take the "
+                                            "optimizer state's layout from"));
 }
 
 void check_state_names(const fb::Checkpoint* m, const std::vector<std::pair<std::string, Tensor>>& expected,

@@ -29,6 +29,12 @@ void check_fields(const checkpoint_file::Checkpoint* m, uint64_t data_length, co
 // has shape [256, 784] there, [128, 784] here"), else reports a different forward graph.
 void check_model(const checkpoint_file::Checkpoint* m, const Trainer& trainer, const std::string& what);
 
+// The optimizer state entries of model parameter `name` (model_graph()'s): this rank's, or where
+// another pipeline stage holds the parameter, empty tensors of the entries' dtypes (those this
+// rank's parameters of its dtype have: the optimizer gives each dtype the same ones).
+std::vector<std::pair<std::string, Tensor>> model_state_entries(const Trainer& trainer, optim::Optimizer& opt,
+                                                                const std::string& name);
+
 // kInvalidArgument unless the checkpoint's optimizer state names equal `expected` ("<param>/<state>"
 // of a fresh optimizer with the trainer's configuration, in order).
 void check_state_names(const checkpoint_file::Checkpoint* m,

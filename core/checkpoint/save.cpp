@@ -8,6 +8,7 @@
 #include "core/checkpoint/checkpoint_generated.h"
 #include "core/base/file_io.h"
 #include "core/checkpoint/format.h"
+#include "core/checkpoint/manifest_check.h"
 #include "core/device/device.h"
 #include "core/graph/serialize.h"
 
@@ -115,12 +116,12 @@ uint64_t model_fingerprint(const Trainer& trainer) {
   // The model's, not this rank's part of it (tensor parallelism): whole shapes, the whole graph.
   const std::vector<uint8_t> graph = encode_graph(trainer.model_graph());
   uint64_t h = hash_value(hash64(nullptr, 0), hash64(graph.data(), graph.size()));
-  const std::vector<Tensor>& params = trainer.parameters();
-  for (size_t i = 0; i < params.size(); ++i) {
-    const std::string& name = trainer.parameter_names()[i];
-    const Shape shape = trainer.whole_shape(i);
+  const Graph& model = trainer.model_graph();
+  for (ValueId p : model.parameters()) {
+    const std::string& name = model.value(p).name;
+    const Shape& shape = model.value(p).type.shape;  // the whole model's: whole shapes
     h = hash64(name.c_str(), name.size() + 1, h);  // with the terminator: names cannot run together
-    h = hash_value(h, static_cast<uint64_t>(params[i].dtype()));
+    h = hash_value(h, static_cast<uint64_t>(model.value(p).type.dtype));
     h = hash_value(h, shape.size());
     for (int64_t d : shape) h = hash_value(h, static_cast<uint64_t>(d));
   }
@@ -131,22 +132,27 @@ void save_checkpoint(const Trainer& trainer, const std::string& path, const Chec
   check_extra(extra);
   std::vector<Item> items;
   Sections s;
-  // A tensor-parallel rank writes the whole model (its blocks gathered over their grid axes, a
-  // collective there): the file is the one a single rank would write, and loads under any grid.
-  for (size_t i = 0; i < trainer.parameters().size(); ++i)
-    items.push_back(tensor_item(trainer.parameter_names()[i], trainer.is_sharded(i)
-                                                                  ? trainer.whole_of(i, trainer.parameters()[i])
-                                                                  : trainer.parameters()[i]));
+  // A tensor-parallel or pipeline rank writes the whole model (its blocks gathered over their
+  // grid axes, the other stages' parameters broadcast from them: collectives over the model
+  // axes): the file is the one a single rank would write, and loads under any layout.
+  const Graph& model = trainer.model_graph();
+  for (ValueId p : model.parameters()) {
+    const std::string& name = model.value(p).name;
+    const int64_t i = trainer.local_parameter(name);
+    items.push_back(tensor_item(name, trainer.whole_model_tensor(name, i >= 0 ? trainer.parameters()[static_cast<size_t>(i)] : Tensor())));
+  }
   s.params = items.size();
   // state() hands out tensors sharing the optimizer's storage and changes nothing; it lacks a
   // const overload, hence the cast. No state bytes: nothing allocated yet (or SGD without
   // momentum on fp32), and a fresh state on load is the same.
   auto& opt = const_cast<optim::Optimizer&>(trainer.optimizer());
   const bool has_state = opt.state_bytes() > 0;
-  for (size_t i = 0; has_state && i < opt.num_params(); ++i)
-    for (const auto& [name, t] : opt.state(i))
-      items.push_back(tensor_item(trainer.parameter_names()[i] + "/" + name,
-                                  trainer.is_sharded(i) ? trainer.whole_of(i, t) : t));
+  for (ValueId p : model.parameters()) {
+    if (!has_state) break;
+    const std::string& name = model.value(p).name;
+    for (const auto& [entry, t] : model_state_entries(trainer, opt, name))
+      items.push_back(tensor_item(name + "/" + entry, trainer.whole_model_tensor(name, t)));
+  }
   s.state = items.size();
   for (const auto& [name, t] : extra.tensors) items.push_back(tensor_item(name, t));
   s.tensors = items.size();

@@ -82,6 +82,55 @@ Trainer::Trainer(const Graph& forward, const optim::OptimizerConfig& config, con
   for (size_t i = 0; i < grad_ids_.size(); ++i)
     if (grad_ids_[i] >= 0) grad_index_[grad_ids_[i]] = i;
   optimizer_ = std::make_unique<optim::Optimizer>(config);
+  // Pipeline stages: which stage holds each parameter of the model, agreed once (a collective
+  // over the pipe axis) for the checkpoints' broadcasts.
+  transport::coll::Communicator* pipe = options_.axes ? options_.axes->find("pipe") : nullptr;
+  if (pipe != nullptr && pipe->size() > 1) {
+    const std::vector<ValueId> model_params = model_graph().parameters();
+    std::vector<int32_t> last(model_params.size());  // P - 1 - the first holder's rank, or -1
+    for (size_t k = 0; k < model_params.size(); ++k)
+      last[k] = local_parameter(model_graph().value(model_params[k]).name) >= 0 ? pipe->size() - 1 - pipe->rank() : -1;
+    pipe->all_reduce(last.data(), last.data(), last.size(), transport::coll::DataType::kI32,
+                     transport::coll::ReduceOp::kMax)
+        ->wait();
+    for (size_t k = 0; k < model_params.size(); ++k) {
+      const std::string& name = model_graph().value(model_params[k]).name;
+      COHORT_CHECK(last[k] >= 0, Status::kInvalidPlan, "pipeline: no stage holds parameter '", name, "'");
+      pipe_owner_[name] = pipe->size() - 1 - last[k];
+    }
+  }
+}
+
+int64_t Trainer::local_parameter(const std::string& name) const {
+  for (size_t i = 0; i < param_names_.size(); ++i)
+    if (param_names_[i] == name) return static_cast<int64_t>(i);
+  return -1;
+}
+
+Tensor Trainer::whole_model_tensor(const std::string& name, const Tensor& t) const {
+  const int64_t i = local_parameter(name);
+  Tensor whole;
+  if (i >= 0) whole = whole_of(static_cast<size_t>(i), t);
+  auto owner = pipe_owner_.find(name);
+  if (owner == pipe_owner_.end()) {
+    COHORT_CHECK(i >= 0, Status::kNotFound, "the model has no parameter named '", name, "'");
+    return whole;
+  }
+  const ValueId v = model_graph().find(name);
+  const TensorType& type = model_graph().value(v).type;
+  if (i < 0) {
+    // Laid out like the parameter: its whole shape; a state entry of another dtype than the
+    // parameter's (an fp32 master of a bf16 one) follows this rank's entries of the same name.
+    whole = Tensor::empty(type.shape, t.defined() ? t.dtype() : type.dtype);
+  }
+  COHORT_CHECK(whole.dtype() == DType::kF32 || whole.dtype() == DType::kBF16, Status::kUnsupported, "parameter '",
+               name, "': pipeline stages broadcast f32 or bf16 tensors, not ", dtype_name(whole.dtype()));
+  transport::coll::Communicator& pipe = options_.axes->at("pipe", "whole model tensor");
+  pipe.broadcast(whole.raw(), static_cast<size_t>(whole.numel()),
+                 whole.dtype() == DType::kF32 ? transport::coll::DataType::kF32 : transport::coll::DataType::kBF16,
+                 owner->second)
+      ->wait();
+  return whole;
 }
 
 void Trainer::bind_inputs(const Graph& g, const std::map<std::string, Tensor>& inputs,

@@ -188,6 +188,15 @@ class Trainer {
   Shape whole_shape(size_t i) const;
   // The model checkpoints describe: TrainerOptions::whole_model, else the forward graph.
   const Graph& model_graph() const { return options_.whole_model ? *options_.whole_model : forward_; }
+  // The index of model_graph()'s parameter `name` among this rank's, or -1 where this rank holds
+  // no part of it (another pipeline stage does).
+  int64_t local_parameter(const std::string& name) const;
+  // The whole of `t`, a tensor laid out like this rank's part of model parameter `name` (its value
+  // or an optimizer state entry), on every rank of the model axes, in host memory: gathered over
+  // its tensor axes (whole_of) by the ranks holding it, then broadcast over the pipe axis from the
+  // first stage holding it. A collective over the model axes: every rank calls it for the same
+  // names in the same order; `t` is not read where this rank holds no part of the parameter.
+  Tensor whole_model_tensor(const std::string& name, const Tensor& t) const;
   Device device() const { return options_.device; }
   // Makes every parameter whole for the caller to read or write; a no-op unless the step hook
   // shards parameters between steps (ZeRO stage 3), where it is a collective: every rank calls
@@ -281,6 +290,8 @@ class Trainer {
   // holds a block no other rank of the tensor axes holds, or is the first holder of a copy).
   std::vector<bool> counts_in_norm_;
   std::vector<Chunk> chunks_;  // empty: one executor runs the whole step (train_exec_)
+  // Pipeline stages: model_graph()'s parameter -> the first pipe rank holding it.
+  std::map<std::string, int> pipe_owner_;
   std::vector<UnfinishedSend> unfinished_sends_;
   double pipeline_busy_seconds_ = 0.0, pipeline_bubble_fraction_ = 0.0;
   size_t schedule_peak_bytes_ = 0;  // activations held at once under micro-batches: kept + running

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <set>
 
+#include "core/checkpoint/checkpoint.h"
 #include "core/parallel/parallel_trainer.h"
 #include "core/parallel/pipeline.h"
 #include "tests/support/expect_error.h"
@@ -155,6 +157,69 @@ TEST(Pipeline, SchedulesRunEveryMicroBatchOnceEachWayWithTheirInFlightBounds) {
         bound = static_cast<size_t>(std::min((p - rank - 1) * 2 + (chunks - 1) * p + 1, m * chunks));
       EXPECT_EQ(most, bound) << schedule_name(kind) << " rank " << rank;
     }
+  }
+}
+
+// Checkpoints are the whole model's, whatever the layout: saved by 2 stages (1F1B, with the
+// tied embedding on both), they load on one process and under 4 stages and a tensor axis,
+// parameters and optimizer state bit for bit, and training goes on alike.
+TEST(Pipeline, CheckpointsLoadUnderAnotherStageCountOrOnOneRank) {
+  constexpr int64_t kRows = 4;
+  const std::string dir = ::testing::TempDir();
+  auto path = [&](int rank) { return dir + "pipe_checkpoint.rank" + std::to_string(rank); };
+  auto make = [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm, int stages, int y) {
+    PlanConfig plan = preset(Preset::kDdp, 1);
+    plan.pipeline.stages = stages;
+    plan.pipeline.micro_batches = 2;
+    plan.tensor.y = y;
+    TrainerOptions o;
+    o.seed = 5;
+    o.num_threads = 1;
+    return make_parallel_trainer(test::tp_model("gpt", kRows), test::tp_optimizer(), o, plan, comm);
+  };
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+  };
+  std::mutex mutex;
+  std::map<std::string, Tensor> held;  // every stage's parameters at the save
+  ct::run_ranks_shared(2, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    auto t = make(comm, 2, 1);
+    for (int64_t s = 0; s < 3; ++s) t->step(test::tp_batch("gpt", s, 0, kRows));
+    checkpoint::save_checkpoint(*t, path(comm->rank()), {});
+    std::lock_guard<std::mutex> lock(mutex);
+    for (size_t i = 0; i < t->parameters().size(); ++i) held[t->parameter_names()[i]] = t->parameters()[i];
+  });
+  TrainerOptions o;
+  o.seed = 99;  // the checkpoint's seed replaces it
+  o.num_threads = 1;
+  Trainer alone(test::tp_model("gpt", kRows), test::tp_optimizer(), o);
+  checkpoint::load_checkpoint(alone, path(1), nullptr);
+  ASSERT_EQ(held.size(), alone.parameters().size());
+  for (size_t i = 0; i < alone.parameters().size(); ++i)
+    EXPECT_TRUE(same_bits(alone.parameters()[i], held.at(alone.parameter_names()[i]))) << alone.parameter_names()[i];
+  EXPECT_EQ(alone.step_count(), 3);
+  const float alone_loss = alone.step(test::tp_batch("gpt", 3, 0, kRows));
+  Trainer fresh(test::tp_model("gpt", kRows), test::tp_optimizer(), o);
+  checkpoint::load_checkpoint(fresh, path(0), nullptr);
+  for (auto [stages, y] : {std::pair<int, int>{4, 1}, std::pair<int, int>{2, 2}}) {
+    ct::run_ranks_shared(4, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+      auto t = make(comm, stages, y);
+      checkpoint::load_checkpoint(*t, path(0), nullptr);
+      for (size_t i = 0; i < t->parameters().size(); ++i) {
+        const std::string& name = t->parameter_names()[i];
+        const size_t j = static_cast<size_t>(fresh.local_parameter(name));
+        EXPECT_TRUE(same_bits(t->parameters()[i], t->block_of(i, fresh.parameters()[j]))) << name;
+        auto mine = t->optimizer().state(i), want = fresh.optimizer().state(j);
+        ASSERT_EQ(mine.size(), want.size());
+        for (size_t k = 0; k < mine.size(); ++k)
+          EXPECT_TRUE(same_bits(mine[k].second, t->block_of(i, want[k].second))) << name << "/" << mine[k].first;
+      }
+      EXPECT_EQ(t->step_count(), 3);
+      const float loss = t->step(test::tp_batch("gpt", 3, 0, kRows));
+      std::lock_guard<std::mutex> lock(mutex);
+      EXPECT_NEAR(loss, alone_loss, std::fabs(alone_loss) * test::tp_longest_sum("gpt", kRows) * test::kUnitRoundoff)
+          << stages << " stages, y " << y << ", rank " << comm->rank();
+    });
   }
 }
 
