@@ -582,7 +582,8 @@ TEST(TensorParallel, CheckpointsLoadUnderAnotherGridOrOnOneRank) {
   });
 }
 
-// Local SGD and co2 over the data axis of a tensor-parallel model: data 2 x tensor_y 2 must
+// Local SGD and co2 over the data axis of a tensor-parallel or pipelined model: data 2 x
+// tensor_y 2 (or x pipeline_stages 2) must
 // train like the same mode over 2 replicated ranks (each data replica against the reference rank
 // of the same index), within the bound of tp_reference.h measured on the reference itself (a run
 // from parameters moved by one ulp). The outer clip is set to bind and co2's staleness penalty is
@@ -593,6 +594,7 @@ struct OuterCase {
   double clip;
   bool penalty;
   std::string label;
+  bool pipeline = false;  // the model over 2 pipeline stages (2 micro-batches) instead of tensor_y 2
 };
 
 class TensorParallelOuter : public ::testing::TestWithParam<OuterCase> {};
@@ -605,7 +607,12 @@ TEST_P(TensorParallelOuter, MatchesTheModeOverReplicatedRanks) {
     PlanConfig p = preset(c.preset, kTau);
     p.outer.clip_threshold = c.clip;
     p.outer.staleness_penalty = c.penalty;
-    p.tensor.y = y;
+    if (c.pipeline) {
+      p.pipeline.stages = y;
+      p.pipeline.micro_batches = y;
+    } else {
+      p.tensor.y = y;
+    }
     return p;
   };
   auto train = [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm, int y, bool perturb) {
@@ -655,7 +662,7 @@ TEST_P(TensorParallelOuter, MatchesTheModeOverReplicatedRanks) {
     std::printf("%s rank %d: max |param - reference| %.3g (%s), bound %.3g (control %.3g); %d blocks\n",
                 c.label.c_str(), comm->rank(), d.max_abs, d.worst.c_str(), want.parameter_bound(), control_diff,
                 d.blocks);
-    EXPECT_GT(d.blocks, 0);
+    EXPECT_EQ(d.blocks > 0, !c.pipeline);
     EXPECT_LE(d.max_abs, want.parameter_bound()) << c.label << " rank " << comm->rank() << ": parameter " << d.worst;
   });
 }
@@ -664,7 +671,9 @@ INSTANTIATE_TEST_SUITE_P(
     Modes, TensorParallelOuter,
     ::testing::Values(OuterCase{"gpt", Preset::kCo2, 0.02, true, "gpt_co2"},
                       OuterCase{"mlp", Preset::kCo2, 0.02, true, "mlp_co2"},
-                      OuterCase{"gpt", Preset::kSlowMo, 0.02, false, "gpt_slowmo"}),
+                      OuterCase{"gpt", Preset::kSlowMo, 0.02, false, "gpt_slowmo"},
+                      OuterCase{"gpt", Preset::kCo2, 0.02, true, "gpt_co2_pipeline", true},
+                      OuterCase{"gpt", Preset::kDiLoCo, 0.02, false, "gpt_diloco_pipeline", true}),
     [](const ::testing::TestParamInfo<OuterCase>& i) { return i.param.label; });
 
 }  // namespace
