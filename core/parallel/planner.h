@@ -1,0 +1,101 @@
+// The planner: which layout (data x pipeline x tensor grid, micro-batches and schedule, ZeRO,
+// activation checkpointing) trains a model fastest on a given cluster, from a model of
+// computation and communication (AxoNN, Singh et al. 2024; FusionLLM's estimator) rather than
+// by trying each.
+//
+//   - Compute: the workload estimator's seconds per node (workload.h), split over the ranks the
+//     layout splits each node over, at the micro-batch size.
+//   - Communication: for each layout, the bytes each collective and point-to-point message moves
+//     per step (data-parallel gradient reductions, ZeRO's gathers, the tensor axes' reductions
+//     and gathers per layer pair, the pipeline's activations and gradients per micro-batch and
+//     cut), priced by a CommTable of latency and bandwidth per operation and group — measured at
+//     start-up by probe_communication (comm_probe.cpp) or given (a cluster description) — and
+//     counted as exposed where it cannot overlap compute.
+//   - The bubble: (P - 1) / (V M + P - 1) of the pipeline's time for P stages, V chunks per rank
+//     and M micro-batches (1F1B and GPipe: V = 1).
+//   - Memory per rank: parameters, gradients and optimizer state (ZeRO shards them over the data
+//     axis), and activations: what one micro-batch keeps for backward (the graph's exact sizes;
+//     under activation checkpointing only each block's input) times the micro-batches in flight
+//     (GPipe: M; 1F1B: P - r on rank r).
+//
+// The one thing to know: a prediction is only as good as the table and the workload it is given;
+// bench/planner compares predictions with measured steps, and README lists the errors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/graph/graph.h"
+#include "core/parallel/plan.h"
+#include "core/parallel/workload.h"
+
+namespace cohort::parallel {
+
+// The operations the planner prices. kPointToPoint: one message between two ranks.
+enum class CommOp : int { kPointToPoint = 0, kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllToAll };
+const char* comm_op_name(CommOp op);
+
+// Time of one operation on `bytes` (each rank's input; for all_gather, each rank's block) over a
+// group of `ranks` ranks: latency + bytes / bandwidth.
+struct CommCost {
+  CommOp op = CommOp::kAllReduce;
+  int ranks = 2;
+  // Whether the group spans more than one node (a cluster description's inter-node links; the
+  // probe of one machine measures within a node only).
+  bool across_nodes = false;
+  double latency_seconds = 0;
+  double bytes_per_second = 0;
+};
+
+struct CommTable {
+  std::vector<CommCost> entries;
+  std::string source;  // "measured in 1.8 s over 4 ranks", "cluster description", ...
+  // The time of `op` on `bytes` over `ranks` ranks: the entry of that op and group size (and
+  // placement), else the nearest measured group size scaled by the ring's (ranks - 1) / ranks
+  // volume. kNotFound naming the op when the table has none of it.
+  double seconds(CommOp op, int ranks, double bytes, bool across_nodes = false) const;
+};
+
+// A cluster to plan for: the world, how many ranks share a node (tensor and pipeline groups are
+// placed within nodes first), the device memory per rank, and the rates of its devices
+// (0: the workload estimator's calibration of this machine).
+struct ClusterSpec {
+  int world = 1;
+  int ranks_per_node = 1;
+  double memory_bytes_per_rank = 0;  // 0: no limit
+  double flops_per_second = 0;       // 0: this machine's calibrated rates
+  double bytes_per_second = 0;
+  CommTable comm;
+};
+
+// One candidate layout and what the model predicts for it.
+struct PlanPrediction {
+  PlanConfig plan;
+  double compute_seconds = 0;         // per step, the slowest rank's
+  double exposed_comm_seconds = 0;    // communication the step waits for
+  double bubble_seconds = 0;          // pipeline idle time
+  double step_seconds() const { return compute_seconds + exposed_comm_seconds + bubble_seconds; }
+  double memory_bytes = 0;            // per rank, the largest
+  bool fits = true;                   // memory_bytes within the cluster's
+  std::string describe() const;       // "data 2 x pipe 2 (1f1b, 4 micro) x grid 1x1x1, zero 0"
+};
+
+// Every layout of `model` (a single-rank forward graph with a loss, at the global batch) that the
+// world allows and the model can take (degrees dividing widths, heads and cut points, micro-
+// batches dividing the batch), predicted and ranked fastest first; those that do not fit memory
+// last, marked. Nodes are priced at each layout's own micro-batch shapes: by the workload
+// estimator (workload.h, with `workload`'s options) where the cluster gives no rates, else by
+// count_node_work at the cluster's rates.
+std::vector<PlanPrediction> rank_plans(const Graph& model, const ClusterSpec& cluster,
+                                       const WorkloadOptions& workload = {});
+
+// The prediction for one given plan (kInvalidPlan when it does not fit the world or the model).
+PlanPrediction predict_plan(const Graph& model, const ClusterSpec& cluster, const PlanConfig& plan,
+                            const WorkloadOptions& workload = {});
+
+// The ranked table as text: plan, predicted step time split into compute / exposed communication
+// / bubble, predicted memory per rank; `limit` rows (0: all).
+std::string format_plan_table(const std::vector<PlanPrediction>& plans, size_t limit = 0);
+
+}  // namespace cohort::parallel
