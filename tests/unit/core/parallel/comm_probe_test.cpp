@@ -1,0 +1,64 @@
+// The communication probe (core/parallel/comm_probe.h): every operation and group size measured,
+// positive finite numbers, one table on every rank, seconds not minutes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <mutex>
+
+#include "core/parallel/comm_probe.h"
+#include "tests/support/expect_error.h"
+#include "tests/unit/transport/coll/coll_test_util.h"
+
+namespace cohort::parallel {
+namespace {
+
+namespace ct = transport::coll::testing;
+
+TEST(CommProbe, MeasuresEveryOperationAndGroupSizeAlikeOnEveryRank) {
+  std::mutex mutex;
+  std::vector<CommTable> tables(4);
+  ct::run_ranks_shared(4, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    ProbeOptions o;
+    o.max_bytes = 1 << 20;  // enough to see shared memory's bandwidth, quick on 2 cores
+    CommTable t = probe_communication(*comm, o);
+    std::lock_guard<std::mutex> lock(mutex);
+    tables[static_cast<size_t>(comm->rank())] = t;
+  });
+  const CommTable& t = tables[0];
+  // Groups of 2: point-to-point and the five collectives; of 4: the five collectives.
+  ASSERT_EQ(t.entries.size(), 11u) << t.source;
+  int pairs = 0;
+  for (const CommCost& c : t.entries) {
+    EXPECT_TRUE(c.ranks == 2 || c.ranks == 4);
+    pairs += c.op == CommOp::kPointToPoint;
+    EXPECT_TRUE(std::isfinite(c.latency_seconds) && c.latency_seconds >= 0 && c.latency_seconds < 1.0)
+        << static_cast<int>(c.op) << " over " << c.ranks << ": " << c.latency_seconds;
+    EXPECT_TRUE(std::isfinite(c.bytes_per_second) && c.bytes_per_second > 1e6)
+        << static_cast<int>(c.op) << " over " << c.ranks << ": " << c.bytes_per_second;
+    std::printf("%d over %d ranks: latency %.1f us, %.2f GB/s\n", static_cast<int>(c.op), c.ranks,
+                c.latency_seconds * 1e6, c.bytes_per_second / 1e9);
+  }
+  EXPECT_EQ(pairs, 1);
+  for (const CommTable& other : tables) {
+    ASSERT_EQ(other.entries.size(), t.entries.size());
+    for (size_t k = 0; k < t.entries.size(); ++k) {
+      EXPECT_EQ(other.entries[k].latency_seconds, t.entries[k].latency_seconds);
+      EXPECT_EQ(other.entries[k].bytes_per_second, t.entries[k].bytes_per_second);
+    }
+  }
+  EXPECT_NE(t.source.find("over 4 ranks"), std::string::npos) << t.source;
+  std::printf("%s\n", t.source.c_str());
+}
+
+TEST(CommProbe, OneRankMeasuresNothingAndBadSizesAreRefused) {
+  ct::run_ranks_shared(1, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    EXPECT_TRUE(probe_communication(*comm).entries.empty());
+    ProbeOptions o;
+    o.first_large_bytes = o.small_bytes;
+    test::expect_error([&] { probe_communication(*comm, o); }, Status::kInvalidArgument,
+                       "communication probe: sizes must grow");
+  });
+}
+
+}  // namespace
+}  // namespace cohort::parallel
