@@ -408,7 +408,7 @@ typedef struct cohort_trainer_stats {
    * stages: the seconds this rank spent running its stages' forward and backward work, and the
    * rest of the schedule's time — waiting for the neighbouring stages, the pipeline's bubble — as
    * a fraction of it (with one stage and several micro-batches only the schedule's own overhead;
-   * 0 with neither). */
+   * 0 with neither). A library older than these fields leaves them untouched. */
   int32_t micro_batches;
   double pipeline_busy_seconds;
   double pipeline_bubble_fraction;
@@ -827,8 +827,11 @@ typedef struct cohort_plan_options {
    * INVALID_PLAN when tensor_y is 1, and for another value. Default 0 (none). Values:
    * cohort_sequence_parallel. */
   int32_t sequence_parallel;
-  /* Added after sequence_parallel, with pipeline parallelism (read only when size covers them;
-   * a library older than these fields ignores them — compare cohort_abi_version()).
+  /* Added after sequence_parallel, with pipeline parallelism (read only when size covers them).
+   * A library older than these fields — one whose cohort_plan_options_default() sets a smaller
+   * size, and whose cohort_abi_version() is still 200 — trains without them, silently: such a
+   * library leaves cohort_trainer_stats.micro_batches as the caller set it (0 after zeroing), so a
+   * caller that must not run without them checks that on a new trainer.
    * pipeline_stages: the model cut into this many stages along its OP-DAG, one per rank of the
    * "pipe" axis; ranks are laid out row-major over (data, pipe, x, y, z), z fastest, so one model
    * replica is pipeline_stages x tensor_x x tensor_y x tensor_z consecutive ranks, which all take
@@ -861,9 +864,9 @@ typedef struct cohort_plan_options {
    * where the graph is narrowest, balancing the stages' estimated compute time (world rank 0
    * chooses them). INVALID_PLAN naming pipeline_cuts when the number of names is not that (at
    * cohort_plan_create, or when a name is empty), or when a name is no node of the graph, not a
-   * node where a stage can begin (one that every later node's inputs reach only through it and
-   * its successors), out of order, or leaves a stage without a parameter (at
-   * cohort_trainer_create_parallel). */
+   * node where a stage can begin (between two nodes where the fewest values cross: between a
+   * gpt's blocks, between an mlp's layers), out of order, or leaves a stage without a parameter
+   * (at cohort_trainer_create_parallel). */
   const char* pipeline_cuts;
 } cohort_plan_options;
 /* preset NONE, data_parallel 0, mode DDP, tau 1, outer lr 1, momentum 0, no Nesterov, no
