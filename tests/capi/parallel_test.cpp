@@ -336,6 +336,19 @@ TEST_F(CapiParallel, MicroBatchesTrainAndReportStats) {
   ASSERT_EQ(cohort_trainer_get_stats(gpipe, &old), COHORT_OK) << cohort_last_error();
   EXPECT_EQ(old.micro_batches, -7);
   EXPECT_EQ(old.step, 3);
+  // No pipeline stages: the description is empty (its size, 1, asked with a NULL buffer first).
+  size_t needed = 0;
+  EXPECT_STATUS(cohort_trainer_pipeline_stages(gpipe, nullptr, 0, &needed), COHORT_ERR_INVALID_ARGUMENT,
+                "buf holds 0 bytes but the description needs 1");
+  EXPECT_EQ(needed, 1u);
+  char text[4] = {'x', 'x', 'x', 'x'};
+  EXPECT_EQ(cohort_trainer_pipeline_stages(gpipe, text, sizeof text, nullptr), COHORT_OK) << cohort_last_error();
+  EXPECT_STREQ(text, "");
+  cohort_trainer* plain = nullptr;
+  ASSERT_EQ(cohort_trainer_create(graph_, optimizer_, nullptr, &plain), COHORT_OK);
+  EXPECT_STATUS(cohort_trainer_pipeline_stages(plain, text, sizeof text, nullptr), COHORT_ERR_INVALID_STATE,
+                "cohort_trainer_pipeline_stages: the trainer is not data-parallel");
+  EXPECT_EQ(cohort_trainer_destroy(plain), COHORT_OK);
   EXPECT_EQ(cohort_trainer_destroy(gpipe), COHORT_OK);
   EXPECT_EQ(cohort_trainer_destroy(one_f_one_b), COHORT_OK);
   EXPECT_EQ(cohort_trainer_destroy(whole), COHORT_OK);
