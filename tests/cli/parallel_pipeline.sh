@@ -5,7 +5,8 @@
 # relative (fp32 sums in another order) — under 1F1B and GPipe alike; rank 0 prints the stage
 # cuts at the start and the bubble at the end; composed with a tensor grid (--grid 1x2x1) and
 # with data parallelism at 4 ranks (the data shards are the replicas: rank / (stages x X*Y*Z));
-# the gpt at cuts named by --pipeline-cuts; bad values fail on one line naming the flag or field.
+# the gpt at cuts named by --pipeline-cuts, also interleaved (2 chunks per rank); bad values fail on
+# one line naming the flag or field.
 #   parallel_pipeline.sh COHORT_RUN COHORT_CLI
 set -euo pipefail
 run=$1 cli=$2
@@ -61,12 +62,19 @@ go ddp 2 "${common[@]}" --parallel sync
 go dp 4 "${common[@]}" "${pipe[@]}"
 same_run ddp dp grad_norm  # the loss: DDP's rank 0 logs its own rows', as does the first replica
 grep -q "(937 per epoch)" "$dir/dp.out" || { cat "$dir/dp.out"; echo "FAIL: 2 replicas should read 2 shards"; exit 1; }
-# The gpt (Brown) at a named cut: stage 1 starts at h.1.ln_1, the loss is finite.
-go gpt 2 train --model gpt --layers 2 --width 64 --heads 4 --context 64 --batch 4 --steps 3 --threads 1 --no-eval \
-  --parallel sync --pipeline 2 --micro-batches 2 --pipeline-cuts h.1.ln_1
+# The gpt (Brown) at a named cut: stage 1 starts at h.1.ln_1, the loss is finite; and under the
+# interleaved schedule, 2 chunks per rank at 3 named cuts.
+gpt=(train --model gpt --layers 2 --width 64 --heads 4 --context 64 --batch 4 --steps 3 --threads 1 --no-eval
+     --parallel sync --pipeline 2 --micro-batches 2)
+go gpt 2 "${gpt[@]}" --pipeline-cuts h.1.ln_1
+go gpt_interleaved 2 "${gpt[@]}" --schedule interleaved --pipeline-chunks 2 --pipeline-cuts h.0.ln_2,h.1.ln_1,h.1.ln_2
 grep -q "^\[rank 0\] stage 1: nodes [0-9]*-[0-9]* 'h.1.ln_1' .. " "$dir/gpt.out" &&
-  grep -q '^\[rank 0\] step 3/3 | epoch [0-9.]* | loss [0-9]\.[0-9]*' "$dir/gpt.out" ||
-  { cat "$dir/gpt.out"; echo "FAIL: the gpt did not train from the named cut"; exit 1; }
+  grep -q "^\[rank 0\] stage 3: nodes [0-9]*-[0-9]* 'h.1.ln_2' .. 'loss'" "$dir/gpt_interleaved.out" ||
+  { cat "$dir/gpt.out" "$dir/gpt_interleaved.out"; echo "FAIL: the gpt's stages are not the named cuts"; exit 1; }
+for s in gpt gpt_interleaved; do
+  grep -q '^\[rank 0\] step 3/3 | epoch [0-9.]* | loss [0-9]\.[0-9]*' "$dir/$s.out" ||
+    { cat "$dir/$s.out"; echo "FAIL: $s did not print a finite loss at step 3"; exit 1; }
+done
 refused() {  # refused <expected text> <args...>
   local want=$1; shift
   if "$run" -n 2 -- "$cli" train --steps 2 --threads 1 --parallel sync "$@" >"$dir/bad.out" 2>&1; then
