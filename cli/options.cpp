@@ -162,6 +162,22 @@ const std::map<std::string, Setter>& setters() {
          if (o.tensor_x * o.tensor * o.tensor_z > 65536)
            throw UsageError(f + ": X x Y x Z must be at most 65536, got '" + v + "'");
        }},
+      {"--pipeline", int_in(&Options::pipeline, 1, 65536)},
+      {"--pipeline-chunks", int_in(&Options::pipeline_chunks, 1, 1024)},
+      {"--micro-batches", int_in(&Options::micro_batches, 1, 1 << 20)},
+      {"--schedule",
+       [](Options& o, const std::string& f, const std::string& v) {
+         if (v != "gpipe" && v != "1f1b" && v != "interleaved")
+           throw UsageError(f + " must be gpipe, 1f1b or interleaved, got '" + v + "'");
+         o.schedule = v;
+       }},
+      {"--pipeline-cuts",
+       [](Options& o, const std::string& f, const std::string& v) {
+         // Node names separated by commas: an empty one is a typo, not a name.
+         if (v.empty() || v.front() == ',' || v.back() == ',' || v.find(",,") != std::string::npos)
+           throw UsageError(f + " expects node names separated by commas (e.g. h.2.ln_1), got '" + v + "'");
+         o.pipeline_cuts = v;
+       }},
       {"--outer-lr", number(&Options::outer_lr, "> 0", positive)},
       {"--outer-momentum", number(&Options::outer_momentum, "in [0, 1)", [](double x) { return x >= 0 && x < 1; })},
       {"--nesterov", int_in(&Options::nesterov, 0, 1)},
@@ -200,7 +216,10 @@ const char* usage_text() {
          "         (co2 only; --tau auto = --overlap auto: chosen from the measured all-reduce and step times)\n"
          "         [--tensor N | --grid XxYxZ]  (mlp and gpt: tensor parallelism over groups of N or X*Y*Z ranks)\n"
          "         [--activation-checkpointing]  (gpt: recompute each block's activations in backward)\n"
-         "         [--sequence-parallel megatron|all-to-all]  (gpt with --tensor / --grid Y > 1: tokens split over Y)\n";
+         "         [--sequence-parallel megatron|all-to-all]  (gpt with --tensor / --grid Y > 1: tokens split over Y)\n"
+         "         [--pipeline N [--schedule gpipe|1f1b|interleaved] [--pipeline-chunks V (interleaved)]\n"
+         "          [--pipeline-cuts NODE,NODE,...]]  (pipeline parallelism: the model cut into N stages)\n"
+         "         [--micro-batches M]  (each rank's batch cut into M micro-batches; M must divide --batch)\n";
 }
 
 const char* usage_notes() {
@@ -232,7 +251,18 @@ const char* usage_notes() {
          "sent (an all-gather and a reduce-scatter where an all-reduce was). --sequence-parallel\n"
          "all-to-all (DeepSpeed-Ulysses') makes Y a sequence axis instead: nothing is cut by features,\n"
          "every layer holds its rank's block of the tokens, and attention exchanges them for every token\n"
-         "of heads / Y heads (--tensor N or --grid 1xNx1). Y must divide --context (and the heads).\n";
+         "of heads / Y heads (--tensor N or --grid 1xNx1). Y must divide --context (and the heads).\n"
+         "--pipeline N cuts each model replica into N stages along its graph, one per rank: a replica is\n"
+         "N x the tensor grid's ranks, consecutive (the stages outside the grid: pipe rank = rank / (X*Y*Z)\n"
+         "within the replica), which all read the same rows. The cuts fall where the graph is narrowest,\n"
+         "balancing the stages' estimated time (rank 0 prints them at the start), or at the nodes named\n"
+         "by --pipeline-cuts (the first node of stages 1..N-1; N*V-1 names with --pipeline-chunks V).\n"
+         "--micro-batches M cuts each rank's batch into M micro-batches that flow through the stages\n"
+         "(with one stage: gradient accumulation; the update is that of the whole batch). --schedule\n"
+         "orders them: gpipe runs every forward, then every backward; 1f1b (the default) alternates, so\n"
+         "fewer micro-batches' activations are held; interleaved is 1f1b over V stages per rank\n"
+         "(--pipeline-chunks V; M a multiple of N), a smaller bubble for more messages. The summary at\n"
+         "the end reports the bubble: the share of rank 0's last step spent waiting for other stages.\n";
 }
 
 Options parse_train_options(int argc, char** argv, int first) {
@@ -305,6 +335,21 @@ void check_parallel_flags(const Options& o) {
   require(o.sequence_parallel.empty() || (o.model == "gpt" && o.tensor > 1),
           "--sequence-parallel applies to --model gpt with --tensor N or --grid XxYxZ, Y > 1 (it splits the tokens "
           "over Y)");
+  const bool pipeline_flags = o.pipeline > 1 || o.pipeline_chunks > 1 || !o.schedule.empty() || !o.pipeline_cuts.empty();
+  require((!pipeline_flags && o.micro_batches == 1) || !o.parallel.empty(),
+          "--pipeline, --pipeline-chunks, --schedule, --pipeline-cuts and --micro-batches need --parallel (sync, "
+          "localsgd, slowmo, diloco or co2: they are fields of the parallel plan; --parallel sync without a "
+          "launcher runs one rank)");
+  require(o.pipeline > 1 || (o.pipeline_chunks == 1 && o.schedule.empty() && o.pipeline_cuts.empty()),
+          "--pipeline-chunks, --schedule and --pipeline-cuts apply to --pipeline N with N > 1");
+  require(o.pipeline_chunks == 1 || o.schedule == "interleaved",
+          "--pipeline-chunks " + std::to_string(o.pipeline_chunks) +
+              " needs --schedule interleaved (gpipe and 1f1b run one stage per rank)");
+  require(o.schedule != "interleaved" || o.micro_batches % o.pipeline == 0,
+          "--schedule interleaved needs --micro-batches (" + std::to_string(o.micro_batches) +
+              ") to be a multiple of --pipeline (" + std::to_string(o.pipeline) + ")");
+  require(o.zero <= 2 || (o.pipeline == 1 && o.micro_batches == 1),
+          "--pipeline and --micro-batches with --zero 3 are not supported yet");
   require(!o.activation_checkpointing || o.model == "gpt",
           "--activation-checkpointing applies to --model gpt (it recomputes transformer blocks; " + o.model +
               " has none)");
@@ -362,6 +407,8 @@ std::vector<std::string> apply_defaults(Options& o) {
   if (!o.width) o.width = 256;
   if (!o.heads) o.heads = 4;
   if (!o.context) o.context = 128;
+  require(*o.batch % o.micro_batches == 0, "--micro-batches (" + std::to_string(o.micro_batches) +
+                                                ") must divide --batch (" + std::to_string(*o.batch) + ")");
   require(*o.width % *o.heads == 0, "--heads (" + std::to_string(*o.heads) + ") must divide --width (" +
                                         std::to_string(*o.width) + ")");
   return warnings;

@@ -75,6 +75,15 @@ struct Options {
   bool activation_checkpointing = false;
   // cohort_plan_options::sequence_parallel over Y (gpt): "megatron", "all-to-all", or "" (none).
   std::string sequence_parallel;
+  // Pipeline parallelism (cohort_plan_options::pipeline_*): the stages of a model replica, each
+  // rank's virtual stages (interleaved), the micro-batches each rank's batch is cut into, the
+  // schedule ("gpipe", "1f1b", "interleaved"; "" = the plan's default, 1f1b) and the first node
+  // of stages 1.. by name, comma-separated ("" = balanced by the workload estimator).
+  int64_t pipeline = 1, pipeline_chunks = 1, micro_batches = 1;
+  std::string schedule;
+  std::string pipeline_cuts;
+  // Ranks of one model replica: pipeline stages x the tensor grid (consecutive ranks).
+  int64_t model_degree() const { return pipeline * tensor_degree(); }
   uint64_t seed = 1;
   // Hidden flags for tests/parity: initial weights from a file, every step's batch to a file,
   // and every step's loss to a text file.
@@ -84,8 +93,9 @@ struct Options {
   int64_t stop_after = 0;  // hidden: stop (and save) after this many steps of this run
   bool no_eval = false;    // hidden: skip the final evaluation (parity runs)
   bool evaluates = true;   // set off on ranks other than 0: they only join the evaluation points
-  // Set on ranks other than 0 under --tensor: they run each evaluation with rank 0 (its operators
-  // hold collectives over the tensor axis) and print nothing.
+  // Set on ranks other than 0 under --tensor or --pipeline: they run each evaluation with rank 0
+  // (its operators hold collectives over the tensor axis; the stages send activations) and print
+  // nothing.
   bool joins_evaluation = false;
   bool quiet = false;      // no progress line
   // Every rank prints its memory line at the end (parameters, gradients, optimizer state, peak

@@ -72,11 +72,12 @@ void Task::join_ranks() {
   check(cohort_comm_rank(comm_, &rank, &world), "communicator");
   rank_ = rank;
   world_ = world;
-  // Under --tensor / --grid the X x Y x Z consecutive ranks of a model replica (Z fastest) read
-  // the same rows, except that its Z ranks each read their own: the data shards are the
-  // replicas' Z ranks. A world the grid does not divide keeps the plain split here; the plan
-  // refuses it when the trainer is made (INVALID_PLAN naming the numbers).
-  const int degree = static_cast<int>(o_.tensor_degree()), z = static_cast<int>(o_.tensor_z);
+  // Under --pipeline, --tensor or --grid the pipeline stages x X x Y x Z consecutive ranks of a
+  // model replica (laid out row-major over (data, pipe, x, y, z), Z fastest) read the same rows,
+  // except that its Z ranks each read their own: the data shards are the replicas' Z ranks. A
+  // world the replica does not divide keeps the plain split here; the plan refuses it when the
+  // trainer is made (INVALID_PLAN naming the numbers).
+  const int degree = static_cast<int>(o_.model_degree()), z = static_cast<int>(o_.tensor_z);
   if (degree > 1 && world_ % degree == 0) {
     data_rank_ = rank_ / degree * z + rank_ % z;
     data_world_ = world_ / degree * z;
@@ -205,6 +206,14 @@ void Task::create_trainer() {
     po.sequence_parallel = o_.sequence_parallel == "megatron"     ? COHORT_SEQUENCE_PARALLEL_MEGATRON
                            : o_.sequence_parallel == "all-to-all" ? COHORT_SEQUENCE_PARALLEL_ALL_TO_ALL
                                                                   : COHORT_SEQUENCE_PARALLEL_NONE;
+    po.pipeline_stages = static_cast<int32_t>(o_.pipeline);
+    po.pipeline_chunks = static_cast<int32_t>(o_.pipeline_chunks);
+    po.micro_batches = static_cast<int32_t>(o_.micro_batches);
+    if (!o_.schedule.empty())  // else the plan's default, 1F1B
+      po.pipeline_schedule = o_.schedule == "gpipe" ? COHORT_PIPELINE_GPIPE
+                             : o_.schedule == "1f1b" ? COHORT_PIPELINE_1F1B
+                                                     : COHORT_PIPELINE_INTERLEAVED;
+    po.pipeline_cuts = o_.pipeline_cuts.empty() ? nullptr : o_.pipeline_cuts.c_str();
     cohort_plan* plan = nullptr;
     st = cohort_plan_create(&po, &plan);
     if (st == COHORT_OK) st = cohort_trainer_create_parallel(graph_, opt, plan, comm_, &to, &trainer_);
@@ -243,7 +252,7 @@ void Task::load_initial_weights(const std::string& path) {
 }
 
 // Items of one step summed over the ranks: the job's throughput.
-// (A tensor-parallel replica's ranks share their rows: the data replicas count.)
+// (A tensor-parallel or pipelined replica's ranks share their rows: the data replicas count.)
 int64_t Task::items_per_step() const { return (text_ ? *o_.batch * *o_.context : *o_.batch) * data_world_; }
 
 void Task::bind(int64_t rows, std::vector<float>& fx, std::vector<int32_t>& ix, std::vector<int32_t>& y,

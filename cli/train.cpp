@@ -8,6 +8,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,27 @@ std::string grid_text(const Options& o) {
   return " grid " + std::to_string(o.tensor_x) + "x" + std::to_string(o.tensor) + "x" + std::to_string(o.tensor_z);
 }
 
+// " pipeline N (1f1b, chunks V)" and/or " micro-batches M" for the header line; empty without them.
+std::string pipeline_text(const Options& o) {
+  std::string text;
+  if (o.pipeline > 1)
+    text += " pipeline " + std::to_string(o.pipeline) + " (" + (o.schedule.empty() ? "1f1b" : o.schedule) +
+            (o.pipeline_chunks > 1 ? ", chunks " + std::to_string(o.pipeline_chunks) : "") + ")";
+  if (o.micro_batches > 1) text += " micro-batches " + std::to_string(o.micro_batches);
+  return text;
+}
+
+// The stages rank 0 cut the model into (printed once, after the header line).
+void print_pipeline_stages(cohort_trainer* trainer) {
+  size_t needed = 0;
+  (void)cohort_trainer_pipeline_stages(trainer, nullptr, 0, &needed);  // only the size (or 0: the next call says why)
+  std::string text(std::max<size_t>(needed, 1), '\0');
+  check(cohort_trainer_pipeline_stages(trainer, text.data(), text.size(), nullptr), "pipeline stages");
+  text.resize(std::strlen(text.c_str()));
+  std::printf("pipeline stages:\n%s", text.c_str());
+  if (!text.empty() && text.back() != '\n') std::printf("\n");
+}
+
 std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[40];
@@ -99,6 +121,7 @@ class Loop {
   int64_t shown_tau_ = 0, shown_overlap_ = 0;
   cohort_parallel_stats last_parallel_{};  // at the last metrics line (before any evaluation)
   int64_t last_activation_bytes_ = 0;      // the trainer's peak activation bytes, likewise
+  double last_bubble_fraction_ = 0;        // the pipeline bubble of the trainer's last step, likewise
 
   const Options& o_;
   Task& task_;
@@ -219,6 +242,13 @@ std::string Loop::parallel_fields(cohort_parallel_stats* out) {
   t.size = sizeof t;
   check(cohort_trainer_get_stats(task_.trainer(), &t), "trainer stats");
   last_activation_bytes_ = t.peak_activation_bytes;
+  last_bubble_fraction_ = t.pipeline_bubble_fraction;
+  // Pipeline stages: this rank's share of its last step spent waiting for the other stages.
+  const std::string pipeline = o_.pipeline > 1 ? ",\"micro_batches\":" + std::to_string(t.micro_batches) +
+                                                     ",\"pipeline_busy_s\":" + json_number(t.pipeline_busy_seconds) +
+                                                     ",\"pipeline_bubble_fraction\":" +
+                                                     json_number(t.pipeline_bubble_fraction)
+                                               : "";
   return ",\"parallel\":{\"rounds\":" + std::to_string(p.rounds) + ",\"compute_s\":" + json_number(p.compute_seconds) +
          ",\"comm_s\":" + json_number(p.comm_seconds) + ",\"wait_s\":" + json_number(p.wait_seconds) +
          ",\"hidden_fraction\":" + json_number(p.hidden_fraction) +
@@ -226,7 +256,7 @@ std::string Loop::parallel_fields(cohort_parallel_stats* out) {
          ",\"gradient_bytes\":" + std::to_string(p.gradient_bytes) +
          ",\"optimizer_state_bytes\":" + std::to_string(p.optimizer_state_bytes) +
          ",\"tau\":" + std::to_string(p.tau) + ",\"overlap\":" + std::to_string(p.overlap_steps) +
-         ",\"peak_activation_bytes\":" + std::to_string(t.peak_activation_bytes) + "}";
+         ",\"peak_activation_bytes\":" + std::to_string(t.peak_activation_bytes) + pipeline + "}";
 }
 
 // --overlap auto: each new choice and why (rank 0, between progress lines).
@@ -262,6 +292,10 @@ void Loop::parallel_summary() {
               p.wait_seconds, p.compute_seconds, static_cast<double>(p.parameter_bytes) * mib,
               static_cast<double>(p.gradient_bytes) * mib, static_cast<double>(p.optimizer_state_bytes) * mib,
               static_cast<double>(last_activation_bytes_) * mib);
+  if (o_.pipeline > 1)
+    std::printf("pipeline: %lld stages, %lld micro-batches (%s) | bubble %.0f%% of rank 0's last step\n",
+                static_cast<long long>(o_.pipeline), static_cast<long long>(o_.micro_batches),
+                o_.schedule.empty() ? "1f1b" : o_.schedule.c_str(), 100.0 * last_bubble_fraction_);
   std::fflush(stdout);
 }
 
@@ -341,7 +375,7 @@ int run_train(Options o) {
     if (task.rank() != 0) {
       o.quiet = true;
       o.evaluates = false;
-      o.joins_evaluation = o.tensor_degree() > 1;
+      o.joins_evaluation = o.model_degree() > 1;
       o.metrics.clear();
     }
     const std::string suffix = ".rank" + std::to_string(task.rank());
@@ -362,9 +396,11 @@ int run_train(Options o) {
                                            (o.zero > 0 ? " zero " + std::to_string(o.zero) : "") +
                                            grid_text(o) +
                                            (o.sequence_parallel.empty() ? "" : " sequence " + o.sequence_parallel) +
-                                           (o.activation_checkpointing ? " activation checkpointing" : "")).c_str(),
+                                           (o.activation_checkpointing ? " activation checkpointing" : "") +
+                                           pipeline_text(o)).c_str(),
                 static_cast<long long>(total), static_cast<long long>(task.steps_per_epoch()), o.optimizer.c_str(), *o.lr,
                 static_cast<long long>(*o.warmup));
+  if (!o.quiet && o.pipeline > 1) print_pipeline_stages(task.trainer());
   if (!o.resume.empty()) loop.resume(o.resume);
   loop.run();
   return 0;

@@ -547,6 +547,9 @@ COHORT_STATS(cohort_op_attr_info)
 %ignore cohort_graph_create_cnn;
 %ignore cohort_model_mlp_options::hidden;
 %ignore cohort_model_mlp_options::num_hidden;
+/* A string the plan copies: passed to cohortj_plan_create for the call, not kept in the struct
+ * (whose generated setter would hold a copy nobody frees). */
+%ignore cohort_plan_options::pipeline_cuts;
 %ignore cohort_model_cnn_options::widths;
 %ignore cohort_model_cnn_options::num_stages;
 
@@ -672,6 +675,14 @@ static cohort_status cohortj_graph_create_cnn(const cohort_model_cnn_options* op
     o.num_stages = num_stages;
   }
   return cohort_graph_create_cnn(&o, graph_out);
+}
+
+/* cohort_plan_create with pipeline_cuts given apart (null: NULL, the estimator's cuts). */
+static cohort_status cohortj_plan_create(const cohort_plan_options* options, const char* pipeline_cuts,
+                                         cohort_plan** plan_out) {
+  cohort_plan_options o = options != NULL ? *options : cohort_plan_options_default();
+  o.pipeline_cuts = pipeline_cuts;
+  return cohort_plan_create(&o, plan_out);
 }
 
 /* The ABI version of the header this binding was compiled against. */

@@ -18,6 +18,7 @@
 %module(package="cohort", threads="1") capi
 
 %{
+#include <stdlib.h>
 #include <string.h>
 #include <cohort/cohort.h>
 #include "pycohort.h"
@@ -159,9 +160,11 @@ PYC_HANDLE_OUT(cohort_plan)
 }
 %typemap(argout) cohort_trainer_stats* stats_out {
   $result = SWIG_Python_AppendOutput($result, Py_BuildValue(
-      "{s:L,s:d,s:d,s:L,s:L,s:d}", "step", (long long)$1->step, "learning_rate", $1->learning_rate,
+      "{s:L,s:d,s:d,s:L,s:L,s:d,s:i,s:d,s:d}", "step", (long long)$1->step, "learning_rate", $1->learning_rate,
       "grad_norm", $1->grad_norm, "peak_activation_bytes", (long long)$1->peak_activation_bytes,
-      "parameter_bytes", (long long)$1->parameter_bytes, "last_step_seconds", $1->last_step_seconds));
+      "parameter_bytes", (long long)$1->parameter_bytes, "last_step_seconds", $1->last_step_seconds,
+      "micro_batches", (int)$1->micro_batches, "pipeline_busy_seconds", $1->pipeline_busy_seconds,
+      "pipeline_bubble_fraction", $1->pipeline_bubble_fraction));
 }
 %typemap(in, numinputs=0) cohort_parallel_stats* stats_out (cohort_parallel_stats stats) {
   memset(&stats, 0, sizeof stats);
@@ -239,6 +242,11 @@ PYC_SEQUENCE_IN(double, pyc_read_doubles)
 %ignore cohort_graph_create_cnn;
 %ignore cohort_trainer_stats;
 %ignore cohort_parallel_stats;
+/* A string the plan copies: passed to pyc_plan_create for the call's duration, not stored in
+ * the SWIG struct (whose setter would keep a copy nobody frees). */
+%ignore cohort_plan_options::pipeline_cuts;
+%ignore cohort_plan_create;
+%ignore cohort_trainer_pipeline_stages;
 %ignore cohort_model_mlp_options::hidden;
 %ignore cohort_model_mlp_options::num_hidden;
 %ignore cohort_model_cnn_options::widths;
@@ -277,6 +285,39 @@ cohort_status pyc_graph_create_mlp(const cohort_model_mlp_options* options, cons
     o.num_hidden = num_hidden;
   }
   return cohort_graph_create_mlp(&o, graph_out);
+}
+
+/* cohort_plan_create with pipeline_cuts given apart (None: NULL, the estimator's cuts). */
+cohort_status pyc_plan_create(const cohort_plan_options* options, const char* pipeline_cuts, cohort_plan** plan_out) {
+  cohort_plan_options o = options ? *options : cohort_plan_options_default();
+  o.pipeline_cuts = pipeline_cuts;
+  return cohort_plan_create(&o, plan_out);
+}
+
+/* cohort_trainer_pipeline_stages as a str (rank 0's description of the stages; "" elsewhere). */
+%}
+%typemap(in, numinputs=0) (char** text_out) (char* text = NULL) { $1 = &text; }
+%typemap(argout) (char** text_out) {
+  PyObject* s = PyUnicode_FromString(*$1 ? *$1 : "");
+  free(*$1);
+  if (s == NULL) SWIG_fail;
+  $result = SWIG_Python_AppendOutput($result, s);
+}
+%typemap(freearg) (char** text_out) { }
+%inline %{
+cohort_status pyc_trainer_pipeline_stages(const cohort_trainer* trainer, char** text_out) {
+  size_t needed = 0;
+  *text_out = NULL;
+  (void)cohort_trainer_pipeline_stages(trainer, NULL, 0, &needed); /* the size; 0 when it failed */
+  char* text = (char*)malloc(needed > 0 ? needed : 1);
+  if (text == NULL) return COHORT_ERR_OUT_OF_MEMORY;
+  cohort_status st = cohort_trainer_pipeline_stages(trainer, text, needed > 0 ? needed : 1, NULL);
+  if (st != COHORT_OK) {
+    free(text);
+    return st;
+  }
+  *text_out = text;
+  return COHORT_OK;
 }
 
 cohort_status pyc_graph_create_cnn(const cohort_model_cnn_options* options, const int64_t* widths,

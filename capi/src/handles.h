@@ -31,6 +31,9 @@ struct cohort_comm {
 struct cohort_trainer {
   std::unique_ptr<cohort::Trainer> trainer;
   cohort::checkpoint::CheckpointExtra checkpoint_extra;  // saved with checkpoints (capi/src/checkpoint.cpp)
+  // The pipeline stages chosen, as world rank 0 described them at cohort_trainer_create_parallel
+  // (empty on other ranks and without pipeline stages): cohort_trainer_pipeline_stages.
+  std::string pipeline_stages;
 };
 
 namespace cohort::capi {

@@ -2,6 +2,8 @@
 // parallel::PlanConfig; a data-parallel trainer is an ordinary cohort_trainer whose Trainer
 // carries a parallel::DataParallel step hook (so cohort_trainer_step needs no special case).
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "capi/src/handles.h"
 #include "core/parallel/data_parallel.h"
@@ -20,6 +22,22 @@ struct cohort_plan {
 namespace {
 constexpr const char* kPlan = "plan";
 
+// cohort_plan_options.pipeline_cuts: node names separated by commas; NULL or "" = none (balanced).
+std::vector<std::string> split_cuts(const char* text) {
+  std::vector<std::string> cuts;
+  if (text == nullptr || text[0] == '\0') return cuts;
+  const std::string all = text;
+  for (size_t begin = 0;;) {
+    const size_t end = all.find(',', begin);
+    cuts.push_back(all.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
+    COHORT_CHECK(!cuts.back().empty(), Status::kInvalidPlan, "plan: pipeline_cuts '", all, "' has an empty name (cut ",
+                 cuts.size(), ")");
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  return cuts;
+}
+
 parallel::PlanConfig to_config(const cohort_plan_options& o) {
   const bool has_noise = o.size >= offsetof(cohort_plan_options, inner_noise_scaling) + sizeof(int32_t);
   const bool has_overlap = o.size >= offsetof(cohort_plan_options, overlap_steps) + sizeof(int64_t);
@@ -27,6 +45,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   const bool has_tensor = o.size >= offsetof(cohort_plan_options, tensor_overlap_off) + sizeof(int32_t);
   const bool has_checkpointing = o.size >= offsetof(cohort_plan_options, activation_checkpointing) + sizeof(int32_t);
   const bool has_sequence = o.size >= offsetof(cohort_plan_options, sequence_parallel) + sizeof(int32_t);
+  const bool has_pipeline = o.size >= offsetof(cohort_plan_options, pipeline_cuts) + sizeof(const char*);
   parallel::PlanConfig c;
   if (enum_int(o.preset) != COHORT_PRESET_NONE) {
     int p = enum_int(o.preset);
@@ -59,6 +78,14 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   }
   if (has_checkpointing) c.activation_checkpointing = o.activation_checkpointing != 0;
   if (has_sequence) c.sequence_parallel = static_cast<parallel::SequenceParallel>(o.sequence_parallel);  // validated
+  if (has_pipeline) {
+    // 0 means the default (1) for the counts; validate() names the field of a negative one.
+    if (o.pipeline_stages != 0) c.pipeline.stages = o.pipeline_stages;
+    if (o.pipeline_chunks != 0) c.pipeline.chunks = o.pipeline_chunks;
+    if (o.micro_batches != 0) c.pipeline.micro_batches = o.micro_batches;
+    c.pipeline.schedule = static_cast<parallel::PipelineSchedule>(o.pipeline_schedule);  // validated
+    c.pipeline.cuts = split_cuts(o.pipeline_cuts);
+  }
   parallel::validate(c);
   return c;
 }
@@ -119,6 +146,9 @@ COHORT_API cohort_plan_options cohort_plan_options_default(void) {
   o.penalty_constant = 1.0;
   o.bucket_bytes = 25 << 20;
   o.tensor_x = o.tensor_y = o.tensor_z = 1;
+  o.pipeline_stages = o.pipeline_chunks = o.micro_batches = 1;
+  o.pipeline_schedule = COHORT_PIPELINE_1F1B;
+  o.pipeline_cuts = nullptr;
   return o;
 }
 
@@ -157,7 +187,23 @@ COHORT_API cohort_status cohort_trainer_create_parallel(const cohort_graph* grap
       if (t.device() == Device::kCpu || pc.mode != parallel::SyncMode::kSync || !store) return nullptr;
       return parallel::make_device_communicator(*c, store);
     };
-    *trainer_out = make_trainer_handle(parallel::make_parallel_trainer(g, oc, o, pc, c, device_comm));
+    std::string stages;
+    auto on_stages = [&stages](const std::string& text) { stages = text; };
+    cohort_trainer* h = make_trainer_handle(parallel::make_parallel_trainer(g, oc, o, pc, c, device_comm, on_stages));
+    h->pipeline_stages = std::move(stages);
+    *trainer_out = h;
+  });
+}
+
+COHORT_API cohort_status cohort_trainer_pipeline_stages(const cohort_trainer* trainer, char* buf, size_t buf_size,
+                                                        size_t* needed_out) {
+  return guard("cohort_trainer_pipeline_stages", [&] {
+    parallel_of(trainer);
+    const std::string& text = trainer->pipeline_stages;
+    if (needed_out) *needed_out = text.size() + 1;
+    COHORT_CHECK(buf != nullptr && buf_size >= text.size() + 1, Status::kInvalidArgument, "buf holds ", buf_size,
+                 " bytes but the description needs ", text.size() + 1);
+    std::memcpy(buf, text.c_str(), text.size() + 1);
   });
 }
 

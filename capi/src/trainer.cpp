@@ -156,6 +156,11 @@ COHORT_API cohort_status cohort_trainer_get_stats(const cohort_trainer* trainer,
       stats_out->gradient_bytes = static_cast<int64_t>(s.gradient_bytes);
       stats_out->optimizer_state_bytes = static_cast<int64_t>(s.optimizer_state_bytes);
     }
+    if (stats_out->size >= offsetof(cohort_trainer_stats, pipeline_bubble_fraction) + sizeof(double)) {
+      stats_out->micro_batches = s.micro_batches;
+      stats_out->pipeline_busy_seconds = s.pipeline_busy_seconds;
+      stats_out->pipeline_bubble_fraction = s.pipeline_bubble_fraction;
+    }
   });
 }
 

@@ -48,6 +48,8 @@ TEST(CapiNullHandles, EveryEntryPoint) {
       {"cohort_trainer_set_parameter", "trainer", [&] { return cohort_trainer_set_parameter(nullptr, &ref); }},
       {"cohort_trainer_gather_parameters", "trainer", [] { return cohort_trainer_gather_parameters(nullptr); }},
       {"cohort_trainer_get_stats", "trainer", [&] { return cohort_trainer_get_stats(nullptr, &stats); }},
+      {"cohort_trainer_pipeline_stages", "trainer",
+       [&] { return cohort_trainer_pipeline_stages(nullptr, nullptr, 0, nullptr); }},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(c.call(), COHORT_ERR_INVALID_HANDLE) << c.function;

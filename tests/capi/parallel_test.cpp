@@ -6,6 +6,7 @@
 
 #include <cohort/cohort.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <string>
@@ -141,6 +142,55 @@ TEST_F(CapiParallel, PlanErrorPaths) {
   o.size = offsetof(cohort_plan_options, tensor_x);
   EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
   EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
+  // Pipeline parallelism (appended fields): defaults are no pipeline, 1F1B; 0 means the default;
+  // each bad value named with its number.
+  o = cohort_plan_options_default();
+  EXPECT_EQ(o.pipeline_stages, 1);
+  EXPECT_EQ(o.pipeline_chunks, 1);
+  EXPECT_EQ(o.micro_batches, 1);
+  EXPECT_EQ(o.pipeline_schedule, COHORT_PIPELINE_1F1B);
+  EXPECT_EQ(o.pipeline_cuts, nullptr);
+  o.pipeline_stages = o.pipeline_chunks = o.micro_batches = 0;
+  EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
+  o.pipeline_stages = -1;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN,
+                "cohort_plan_create: plan: pipeline_stages = -1 must be in [1, 65536]");
+  o.pipeline_stages = 2;
+  o.pipeline_chunks = -3;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: pipeline_chunks = -3 must be in [1, 1024]");
+  o.pipeline_chunks = 2;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN,
+                "plan: pipeline_chunks = 2 needs the interleaved schedule (1f1b runs one stage per rank)");
+  o.pipeline_schedule = COHORT_PIPELINE_INTERLEAVED;
+  o.micro_batches = 3;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN,
+                "plan: the interleaved schedule needs micro_batches (3) to be a multiple of pipeline_stages (2)");
+  o.micro_batches = 4;
+  EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
+  o.micro_batches = -4;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: micro_batches = -4 must be >= 1");
+  o.micro_batches = 4;
+  o.pipeline_schedule = 7;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: unknown pipeline_schedule 7");
+  o.pipeline_schedule = COHORT_PIPELINE_GPIPE;
+  o.pipeline_chunks = 1;
+  o.pipeline_cuts = "h.1.ln_1,h.2.ln_1";  // two cuts for two stages
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: pipeline_cuts names 2 node(s); 2 stages need 1");
+  o.pipeline_stages = 3;
+  o.pipeline_cuts = "h.1.ln_1,";
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: pipeline_cuts 'h.1.ln_1,' has an empty name (cut 2)");
+  o.pipeline_cuts = "h.1.ln_1,h.2.ln_1";  // copied: names checked against the graph by create_parallel
+  EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
+  o.pipeline_cuts = "";  // balanced by the estimator
+  o.zero_stage = 3;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_UNSUPPORTED, "ZeRO stage 3 with pipeline stages or micro-batches");
+  o.size = offsetof(cohort_plan_options, pipeline_stages);  // a caller built before the fields: not read
+  o.pipeline_schedule = 9;
+  EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
   o = cohort_plan_options_default();
   o.preset = COHORT_PRESET_CO2;
   o.tau = 4;
@@ -214,6 +264,94 @@ TEST_F(CapiParallel, TensorGridThatDoesNotFitIsAnInvalidPlan) {
                 "does not divide the world size 1");
   EXPECT_EQ(t, nullptr);
   EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+}
+
+// Pipeline fields that do not fit the world or the graph: INVALID_PLAN naming the field and the
+// numbers, before any collective. (Stages on several ranks train in tests/cli/parallel_pipeline.sh
+// and the core's pipeline_test; a world of one has room for micro-batches only.)
+TEST_F(CapiParallel, PipelineThatDoesNotFitIsAnInvalidPlan) {
+  cohort_plan_options o = cohort_plan_options_default();
+  o.pipeline_stages = 2;
+  o.micro_batches = 2;
+  cohort_plan* plan = nullptr;
+  ASSERT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
+  cohort_trainer* t = nullptr;
+  EXPECT_STATUS(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &t), COHORT_ERR_INVALID_PLAN,
+                "cohort_trainer_create_parallel: plan: pipeline_stages 2 x the tensor grid tensor_x 1 x tensor_y 1 x "
+                "tensor_z 1 = 2 ranks does not divide the world size 1");
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+  o = cohort_plan_options_default();
+  o.micro_batches = 3;  // the MLP's batch is 4
+  ASSERT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
+  EXPECT_STATUS(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &t), COHORT_ERR_INVALID_PLAN,
+                "plan: micro_batches = 3 does not divide the batch 4");
+  EXPECT_EQ(t, nullptr);
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+}
+
+// Micro-batches on one rank (gradient accumulation): the same updates as one batch within fp32
+// rounding, and the trainer's statistics report them; the pipeline fields of the stats are
+// written only when the caller's size covers them.
+TEST_F(CapiParallel, MicroBatchesTrainAndReportStats) {
+  auto make = [&](int32_t micro_batches, int32_t schedule) {
+    cohort_plan_options o = cohort_plan_options_default();
+    o.micro_batches = micro_batches;
+    o.pipeline_schedule = schedule;
+    cohort_plan* plan = nullptr;
+    EXPECT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
+    cohort_trainer* t = nullptr;
+    EXPECT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &t), COHORT_OK)
+        << cohort_last_error();
+    EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+    return t;
+  };
+  cohort_trainer* whole = make(1, COHORT_PIPELINE_1F1B);
+  cohort_trainer* one_f_one_b = make(2, COHORT_PIPELINE_1F1B);
+  cohort_trainer* gpipe = make(4, COHORT_PIPELINE_GPIPE);
+  ASSERT_TRUE(whole && one_f_one_b && gpipe);
+  for (int k = 0; k < 3; ++k) {
+    const float a = step(whole, k), b = step(one_f_one_b, k), c = step(gpipe, k);
+    EXPECT_TRUE(std::isfinite(a));
+    EXPECT_NEAR(b, a, 1e-5f);
+    EXPECT_NEAR(c, a, 1e-5f);
+  }
+  std::vector<float> w = weight(whole), w2 = weight(one_f_one_b), w4 = weight(gpipe);
+  for (size_t i = 0; i < w.size(); ++i) {
+    EXPECT_NEAR(w2[i], w[i], 1e-5f) << i;
+    EXPECT_NEAR(w4[i], w[i], 1e-5f) << i;
+  }
+  cohort_trainer_stats s{};
+  s.size = sizeof s;
+  ASSERT_EQ(cohort_trainer_get_stats(gpipe, &s), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(s.step, 3);
+  EXPECT_EQ(s.micro_batches, 4);
+  EXPECT_GE(s.pipeline_busy_seconds, 0.0);
+  EXPECT_GE(s.pipeline_bubble_fraction, 0.0);  // one stage: nothing to wait for but the bookkeeping
+  EXPECT_LT(s.pipeline_bubble_fraction, 0.5);
+  ASSERT_EQ(cohort_trainer_get_stats(whole, &s), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(s.micro_batches, 1);
+  cohort_trainer_stats old{};
+  old.size = offsetof(cohort_trainer_stats, micro_batches);  // a caller built before the fields
+  old.micro_batches = -7;
+  ASSERT_EQ(cohort_trainer_get_stats(gpipe, &old), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(old.micro_batches, -7);
+  EXPECT_EQ(old.step, 3);
+  // No pipeline stages: the description is empty (its size, 1, asked with a NULL buffer first).
+  size_t needed = 0;
+  EXPECT_STATUS(cohort_trainer_pipeline_stages(gpipe, nullptr, 0, &needed), COHORT_ERR_INVALID_ARGUMENT,
+                "buf holds 0 bytes but the description needs 1");
+  EXPECT_EQ(needed, 1u);
+  char text[4] = {'x', 'x', 'x', 'x'};
+  EXPECT_EQ(cohort_trainer_pipeline_stages(gpipe, text, sizeof text, nullptr), COHORT_OK) << cohort_last_error();
+  EXPECT_STREQ(text, "");
+  cohort_trainer* plain = nullptr;
+  ASSERT_EQ(cohort_trainer_create(graph_, optimizer_, nullptr, &plain), COHORT_OK);
+  EXPECT_STATUS(cohort_trainer_pipeline_stages(plain, text, sizeof text, nullptr), COHORT_ERR_INVALID_STATE,
+                "cohort_trainer_pipeline_stages: the trainer is not data-parallel");
+  EXPECT_EQ(cohort_trainer_destroy(plain), COHORT_OK);
+  EXPECT_EQ(cohort_trainer_destroy(gpipe), COHORT_OK);
+  EXPECT_EQ(cohort_trainer_destroy(one_f_one_b), COHORT_OK);
+  EXPECT_EQ(cohort_trainer_destroy(whole), COHORT_OK);
 }
 
 // Activation checkpointing (a plan field appended after tensor_overlap_off): refused for a model

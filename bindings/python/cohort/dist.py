@@ -187,17 +187,25 @@ class Plan(Handle):
     ranks each step on their own), tensor_overlap_off, activation_checkpointing (recompute each
     transformer block of a gpt in backward), sequence_parallel (over tensor_y: 0 none, 1 Megatron's, the
     regions between split layers hold each rank's block of the tokens; 2 the all-to-all kind, tensor_y a
-    sequence axis whose attention exchanges tokens for heads)."""
+    sequence axis whose attention exchanges tokens for heads), pipeline_stages (the model cut into that
+    many stages over consecutive ranks; ranks row-major over (data, pipe, x, y, z); 0 or 1 = none),
+    pipeline_chunks (stages per rank, interleaved schedule only), micro_batches (each rank's batch cut
+    into that many; 0 or 1 = one), pipeline_schedule (0 GPipe, 1 1F1B — the default —, 2 interleaved),
+    pipeline_cuts (the first node of stages 1.., a str "a,b" or a sequence of names; None = balanced by
+    the workload estimator)."""
 
     __slots__ = ()
     _destroy = staticmethod(_capi.cohort_plan_destroy)
     FIELDS = ("data_parallel", "mode", "tau", "outer_lr", "outer_momentum", "outer_nesterov", "staleness_penalty",
               "penalty_constant", "clip_threshold", "zero_stage", "bucket_bytes", "inner_noise_scaling",
               "overlap_steps", "outer_bits", "tensor_x", "tensor_y", "tensor_z", "tensor_overlap_off",
-              "activation_checkpointing", "sequence_parallel")
+              "activation_checkpointing", "sequence_parallel", "pipeline_stages", "pipeline_chunks", "micro_batches",
+              "pipeline_schedule")
 
-    def __init__(self, preset="none", **options):
+    def __init__(self, preset="none", pipeline_cuts=None, **options):
         o = _capi.cohort_plan_options_default()
         o.preset = int(as_enum(Preset, preset))
         set_options(o, self.FIELDS, options, {"mode": SyncMode}, "Plan")
-        super().__init__(_capi.cohort_plan_create(o))
+        if pipeline_cuts is not None and not isinstance(pipeline_cuts, str):
+            pipeline_cuts = ",".join(pipeline_cuts)
+        super().__init__(_capi.pyc_plan_create(o, pipeline_cuts))

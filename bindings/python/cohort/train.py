@@ -44,6 +44,9 @@ class TrainerStats:
     peak_activation_bytes: int
     parameter_bytes: int
     last_step_seconds: float
+    micro_batches: int  # per step (the plan's micro_batches; 1 otherwise)
+    pipeline_busy_seconds: float  # pipeline stages, last step: this rank's forward and backward work
+    pipeline_bubble_fraction: float  # ... and the rest of the step, waiting for other stages, as a fraction
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +155,12 @@ class Trainer(Handle):
     def parallel_stats(self):
         """InvalidStateError for a trainer that is not data-parallel."""
         return ParallelStats(**_capi.cohort_trainer_get_parallel_stats(self._handle))
+
+    def pipeline_stages(self):
+        """The pipeline stages the plan cut the model into, as text to print (one line per stage:
+        its nodes and estimated milliseconds); "" on ranks other than world rank 0 and without
+        pipeline stages. InvalidStateError for a trainer that is not data-parallel."""
+        return _capi.pyc_trainer_pipeline_stages(self._handle)
 
     def save_checkpoint(self, path):
         """Writes the whole training state to `path` atomically (a data-parallel trainer's outer

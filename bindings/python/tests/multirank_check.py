@@ -233,6 +233,27 @@ class DataParallelTest(unittest.TestCase):
         comm.all_reduce(high, op="max")
         self.assertEqual(list(low), [-v for v in high])
 
+    def test_pipeline(self):
+        # Two stages (fc1 on rank 0, out on rank 1), every rank fed the same rows in 2 micro-batches.
+        with classifier(batch=4) as graph, cohort.Optimizer("sgd", lr=0.2) as optimizer, \
+                cohort.Plan("ddp", pipeline_stages=2, micro_batches=2, pipeline_schedule=0, pipeline_cuts="out") as plan:
+            trainer = cohort.Trainer(graph, optimizer, seed=11, plan=plan, comm=comm)
+        with trainer:
+            x, y = learnable_batch(batch=4)
+            losses = [trainer.step(x=x, y=y) for _ in range(6)]
+            self.assertLess(losses[-1], losses[0])
+            self.assertSameOnEveryRank(losses)  # the last stage's loss, broadcast
+            stats = trainer.stats()
+            self.assertEqual(stats.micro_batches, 2)
+            self.assertGreaterEqual(stats.pipeline_bubble_fraction, 0.0)
+            self.assertLess(stats.pipeline_bubble_fraction, 1.0)
+            self.assertGreater(stats.pipeline_busy_seconds, 0.0)
+            stages = trainer.pipeline_stages()
+            if comm.rank == 0:
+                self.assertRegex(stages, r"stage 0: nodes .*\nstage 1: nodes [0-9]+-[0-9]+ 'out' ")
+            else:
+                self.assertEqual(stages, "")
+
     def test_ddp(self):
         with cohort.Plan("ddp") as plan:
             trainer, losses = self.train(plan)

@@ -195,6 +195,26 @@ class ErrorTest(unittest.TestCase):
         self.assertFails(cohort.InvalidPlanError, "plan: sequence_parallel = 3 (0 none, 1 Megatron's, 2 all-to-all)",
                          cohort.Plan, tensor_y=2, sequence_parallel=3)
         cohort.Plan("co2", tau=2, tensor_y=2, tensor_overlap_off=1).close()
+        # Pipeline parallelism: 0 keeps the defaults; each bad value named.
+        cohort.Plan(pipeline_stages=0, pipeline_chunks=0, micro_batches=0).close()
+        self.assertFails(cohort.InvalidPlanError, "plan: pipeline_stages = -1 must be in [1, 65536]", cohort.Plan,
+                         pipeline_stages=-1)
+        self.assertFails(cohort.InvalidPlanError, "plan: micro_batches = -2 must be >= 1", cohort.Plan, micro_batches=-2)
+        self.assertFails(cohort.InvalidPlanError, "plan: unknown pipeline_schedule 5", cohort.Plan, pipeline_stages=2,
+                         pipeline_schedule=5)
+        self.assertFails(cohort.InvalidPlanError, "plan: pipeline_chunks = 2 needs the interleaved schedule", cohort.Plan,
+                         pipeline_stages=2, pipeline_chunks=2)
+        cohort.Plan(pipeline_stages=2, pipeline_chunks=2, micro_batches=4,
+                    pipeline_schedule=cohort.capi.COHORT_PIPELINE_INTERLEAVED).close()
+        self.assertFails(cohort.InvalidPlanError, "plan: pipeline_cuts names 2 node(s); 2 stages need 1", cohort.Plan,
+                         pipeline_stages=2, pipeline_cuts="fc1,out")
+        self.assertFails(cohort.InvalidPlanError, "plan: pipeline_cuts names 2 node(s); 2 stages need 1", cohort.Plan,
+                         pipeline_stages=2, pipeline_cuts=["act", "out"])
+        cohort.Plan(pipeline_stages=2, pipeline_cuts=["out"]).close()
+        with cohort.Plan(micro_batches=3) as plan:  # the classifier's batch is 8
+            with cohort.Comm.from_env() as comm:
+                self.assertFails(cohort.InvalidPlanError, "plan: micro_batches = 3 does not divide the batch 8",
+                                 cohort.Trainer, self.graph, self.optimizer, plan=plan, comm=comm)
         cohort.Plan("ddp", activation_checkpointing=1).close()  # a model without blocks: refused by the trainer
         with cohort.Plan("ddp") as plan:
             self.assertFalse(plan.closed)

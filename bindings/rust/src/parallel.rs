@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::comm::Comm;
-use crate::error::{c_path, check, Result};
+use crate::error::{c_path, c_string, check, Result};
 use crate::graph::Graph;
 use crate::optim::Optimizer;
 use crate::sys;
@@ -89,11 +89,24 @@ pub struct PlanOptions {
     /// attention exchanges the tokens for heads). tensor_y 1 is INVALID_PLAN; a model it does not
     /// fit is refused when the trainer is made.
     pub sequence_parallel: i32,
+    /// Pipeline parallelism: the model cut into this many stages over consecutive ranks (ranks
+    /// laid out row-major over data, pipe, x, y, z), each rank holding only its stages; 0 or 1 =
+    /// none. INVALID_PLAN when negative, or when pipeline_stages x the tensor grid does not divide
+    /// the communicator (when the trainer is made). The cuts: [`Plan::with_pipeline_cuts`].
+    pub pipeline_stages: i32,
+    /// Stages per rank (virtual stages), under the interleaved schedule only; 0 or 1 = one.
+    pub pipeline_chunks: i32,
+    /// Each rank's batch cut into this many micro-batches (their gradients summed: one step on
+    /// the whole batch); 0 or 1 = one. INVALID_PLAN when it does not divide the graph's batch.
+    pub micro_batches: i32,
+    /// cohort_pipeline_schedule: 0 GPipe, 1 1F1B (the default), 2 interleaved 1F1B.
+    pub pipeline_schedule: i32,
 }
 
 impl Default for PlanOptions {
     /// Preset None, the whole communicator, DDP, tau 1, outer lr 1, no momentum, no penalty
-    /// (constant 1), no clip, ZeRO stage 0, 25 MiB buckets, no tensor parallelism (grid 1 x 1 x 1).
+    /// (constant 1), no clip, ZeRO stage 0, 25 MiB buckets, no tensor parallelism (grid 1 x 1 x 1),
+    /// no pipeline (1 stage, 1 chunk, 1 micro-batch, schedule 1F1B).
     fn default() -> PlanOptions {
         use sys::cohort_plan_preset as P;
         use sys::cohort_sync_mode as M;
@@ -132,6 +145,10 @@ impl Default for PlanOptions {
             tensor_overlap_off: raw.tensor_overlap_off != 0,
             activation_checkpointing: raw.activation_checkpointing != 0,
             sequence_parallel: raw.sequence_parallel,
+            pipeline_stages: raw.pipeline_stages,
+            pipeline_chunks: raw.pipeline_chunks,
+            micro_batches: raw.micro_batches,
+            pipeline_schedule: raw.pipeline_schedule,
         }
     }
 }
@@ -174,6 +191,10 @@ impl PlanOptions {
         raw.tensor_overlap_off = i32::from(self.tensor_overlap_off);
         raw.activation_checkpointing = i32::from(self.activation_checkpointing);
         raw.sequence_parallel = self.sequence_parallel;
+        raw.pipeline_stages = self.pipeline_stages;
+        raw.pipeline_chunks = self.pipeline_chunks;
+        raw.micro_batches = self.micro_batches;
+        raw.pipeline_schedule = self.pipeline_schedule;
         raw
     }
 }
@@ -190,6 +211,21 @@ impl Plan {
     /// ZeRO stages 2-3 outside DDP.
     pub fn new(options: &PlanOptions) -> Result<Plan> {
         let raw = options.to_raw();
+        create!(Plan, |out| sys::cohort_plan_create(&raw, &mut out))
+    }
+
+    /// Like [`Plan::new`], with the pipeline's cuts named: the first node of stages 1.. (as many
+    /// as pipeline_stages x pipeline_chunks - 1); empty = chosen where the graph is narrowest,
+    /// balancing the stages' estimated time (what `new` does). INVALID_PLAN naming pipeline_cuts
+    /// for the wrong number of names or an empty one; a name that is no node, or where no stage
+    /// can begin, when the trainer is made.
+    pub fn with_pipeline_cuts(options: &PlanOptions, cuts: &[&str]) -> Result<Plan> {
+        let mut raw = options.to_raw();
+        let joined = c_string(&cuts.join(","), "pipeline_cuts")?;
+        if !cuts.is_empty() {
+            raw.pipeline_cuts = joined.as_ptr();
+        }
+        // The plan copies the names: `joined` outlives the call.
         create!(Plan, |out| sys::cohort_plan_create(&raw, &mut out))
     }
 }
@@ -247,6 +283,23 @@ impl Trainer {
             &raw,
             &mut out
         ))
+    }
+
+    /// The pipeline stages the plan cut the model into, as text to print (one line per stage:
+    /// its nodes and estimated milliseconds); empty on ranks other than world rank 0 and without
+    /// pipeline stages. INVALID_STATE for a trainer not made by new_parallel.
+    pub fn pipeline_stages(&self) -> Result<String> {
+        let mut needed: usize = 0;
+        // SAFETY: live handle; a NULL buffer of size 0 only asks for the size (INVALID_ARGUMENT).
+        let _ = unsafe { sys::cohort_trainer_pipeline_stages(self.as_raw(), std::ptr::null_mut(), 0, &mut needed) };
+        let mut buf = vec![0u8; needed.max(1)];
+        // SAFETY: live handle; buf holds buf.len() bytes.
+        check(unsafe {
+            sys::cohort_trainer_pipeline_stages(self.as_raw(), buf.as_mut_ptr().cast(), buf.len(), std::ptr::null_mut())
+        })?;
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        buf.truncate(end);
+        Ok(String::from_utf8_lossy(&buf).into_owned())
     }
 
     /// INVALID_STATE for a trainer not made by new_parallel.

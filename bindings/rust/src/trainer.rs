@@ -64,6 +64,12 @@ pub struct TrainerStats {
     /// Parameters + gradients + optimizer state.
     pub parameter_bytes: i64,
     pub last_step_seconds: f64,
+    /// Micro-batches per step (the plan's micro_batches; 1 otherwise).
+    pub micro_batches: i32,
+    /// Pipeline stages, the last step: this rank's forward and backward work, in seconds ...
+    pub pipeline_busy_seconds: f64,
+    /// ... and the rest of the step, waiting for the other stages, as a fraction of it.
+    pub pipeline_bubble_fraction: f64,
 }
 
 handle!(
@@ -161,6 +167,9 @@ impl Trainer {
             peak_activation_bytes: raw.peak_activation_bytes,
             parameter_bytes: raw.parameter_bytes,
             last_step_seconds: raw.last_step_seconds,
+            micro_batches: raw.micro_batches,
+            pipeline_busy_seconds: raw.pipeline_busy_seconds,
+            pipeline_bubble_fraction: raw.pipeline_bubble_fraction,
         })
     }
 

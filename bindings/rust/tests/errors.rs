@@ -195,6 +195,46 @@ fn invalid_plans() {
     assert!(!PlanOptions::default().activation_checkpointing);
     Plan::new(&PlanOptions { activation_checkpointing: true, ..PlanOptions::default() })
         .expect("a plan with activation checkpointing (the model is checked when the trainer is made)");
+    // Pipeline parallelism: 0 keeps the defaults; each bad value named.
+    let d = PlanOptions::default();
+    assert_eq!((d.pipeline_stages, d.pipeline_chunks, d.micro_batches, d.pipeline_schedule), (1, 1, 1, 1));
+    Plan::new(&PlanOptions { pipeline_stages: 0, pipeline_chunks: 0, micro_batches: 0, ..d })
+        .expect("0 means the defaults");
+    expect_error(
+        Plan::new(&PlanOptions { pipeline_stages: -1, ..d }),
+        Status::InvalidPlan,
+        &["plan: pipeline_stages = -1 must be in [1, 65536]"],
+    );
+    expect_error(
+        Plan::new(&PlanOptions { micro_batches: -2, ..d }),
+        Status::InvalidPlan,
+        &["plan: micro_batches = -2 must be >= 1"],
+    );
+    expect_error(
+        Plan::new(&PlanOptions { pipeline_stages: 2, pipeline_schedule: 5, ..d }),
+        Status::InvalidPlan,
+        &["plan: unknown pipeline_schedule 5"],
+    );
+    expect_error(
+        Plan::new(&PlanOptions { pipeline_stages: 2, pipeline_chunks: 2, ..d }),
+        Status::InvalidPlan,
+        &["plan: pipeline_chunks = 2 needs the interleaved schedule"],
+    );
+    Plan::new(&PlanOptions { pipeline_stages: 2, pipeline_chunks: 2, micro_batches: 4, pipeline_schedule: 2, ..d })
+        .expect("the interleaved schedule over 2 chunks per rank");
+    let two = PlanOptions { pipeline_stages: 2, ..d };
+    expect_error(
+        Plan::with_pipeline_cuts(&two, &["fc1", "fc2"]),
+        Status::InvalidPlan,
+        &["plan: pipeline_cuts names 2 node(s); 2 stages need 1"],
+    );
+    expect_error(
+        Plan::with_pipeline_cuts(&two, &["fc2", ""]),
+        Status::InvalidPlan,
+        &["plan: pipeline_cuts 'fc2,' has an empty name"],
+    );
+    Plan::with_pipeline_cuts(&two, &["fc2"]).expect("one cut for two stages (the names are checked by the trainer)");
+    Plan::with_pipeline_cuts(&two, &[]).expect("no names: balanced");
     expect_error(
         Plan::new(&PlanOptions { outer_bits: 6, ..co2 }),
         Status::InvalidPlan,
@@ -344,6 +384,22 @@ fn devices_and_why_they_cannot_be_used() {
         );
         assert!(e.message().to_lowercase().contains("cuda"), "{}", e);
     }
+
+    // Micro-batches on one rank (gradient accumulation) train and are reported; a count that
+    // does not divide the batch is refused naming it.
+    let micro = Plan::new(&PlanOptions { micro_batches: 2, pipeline_schedule: 0, ..PlanOptions::default() }).unwrap();
+    let mut t = Trainer::new_parallel(&graph, &optimizer, &micro, &comm, &on_cpu).unwrap();
+    assert!(t.step(&inputs).unwrap().is_finite());
+    let stats = t.stats().unwrap();
+    assert_eq!((stats.step, stats.micro_batches), (1, 2));
+    assert!((0.0..0.5).contains(&stats.pipeline_bubble_fraction), "{:?}", stats); // one stage: bookkeeping only
+    assert_eq!(t.pipeline_stages().unwrap(), ""); // no pipeline stages
+    let three = Plan::new(&PlanOptions { micro_batches: 3, ..PlanOptions::default() }).unwrap();
+    expect_error(
+        Trainer::new_parallel(&graph, &optimizer, &three, &comm, &on_cpu),
+        Status::InvalidPlan,
+        &["plan: micro_batches = 3 does not divide the batch 8"],
+    );
 
     // A value that is no device: only through the raw layer, which the library checks.
     let mut usable = 0i32;

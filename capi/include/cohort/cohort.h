@@ -403,6 +403,15 @@ typedef struct cohort_trainer_stats {
   int64_t parameter_value_bytes; /* the parameters alone */
   int64_t gradient_bytes;        /* their gradients */
   int64_t optimizer_state_bytes; /* moments, fp32 master copies */
+  /* Added after optimizer_state_bytes; written only when size covers them. Micro-batches per
+   * step (cohort_plan_options.micro_batches; 1 otherwise), and of the last step under pipeline
+   * stages: the seconds this rank spent running its stages' forward and backward work, and the
+   * rest of the schedule's time — waiting for the neighbouring stages, the pipeline's bubble — as
+   * a fraction of it (with one stage and several micro-batches only the schedule's own overhead;
+   * 0 with neither). A library older than these fields leaves them untouched. */
+  int32_t micro_batches;
+  double pipeline_busy_seconds;
+  double pipeline_bubble_fraction;
 } cohort_trainer_stats;
 COHORT_API cohort_status cohort_trainer_get_stats(const cohort_trainer* trainer, cohort_trainer_stats* stats_out);
 
@@ -719,6 +728,16 @@ typedef enum {
   COHORT_SEQUENCE_PARALLEL_ALL_TO_ALL = 2
 } cohort_sequence_parallel;
 
+/* cohort_plan_options.pipeline_schedule: the order in which each pipeline stage runs the
+ * forward and backward passes of its micro-batches. */
+typedef enum {
+  COHORT_PIPELINE_GPIPE = 0,      /* every forward, then every backward (GPipe's) */
+  COHORT_PIPELINE_1F1B = 1,       /* one forward, one backward (PipeDream-flush's): fewer
+                                     micro-batches' activations held at once */
+  COHORT_PIPELINE_INTERLEAVED = 2 /* 1F1B over pipeline_chunks stages per rank (Megatron-LM's
+                                     interleaved schedule): a smaller bubble */
+} cohort_pipeline_schedule;
+
 typedef struct cohort_plan_options {
   size_t size;                /* sizeof(cohort_plan_options) */
   cohort_plan_preset preset;  /* not NONE: sets mode and every outer_* / penalty / clip field */
@@ -808,10 +827,53 @@ typedef struct cohort_plan_options {
    * INVALID_PLAN when tensor_y is 1, and for another value. Default 0 (none). Values:
    * cohort_sequence_parallel. */
   int32_t sequence_parallel;
+  /* Added after sequence_parallel, with pipeline parallelism (read only when size covers them).
+   * A library older than these fields — one whose cohort_plan_options_default() sets a smaller
+   * size, and whose cohort_abi_version() is still 200 — trains without them, silently: such a
+   * library leaves cohort_trainer_stats.micro_batches as the caller set it (0 after zeroing), so a
+   * caller that must not run without them checks that on a new trainer.
+   * pipeline_stages: the model cut into this many stages along its OP-DAG, one per rank of the
+   * "pipe" axis; ranks are laid out row-major over (data, pipe, x, y, z), z fastest, so one model
+   * replica is pipeline_stages x tensor_x x tensor_y x tensor_z consecutive ranks, which all take
+   * the same rows of the batch (the Z ranks consecutive slices of them, as without a pipeline),
+   * and data_parallel (0 = the rest) times that must equal the communicator's size. Each rank
+   * builds and holds only its stages' part of the graph; activations and their gradients travel
+   * between neighbouring stages. 0 or 1: no pipeline. INVALID_PLAN naming pipeline_stages when
+   * < 0 or above 65536 (at cohort_plan_create) or when it does not divide the communicator (at
+   * cohort_trainer_create_parallel). Composes with the tensor grid and every data-parallel
+   * mode; UNSUPPORTED with ZeRO stage 3 (as are micro_batches > 1). */
+  int32_t pipeline_stages;
+  /* Stages per rank (virtual stages): the model is cut into pipeline_stages * pipeline_chunks
+   * stages, rank p holding stages p, p + pipeline_stages, ... 0 or 1: one. INVALID_PLAN naming
+   * pipeline_chunks when < 0 or above 1024, or when > 1 under a schedule other than
+   * COHORT_PIPELINE_INTERLEAVED. */
+  int32_t pipeline_chunks;
+  /* The batch each rank is fed (dimension 0 of the inputs to cohort_trainer_step) is cut into
+   * this many micro-batches, whose gradients are summed and divided by their number — one step
+   * on the whole batch, within fp32 rounding; the pipeline's unit of work (with one stage:
+   * gradient accumulation). 0 or 1: one. INVALID_PLAN naming micro_batches when < 0 (at
+   * cohort_plan_create), when it does not divide the graph's batch (at
+   * cohort_trainer_create_parallel), and under COHORT_PIPELINE_INTERLEAVED when it is not a
+   * multiple of pipeline_stages. */
+  int32_t micro_batches;
+  /* A cohort_pipeline_schedule; default COHORT_PIPELINE_1F1B. INVALID_PLAN naming
+   * pipeline_schedule for another value. */
+  int32_t pipeline_schedule;
+  /* The first node of stages 1 .. pipeline_stages * pipeline_chunks - 1, by name, separated by
+   * commas ("h.1.ln_1,h.2.ln_1"); copied at cohort_plan_create. NULL or "": the cuts are chosen
+   * where the graph is narrowest, balancing the stages' estimated compute time (world rank 0
+   * chooses them). INVALID_PLAN naming pipeline_cuts when the number of names is not that (at
+   * cohort_plan_create, or when a name is empty), or when a name is no node of the graph, not a
+   * node where a stage can begin (between two nodes where the fewest values cross: between a
+   * gpt's blocks, between an mlp's layers), out of order, or leaves a stage without a parameter
+   * (at cohort_trainer_create_parallel). */
+  const char* pipeline_cuts;
 } cohort_plan_options;
 /* preset NONE, data_parallel 0, mode DDP, tau 1, outer lr 1, momentum 0, no Nesterov, no
  * penalty (constant 1), no clip, ZeRO stage 0, bucket_bytes 25 MiB, tensor_x = tensor_y =
- * tensor_z = 1 (no tensor parallelism), overlap on, overlap_steps 0 (= 1), outer_bits 0 (= 32). */
+ * tensor_z = 1 (no tensor parallelism), overlap on, overlap_steps 0 (= 1), outer_bits 0 (= 32),
+ * pipeline_stages = pipeline_chunks = micro_batches = 1 (no pipeline), pipeline_schedule
+ * COHORT_PIPELINE_1F1B, pipeline_cuts NULL (balanced). */
 COHORT_API cohort_plan_options cohort_plan_options_default(void);
 
 typedef struct cohort_plan cohort_plan;
@@ -819,7 +881,8 @@ typedef struct cohort_plan cohort_plan;
  * size too small, unknown preset); INVALID_PLAN naming the field (unknown mode or ZeRO stage,
  * tau < 1, negative lr, momentum, constant or threshold, momentum >= 1, bucket_bytes <= 0,
  * co2's overlap_steps outside [-1, tau], outer_bits not 0, 32, 8 or 4, or 8 / 4 outside co2,
- * a tensor degree < 1); UNSUPPORTED for ZeRO stage 3 with a tensor degree > 1;
+ * a tensor degree < 1, a bad pipeline field: above); UNSUPPORTED for ZeRO stage 3 with a tensor
+ * degree > 1, pipeline stages or micro-batches;
  * UNSUPPORTED for ZeRO stages 2-3 outside the DDP mode. plan_out is written only
  * on OK. Thread-safe. */
 COHORT_API cohort_status cohort_plan_create(const cohort_plan_options* options, cohort_plan** plan_out);
@@ -856,6 +919,15 @@ COHORT_API cohort_status cohort_trainer_create_parallel(const cohort_graph* grap
                                                         const cohort_plan* plan, cohort_comm* comm,
                                                         const cohort_trainer_options* options,
                                                         cohort_trainer** trainer_out);
+
+/* The pipeline stages the trainer's plan cut the graph into (cohort_plan_options.pipeline_stages
+ * > 1), as text to print — one line per stage: its nodes, the first and last by name, and their
+ * estimated milliseconds (stage s runs on pipe rank s % pipeline_stages) — into buf (capacity buf_size, NUL-terminated); "" on every rank but world rank 0, which chose
+ * them, and without pipeline stages. *needed_out (may be NULL) receives the size needed including
+ * the NUL; INVALID_ARGUMENT if buf is too small (nothing written then); INVALID_STATE when the
+ * trainer was not made by cohort_trainer_create_parallel. */
+COHORT_API cohort_status cohort_trainer_pipeline_stages(const cohort_trainer* trainer, char* buf, size_t buf_size,
+                                                        size_t* needed_out);
 
 /* Cumulative since creation; seconds measured on the training thread. */
 typedef struct cohort_parallel_stats {

@@ -70,7 +70,7 @@ public final class Plan extends Handle {
   private static long createFrom(PlanOptions options) {
     cohort_plan_options o = options.toNative();
     try {
-      return create(out -> CohortC.cohort_plan_create(o, out));
+      return create(out -> CohortC.cohortj_plan_create(o, options.pipelineCuts(), out));
     } finally {
       o.delete();
     }

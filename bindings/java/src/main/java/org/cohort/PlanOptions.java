@@ -4,7 +4,8 @@ package org.cohort;
  * How a model is spread over the ranks of a communicator ({@code cohort_plan_options}).
  * Starts at C's defaults: preset NONE, the whole communicator data-parallel, mode DDP, tau 1,
  * outer lr 1, no momentum, no Nesterov, no staleness penalty (constant 1), no clip, ZeRO stage 0,
- * 25 MiB buckets, no tensor parallelism (grid 1 x 1 x 1). A preset other than NONE sets the mode
+ * 25 MiB buckets, no tensor parallelism (grid 1 x 1 x 1), no pipeline (1 stage, 1 chunk, 1
+ * micro-batch, schedule 1F1B, cuts chosen by the estimator). A preset other than NONE sets the mode
  * and every outer setting itself.
  */
 public final class PlanOptions {
@@ -29,6 +30,11 @@ public final class PlanOptions {
   private boolean tensorOverlapOff;
   private boolean activationCheckpointing;
   private int sequenceParallel;
+  private int pipelineStages;
+  private int pipelineChunks;
+  private int microBatches;
+  private int pipelineSchedule;
+  private String pipelineCuts;
 
   public PlanOptions() {
     cohort_plan_options d = CohortC.cohort_plan_options_default();
@@ -54,6 +60,11 @@ public final class PlanOptions {
       tensorOverlapOff = d.getTensor_overlap_off() != 0;
       activationCheckpointing = d.getActivation_checkpointing() != 0;
       sequenceParallel = d.getSequence_parallel();
+      pipelineStages = d.getPipeline_stages();
+      pipelineChunks = d.getPipeline_chunks();
+      microBatches = d.getMicro_batches();
+      pipelineSchedule = d.getPipeline_schedule();
+      pipelineCuts = null;
     } finally {
       d.delete();
     }
@@ -232,6 +243,71 @@ public final class PlanOptions {
     return sequenceParallel;
   }
 
+  /**
+   * Pipeline parallelism: the model cut into {@code stages} stages over consecutive ranks (ranks
+   * laid out row-major over data, pipe, x, y, z), each holding only its part; 0 or 1 = none.
+   * INVALID_PLAN naming pipeline_stages when negative or when it does not divide the communicator
+   * (with the tensor grid).
+   */
+  public PlanOptions pipelineStages(int stages) {
+    pipelineStages = stages;
+    return this;
+  }
+
+  public int pipelineStages() {
+    return pipelineStages;
+  }
+
+  /** Stages per rank (virtual stages), only under the interleaved schedule; 0 or 1 = one. */
+  public PlanOptions pipelineChunks(int chunks) {
+    pipelineChunks = chunks;
+    return this;
+  }
+
+  public int pipelineChunks() {
+    return pipelineChunks;
+  }
+
+  /**
+   * Each rank's batch cut into this many micro-batches (gradients summed: one step on the whole
+   * batch); 0 or 1 = one. INVALID_PLAN naming micro_batches when it does not divide the batch.
+   */
+  public PlanOptions microBatches(int count) {
+    microBatches = count;
+    return this;
+  }
+
+  public int microBatches() {
+    return microBatches;
+  }
+
+  /**
+   * {@code cohort_pipeline_schedule}: 0 GPipe, 1 1F1B (the default), 2 interleaved 1F1B. Another
+   * value is INVALID_PLAN naming pipeline_schedule.
+   */
+  public PlanOptions pipelineSchedule(int schedule) {
+    pipelineSchedule = schedule;
+    return this;
+  }
+
+  public int pipelineSchedule() {
+    return pipelineSchedule;
+  }
+
+  /**
+   * The first node of stages 1.. by name, separated by commas ("h.1.ln_1"); null or "" = chosen
+   * where the graph is narrowest, balancing the estimated time. A name that is no node, or where
+   * no stage can begin, is INVALID_PLAN naming pipeline_cuts when the trainer is made.
+   */
+  public PlanOptions pipelineCuts(String cuts) {
+    pipelineCuts = cuts;
+    return this;
+  }
+
+  public String pipelineCuts() {
+    return pipelineCuts;
+  }
+
   public Plan.Preset preset() {
     return preset;
   }
@@ -303,6 +379,10 @@ public final class PlanOptions {
     o.setTensor_overlap_off(tensorOverlapOff ? 1 : 0);
     o.setActivation_checkpointing(activationCheckpointing ? 1 : 0);
     o.setSequence_parallel(sequenceParallel);
+    o.setPipeline_stages(pipelineStages);
+    o.setPipeline_chunks(pipelineChunks);
+    o.setMicro_batches(microBatches);
+    o.setPipeline_schedule(pipelineSchedule);
     return o;
   }
 }

@@ -1,5 +1,7 @@
 package org.cohort;
 
+import java.nio.charset.StandardCharsets;
+
 /**
  * Runs training steps and evaluations of one model ({@code cohort_trainer}). Made from a graph
  * with a loss and an optimizer (both copied), or with {@link #createParallel} data-parallel over
@@ -106,10 +108,28 @@ public final class Trainer extends Handle {
     try {
       CohortException.check(CohortC.cohort_trainer_get_stats(ptr(), s));
       return new TrainerStats(s.getStep(), s.getLearning_rate(), s.getGrad_norm(),
-          s.getPeak_activation_bytes(), s.getParameter_bytes(), s.getLast_step_seconds());
+          s.getPeak_activation_bytes(), s.getParameter_bytes(), s.getLast_step_seconds(),
+          s.getMicro_batches(), s.getPipeline_busy_seconds(), s.getPipeline_bubble_fraction());
     } finally {
       s.delete();
     }
+  }
+
+  /**
+   * The pipeline stages the plan cut the model into, as text to print (one line per stage: its
+   * nodes and estimated milliseconds); "" on ranks other than world rank 0 and without pipeline
+   * stages. INVALID_STATE for a trainer not made by {@link #createParallel}.
+   */
+  public String pipelineStages() {
+    long[] needed = new long[1];
+    byte[] buf = new byte[1024];
+    int status = CohortC.cohort_trainer_pipeline_stages(ptr(), buf, needed);
+    if (status != cohort_status.COHORT_OK && needed[0] > buf.length) {
+      buf = new byte[(int) needed[0]];
+      status = CohortC.cohort_trainer_pipeline_stages(ptr(), buf, needed);
+    }
+    CohortException.check(status);
+    return new String(buf, 0, (int) needed[0] - 1, StandardCharsets.UTF_8);
   }
 
   /** INVALID_STATE for a trainer not made by {@link #createParallel}. */

@@ -132,6 +132,47 @@ class ErrorsTest {
     new Plan(new PlanOptions().tensor(1, 2, 1).tensorOverlapOff(true)).close();
     assertEquals(false, new PlanOptions().activationCheckpointing());
     new Plan(new PlanOptions().activationCheckpointing(true)).close();
+    // Pipeline parallelism: the defaults, 0 keeping them, and each bad value named.
+    assertEquals(1, new PlanOptions().pipelineStages());
+    assertEquals(1, new PlanOptions().microBatches());
+    assertEquals(1, new PlanOptions().pipelineSchedule()); // COHORT_PIPELINE_1F1B
+    new Plan(new PlanOptions().pipelineStages(0).pipelineChunks(0).microBatches(0)).close();
+    TestSupport.expectError(Status.INVALID_PLAN, () -> new Plan(new PlanOptions().pipelineStages(-1)).close(),
+        "cohort_plan_create", "plan: pipeline_stages = -1 must be in [1, 65536]");
+    TestSupport.expectError(Status.INVALID_PLAN, () -> new Plan(new PlanOptions().microBatches(-2)).close(),
+        "cohort_plan_create", "plan: micro_batches = -2 must be >= 1");
+    TestSupport.expectError(Status.INVALID_PLAN,
+        () -> new Plan(new PlanOptions().pipelineStages(2).pipelineSchedule(5)).close(), "cohort_plan_create",
+        "plan: unknown pipeline_schedule 5");
+    TestSupport.expectError(Status.INVALID_PLAN,
+        () -> new Plan(new PlanOptions().pipelineStages(2).pipelineChunks(2)).close(), "cohort_plan_create",
+        "plan: pipeline_chunks = 2 needs the interleaved schedule");
+    new Plan(new PlanOptions().pipelineStages(2).pipelineChunks(2).microBatches(4).pipelineSchedule(2)).close();
+    TestSupport.expectError(Status.INVALID_PLAN,
+        () -> new Plan(new PlanOptions().pipelineStages(2).pipelineCuts("a,b")).close(), "cohort_plan_create",
+        "plan: pipeline_cuts names 2 node(s); 2 stages need 1");
+    new Plan(new PlanOptions().pipelineStages(2).pipelineCuts("logits")).close(); // names checked by the trainer
+  }
+
+  @Test
+  void microBatchesTrainAndReportStats() {
+    try (Comm comm = Comm.fromEnv(); Graph g = TestSupport.tinyClassifier(BATCH);
+         Optimizer sgd = new Optimizer(OptimizerOptions.sgd(0.1))) {
+      try (Plan three = new Plan(new PlanOptions().microBatches(3))) {
+        TestSupport.expectError(Status.INVALID_PLAN, () -> Trainer.createParallel(g, sgd, three, comm, new TrainerOptions()).close(),
+            "cohort_trainer_create_parallel", "plan: micro_batches = 3 does not divide the batch 8");
+      }
+      try (Plan plan = new Plan(new PlanOptions().microBatches(2).pipelineSchedule(0));
+           Trainer t = Trainer.createParallel(g, sgd, plan, comm, new TrainerOptions())) {
+        assertTrue(Float.isFinite(t.step(batch())));
+        TrainerStats s = t.stats();
+        assertEquals(1, s.step());
+        assertEquals(2, s.microBatches());
+        // One stage: nothing to wait for but the schedule's bookkeeping.
+        assertTrue(s.pipelineBubbleFraction() >= 0.0 && s.pipelineBubbleFraction() < 0.5);
+        assertEquals("", t.pipelineStages()); // no pipeline stages
+      }
+    }
   }
 
   @Test
