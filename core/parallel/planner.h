@@ -52,10 +52,26 @@ struct CommTable {
   std::vector<CommCost> entries;
   std::string source;  // "measured in 1.8 s over 4 ranks", "cluster description", ...
   // The time of `op` on `bytes` over `ranks` ranks: the entry of that op and group size (and
-  // placement), else the nearest measured group size scaled by the ring's (ranks - 1) / ranks
-  // volume. kNotFound naming the op when the table has none of it.
+  // placement), else the nearest measured group size (an entry of the other placement only when
+  // none of this one exists), its bytes term scaled by the ring's volume at `ranks` over that at
+  // the entry's: (ranks - 1) / ranks for all_reduce, reduce_scatter and all_to_all, ranks - 1 for
+  // all_gather (bytes is each rank's block), 1 for point-to-point and broadcast; the latency as
+  // measured. 0 for a collective over one rank or of no bytes. kNotFound naming the op when the
+  // table has none of it.
   double seconds(CommOp op, int ranks, double bytes, bool across_nodes = false) const;
 };
+
+// A table for a described cluster (no probe): every operation at every placement, from the
+// bandwidth of one rank's link within a node and across nodes and a latency per operation.
+// Entries are at 2 ranks with bytes_per_second set so that CommTable::seconds gives the ring's
+// time at any group size: all_reduce moves 2 (n - 1) / n of the bytes over each rank's link,
+// all_gather and reduce_scatter (n - 1) / n (of the whole gathered size), broadcast and
+// point-to-point the bytes once, all_to_all (n - 1) / n.
+struct LinkSpec {
+  double bytes_per_second = 0;  // one rank's link (for across: its share of the node's NICs)
+  double latency_seconds = 0;   // per operation
+};
+CommTable ring_comm_table(const LinkSpec& within_node, const LinkSpec& across_nodes, const std::string& source);
 
 // A cluster to plan for: the world, how many ranks share a node (tensor and pipeline groups are
 // placed within nodes first), the device memory per rank, and the rates of its devices
