@@ -97,6 +97,11 @@ struct PlanPrediction {
   std::string describe() const;       // "data 2 x pipe 2 (1f1b, 4 micro) x grid 1x1x1, zero 0"
 };
 
+// The batch: `model` is at the global batch B (dim 0 of its first input). A layout with data
+// degree D, tensor_z Z and M micro-batches runs micro-batches of B / (D Z M) rows on each rank
+// (Z's ranks train on different rows, tensor_parallel.h), so make_parallel_trainer, which takes
+// the model at one rank's batch, is to be given model.with_batch(B / (D Z)) for it.
+//
 // Every layout of `model` (a single-rank forward graph with a loss, at the global batch) that the
 // world allows and the model can take (degrees dividing widths, heads and cut points, micro-
 // batches dividing the batch), predicted and ranked fastest first; those that do not fit memory
