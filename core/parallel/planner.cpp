@@ -384,6 +384,8 @@ struct Planner {
   // Throws kInvalidPlan / kUnsupported as the trainer would for a plan the world or model refuses.
   void check(const PlanConfig& plan, int world) {
     validate_for_world(plan, world);
+    COHORT_CHECK(plan.sequence_parallel != SequenceParallel::kAllToAll, Status::kUnsupported,
+                 "planner: all-to-all sequence parallelism is not modelled yet (its all_to_all around attention)");
     const PipelineConfig& pp = plan.pipeline;
     COHORT_CHECK(pp.stages >= 1 && pp.chunks >= 1 && pp.micro_batches >= 1, Status::kInvalidPlan,
                  "plan: pipeline stages ", pp.stages, ", chunks ", pp.chunks, ", micro_batches ", pp.micro_batches,
