@@ -1,0 +1,731 @@
+// The planner (planner.h): a communication table, the model of one plan's step (compute, exposed
+// communication, bubble) and memory, and the enumeration of the layouts a world allows.
+//
+// Conventions of the model (each is a choice; README's planner rows measure how good they are):
+//
+//   - Batch. `model` is at the global batch B (dim 0 of its first input). Each data replica takes
+//     B / D rows, and the Z ranks of a tensor grid train on different rows of those (AxoNN's Z:
+//     tensor_parallel.h), so a rank runs micro-batches of B / (D Z M) rows: the graph priced is
+//     model.with_batch(B / (D Z M)).
+//   - Compute per node (forward + backward) from the workload estimator, or under a cluster's
+//     rates as a roofline: max(flops / F, bytes / B) (a GPU kernel is bound by one of the two). A
+//     node a tensor grid splits is divided by the degree that splits it: the two linear layers of a
+//     pair by X Y, the nodes between them (attention, gelu) by Y (X ranks repeat them after the
+//     all-reduce over X), the vocabulary-parallel head and its loss by Y, the rest by Y under
+//     Megatron's sequence parallelism and not at all otherwise.
+//   - Activation checkpointing adds one more forward of every block node: a third of its forward
+//     + backward time (a matmul's backward is two products to its forward's one).
+//   - Pipeline: the node times (with the tensor axes' exposed communication attributed to the
+//     pair it serves) cut by cut_pipeline_stages into P V stages; rank r runs stages r, r + P, ...
+//     The slowest rank's time per micro-batch t gives compute M t and bubble (P - 1) t / V, so
+//     that bubble / (compute + bubble) = (P - 1) / (V M + P - 1).
+//   - Optimizer: AdamW (two fp32 moments per element; core/optim/optimizer.h) and, for bf16
+//     parameters, an fp32 master copy; gradients in the parameters' dtype.
+#include "core/parallel/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "core/base/error.h"
+#include "core/graph/autodiff.h"
+#include "core/parallel/pipeline.h"
+#include "core/parallel/tensor_parallel.h"
+
+namespace cohort::parallel {
+
+const char* comm_op_name(CommOp op) {
+  switch (op) {
+    case CommOp::kPointToPoint: return "point_to_point";
+    case CommOp::kAllReduce: return "all_reduce";
+    case CommOp::kAllGather: return "all_gather";
+    case CommOp::kReduceScatter: return "reduce_scatter";
+    case CommOp::kBroadcast: return "broadcast";
+    case CommOp::kAllToAll: return "all_to_all";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// The bytes a ring moves over each rank's link for `bytes` (planner.h's convention: each rank's
+// input; all_gather: each rank's block), relative to `bytes`.
+double ring_volume(CommOp op, int ranks) {
+  const double n = std::max(ranks, 2);
+  switch (op) {
+    case CommOp::kAllReduce: return 2 * (n - 1) / n;
+    case CommOp::kReduceScatter:
+    case CommOp::kAllToAll: return (n - 1) / n;
+    case CommOp::kAllGather: return n - 1;
+    case CommOp::kPointToPoint:
+    case CommOp::kBroadcast: return 1;
+  }
+  return 1;
+}
+
+}  // namespace
+
+double CommTable::seconds(CommOp op, int ranks, double bytes, bool across_nodes) const {
+  const CommCost* best = nullptr;
+  double best_score = std::numeric_limits<double>::infinity();
+  for (const CommCost& e : entries) {
+    if (e.op != op) continue;
+    // The same placement first, then the nearest group size (by ratio).
+    const double score = (e.across_nodes != across_nodes ? 1e6 : 0) +
+                         std::fabs(std::log(static_cast<double>(std::max(e.ranks, 1)) / std::max(ranks, 1)));
+    if (score < best_score) best_score = score, best = &e;
+  }
+  COHORT_CHECK(best != nullptr, Status::kNotFound, "comm table (", source, "): no entry for ", comm_op_name(op));
+  if (op != CommOp::kPointToPoint && ranks <= 1) return 0;  // a group of one moves nothing
+  if (bytes <= 0) return 0;
+  COHORT_CHECK(best->bytes_per_second > 0, Status::kInvalidArgument, "comm table (", source, "): ",
+               comm_op_name(op), " over ", best->ranks, " ranks has bandwidth ", best->bytes_per_second);
+  const double scale = ring_volume(op, ranks) / ring_volume(op, best->ranks);
+  return best->latency_seconds + bytes * scale / best->bytes_per_second;
+}
+
+CommTable ring_comm_table(const LinkSpec& within_node, const LinkSpec& across_nodes, const std::string& source) {
+  COHORT_CHECK(within_node.bytes_per_second > 0 && across_nodes.bytes_per_second > 0, Status::kInvalidArgument,
+               "ring_comm_table: link bandwidths must be > 0, got ", within_node.bytes_per_second, " and ",
+               across_nodes.bytes_per_second);
+  CommTable t;
+  t.source = source;
+  for (bool across : {false, true}) {
+    const LinkSpec& link = across ? across_nodes : within_node;
+    for (CommOp op : {CommOp::kPointToPoint, CommOp::kAllReduce, CommOp::kAllGather, CommOp::kReduceScatter,
+                      CommOp::kBroadcast, CommOp::kAllToAll}) {
+      // seconds() scales an entry by ring_volume(op, n) / ring_volume(op, 2); an entry whose
+      // bandwidth is the link's divided by ring_volume(op, 2) gives bytes * volume(n) / link.
+      t.entries.push_back(
+          CommCost{op, 2, across, link.latency_seconds, link.bytes_per_second / ring_volume(op, 2)});
+    }
+  }
+  return t;
+}
+
+std::string PlanPrediction::describe() const {
+  const PipelineConfig& pp = plan.pipeline;
+  std::ostringstream s;
+  s << "data " << (plan.data_parallel) << " x pipe " << pp.stages << " (";
+  if (pp.stages > 1) {
+    s << schedule_name(pp.schedule);
+    if (pp.chunks > 1) s << " x" << pp.chunks;
+    s << ", ";
+  }
+  s << pp.micro_batches << " micro) x grid " << plan.tensor.x << "x" << plan.tensor.y << "x" << plan.tensor.z;
+  if (plan.sequence_parallel == SequenceParallel::kMegatron) s << " sp";
+  if (plan.sequence_parallel == SequenceParallel::kAllToAll) s << " sp-a2a";
+  s << ", zero " << plan.zero_stage;
+  if (plan.activation_checkpointing) s << ", ckpt";
+  if (plan.mode != SyncMode::kSync) s << ", " << mode_name(plan.mode) << " tau " << plan.tau;
+  return s.str();
+}
+
+std::string format_plan_table(const std::vector<PlanPrediction>& plans, size_t limit) {
+  const size_t n = limit == 0 ? plans.size() : std::min(limit, plans.size());
+  size_t width = 4;
+  for (size_t i = 0; i < n; ++i) width = std::max(width, plans[i].describe().size());
+  std::ostringstream s;
+  char line[512];
+  std::snprintf(line, sizeof line, "%4s  %-*s  %10s  %10s  %10s  %10s  %11s  %4s\n", "rank", static_cast<int>(width),
+                "plan", "step ms", "compute ms", "comm ms", "bubble ms", "memory MiB", "fits");
+  s << line;
+  for (size_t i = 0; i < n; ++i) {
+    const PlanPrediction& p = plans[i];
+    std::snprintf(line, sizeof line, "%4zu  %-*s  %10.2f  %10.2f  %10.2f  %10.2f  %11.0f  %4s\n", i + 1,
+                  static_cast<int>(width), p.describe().c_str(), p.step_seconds() * 1e3, p.compute_seconds * 1e3,
+                  p.exposed_comm_seconds * 1e3, p.bubble_seconds * 1e3, p.memory_bytes / (1024.0 * 1024.0),
+                  p.fits ? "yes" : "NO");
+    s << line;
+  }
+  return s.str();
+}
+
+namespace {
+
+// What a forward node is to a tensor grid.
+enum class Role { kOther, kColumn, kRow, kBetween, kHead };
+
+double bytes_of(const TensorType& t) {
+  return static_cast<double>(shape_numel(t.shape)) * static_cast<double>(dtype_size(t.dtype));
+}
+
+// The facts of the model that do not depend on the batch.
+struct ModelFacts {
+  int64_t batch = 0;
+  std::vector<Role> role;             // per forward node
+  std::vector<int> pair_of;           // per node: the pair a column / row / between node serves, else -1
+  std::vector<std::vector<NodeId>> blocks;
+  std::vector<int> block_of;          // per node, -1 outside every block
+  size_t cut_points = 0;
+  bool vocab_head = false;  // a linear / matmul head feeding cross_entropy: cut over Y
+  std::vector<LinearPair> pairs;
+  // Parameters: bytes (at their dtype), the tensor grid's divisor kind, and the nodes reading them.
+  struct Param {
+    double elements = 0;
+    double dtype_bytes = 4;
+    Role role = Role::kOther;  // kColumn / kRow: a pair's weight (cut over X, Y and Z); kHead: cut over Y
+    bool bias = false;
+    std::vector<size_t> readers;  // forward node indices
+  };
+  std::vector<Param> params;
+  std::vector<double> pair_weight_bytes;  // per pair: both weights' bytes (whole)
+};
+
+ModelFacts model_facts(const Graph& model) {
+  ModelFacts f;
+  const std::vector<ValueId> inputs = model.inputs();
+  COHORT_CHECK(!inputs.empty() && !model.value(inputs[0]).type.shape.empty(), Status::kInvalidPlan,
+               "planner: the model has no batched input");
+  COHORT_CHECK(model.loss() >= 0, Status::kInvalidPlan, "planner: the model has no loss");
+  f.batch = model.value(inputs[0]).type.shape[0];
+  const auto& nodes = model.nodes();
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    COHORT_CHECK(!nodes[i].backward, Status::kInvalidPlan, "planner: the model must be a forward graph, '",
+                 nodes[i].name, "' is a backward node");
+    index[nodes[i].name] = i;
+  }
+  f.role.assign(nodes.size(), Role::kOther);
+  f.pair_of.assign(nodes.size(), -1);
+  f.pairs = find_linear_pairs(model);
+  for (size_t p = 0; p < f.pairs.size(); ++p) {
+    const LinearPair& lp = f.pairs[p];
+    auto mark = [&](const std::string& name, Role r) {
+      auto it = index.find(name);
+      if (it == index.end()) return;
+      f.role[it->second] = r;
+      f.pair_of[it->second] = static_cast<int>(p);
+    };
+    for (const std::string& b : lp.between) mark(b, Role::kBetween);
+    mark(lp.column, Role::kColumn);
+    mark(lp.row, Role::kRow);
+  }
+  // The vocabulary-parallel head: the loss node and the linear / matmul producing its logits.
+  const ValueId loss = model.loss();
+  const NodeId loss_node = model.value(loss).producer;
+  if (loss_node >= 0) {
+    const Node& ln = model.node(loss_node);
+    const std::string& op = ln.op->name;
+    if (op == "cross_entropy") {
+      f.role[static_cast<size_t>(loss_node)] = Role::kHead;
+      const NodeId head = model.value(ln.inputs[0]).producer;
+      if (head >= 0) {
+        const std::string& hop = model.node(head).op->name;
+        if (hop == "linear" || hop == "matmul") {
+          f.role[static_cast<size_t>(head)] = Role::kHead;
+          f.vocab_head = true;
+        }
+      }
+    }
+  }
+  f.blocks = blocks_by_name(model);
+  f.block_of.assign(nodes.size(), -1);
+  for (size_t b = 0; b < f.blocks.size(); ++b)
+    for (NodeId n : f.blocks[b]) f.block_of[static_cast<size_t>(n)] = static_cast<int>(b);
+  f.cut_points = pipeline_cut_points(model).size();
+  // Parameters.
+  std::map<ValueId, size_t> param_index;
+  for (ValueId v : model.parameters()) {
+    const Value& val = model.value(v);
+    ModelFacts::Param p;
+    p.elements = static_cast<double>(shape_numel(val.type.shape));
+    p.dtype_bytes = static_cast<double>(dtype_size(val.type.dtype));
+    param_index[v] = f.params.size();
+    f.params.push_back(p);
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (size_t k = 0; k < nodes[i].inputs.size(); ++k) {
+      auto it = param_index.find(nodes[i].inputs[k]);
+      if (it == param_index.end()) continue;
+      ModelFacts::Param& p = f.params[it->second];
+      p.readers.push_back(i);
+      const Role r = f.role[i];
+      if ((r == Role::kColumn || r == Role::kRow) && p.role == Role::kOther) {
+        p.role = r;
+        p.bias = k >= 2;
+      }
+      if (r == Role::kHead) p.role = Role::kHead;
+    }
+  }
+  f.pair_weight_bytes.assign(f.pairs.size(), 0);
+  for (const auto& p : f.params)
+    if ((p.role == Role::kColumn || p.role == Role::kRow) && !p.bias && !p.readers.empty())
+      f.pair_weight_bytes[static_cast<size_t>(f.pair_of[p.readers.front()])] += p.elements * p.dtype_bytes;
+  return f;
+}
+
+// One micro-batch's graph, priced: per node seconds (forward + backward), kept activation bytes,
+// and the sizes the tensor axes' communication needs.
+struct Priced {
+  std::vector<double> seconds;       // per node
+  std::vector<double> kept_bytes;    // per node: its outputs backward reads (views excluded)
+  std::vector<double> block_input_bytes;  // per block: what activation checkpointing keeps
+  std::vector<double> pair_input_bytes;   // per pair: the column layer's input [B, T, C]
+  std::vector<double> pair_hidden_bytes;  // per pair: the column layer's output [B, T, hidden]
+  std::vector<double> cut_bytes;          // per node k: activation bytes crossing a cut before node k
+  double embedding_bytes = 0;             // the first block's input (the vocabulary lookup's sum over Y)
+  double rows = 0;                        // B T: positions of the loss (the head's 3 floats a row)
+};
+
+Priced price_graph(const Graph& g, const ModelFacts& f, const ClusterSpec& cluster, const WorkloadOptions& workload) {
+  Priced p;
+  const auto& nodes = g.nodes();
+  COHORT_CHECK(nodes.size() == f.role.size(), Status::kInternal, "planner: with_batch changed the node count");
+  if (cluster.flops_per_second > 0) {
+    const std::vector<NodeWork> work = count_node_work(g);
+    const double bw = cluster.bytes_per_second > 0 ? cluster.bytes_per_second : 1e12;
+    for (const NodeWork& w : work) p.seconds.push_back(std::max(w.flops / cluster.flops_per_second, w.bytes / bw));
+  } else {
+    p.seconds = estimate_node_seconds(g, workload);
+  }
+  p.kept_bytes.assign(nodes.size(), 0);
+  // The last forward reader of every value, to find what crosses each cut.
+  std::vector<size_t> last_reader(g.values().size(), 0);
+  std::vector<bool> read(g.values().size(), false);
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (ValueId v : nodes[i].inputs) {
+      last_reader[static_cast<size_t>(v)] = i;
+      read[static_cast<size_t>(v)] = true;
+    }
+  std::vector<double> delta(nodes.size() + 1, 0);  // + at producer + 1, - after the last reader
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    for (ValueId v : n.outputs) {
+      const double b = bytes_of(g.value(v).type);
+      if (!n.op->alias_input0 && read[static_cast<size_t>(v)]) p.kept_bytes[i] += b;
+      if (read[static_cast<size_t>(v)] && last_reader[static_cast<size_t>(v)] > i) {
+        delta[i + 1] += b;
+        delta[last_reader[static_cast<size_t>(v)] + 1] -= b;
+      }
+    }
+  }
+  p.cut_bytes.assign(nodes.size(), 0);
+  double running = 0;
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    running += delta[k];
+    p.cut_bytes[k] = running;
+  }
+  // Block inputs: the activations a block reads from outside it.
+  for (const auto& block : f.blocks) {
+    std::set<NodeId> in_block(block.begin(), block.end());
+    std::set<ValueId> seen;
+    double b = 0;
+    for (NodeId id : block)
+      for (ValueId v : g.node(id).inputs) {
+        const Value& val = g.value(v);
+        if (val.kind != ValueKind::kActivation || in_block.count(val.producer) || !seen.insert(v).second) continue;
+        b += bytes_of(val.type);
+      }
+    p.block_input_bytes.push_back(b);
+  }
+  p.pair_input_bytes.assign(f.pairs.size(), 0);
+  p.pair_hidden_bytes.assign(f.pairs.size(), 0);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (f.role[i] != Role::kColumn) continue;
+    const int pr = f.pair_of[i];
+    p.pair_input_bytes[static_cast<size_t>(pr)] = bytes_of(g.value(nodes[i].inputs[0]).type);
+    p.pair_hidden_bytes[static_cast<size_t>(pr)] = bytes_of(g.value(nodes[i].outputs[0]).type);
+  }
+  if (!f.blocks.empty()) p.embedding_bytes = p.block_input_bytes.front();
+  const Shape& in0 = g.value(g.inputs()[0]).type.shape;
+  p.rows = static_cast<double>(in0[0]) * (in0.size() > 1 ? static_cast<double>(in0[1]) : 1.0);
+  return p;
+}
+
+// Ranks on an axis of `size` ranks whose neighbours are `stride` apart: do they span nodes?
+bool spans_nodes(int size, int stride, int ranks_per_node) {
+  return size > 1 && static_cast<int64_t>(size) * stride > std::max(ranks_per_node, 1);
+}
+
+struct Planner {
+  const Graph& model;
+  const ClusterSpec& cluster;
+  const WorkloadOptions& workload;
+  ModelFacts facts;
+  std::map<int64_t, std::shared_ptr<Priced>> by_rows;
+  std::map<std::tuple<int, int, int, int>, bool> grid_ok;
+
+  Planner(const Graph& m, const ClusterSpec& c, const WorkloadOptions& w)
+      : model(m), cluster(c), workload(w), facts(model_facts(m)) {}
+
+  const Priced& priced(int64_t rows) {
+    auto& slot = by_rows[rows];
+    if (!slot) {
+      const Graph g = rows == facts.batch ? model : model.with_batch(rows);
+      slot = std::make_shared<Priced>(price_graph(g, facts, cluster, workload));
+    }
+    return *slot;
+  }
+
+  // Whether the tensor rewrite takes `grid` (cached; the real builder decides).
+  bool grid_takes(const TensorGrid& grid, SequenceParallel sp) {
+    if (grid.degree() == 1 && sp == SequenceParallel::kNone) return true;
+    const auto key = std::make_tuple(grid.x, grid.y, grid.z, static_cast<int>(sp));
+    auto it = grid_ok.find(key);
+    if (it != grid_ok.end()) return it->second;
+    bool ok = true;
+    try {
+      (void)shard_for_tensor_parallel(model, grid, TensorPosition{}, sp);
+    } catch (const Error& e) {
+      if (e.status() != Status::kInvalidPlan && e.status() != Status::kUnsupported) throw;
+      ok = false;
+    }
+    grid_ok[key] = ok;
+    return ok;
+  }
+
+  // Throws kInvalidPlan / kUnsupported as the trainer would for a plan the world or model refuses.
+  void check(const PlanConfig& plan, int world) {
+    validate_for_world(plan, world);
+    COHORT_CHECK(plan.sequence_parallel != SequenceParallel::kAllToAll, Status::kUnsupported,
+                 "planner: all-to-all sequence parallelism is not modelled yet (its all_to_all around attention)");
+    const PipelineConfig& pp = plan.pipeline;
+    COHORT_CHECK(pp.stages >= 1 && pp.chunks >= 1 && pp.micro_batches >= 1, Status::kInvalidPlan,
+                 "plan: pipeline stages ", pp.stages, ", chunks ", pp.chunks, ", micro_batches ", pp.micro_batches,
+                 " must be >= 1");
+    const int data = world / plan.model_degree();
+    const int64_t share = static_cast<int64_t>(data) * plan.tensor.z * pp.micro_batches;
+    COHORT_CHECK(facts.batch % share == 0, Status::kInvalidPlan, "plan: data ", data, " x tensor_z ", plan.tensor.z,
+                 " x micro_batches ", pp.micro_batches, " = ", share, " does not divide the batch ", facts.batch);
+    COHORT_CHECK(facts.cut_points + 1 >= static_cast<size_t>(pp.stages * pp.chunks), Status::kInvalidPlan,
+                 "plan: pipeline_stages x pipeline_chunks = ", pp.stages * pp.chunks, " stages, but the model has ",
+                 facts.cut_points, " cut point(s)");
+    if (pp.stages > 1) (void)pipeline_schedule(pp.schedule, pp.stages, pp.chunks, pp.micro_batches, 0);
+    COHORT_CHECK(!plan.activation_checkpointing || !facts.blocks.empty(), Status::kInvalidPlan,
+                 "plan: activation checkpointing, but the model has no blocks ('h.<l>.' nodes)");
+    if (plan.tensor.degree() > 1 || plan.sequence_parallel != SequenceParallel::kNone) {
+      const bool ok = grid_takes(plan.tensor, plan.sequence_parallel);
+      if (!ok)  // throw the builder's own message
+        (void)shard_for_tensor_parallel(model, plan.tensor, TensorPosition{}, plan.sequence_parallel);
+    }
+  }
+
+  PlanPrediction predict(const PlanConfig& given, int world);
+};
+
+PlanPrediction Planner::predict(const PlanConfig& given, int world) {
+  check(given, world);
+  PlanPrediction out;
+  out.plan = given;
+  const PlanConfig& plan = out.plan;
+  const PipelineConfig& pp = plan.pipeline;
+  const int P = pp.stages, V = pp.chunks, M = pp.micro_batches;
+  const int X = plan.tensor.x, Y = plan.tensor.y, Z = plan.tensor.z, T = X * Y * Z;
+  const int D = world / plan.model_degree();
+  out.plan.data_parallel = D;
+  const bool sp = plan.sequence_parallel == SequenceParallel::kMegatron;
+  const int rpn = std::max(cluster.ranks_per_node, 1);
+  const CommTable& comm = cluster.comm;
+  // Placement (row-major over data, pipe, x, y, z; z fastest).
+  const bool z_across = spans_nodes(Z, 1, rpn), y_across = spans_nodes(Y, Z, rpn), x_across = spans_nodes(X, Y * Z, rpn);
+  const bool pipe_across = spans_nodes(P, T, rpn), data_across = spans_nodes(D, P * T, rpn);
+
+  const int64_t rows = facts.batch / (static_cast<int64_t>(D) * Z * M);
+  const Priced& g = priced(rows);
+  const size_t n_nodes = facts.role.size();
+
+  // Per node: compute seconds on this rank, and the tensor axes' exposed communication it causes.
+  std::vector<double> compute(n_nodes, 0), tcomm(n_nodes, 0), act(n_nodes, 0);
+  for (size_t i = 0; i < n_nodes; ++i) {
+    double div = 1, adiv = 1;
+    switch (facts.role[i]) {
+      case Role::kColumn: div = X * Y, adiv = Y; break;
+      case Role::kRow: div = X * Y, adiv = sp ? Y : 1; break;
+      case Role::kBetween: div = Y, adiv = Y; break;
+      case Role::kHead: div = Y, adiv = Y; break;
+      case Role::kOther: div = sp ? Y : 1, adiv = sp ? Y : 1; break;
+    }
+    compute[i] = g.seconds[i] / div;
+    if (plan.activation_checkpointing && facts.block_of[i] >= 0) compute[i] += compute[i] / 3;
+    act[i] = g.kept_bytes[i] / adiv;
+  }
+  // The tensor axes' communication per micro-batch (forward and backward), at the pair's column
+  // node. Megatron's collectives and AxoNN's X / Y ones sit on the critical path of the layer they
+  // serve: counted as exposed. Z's weight gathers are prefetched (FSDP-style) and hidden behind
+  // the pair's own compute, exposed only beyond it.
+  double z_other_grad_bytes = 0;  // parameters outside the pairs: gradients summed over Z
+  std::vector<double> pair_compute(facts.pairs.size(), 0);
+  for (size_t i = 0; i < n_nodes; ++i)
+    if (facts.pair_of[i] >= 0) pair_compute[static_cast<size_t>(facts.pair_of[i])] += compute[i];
+  if (T > 1 || sp) {
+    for (size_t i = 0; i < n_nodes; ++i) {
+      if (facts.role[i] != Role::kColumn) continue;
+      const size_t pr = static_cast<size_t>(facts.pair_of[i]);
+      const double a = g.pair_input_bytes[pr], h = g.pair_hidden_bytes[pr];
+      double one_way = 0;
+      if (X > 1) {
+        one_way += comm.seconds(CommOp::kAllReduce, X, h / Y, x_across);
+        one_way += comm.seconds(CommOp::kAllGather, X, a / X, x_across);
+      }
+      if (Y > 1) {
+        if (sp)
+          one_way += comm.seconds(CommOp::kReduceScatter, Y, a, y_across) +
+                     comm.seconds(CommOp::kAllGather, Y, a / Y, y_across);
+        else
+          one_way += comm.seconds(CommOp::kAllReduce, Y, a / X, y_across);
+      }
+      tcomm[i] += 2 * one_way;
+      if (Z > 1) {
+        // Both weights of the pair: their X Y block, gathered over Z forward and again backward,
+        // the gradient reduce-scattered.
+        const double w = facts.pair_weight_bytes[pr] / (X * Y);
+        const double zc = 2 * comm.seconds(CommOp::kAllGather, Z, w / Z, z_across) +
+                          comm.seconds(CommOp::kReduceScatter, Z, w, z_across);
+        tcomm[i] += std::max(0.0, zc - pair_compute[pr]);
+      }
+    }
+    if (Y > 1 && facts.vocab_head && g.embedding_bytes > 0) {
+      // The vocabulary-parallel lookup sums its rows over Y (forward), the loss gathers 3 floats a
+      // row: at the first and the last node.
+      tcomm[0] += comm.seconds(sp ? CommOp::kReduceScatter : CommOp::kAllReduce, Y, g.embedding_bytes, y_across);
+      tcomm[n_nodes - 1] += comm.seconds(CommOp::kAllGather, Y, g.rows * 3 * 4 / Y, y_across);
+    }
+    if (Z > 1) {
+      for (const auto& p : facts.params)
+        if (p.role == Role::kOther || p.role == Role::kHead || p.bias)
+          z_other_grad_bytes += p.elements * p.dtype_bytes / (p.role == Role::kHead ? Y : 1);
+      tcomm[n_nodes - 1] += comm.seconds(CommOp::kAllReduce, Z, z_other_grad_bytes, z_across);
+    }
+  }
+
+  // Pipeline: stages and ranks.
+  const int stage_count = P * V;
+  std::vector<size_t> begin{0};
+  std::vector<int> stage_of(n_nodes, 0);
+  if (stage_count > 1) {
+    std::vector<double> cost(n_nodes);
+    for (size_t i = 0; i < n_nodes; ++i) cost[i] = compute[i] + tcomm[i];
+    begin = cut_pipeline_stages(model, stage_count, cost, pp.cuts).begin;
+  }
+  for (size_t s = 0; s < begin.size(); ++s) {
+    const size_t end = s + 1 < begin.size() ? begin[s + 1] : n_nodes;
+    for (size_t i = begin[s]; i < end; ++i) stage_of[i] = static_cast<int>(s);
+  }
+  std::vector<double> rank_compute(P, 0), rank_tcomm(P, 0), rank_act(P, 0), rank_block_act(P, 0);
+  for (size_t i = 0; i < n_nodes; ++i) {
+    const int r = stage_of[i] % P;
+    rank_compute[r] += compute[i];
+    rank_tcomm[r] += tcomm[i];
+    if (!plan.activation_checkpointing || facts.block_of[i] < 0) rank_act[r] += act[i];
+  }
+  if (plan.activation_checkpointing) {
+    // Kept: each block's input; while one block is recomputed, its activations too (the largest).
+    std::vector<double> block_full(facts.blocks.size(), 0);
+    for (size_t i = 0; i < n_nodes; ++i)
+      if (facts.block_of[i] >= 0) block_full[static_cast<size_t>(facts.block_of[i])] += act[i];
+    for (size_t b = 0; b < facts.blocks.size(); ++b) {
+      const int r = stage_of[static_cast<size_t>(facts.blocks[b].front())] % P;
+      rank_act[r] += g.block_input_bytes[b] / (sp ? Y : 1);
+      rank_block_act[r] = std::max(rank_block_act[r], block_full[b]);
+    }
+  }
+  int slow = 0;
+  for (int r = 0; r < P; ++r)
+    if (rank_compute[r] + rank_tcomm[r] > rank_compute[slow] + rank_tcomm[slow]) slow = r;
+  const double t_micro = rank_compute[slow] + rank_tcomm[slow];
+  out.compute_seconds = M * rank_compute[slow];
+  double exposed = M * rank_tcomm[slow];
+  out.bubble_seconds = P > 1 ? (P - 1) * t_micro / V : 0;
+  if (P > 1) {
+    // Point-to-point per micro-batch per cut: activations forward, their gradients backward.
+    // The fill and the drain cross every cut in turn (2 (P V - 1) messages on the critical path);
+    // in the steady state a message hides behind the next chunk's work, exposed only beyond it.
+    double worst = 0;
+    for (size_t s = 1; s < begin.size(); ++s)
+      worst = std::max(worst, comm.seconds(CommOp::kPointToPoint, 2, g.cut_bytes[begin[s]] / (sp ? Y : 1), pipe_across));
+    exposed += 2 * (stage_count - 1) * worst + 2.0 * M * V * std::max(0.0, worst - t_micro / (2.0 * V));
+  }
+
+  // Parameters, gradients and optimizer state per rank (the largest over pipe ranks).
+  std::vector<double> rank_param_elements(P, 0), rank_param_bytes(P, 0);
+  double master_bytes_per_element = 0;
+  for (const auto& p : facts.params) {
+    double div = 1;
+    if (p.role == Role::kColumn || p.role == Role::kRow) div = p.bias ? (p.role == Role::kColumn ? Y : 1) : X * Y * Z;
+    if (p.role == Role::kHead) div = Y;
+    std::set<int> holders;
+    for (size_t n : p.readers) holders.insert(stage_of[n] % P);
+    if (holders.empty()) holders.insert(0);
+    for (int r : holders) {
+      rank_param_elements[r] += p.elements / div;
+      rank_param_bytes[r] += p.elements * p.dtype_bytes / div;
+    }
+    if (p.dtype_bytes != 4) master_bytes_per_element = 4;
+  }
+  // AdamW's moments (fp32) and the fp32 master copy of low-precision parameters; local SGD and
+  // co2 add an fp32 anchor and outer momentum.
+  const double outer = plan.mode == SyncMode::kSync ? 0 : 8;
+  double memory = 0;
+  double dp_exposed = 0;
+  for (int r = 0; r < P; ++r) {
+    const double params = rank_param_bytes[r], grads = rank_param_bytes[r];
+    const double state = rank_param_elements[r] * (8 + master_bytes_per_element);
+    const double outer_state = rank_param_elements[r] * outer;
+    const int zs = plan.zero_stage;
+    double m = (zs >= 3 ? params / D : params) + (zs >= 2 ? grads / D : grads) + (zs >= 1 ? state / D : state) +
+               (plan.mode == SyncMode::kLocalSgd && zs >= 1 ? outer_state / D : outer_state);
+    // ZeRO 3: the bucket in use gathered whole, and the next one prefetched.
+    if (zs >= 3) m += std::min(params, 2.0 * static_cast<double>(plan.bucket_bytes));
+    // Activations: micro-batches in flight (GPipe M; 1F1B P - r; interleaved rank 0 keeps
+    // (1 + (P - 1) / (P V)) times 1F1B's, Narayanan et al. 2021 section 2.2.2).
+    double in_flight = 1;
+    if (P > 1) {
+      if (pp.schedule == PipelineSchedule::kGPipe) in_flight = M;
+      else in_flight = std::min<double>(M, P - r);
+      if (V > 1) in_flight = std::min<double>(M * V, in_flight * V * (1.0 + (P - 1.0) / (P * V))) / V;
+    }
+    m += rank_act[r] * in_flight + rank_block_act[r];
+    memory = std::max(memory, m);
+
+    // Data-parallel communication of this rank's gradients (its stages' parameters).
+    if (D <= 1) continue;
+    const double backward = (2.0 / 3.0) * rank_compute[r];  // the last micro-batch's backward
+    const double bucket = std::min(grads, static_cast<double>(plan.bucket_bytes));
+    double e = 0;
+    if (plan.mode == SyncMode::kSync) {
+      // Buckets reduce as backward produces them: what takes longer than the last micro-batch's
+      // backward is exposed, and the last bucket always is (it is ready only when backward ends).
+      const CommOp red = zs == 0 ? CommOp::kAllReduce : CommOp::kReduceScatter;
+      const double t_red = comm.seconds(red, D, grads, data_across);
+      e = std::max(comm.seconds(red, D, bucket, data_across), t_red - backward);
+      // ZeRO 1-2: the updated parameter shards are all-gathered after the step, before the next
+      // forward: exposed. ZeRO 3: gathered in every forward and backward instead, prefetched
+      // behind compute; the first bucket waits.
+      if (zs == 1 || zs == 2) e += comm.seconds(CommOp::kAllGather, D, params / D, data_across);
+      if (zs == 3) {
+        const double gathers = 2.0 * M * comm.seconds(CommOp::kAllGather, D, params / D, data_across);
+        e += std::max(comm.seconds(CommOp::kAllGather, D, bucket / D, data_across), gathers - M * rank_compute[r]);
+      }
+    } else {
+      // Every tau steps the pseudo-gradient (fp32; outer_bits under co2) is averaged. localsgd
+      // waits for it; co2 hides it behind `overlap` steps of the next round.
+      const double pseudo = rank_param_elements[r] * 4;
+      double t = plan.mode == SyncMode::kCo2 && plan.outer_bits < 32
+                     ? comm.seconds(CommOp::kAllGather, D, pseudo * plan.outer_bits / 32.0, data_across)
+                     : comm.seconds(CommOp::kAllReduce, D, pseudo, data_across);
+      if (plan.mode == SyncMode::kCo2) {
+        const double step = M * t_micro + out.bubble_seconds;
+        t = std::max(0.0, t - static_cast<double>(plan.overlap) * step);
+      }
+      e = t / static_cast<double>(std::max<int64_t>(plan.tau, 1));
+    }
+    dp_exposed = std::max(dp_exposed, e);
+  }
+  out.exposed_comm_seconds = exposed + dp_exposed;
+  out.memory_bytes = memory;
+  out.fits = cluster.memory_bytes_per_rank <= 0 || memory <= cluster.memory_bytes_per_rank;
+  return out;
+}
+
+std::vector<int> divisors(int64_t n) {
+  std::vector<int> d;
+  for (int64_t k = 1; k <= n; ++k)
+    if (n % k == 0) d.push_back(static_cast<int>(k));
+  return d;
+}
+
+}  // namespace
+
+PlanPrediction predict_plan(const Graph& model, const ClusterSpec& cluster, const PlanConfig& plan,
+                            const WorkloadOptions& workload) {
+  Planner planner(model, cluster, workload);
+  return planner.predict(plan, cluster.world);
+}
+
+std::vector<PlanPrediction> rank_plans(const Graph& model, const ClusterSpec& cluster, const WorkloadOptions& workload) {
+  COHORT_CHECK(cluster.world >= 1, Status::kInvalidArgument, "planner: world ", cluster.world, " must be >= 1");
+  Planner planner(model, cluster, workload);
+  const ModelFacts& f = planner.facts;
+  const int world = cluster.world;
+  // Tensor grids within a node (its collectives are the most frequent): degrees up to the ranks
+  // of a node (8 when the cluster does not say), X and Z at most 2 (Megatron's 1D, AxoNN's 2D and
+  // 3D at their smallest), Megatron's sequence parallelism as an option of Y > 1, X = 1.
+  const int max_tensor = cluster.ranks_per_node > 1 ? cluster.ranks_per_node : std::min(world, 8);
+  struct GridChoice {
+    TensorGrid grid;
+    SequenceParallel sp;
+  };
+  std::vector<GridChoice> grids;
+  for (int t : divisors(world)) {
+    if (t > max_tensor) break;
+    for (int x : {1, 2})
+      for (int z : {1, 2}) {
+        if (t % (x * z) != 0) continue;
+        const TensorGrid grid{x, t / (x * z), z};
+        if (t > 1 && f.pairs.empty()) continue;
+        for (SequenceParallel sp : {SequenceParallel::kNone, SequenceParallel::kMegatron}) {
+          if (sp == SequenceParallel::kMegatron && (grid.y == 1 || grid.x != 1)) continue;
+          if (!planner.grid_takes(grid, sp)) continue;
+          grids.push_back({grid, sp});
+        }
+      }
+  }
+  std::vector<PlanPrediction> out;
+  const int max_stages = static_cast<int>(std::min<size_t>(f.cut_points + 1, 64));
+  for (const GridChoice& gc : grids) {
+    const int t = gc.grid.degree();
+    for (int P : divisors(world / t)) {
+      if (P > max_stages) break;
+      const int D = world / (t * P);
+      const int64_t share = static_cast<int64_t>(D) * gc.grid.z;
+      if (f.batch % share != 0) continue;
+      const int64_t per_rank = f.batch / share;
+      // Micro-batches: P, 2P, 4P (1, 2, 4 without a pipeline) where they divide the rows, else the
+      // largest divisor below P.
+      std::vector<int> micro;
+      for (int k : {1, 2, 4}) {
+        const int64_t m = static_cast<int64_t>(P) * k;
+        if (m <= per_rank && per_rank % m == 0) micro.push_back(static_cast<int>(m));
+      }
+      if (micro.empty())
+        for (int m : divisors(per_rank))
+          if (m <= P) micro = {m};
+      for (int M : micro)
+        for (int V : {1, 2}) {
+          if (V > 1 && (P == 1 || M % P != 0 || static_cast<size_t>(P * V) > f.cut_points + 1)) continue;
+          // The memory ladder: ZeRO 0, 1, 2, then the same with activation checkpointing; each
+          // rung saves memory for time (in this model ZeRO 1-2 move as many bytes as DDP, the
+          // all-gather after the step exposed; checkpointing adds a forward), so a layout's rungs
+          // are tried in order until one fits and the rest, slower and not needed, are left out.
+          bool fitted = false;
+          for (bool ckpt : {false, true}) {
+            if (ckpt && f.blocks.empty()) continue;
+            for (int zero : {0, 1, 2}) {
+              if ((zero > 0 && D == 1) || fitted) continue;
+              PlanConfig plan;
+              plan.data_parallel = D;
+              plan.zero_stage = zero;
+              plan.tensor = gc.grid;
+              plan.sequence_parallel = gc.sp;
+              plan.activation_checkpointing = ckpt;
+              plan.pipeline.stages = P;
+              plan.pipeline.chunks = V;
+              plan.pipeline.micro_batches = M;
+              plan.pipeline.schedule = V > 1 ? PipelineSchedule::kInterleaved : PipelineSchedule::kOneFOneB;
+              try {
+                out.push_back(planner.predict(plan, world));
+                fitted = out.back().fits;
+              } catch (const Error& e) {
+                if (e.status() != Status::kInvalidPlan && e.status() != Status::kUnsupported) throw;
+              }
+            }
+          }
+        }
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const PlanPrediction& a, const PlanPrediction& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (a.step_seconds() != b.step_seconds()) return a.step_seconds() < b.step_seconds();
+    return a.memory_bytes < b.memory_bytes;
+  });
+  return out;
+}
+
+}  // namespace cohort::parallel

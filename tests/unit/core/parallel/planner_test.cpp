@@ -1,0 +1,270 @@
+// The planner (core/parallel/planner.h): the communication table's lookups and scaling, the
+// bubble's share of a pipeline's time, data-parallel communication against parameter bytes,
+// ZeRO's and activation checkpointing's memory, the layouts rank_plans proposes (only ones the
+// world and the model take), memory limits, and the errors of a bad plan. Every prediction uses
+// the estimator's default rates (measure = false, a fresh cache path): fast and deterministic.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+
+#include "core/base/error.h"
+#include "core/models/gpt.h"
+#include "core/parallel/planner.h"
+
+namespace cohort::parallel {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Planner : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/cohort_planner_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    workload_.num_threads = 1;
+    workload_.cache_path = (dir_ / "workload.bin").string();
+    workload_.measure = false;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  // A cluster of `world` ranks, 4 to a node, 10 GB/s within a node and 1 GB/s across.
+  static ClusterSpec cluster(int world, double within = 10e9, double across = 1e9) {
+    ClusterSpec c;
+    c.world = world;
+    c.ranks_per_node = 4;
+    c.comm = ring_comm_table(LinkSpec{within, 5e-6}, LinkSpec{across, 2e-5}, "test");
+    return c;
+  }
+  PlanPrediction predict(const Graph& model, const ClusterSpec& c, const PlanConfig& plan) const {
+    return predict_plan(model, c, plan, workload_);
+  }
+  fs::path dir_;
+  WorkloadOptions workload_;
+};
+
+models::GptConfig small_gpt() {
+  models::GptConfig g;  // batch 8, context 128, vocab 256, 4 layers, width 256, 4 heads
+  return g;
+}
+
+PlanConfig data_plan(int data, int zero = 0) {
+  PlanConfig p;
+  p.data_parallel = data;
+  p.zero_stage = zero;
+  return p;
+}
+
+void expect_status(Status status, const std::function<void()>& f) {
+  try {
+    f();
+    ADD_FAILURE() << "no error, expected status " << static_cast<int>(status);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), status) << e.what();
+  }
+}
+
+TEST_F(Planner, CommTableLooksUpAndScales) {
+  CommTable t;
+  t.source = "test";
+  t.entries.push_back(CommCost{CommOp::kAllReduce, 4, false, 1e-5, 1e9});
+  t.entries.push_back(CommCost{CommOp::kAllReduce, 4, true, 1e-4, 1e8});
+  t.entries.push_back(CommCost{CommOp::kAllGather, 2, false, 0, 1e9});
+  // The entry itself.
+  EXPECT_NEAR(t.seconds(CommOp::kAllReduce, 4, 1e9), 1e-5 + 1.0, 1e-12);
+  EXPECT_NEAR(t.seconds(CommOp::kAllReduce, 4, 1e9, true), 1e-4 + 10.0, 1e-9);
+  // Another group size: the ring's 2 (n - 1) / n volume relative to the entry's.
+  EXPECT_NEAR(t.seconds(CommOp::kAllReduce, 8, 1e9), 1e-5 + (7.0 / 8) / (3.0 / 4), 1e-12);
+  EXPECT_NEAR(t.seconds(CommOp::kAllReduce, 2, 1e9), 1e-5 + (1.0 / 2) / (3.0 / 4), 1e-12);
+  // all_gather of a block: (n - 1) blocks per rank.
+  EXPECT_NEAR(t.seconds(CommOp::kAllGather, 8, 1e9), 7.0, 1e-12);
+  // Twice the bytes: twice the bandwidth term.
+  EXPECT_NEAR(t.seconds(CommOp::kAllReduce, 4, 2e9) - 1e-5, 2 * (t.seconds(CommOp::kAllReduce, 4, 1e9) - 1e-5), 1e-9);
+  // One rank or nothing to move: free.
+  EXPECT_EQ(t.seconds(CommOp::kAllReduce, 1, 1e9), 0.0);
+  EXPECT_EQ(t.seconds(CommOp::kAllReduce, 4, 0), 0.0);
+  // An op the table lacks.
+  expect_status(Status::kNotFound, [&] { (void)t.seconds(CommOp::kReduceScatter, 4, 1e6); });
+  EXPECT_STREQ(comm_op_name(CommOp::kReduceScatter), "reduce_scatter");
+
+  // A described cluster: the ring's volumes over each rank's link.
+  const CommTable r = ring_comm_table(LinkSpec{1e10, 0}, LinkSpec{1e9, 0}, "ring");
+  const double b = 1e8;
+  EXPECT_NEAR(r.seconds(CommOp::kAllReduce, 8, b), b * 2 * 7 / 8 / 1e10, 1e-12);
+  EXPECT_NEAR(r.seconds(CommOp::kAllReduce, 8, b, true), b * 2 * 7 / 8 / 1e9, 1e-12);
+  EXPECT_NEAR(r.seconds(CommOp::kReduceScatter, 16, b), b * 15 / 16 / 1e10, 1e-12);
+  EXPECT_NEAR(r.seconds(CommOp::kAllGather, 16, b), b * 15 / 1e10, 1e-12);
+  EXPECT_NEAR(r.seconds(CommOp::kPointToPoint, 2, b), b / 1e10, 1e-12);
+}
+
+TEST_F(Planner, BubbleIsItsShareOfThePipeline) {
+  const Graph model = models::build_gpt(small_gpt());
+  for (auto [V, M] : {std::pair{1, 2}, std::pair{1, 4}, std::pair{2, 4}}) {  // 4 rows a replica
+    PlanConfig plan = data_plan(2);
+    plan.pipeline.stages = 2;
+    plan.pipeline.chunks = V;
+    plan.pipeline.micro_batches = M;
+    plan.pipeline.schedule = V > 1 ? PipelineSchedule::kInterleaved : PipelineSchedule::kOneFOneB;
+    const PlanPrediction p = predict(model, cluster(4), plan);
+    const double P = 2;
+    ASSERT_GT(p.bubble_seconds, 0);
+    EXPECT_NEAR(p.bubble_seconds / (p.compute_seconds + p.bubble_seconds), (P - 1) / (V * M + P - 1), 1e-12)
+        << p.describe();
+  }
+  // No pipeline, no bubble.
+  EXPECT_EQ(predict(model, cluster(4), data_plan(4)).bubble_seconds, 0.0);
+}
+
+TEST_F(Planner, DataParallelCommunicationGrowsWithParameterBytes) {
+  models::GptConfig small = small_gpt(), wide = small_gpt();
+  small.width = 128;
+  wide.width = 512;
+  // A slow link, so that the all-reduce outlasts backward and shows.
+  const ClusterSpec c = cluster(4, 1e8, 1e8);
+  const PlanPrediction a = predict(models::build_gpt(small), c, data_plan(4));
+  const PlanPrediction b = predict(models::build_gpt(wide), c, data_plan(4));
+  EXPECT_GT(a.exposed_comm_seconds, 0);
+  EXPECT_GT(b.exposed_comm_seconds, 2 * a.exposed_comm_seconds);
+  // A single rank has nothing to reduce.
+  PlanConfig one = data_plan(1);
+  EXPECT_EQ(predict(models::build_gpt(small), cluster(1), one).exposed_comm_seconds, 0.0);
+}
+
+TEST_F(Planner, ZeroShardsMemory) {
+  const Graph model = models::build_gpt(small_gpt());
+  const ClusterSpec c = cluster(4);
+  // Stage 3 holds the buckets in use whole (up to two, one prefetched): 1 MiB buckets, so that
+  // the small model spans several, as a large one spans many of the default 25 MiB.
+  auto data_plan = [](int data, int zero) {
+    PlanConfig p = cohort::parallel::data_plan(data, zero);
+    p.bucket_bytes = 1 << 20;
+    return p;
+  };
+  const double m0 = predict(model, c, data_plan(4, 0)).memory_bytes;
+  const double m1 = predict(model, c, data_plan(4, 1)).memory_bytes;
+  const double m2 = predict(model, c, data_plan(4, 2)).memory_bytes;
+  const double m3 = predict(model, c, data_plan(4, 3)).memory_bytes;
+  EXPECT_LT(m1, m0);
+  EXPECT_LT(m2, m1);
+  EXPECT_LT(m3, m2);
+  // ZeRO 1 and 2 all-gather the updated parameters: more exposed communication than DDP.
+  EXPECT_GT(predict(model, c, data_plan(4, 1)).exposed_comm_seconds, predict(model, c, data_plan(4, 0)).exposed_comm_seconds);
+}
+
+TEST_F(Planner, CheckpointingTradesComputeForMemory) {
+  const Graph model = models::build_gpt(small_gpt());
+  PlanConfig off = data_plan(4), on = data_plan(4);
+  on.activation_checkpointing = true;
+  const PlanPrediction a = predict(model, cluster(4), off), b = predict(model, cluster(4), on);
+  EXPECT_LT(b.memory_bytes, a.memory_bytes);
+  EXPECT_GT(b.compute_seconds, a.compute_seconds);
+  EXPECT_LT(b.compute_seconds, 1.5 * a.compute_seconds);  // one more forward: about a third
+}
+
+TEST_F(Planner, TensorDegreesDivideTheHeads) {
+  models::GptConfig g = small_gpt();
+  g.width = 192;
+  g.heads = 6;  // 4 does not divide 6
+  const Graph model = models::build_gpt(g);
+  const std::vector<PlanPrediction> plans = rank_plans(model, cluster(4), workload_);
+  ASSERT_FALSE(plans.empty());
+  bool some_tensor = false;
+  for (const PlanPrediction& p : plans) {
+    EXPECT_EQ(g.heads % p.plan.tensor.y, 0) << p.describe();
+    some_tensor |= p.plan.tensor.degree() > 1;
+  }
+  EXPECT_TRUE(some_tensor);  // 2 divides 6: proposed
+  // Asked directly, the degree is refused as the trainer would refuse it.
+  PlanConfig bad = data_plan(1);
+  bad.tensor.y = 4;
+  expect_status(Status::kInvalidPlan, [&] { (void)predict(model, cluster(4), bad); });
+}
+
+TEST_F(Planner, PlansCoverTheWorldAndAreRanked) {
+  const Graph model = models::build_gpt(small_gpt());
+  for (int world : {1, 2, 4, 8}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<PlanPrediction> plans = rank_plans(model, cluster(world), workload_);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_FALSE(plans.empty()) << world;
+    if (world == 4) {
+      EXPECT_LT(seconds, 1.0);
+      std::printf("world 4: %zu plans in %.3f s\n%s", plans.size(), seconds, format_plan_table(plans, 8).c_str());
+    }
+    for (size_t i = 0; i < plans.size(); ++i) {
+      const PlanPrediction& p = plans[i];
+      EXPECT_EQ(p.plan.data_parallel * p.plan.pipeline.stages * p.plan.tensor.degree(), world) << p.describe();
+      EXPECT_EQ(p.plan.mode, SyncMode::kSync);
+      EXPECT_NO_THROW(validate_for_world(p.plan, world)) << p.describe();
+      if (i > 0) {
+        EXPECT_LE(plans[i - 1].step_seconds(), p.step_seconds());
+      }
+    }
+  }
+}
+
+TEST_F(Planner, PlansOverMemoryAreMarkedAndLast) {
+  const Graph model = models::build_gpt(small_gpt());
+  ClusterSpec c = cluster(4);
+  std::vector<PlanPrediction> plans = rank_plans(model, c, workload_);
+  double lo = plans.front().memory_bytes, hi = lo;
+  for (const auto& p : plans) lo = std::min(lo, p.memory_bytes), hi = std::max(hi, p.memory_bytes);
+  ASSERT_LT(lo, hi);
+  c.memory_bytes_per_rank = (lo + hi) / 2;
+  plans = rank_plans(model, c, workload_);
+  bool seen_over = false, some_fit = false;
+  for (const auto& p : plans) {
+    EXPECT_EQ(p.fits, p.memory_bytes <= c.memory_bytes_per_rank) << p.describe();
+    if (!p.fits) {
+      seen_over = true;
+    } else {
+      EXPECT_FALSE(seen_over) << "a plan that fits after one that does not: " << p.describe();
+    }
+    some_fit |= p.fits;
+  }
+  EXPECT_TRUE(seen_over);
+  EXPECT_TRUE(some_fit);
+  const std::string table = format_plan_table(plans);
+  EXPECT_NE(table.find("NO"), std::string::npos);
+  EXPECT_NE(table.find("memory MiB"), std::string::npos);
+}
+
+TEST_F(Planner, BadPlansThrow) {
+  const Graph model = models::build_gpt(small_gpt());  // batch 8
+  PlanConfig p = data_plan(3);  // 3 does not divide 4 ranks
+  expect_status(Status::kInvalidPlan, [&] { (void)predict(model, cluster(4), p); });
+  p = data_plan(4);
+  p.pipeline.micro_batches = 3;  // does not divide the 2 rows of a replica
+  expect_status(Status::kInvalidPlan, [&] { (void)predict(model, cluster(4), p); });
+  p = data_plan(1);
+  p.pipeline.stages = 4;
+  p.pipeline.chunks = 4;  // 16 stages, the GPT has fewer cut points
+  expect_status(Status::kInvalidPlan, [&] { (void)predict(model, cluster(4), p); });
+}
+
+TEST_F(Planner, DescribesAPlan) {
+  PlanPrediction p;
+  p.plan = data_plan(2, 1);
+  p.plan.pipeline.stages = 2;
+  p.plan.pipeline.micro_batches = 4;
+  EXPECT_EQ(p.describe(), "data 2 x pipe 2 (1f1b, 4 micro) x grid 1x1x1, zero 1");
+}
+
+TEST_F(Planner, ClusterRatesPriceNodes) {
+  const Graph model = models::build_gpt(small_gpt());
+  ClusterSpec slow = cluster(4), fast = cluster(4);
+  slow.flops_per_second = 1e12, slow.bytes_per_second = 1e11;
+  fast.flops_per_second = 1e14, fast.bytes_per_second = 1e13;
+  const double a = predict(model, slow, data_plan(4)).compute_seconds;
+  const double b = predict(model, fast, data_plan(4)).compute_seconds;
+  EXPECT_NEAR(a / b, 100.0, 1e-6);
+}
+
+}  // namespace
+}  // namespace cohort::parallel
