@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/models/gpt.h"
@@ -82,7 +83,7 @@ int main(int argc, char** argv) {
               "80 GB per GPU; MFU against 989 TFLOP/s.\n\n",
               static_cast<long long>(kContext), static_cast<long long>(kBatch));
   std::printf("%-5s %5s %5s  %-58s %9s %6s %8s %6s  %-58s %9s\n", "model", "gpus", "Gb/s", "chosen plan", "step s",
-              "MFU", "mem GiB", "plans", "runner-up", "step s");
+              "MFU", "mem GiB", "plans", "runner-up (another layout)", "step s");
   const auto t_all = std::chrono::steady_clock::now();
   for (const Model& m : models) {
     models::GptConfig cfg;
@@ -112,10 +113,21 @@ int main(int argc, char** argv) {
           continue;
         }
         const PlanPrediction& a = plans[0];
+        // The runner-up: the best plan of another layout (data x pipe x grid), not the chosen one
+        // with another ZeRO stage or micro-batch count.
+        auto layout = [](const PlanConfig& p) {
+          return std::make_tuple(p.data_parallel, p.pipeline.stages, p.tensor.x, p.tensor.y, p.tensor.z);
+        };
+        const PlanPrediction* b = nullptr;
+        for (const PlanPrediction& p : plans)
+          if (layout(p.plan) != layout(a.plan)) {
+            b = &p;
+            break;
+          }
         const double mfu = model_flops / (a.step_seconds() * world * kPeak);
         std::printf("%-5s %5d %5.0f  %-58s %9.3f %5.1f%% %8.1f %6zu  %-58s %9.3f%s\n", m.name, world, g,
                     a.describe().c_str(), a.step_seconds(), 100 * mfu, a.memory_bytes / (1 << 30), plans.size(),
-                    plans.size() > 1 ? plans[1].describe().c_str() : "-", plans.size() > 1 ? plans[1].step_seconds() : 0.0,
+                    b ? b->describe().c_str() : "-", b ? b->step_seconds() : 0.0,
                     a.fits ? "" : "  (NOTHING FITS)");
         if (top > 0) std::printf("%s\n", format_plan_table(plans, top).c_str());
       }

@@ -384,6 +384,8 @@ struct Planner {
   // Throws kInvalidPlan / kUnsupported as the trainer would for a plan the world or model refuses.
   void check(const PlanConfig& plan, int world) {
     validate_for_world(plan, world);
+    COHORT_CHECK(plan.sequence_parallel != SequenceParallel::kAllToAll, Status::kUnsupported,
+                 "planner: all-to-all sequence parallelism is not modelled yet (its all_to_all around attention)");
     const PipelineConfig& pp = plan.pipeline;
     COHORT_CHECK(pp.stages >= 1 && pp.chunks >= 1 && pp.micro_batches >= 1, Status::kInvalidPlan,
                  "plan: pipeline stages ", pp.stages, ", chunks ", pp.chunks, ", micro_batches ", pp.micro_batches,
@@ -688,10 +690,15 @@ std::vector<PlanPrediction> rank_plans(const Graph& model, const ClusterSpec& cl
       for (int M : micro)
         for (int V : {1, 2}) {
           if (V > 1 && (P == 1 || M % P != 0 || static_cast<size_t>(P * V) > f.cut_points + 1)) continue;
-          for (int zero : {0, 1, 2}) {
-            if (zero > 0 && D == 1) continue;
-            for (bool ckpt : {false, true}) {
-              if (ckpt && f.blocks.empty()) continue;
+          // The memory ladder: ZeRO 0, 1, 2, then the same with activation checkpointing; each
+          // rung saves memory for time (in this model ZeRO 1-2 move as many bytes as DDP, the
+          // all-gather after the step exposed; checkpointing adds a forward), so a layout's rungs
+          // are tried in order until one fits and the rest, slower and not needed, are left out.
+          bool fitted = false;
+          for (bool ckpt : {false, true}) {
+            if (ckpt && f.blocks.empty()) continue;
+            for (int zero : {0, 1, 2}) {
+              if ((zero > 0 && D == 1) || fitted) continue;
               PlanConfig plan;
               plan.data_parallel = D;
               plan.zero_stage = zero;
@@ -704,6 +711,7 @@ std::vector<PlanPrediction> rank_plans(const Graph& model, const ClusterSpec& cl
               plan.pipeline.schedule = V > 1 ? PipelineSchedule::kInterleaved : PipelineSchedule::kOneFOneB;
               try {
                 out.push_back(planner.predict(plan, world));
+                fitted = out.back().fits;
               } catch (const Error& e) {
                 if (e.status() != Status::kInvalidPlan && e.status() != Status::kUnsupported) throw;
               }

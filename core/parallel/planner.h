@@ -97,12 +97,29 @@ struct PlanPrediction {
   std::string describe() const;       // "data 2 x pipe 2 (1f1b, 4 micro) x grid 1x1x1, zero 0"
 };
 
+// The batch: `model` is at the global batch B (dim 0 of its first input). A layout with data
+// degree D, tensor_z Z and M micro-batches runs micro-batches of B / (D Z M) rows on each rank
+// (Z's ranks train on different rows, tensor_parallel.h), so make_parallel_trainer, which takes
+// the model at one rank's batch, is to be given model.with_batch(B / (D Z)) for it.
+//
 // Every layout of `model` (a single-rank forward graph with a loss, at the global batch) that the
 // world allows and the model can take (degrees dividing widths, heads and cut points, micro-
 // batches dividing the batch), predicted and ranked fastest first; those that do not fit memory
 // last, marked. Nodes are priced at each layout's own micro-batch shapes: by the workload
 // estimator (workload.h, with `workload`'s options) where the cluster gives no rates, else by
-// count_node_work at the cluster's rates.
+// count_node_work at the cluster's rates (a roofline: the larger of flops / flops_per_second and
+// bytes / bytes_per_second).
+//
+// What is enumerated (bounded: a few hundred plans for a GPT at world 1024, well under a second
+// for the default GPT at world 4 with measure = false): the sync mode only (localsgd and co2
+// change what is trained, not only how fast: predict_plan prices them when asked); every
+// factorisation world = data x pipe x (x y z) with tensor degrees up to ranks_per_node (8 when
+// it is 1), X and Z in {1, 2}, Megatron's sequence parallelism as an option when Y > 1 and
+// X = 1, each grid checked by shard_for_tensor_parallel itself; stages up to the cut points + 1
+// (and 64); micro-batches P, 2P, 4P (1, 2, 4 without a pipeline) dividing each rank's rows;
+// 1F1B, and interleaved with 2 chunks where M is a multiple of P and the cut points allow; then
+// per layout the memory ladder — ZeRO 0, 1, 2, then each with activation checkpointing — until
+// a rung fits (later rungs only save memory at a cost in time, so they are left out).
 std::vector<PlanPrediction> rank_plans(const Graph& model, const ClusterSpec& cluster,
                                        const WorkloadOptions& workload = {});
 
