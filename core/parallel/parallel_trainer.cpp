@@ -2,6 +2,8 @@
 #include "core/parallel/parallel_trainer.h"
 
 #include "core/base/error.h"
+#include "core/parallel/auto_plan.h"
+#include "core/parallel/planner.h"
 #include "core/parallel/workload.h"
 
 namespace cohort::parallel {
@@ -53,6 +55,39 @@ Graph micro_batch_model(const Graph& model, int micro_batches) {
   return model.with_batch(batch / micro_batches);
 }
 
+// A plan the planner predicts not to fit a rank's memory is refused here, before any rank starts
+// (every rank predicts alike: the same model and plan, no timing). The planner prices the model
+// at the global batch: this rank's rows times the replicas and the Z slices. On the CUDA device
+// only when the plan gives a limit (the default is the host's memory); a plan the planner cannot
+// price (all-to-all sequence parallelism) is not checked.
+void check_plan_memory(const Graph& model, const PlanConfig& plan, int world_size, const TrainerOptions& options) {
+  if (options.device != Device::kCpu && plan.memory_limit_bytes <= 0) return;
+  const std::vector<ValueId> inputs = model.inputs();
+  if (inputs.empty() || model.value(inputs[0]).type.shape.empty()) return;
+  const int64_t rows = model.value(inputs[0]).type.shape[0];
+  const int64_t global = rows * (world_size / plan.model_degree()) * plan.tensor.z;
+  ClusterSpec cluster;
+  cluster.world = world_size;
+  cluster.ranks_per_node = world_size;
+  cluster.memory_bytes_per_rank = memory_limit_per_rank(plan, world_size);
+  // Memory does not depend on the links: a nominal table for the prediction's time, unused here.
+  cluster.comm = ring_comm_table(LinkSpec{1e9, 1e-5}, LinkSpec{1e9, 1e-5}, "nominal");
+  WorkloadOptions w;
+  w.measure = false;
+  PlanPrediction p;
+  try {
+    p = predict_plan(model.with_batch(global), cluster, plan, w);
+  } catch (const Error& e) {
+    if (e.status() == Status::kUnsupported) return;
+    throw;
+  }
+  COHORT_CHECK(p.fits, Status::kInvalidPlan, "plan: ", p.describe(), " is predicted to need ", p.memory_bytes / (1 << 20),
+               " MiB per rank (parameters, gradients, optimizer state and activations in flight), above the ",
+               cluster.memory_bytes_per_rank / (1 << 20), " MiB a rank may use (memory_limit_bytes",
+               plan.memory_limit_bytes > 0 ? "" : "; 0: the host's memory shared by the world's ranks",
+               "): use ZeRO, activation checkpointing, more stages or tensor ranks, or fewer micro-batches in flight");
+}
+
 }  // namespace
 
 std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::OptimizerConfig& config,
@@ -61,6 +96,9 @@ std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::
                                                const DeviceCommFactory& device_comm,
                                                const std::function<void(const std::string&)>& on_stages) {
   COHORT_CHECK(world != nullptr, Status::kInvalidArgument, "parallel trainer: no communicator");
+  COHORT_CHECK(!plan.automatic, Status::kInvalidPlan,
+               "plan: automatic: choose the layout first (choose_plan, cohort_plan_choose): it decides each rank's "
+               "share of the batch, and so the model this trainer is built from");
   validate_for_world(plan, world->size());  // before any collective: nothing to undo
   options.activation_checkpointing = plan.activation_checkpointing;
   const PipelineConfig& pp = plan.pipeline;
@@ -70,6 +108,7 @@ std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::
   const Graph micro = micro_batch_model(model, pp.micro_batches);
   options.micro_batches = pp.micro_batches;
   if (plan.model_degree() == 1) {
+    check_plan_memory(model, plan, world->size(), options);
     auto trainer = std::make_unique<Trainer>(micro, config, options);
     DataParallel::attach(*trainer, plan, world, device_comm ? device_comm(*trainer) : nullptr);
     return trainer;
@@ -86,6 +125,7 @@ std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::
     COHORT_CHECK(pipeline_cut_points(micro).size() + 1 >= static_cast<size_t>(stage_count), Status::kInvalidPlan,
                  "plan: pipeline_stages x pipeline_chunks = ", stage_count, " stages, but the model has ",
                  pipeline_cut_points(micro).size(), " cut point(s)");
+  check_plan_memory(model, plan, world->size(), options);
   GridAxes grid = make_grid(*world, plan);
   Graph part = micro;
   if (plan.tensor.degree() > 1) {

@@ -101,6 +101,10 @@ void validate(const PlanConfig& p) {
                " of co2's outer state would save nothing: every rank's guess needs the whole anchor and outer "
                "momentum (use stage 0, or diloco with stage 1)");
   validate_tensor_grid(p);
+  COHORT_CHECK(p.auto_trials >= 0 && p.auto_trials <= 64, Status::kInvalidPlan, "plan: auto_trials = ", p.auto_trials,
+               " must be in [0, 64]");
+  COHORT_CHECK(p.memory_limit_bytes >= 0, Status::kInvalidPlan, "plan: memory_limit_bytes = ", p.memory_limit_bytes,
+               " must be >= 0 (0: the host's memory shared by its ranks)");
   const PipelineConfig& pp = p.pipeline;
   COHORT_CHECK(pp.stages >= 1 && pp.stages <= 65536, Status::kInvalidPlan, "plan: pipeline_stages = ", pp.stages,
                " must be in [1, 65536]");

@@ -98,6 +98,16 @@ struct PlanConfig {
   SequenceParallel sequence_parallel = SequenceParallel::kNone;
   // Pipeline stages, and micro-batches. Ranks are laid out row-major over (data, pipe, x, y, z).
   PipelineConfig pipeline;
+  // The planner chooses the layout (core/parallel/auto_plan.h): the data, pipeline and tensor
+  // axes, micro-batches and schedule, ZeRO and activation checkpointing; the mode and its settings
+  // stay this plan's. auto_trials > 0: the best predicted plans are also timed for a few steps
+  // each and the fastest measured taken.
+  bool automatic = false;
+  int auto_trials = 0;
+  // Memory a rank may use, bytes: a plan predicted to need more is refused (a forced plan, with
+  // the numbers) or passed over (auto). 0: the host's physical memory shared by the world's ranks
+  // (every rank on one host).
+  double memory_limit_bytes = 0;
   // Ranks of one model replica: pipeline stages x the tensor grid.
   int model_degree() const { return pipeline.stages * tensor.degree(); }
 };
