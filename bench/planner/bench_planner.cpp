@@ -10,6 +10,8 @@
 //   cohort-run -n 4 -- bench_planner [--steps 5] [--warmup 2] [--batch 8] [--width 64] [--layers 4]
 //       [--heads 4] [--context 64] [--vocab 256] [--limit N (plans timed, 0 = all)] [--verbose]
 // Under shaped links: bench/planner/run.sh (netns.sh run, UCX over tcp).
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -121,6 +123,8 @@ int run(const Options& o, const std::shared_ptr<coll::Communicator>& world) {
   parallel::ClusterSpec cluster;
   cluster.world = world->size();
   cluster.ranks_per_node = world->size();
+  cluster.cores_per_node = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  cluster.threads_per_rank = 1;
   cluster.comm = table;
   const Graph model = models::build_gpt(o.gpt);
   std::vector<parallel::PlanPrediction> ranked;

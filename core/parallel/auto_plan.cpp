@@ -100,6 +100,8 @@ PlanConfig choose_plan(const Graph& global_model, const PlanConfig& requested, c
   cluster.world = world.size();
   cluster.ranks_per_node = world.size();  // one host: the probe measured its links
   cluster.memory_bytes_per_rank = memory_limit_per_rank(requested, world.size());
+  cluster.cores_per_node = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  cluster.threads_per_rank = options.num_threads > 0 ? options.num_threads : 1;
   cluster.comm = table;
   const size_t wanted = static_cast<size_t>(std::max(1, requested.auto_trials));
   std::vector<int64_t> fields;

@@ -427,6 +427,12 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
   const bool z_across = spans_nodes(Z, 1, rpn), y_across = spans_nodes(Y, Z, rpn), x_across = spans_nodes(X, Y * Z, rpn);
   const bool pipe_across = spans_nodes(P, T, rpn), data_across = spans_nodes(D, P * T, rpn);
 
+  // Ranks taking turns on a node's cores (ClusterSpec): every node's compute stretches alike.
+  const double contention =
+      cluster.cores_per_node > 0
+          ? std::max(1.0, static_cast<double>(std::min(rpn, world)) * std::max(1, cluster.threads_per_rank) /
+                              cluster.cores_per_node)
+          : 1.0;
   const int64_t rows = facts.batch / (static_cast<int64_t>(D) * Z * M);
   const Priced& g = priced(rows);
   const size_t n_nodes = facts.role.size();
@@ -442,7 +448,7 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
       case Role::kHead: div = Y, adiv = Y; break;
       case Role::kOther: div = sp ? Y : 1, adiv = sp ? Y : 1; break;
     }
-    compute[i] = g.seconds[i] / div;
+    compute[i] = g.seconds[i] / div * contention;
     if (plan.activation_checkpointing && facts.block_of[i] >= 0) compute[i] += compute[i] / 3;
     act[i] = g.kept_bytes[i] / adiv;
   }

@@ -82,6 +82,11 @@ struct ClusterSpec {
   double memory_bytes_per_rank = 0;  // 0: no limit
   double flops_per_second = 0;       // 0: this machine's calibrated rates
   double bytes_per_second = 0;
+  // The cores of a node and the threads each rank computes with: where a node's ranks run more
+  // threads than it has cores, they take turns, and every rank's compute stretches by
+  // ranks_per_node x threads_per_rank / cores_per_node (0 cores: not modelled; devices).
+  int cores_per_node = 0;
+  int threads_per_rank = 1;
   CommTable comm;
 };
 

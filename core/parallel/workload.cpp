@@ -273,6 +273,9 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
+// The "operator" of a whole graph's timing (estimate_node_seconds' calibration of the sum).
+const char* const kWholeGraph = "(graph)";
+
 // Seconds of one run of `graph`'s targets, the median of a few after a warm-up.
 double time_graph(const Graph& graph, const std::vector<ValueId>& targets,
                   const std::unordered_map<ValueId, Tensor>& bound, int threads) {
@@ -384,7 +387,7 @@ Fit fit_rates(const std::map<std::string, Timing>& timings, int threads) {
   Fit f;
   double best_flops = 0, best_bytes = 0, min_seconds = 0;
   for (const auto& [key, t] : timings) {
-    if (t.threads != threads || t.seconds <= 0) continue;
+    if (t.threads != threads || t.seconds <= 0 || t.op == kWholeGraph) continue;
     best_flops = std::max(best_flops, t.work.flops / t.seconds);
     best_bytes = std::max(best_bytes, t.work.bytes / t.seconds);
     min_seconds = min_seconds == 0 ? t.seconds : std::min(min_seconds, t.seconds);
@@ -396,7 +399,7 @@ Fit fit_rates(const std::map<std::string, Timing>& timings, int threads) {
   std::map<std::string, std::vector<double>> ratios;
   std::vector<double> all;
   for (const auto& [key, t] : timings) {
-    if (t.threads != threads || t.seconds <= 0) continue;
+    if (t.threads != threads || t.seconds <= 0 || t.op == kWholeGraph) continue;
     const double r = t.seconds / f.base(t.work);
     ratios[t.op].push_back(r);
     all.push_back(r);
@@ -465,16 +468,52 @@ std::vector<double> estimate_node_seconds(const Graph& forward, const WorkloadOp
     }
     kernels::cpu::use_threads(0);
   }
+  // The whole graph, forward and backward, timed once too: a step runs its nodes one after
+  // another through the executor's buffer pool, with the caches each node leaves to the next,
+  // which a node timed alone does not see (small nodes cost several times their lone timing).
+  // The nodes' prices are scaled to sum to it; the key is every node's instance key.
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const std::string& k : keys)
+    for (char c : k) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  const std::string graph_key = str_cat("graph ", h, " ", forward.nodes().size(), " nodes, threads ", threads);
+  if (options.measure && forward.loss() >= 0 && !cache.timings.count(graph_key) && !cache.failed.count(graph_key)) {
+    kernels::cpu::use_threads(threads);
+    try {
+      Graph train = forward;
+      const std::vector<ValueId> params = train.parameters();
+      std::vector<ValueId> targets = {train.loss()};
+      for (ValueId g : build_backward(train, train.loss(), params))
+        if (g >= 0) targets.push_back(g);
+      std::unordered_map<ValueId, Tensor> bound;
+      for (ValueId v : train.inputs()) bound[v] = Tensor::zeros(train.value(v).type.shape, train.value(v).type.dtype);
+      for (ValueId v : params) bound[v] = Tensor::zeros(train.value(v).type.shape, train.value(v).type.dtype);
+      NodeWork total;
+      for (const NodeWork& w : work) {
+        total.flops += w.flops;
+        total.bytes += w.bytes;
+      }
+      cache.timings[graph_key] = Timing{kWholeGraph, threads, time_graph(train, targets, bound, threads), total};
+      added = true;
+    } catch (const std::exception&) {
+      cache.failed.insert(graph_key);  // collectives without their axes, ...: the nodes' sum stands
+    }
+    kernels::cpu::use_threads(0);
+  }
   if (!path.empty() && (added || file == FileState::kUnreadable)) write_cache(path, cache.timings);
 
   const Fit fit = fit_rates(cache.timings, threads);
   std::vector<double> seconds(forward.nodes().size(), 0.0);
+  double sum = 0;
   for (size_t i = 0; i < seconds.size(); ++i) {
     const Node& n = forward.nodes()[i];
     if (is_view(n)) continue;  // no kernel runs
     auto it = cache.timings.find(keys[i]);
     seconds[i] = it != cache.timings.end() ? it->second.seconds : fit.price(n.op->name, work[i]);
+    sum += seconds[i];
   }
+  auto whole = cache.timings.find(graph_key);
+  if (whole != cache.timings.end() && sum > 0)
+    for (double& s : seconds) s *= whole->second.seconds / sum;
   return seconds;
 }
 
