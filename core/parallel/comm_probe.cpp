@@ -1,8 +1,13 @@
 // probe_communication: see comm_probe.h.
 #include "core/parallel/comm_probe.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cmath>
+#include <thread>
 #include <cstdio>
 #include <vector>
 
@@ -86,6 +91,27 @@ CommTable probe_communication(coll::Communicator& world, const ProbeOptions& opt
     table.source = "one rank: nothing to measure";
     return table;
   }
+  const int host_ranks = options.ranks_on_host > 0 ? options.ranks_on_host : n;
+  const bool busy = options.busy >= 0 ? options.busy > 0
+                                      : host_ranks * 2 > static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  std::atomic<bool> stop{false};
+  std::thread spinner;
+  if (busy)
+    spinner = std::thread([&stop] {
+      volatile double x = 1.0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        for (int k = 0; k < 4096; ++k) x = std::sqrt(x * 1.0000001 + 0.5);
+        std::this_thread::yield();  // a training thread gives its core up whenever it waits
+      }
+    });
+  struct Join {
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~Join() {
+      stop = true;
+      if (t.joinable()) t.join();
+    }
+  } join{stop, spinner};
   // Room for the largest output: an all_gather of max_bytes from each of n ranks.
   std::vector<float> in(options.max_bytes / sizeof(float) * static_cast<size_t>(n), 1.0f);
   std::vector<float> out(in.size(), 0.0f);
@@ -115,7 +141,8 @@ CommTable probe_communication(coll::Communicator& world, const ProbeOptions& opt
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   char text[96];
-  std::snprintf(text, sizeof text, "measured in %.2f s over %d ranks", seconds, n);
+  std::snprintf(text, sizeof text, "measured in %.2f s over %d ranks%s", seconds, n,
+                busy ? ", each keeping a thread busy" : "");
   table.source = text;
   return table;
 }

@@ -20,6 +20,13 @@
 namespace cohort::parallel {
 
 struct ProbeOptions {
+  // Measure while every rank keeps one thread computing, as a training step does while its
+  // collectives are in flight: where ranks outnumber a host's cores their progress threads then
+  // wait for a core (a collective's latency on this 2-core host grows from tens of microseconds
+  // to milliseconds), which an idle probe would not see. -1: when the ranks on this host (the
+  // world, by default) times 2 — a training thread and a progress thread each — exceed its cores.
+  int busy = -1;
+  int ranks_on_host = 0;  // 0: the world's size
   size_t small_bytes = 1024;
   size_t first_large_bytes = 256 << 10;
   size_t max_bytes = 16 << 20;
