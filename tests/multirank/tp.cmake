@@ -3,7 +3,7 @@
 # tests/unit/core/parallel/tp_reference.h derives (and prints): Megatron 1D over the whole world
 # at 2 and 4 ranks for the GPT and the MLP over shared memory and TCP, overlap off for
 # comparison, data 2 x tensor 2 at 4 ranks, AxoNN's grids (2 x 2 over X and Y, Z = 2 with Y = 2,
-# data 2 x X 2), a rank killed mid-run failing every survivor, and the gpt with activation
+# data 2 x X 2), a rank killed mid-run failing every survivor, the gpt with activation
 # checkpointing (also on the 2D grid).
 add_executable(tp_rank tp_rank.cpp)
 target_compile_options(tp_rank PRIVATE ${COHORT_WARNINGS})
@@ -44,4 +44,10 @@ tp_test(gpt-seq 2 tcp)
 tp_test(gpt-y2-z2-seq 4 shm)
 tp_test(gpt-seq-ckpt 4 shm)
 tp_test(gpt-a2a 4 tcp)
+# Pipeline stages (core/parallel/pipeline.h) as processes: 2 stages over tcp, 2 stages x tensor 2,
+# 4 stages with the last one killed mid-run (every survivor fails naming it, within the deadline).
+tp_test(gpt-p2-y1 2 tcp)
+tp_test(mlp-p2-y1 4 shm)
+tp_test(gpt-p2-y2 4 shm)
+tp_test(gpt-p4-y1-kill 4 tcp)
 tp_test(gpt-y2-a2a 4 shm)

@@ -223,6 +223,37 @@ TEST(Pipeline, CheckpointsLoadUnderAnotherStageCountOrOnOneRank) {
   }
 }
 
+// A NaN in one micro-batch's input reaches only the stages after it, but every stage skips the
+// step alike (the model's loss is broadcast from the last stage): kNonFinite on every rank,
+// parameters unchanged, and the next clean step trains on.
+TEST(Pipeline, ANonFiniteBatchIsSkippedByEveryStageAlike) {
+  std::mutex mutex;
+  ct::run_ranks_shared(2, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    PlanConfig plan = preset(Preset::kDdp, 1);
+    plan.pipeline.stages = 2;
+    plan.pipeline.micro_batches = 2;
+    TrainerOptions o;
+    o.num_threads = 1;
+    auto t = make_parallel_trainer(test::tp_model("mlp", 8), test::tp_optimizer(), o, plan, comm);
+    t->step(test::tp_batch("mlp", 0, 0, 8));
+    std::vector<Tensor> before;
+    for (const Tensor& p : t->parameters()) {
+      before.push_back(Tensor::empty(p.shape(), p.dtype()));
+      before.back().copy_from(p);
+    }
+    auto bad = test::tp_batch("mlp", 1, 0, 8);
+    bad.at("x").data<float>()[5 * 12] = NAN;  // a row of the second micro-batch
+    expect_error([&] { t->step(bad); }, Status::kNonFinite, "the update was skipped");
+    for (size_t i = 0; i < before.size(); ++i)
+      EXPECT_EQ(std::memcmp(before[i].raw(), t->parameters()[i].raw(), before[i].nbytes()), 0) << t->parameter_names()[i];
+    EXPECT_EQ(t->step_count(), 1);
+    const float loss = t->step(test::tp_batch("mlp", 2, 0, 8));
+    std::lock_guard<std::mutex> lock(mutex);
+    EXPECT_TRUE(std::isfinite(loss));
+    EXPECT_EQ(t->step_count(), 2);
+  });
+}
+
 struct PipeCase {
   std::string model;
   int world;
