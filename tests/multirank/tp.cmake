@@ -4,7 +4,7 @@
 # at 2 and 4 ranks for the GPT and the MLP over shared memory and TCP, overlap off for
 # comparison, data 2 x tensor 2 at 4 ranks, AxoNN's grids (2 x 2 over X and Y, Z = 2 with Y = 2,
 # data 2 x X 2), a rank killed mid-run failing every survivor, the gpt with activation
-# checkpointing (also on the 2D grid).
+# checkpointing (also on the 2D grid) and pipeline stages (below).
 add_executable(tp_rank tp_rank.cpp)
 target_compile_options(tp_rank PRIVATE ${COHORT_WARNINGS})
 target_include_directories(tp_rank PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
