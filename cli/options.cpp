@@ -178,6 +178,13 @@ const std::map<std::string, Setter>& setters() {
            throw UsageError(f + " expects node names separated by commas (e.g. h.2.ln_1), got '" + v + "'");
          o.pipeline_cuts = v;
        }},
+      {"--plan",
+       [](Options& o, const std::string& f, const std::string& v) {
+         if (v != "auto") throw UsageError(f + " must be auto (the planner chooses the layout), got '" + v + "'");
+         o.plan = v;
+       }},
+      {"--auto-trials", int_in(&Options::auto_trials, 0, 64)},
+      {"--memory-limit", number(&Options::memory_limit_mib, "> 0 (MiB a rank may use)", positive)},
       {"--outer-lr", number(&Options::outer_lr, "> 0", positive)},
       {"--outer-momentum", number(&Options::outer_momentum, "in [0, 1)", [](double x) { return x >= 0 && x < 1; })},
       {"--nesterov", int_in(&Options::nesterov, 0, 1)},
@@ -219,7 +226,9 @@ const char* usage_text() {
          "         [--sequence-parallel megatron|all-to-all]  (gpt with --tensor / --grid Y > 1: tokens split over Y)\n"
          "         [--pipeline N [--schedule gpipe|1f1b|interleaved] [--pipeline-chunks V (interleaved)]\n"
          "          [--pipeline-cuts NODE,NODE,...]]  (pipeline parallelism: the model cut into N stages)\n"
-         "         [--micro-batches M]  (each rank's batch cut into M micro-batches; M must divide --batch)\n";
+         "         [--micro-batches M]  (each rank's batch cut into M micro-batches; M must divide --batch)\n"
+         "         [--plan auto [--auto-trials K]]  (the planner chooses the layout: no layout flags with it)\n"
+         "         [--memory-limit MIB]  (memory a rank may use: auto passes over layouts above it, others fail)\n";
 }
 
 const char* usage_notes() {
@@ -262,7 +271,17 @@ const char* usage_notes() {
          "orders them: gpipe runs every forward, then every backward; 1f1b (the default) alternates, so\n"
          "fewer micro-batches' activations are held; interleaved is 1f1b over V stages per rank\n"
          "(--pipeline-chunks V; M a multiple of N), a smaller bubble for more messages. The summary at\n"
-         "the end reports the bubble: the share of rank 0's last step spent waiting for other stages.\n";
+         "the end reports the bubble: the share of rank 0's last step spent waiting for other stages.\n"
+         "--plan auto (with --parallel) lets the planner choose the layout instead of the flags --pipeline,\n"
+         "--pipeline-chunks, --schedule, --pipeline-cuts, --micro-batches, --tensor, --grid, --zero,\n"
+         "--activation-checkpointing and --sequence-parallel (an error with it). The global batch is --batch x\n"
+         "the world: what the ranks would train together under plain data parallelism. At the start the\n"
+         "ranks probe their links, rank 0 ranks the layouts that fit by predicted step time and memory and\n"
+         "prints that report and its choice (--auto-trials K also times a few steps of the K best and takes\n"
+         "the fastest measured); each of the D data replicas then trains global / D rows a step (its Z ranks\n"
+         "slices of them). --memory-limit MIB is the memory a rank may use (default: the host's memory over\n"
+         "the ranks): auto passes over layouts predicted to need more, and fails naming memory_limit_bytes\n"
+         "when none fits; a plan given by the flags that needs more fails before training.\n";
 }
 
 Options parse_train_options(int argc, char** argv, int first) {
@@ -312,6 +331,29 @@ void check_parallel_flags(const Options& o) {
   require(o.parallel.empty() || o.parallel == "sync" || o.parallel == "localsgd" || o.parallel == "slowmo" ||
               o.parallel == "diloco" || o.parallel == "co2",
           "unknown --parallel '" + o.parallel + "' (expected sync, localsgd, slowmo, diloco or co2)");
+  require(o.plan.empty() || !o.parallel.empty(),
+          "--plan auto needs --parallel (sync, localsgd, slowmo, diloco or co2: the mode the chosen layout's "
+          "data replicas train in; --parallel sync without a launcher runs one rank)");
+  require(!o.memory_limit_mib || !o.parallel.empty(), "--memory-limit needs --parallel (it is a field of the "
+                                                       "parallel plan)");
+  require(!o.auto_trials || !o.plan.empty(), "--auto-trials needs --plan auto");
+  if (!o.plan.empty()) {
+    std::string given;
+    const std::pair<const char*, bool> layout_flags[] = {
+        {"--pipeline", o.pipeline > 1},
+        {"--pipeline-chunks", o.pipeline_chunks > 1},
+        {"--schedule", !o.schedule.empty()},
+        {"--pipeline-cuts", !o.pipeline_cuts.empty()},
+        {"--micro-batches", o.micro_batches > 1},
+        {"--tensor / --grid", o.tensor_degree() > 1},
+        {"--zero", o.zero > 0},
+        {"--activation-checkpointing", o.activation_checkpointing},
+        {"--sequence-parallel", !o.sequence_parallel.empty()}};
+    for (const auto& [flag, on] : layout_flags)
+      if (on) given += std::string(given.empty() ? "" : ", ") + flag;
+    require(given.empty(), "--plan auto chooses the layout itself: drop " + given +
+                               " (or drop --plan auto to give the layout by the flags)");
+  }
   require(o.zero == 0 || !o.parallel.empty(), "--zero needs --parallel (and several ranks)");
   const bool local_steps = !o.parallel.empty() && o.parallel != "sync";
   require(!o.tau || local_steps,
@@ -359,6 +401,21 @@ void check_parallel_flags(const Options& o) {
 }
 
 }  // namespace
+
+void copy_layout(const Options& from, Options& to) {
+  to.batch = from.batch;
+  to.tensor_x = from.tensor_x;
+  to.tensor = from.tensor;
+  to.tensor_z = from.tensor_z;
+  to.pipeline = from.pipeline;
+  to.pipeline_chunks = from.pipeline_chunks;
+  to.micro_batches = from.micro_batches;
+  to.schedule = from.schedule;
+  to.pipeline_cuts = from.pipeline_cuts;
+  to.zero = from.zero;
+  to.activation_checkpointing = from.activation_checkpointing;
+  to.sequence_parallel = from.sequence_parallel;
+}
 
 std::vector<std::string> apply_defaults(Options& o) {
   require(!o.model.empty(), "--model is required (mlp, cnn or gpt)");

@@ -84,6 +84,14 @@ struct Options {
   std::string pipeline_cuts;
   // Ranks of one model replica: pipeline stages x the tensor grid (consecutive ranks).
   int64_t model_degree() const { return pipeline * tensor_degree(); }
+  // --plan auto (cohort_plan_options::automatic): the planner chooses the layout — the fields
+  // above from tensor_x to pipeline_cuts, zero and activation_checkpointing — at the start, for the
+  // global batch --batch x world; Task then puts the chosen layout here, with batch the rows each
+  // rank reads (the global batch over the data replicas and the Z ranks): copy_layout. "" = the
+  // layout as given by the flags.
+  std::string plan;
+  std::optional<int64_t> auto_trials;        // --plan auto: time the best K predicted layouts (0..64)
+  std::optional<double> memory_limit_mib;    // cohort_plan_options::memory_limit_bytes, in MiB
   uint64_t seed = 1;
   // Hidden flags for tests/parity: initial weights from a file, every step's batch to a file,
   // and every step's loss to a text file.
@@ -111,6 +119,11 @@ Options parse_train_options(int argc, char** argv, int first);
 // UsageError; one that only changes what is reported comes back as a warning for the caller to
 // print ("warning: ..." on stderr, rank 0 only).
 std::vector<std::string> apply_defaults(Options& o);
+
+// The layout fields (batch, the tensor grid, the pipeline's fields, zero, activation
+// checkpointing, sequence parallelism) of `from` written over `to`: after --plan auto, what the
+// task chose (Task::options()) for the caller's copy of the options.
+void copy_layout(const Options& from, Options& to);
 
 const char* usage_text();
 // What --help prints after the usage lines: how flags are checked and how ranks are launched.

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sys/stat.h>
 
 namespace cohort_cli {
@@ -47,6 +48,7 @@ void check(cohort_status status, const char* what) {
 
 Task::Task(const Options& options) : o_(options), text_(options.data == "brown") {
   join_ranks();
+  if (!o_.plan.empty()) choose_plan();
   open_data();
   build_model();
   create_trainer();
@@ -72,6 +74,10 @@ void Task::join_ranks() {
   check(cohort_comm_rank(comm_, &rank, &world), "communicator");
   rank_ = rank;
   world_ = world;
+  set_data_ranks();
+}
+
+void Task::set_data_ranks() {
   // Under --pipeline, --tensor or --grid the pipeline stages x X x Y x Z consecutive ranks of a
   // model replica (laid out row-major over (data, pipe, x, y, z), Z fastest) read the same rows,
   // except that its Z ranks each read their own: the data shards are the replicas' Z ranks. A
@@ -85,6 +91,60 @@ void Task::join_ranks() {
     data_rank_ = rank_;
     data_world_ = world_;
   }
+}
+
+void Task::choose_plan() {
+  const int64_t global = *o_.batch * world_;
+  // The trials (--auto-trials) step an optimizer: its schedule's length does not matter there.
+  std::unique_ptr<cohort_optimizer, cohort_status (*)(cohort_optimizer*)> opt(make_optimizer(o_.steps.value_or(1)),
+                                                                             cohort_optimizer_destroy);
+  std::unique_ptr<cohort_graph, cohort_status (*)(cohort_graph*)> global_graph(make_graph(global),
+                                                                               cohort_graph_destroy);
+  cohort_plan_options po = plan_options();
+  po.automatic = 1;
+  po.auto_trials = static_cast<int32_t>(o_.auto_trials.value_or(0));
+  cohort_plan_options chosen = po;
+  const cohort_trainer_options to = trainer_options();
+  std::string report(1 << 16, '\0');
+  size_t needed = 0;
+  check(cohort_plan_choose(&po, global_graph.get(), opt.get(), &to, comm_, &chosen, report.data(), report.size(),
+                           &needed),
+        "choosing the plan (--plan auto)");
+  report.resize(std::strlen(report.c_str()));
+  if (rank_ == 0 && !o_.quiet) {
+    std::printf("%s", report.c_str());
+    if (!report.empty() && report.back() != '\n') std::printf("\n");
+    if (needed > report.size() + 1) std::printf("(the report was cut at %zu bytes)\n", report.size());
+    std::fflush(stdout);
+  }
+  // The chosen layout, for the rest of the task (the trainer's plan, the shards, the header).
+  o_.tensor_x = chosen.tensor_x;
+  o_.tensor = chosen.tensor_y;
+  o_.tensor_z = chosen.tensor_z;
+  o_.pipeline = chosen.pipeline_stages;
+  o_.pipeline_chunks = chosen.pipeline_chunks;
+  o_.micro_batches = chosen.micro_batches;
+  o_.schedule = chosen.pipeline_schedule == COHORT_PIPELINE_GPIPE ? "gpipe"
+                : chosen.pipeline_schedule == COHORT_PIPELINE_INTERLEAVED ? "interleaved"
+                                                                           : "1f1b";
+  o_.pipeline_cuts.clear();
+  o_.zero = chosen.zero_stage;
+  o_.activation_checkpointing = chosen.activation_checkpointing != 0;
+  o_.sequence_parallel = chosen.sequence_parallel == COHORT_SEQUENCE_PARALLEL_MEGATRON     ? "megatron"
+                         : chosen.sequence_parallel == COHORT_SEQUENCE_PARALLEL_ALL_TO_ALL ? "all-to-all"
+                                                                                           : "";
+  // Each data replica trains global / data rows, its Z ranks a slice each: every rank's model and
+  // sampler batch is global / (data x Z), and data_world_ = data x Z shards.
+  const int64_t degree = o_.model_degree();
+  if (degree < 1 || world_ % degree != 0)
+    throw RuntimeError("choosing the plan (--plan auto): the chosen replica of " + std::to_string(degree) +
+                       " ranks does not divide the world of " + std::to_string(world_));
+  const int64_t shards = world_ / degree * o_.tensor_z;
+  if (global % shards != 0)
+    throw RuntimeError("choosing the plan (--plan auto): the global batch " + std::to_string(global) +
+                       " does not divide into " + std::to_string(shards) + " shards");
+  o_.batch = global / shards;
+  set_data_ranks();
 }
 
 void Task::open_data() {
@@ -123,97 +183,120 @@ void Task::open_data() {
   check(cohort_sampler_create(valid_, &so, &valid_sampler_), "validation sampler");
 }
 
-void Task::build_model() {
+cohort_graph* Task::make_graph(int64_t batch) const {
+  cohort_graph* graph = nullptr;
   if (o_.model == "mlp") {
     cohort_model_mlp_options m = cohort_model_mlp_options_default();
-    m.batch = *o_.batch;
+    m.batch = batch;
     m.hidden = &*o_.hidden;
     m.num_hidden = 1;
-    check(cohort_graph_create_mlp(&m, &graph_), "building the mlp");
+    check(cohort_graph_create_mlp(&m, &graph), "building the mlp");
   } else if (o_.model == "cnn") {
     cohort_model_cnn_options m = cohort_model_cnn_options_default();
-    m.batch = *o_.batch;
-    check(cohort_graph_create_cnn(&m, &graph_), "building the cnn");
+    m.batch = batch;
+    check(cohort_graph_create_cnn(&m, &graph), "building the cnn");
   } else {
     cohort_model_gpt_options m = cohort_model_gpt_options_default();
-    m.batch = *o_.batch;
+    m.batch = batch;
     m.context = *o_.context;
     m.layers = *o_.layers;
     m.width = *o_.width;
     m.heads = *o_.heads;
     m.dtype = o_.dtype == "bf16" ? COHORT_BF16 : COHORT_F32;
-    check(cohort_graph_create_gpt(&m, &graph_), "building the gpt");
+    check(cohort_graph_create_gpt(&m, &graph), "building the gpt");
   }
+  return graph;
+}
+
+void Task::build_model() {
+  graph_ = make_graph(*o_.batch);
   check(cohort_graph_stats(graph_, nullptr, nullptr, nullptr, &parameter_count_), "graph stats");
 }
 
-void Task::create_trainer() {
+cohort_optimizer* Task::make_optimizer(int64_t total_steps) const {
   cohort_optimizer_options oo = cohort_optimizer_options_default();
   oo.kind = o_.optimizer == "sgd" ? COHORT_OPTIM_SGD : COHORT_OPTIM_ADAMW;
   oo.lr = *o_.lr;
   oo.momentum = o_.optimizer == "sgd" ? 0.9 : 0.0;
   oo.weight_decay = *o_.weight_decay;
   oo.schedule = COHORT_SCHEDULE_WARMUP_COSINE;
-  oo.total_steps = o_.steps ? *o_.steps : *o_.epochs * steps_per_epoch_;
+  oo.total_steps = total_steps;
   oo.warmup_steps = std::min(*o_.warmup, oo.total_steps);
   oo.min_lr = *o_.lr * 0.1;
   oo.clip_norm = *o_.clip;
   cohort_optimizer* opt = nullptr;
   check(cohort_optimizer_create(&oo, &opt), "optimizer");
+  return opt;
+}
+
+cohort_trainer_options Task::trainer_options() const {
   cohort_trainer_options to = cohort_trainer_options_default();
   to.seed = o_.seed;
   to.num_threads = static_cast<int32_t>(o_.threads);
   to.device = o_.device == "cuda" ? COHORT_DEVICE_CUDA : COHORT_DEVICE_CPU;
+  return to;
+}
+
+cohort_plan_options Task::plan_options() const {
+  cohort_plan_options po = cohort_plan_options_default();
+  po.preset = o_.parallel == "sync"       ? COHORT_PRESET_DDP
+              : o_.parallel == "localsgd" ? COHORT_PRESET_LOCALSGD
+              : o_.parallel == "slowmo"   ? COHORT_PRESET_SLOWMO
+              : o_.parallel == "diloco"   ? COHORT_PRESET_DILOCO
+                                          : COHORT_PRESET_CO2;
+  po.tau = *o_.tau;
+  // co2 with SGD inner steps averages plainly (outer lr 1, no momentum): DiLoCo's Nesterov
+  // constants, the preset's, lost 8-10 points on the CNN over SGD with momentum, blocking or not
+  // (README, data-parallel accuracy).
+  const bool co2_sgd = o_.parallel == "co2" && o_.optimizer == "sgd";
+  if (o_.staleness_penalty || o_.outer_clip || o_.outer_lr || o_.outer_momentum || o_.nesterov || co2_sgd) {
+    // A preset with some outer settings changed: spell them all out, starting from the
+    // preset's values (cohort.h lists them), then apply the flags given.
+    const bool co2 = o_.parallel == "co2";
+    const bool diloco = o_.parallel == "diloco" || (co2 && !co2_sgd);  // co2: DiLoCo's
+    po.preset = COHORT_PRESET_NONE;
+    po.mode = co2 ? COHORT_SYNC_CO2 : COHORT_SYNC_LOCALSGD;
+    po.outer_lr = diloco ? 0.7 : 1.0;
+    po.outer_momentum = diloco ? 0.9 : o_.parallel == "slowmo" ? 0.5 : 0.0;
+    po.outer_nesterov = diloco ? 1 : 0;
+    po.staleness_penalty = co2 && o_.staleness_penalty.value_or(0) == 1 ? 1 : 0;  // the preset's: off
+    po.penalty_constant = 1.0;
+    po.clip_threshold = co2 ? o_.outer_clip.value_or(0.0) : 0.0;  // the preset's: off
+    if (o_.outer_lr) po.outer_lr = *o_.outer_lr;
+    if (o_.outer_momentum) po.outer_momentum = *o_.outer_momentum;
+    if (o_.nesterov) po.outer_nesterov = static_cast<int32_t>(*o_.nesterov);
+  }
+  po.zero_stage = static_cast<int32_t>(o_.zero);
+  po.inner_noise_scaling = static_cast<int32_t>(o_.noise_scaling);
+  po.overlap_steps = o_.overlap.value_or(0);  // 0: the default, 1; kAuto = -1: chosen as it runs
+  po.outer_bits = static_cast<int32_t>(o_.outer_bits);
+  po.tensor_x = static_cast<int32_t>(o_.tensor_x);
+  po.tensor_y = static_cast<int32_t>(o_.tensor);
+  po.tensor_z = static_cast<int32_t>(o_.tensor_z);
+  po.activation_checkpointing = o_.activation_checkpointing ? 1 : 0;
+  po.sequence_parallel = o_.sequence_parallel == "megatron"     ? COHORT_SEQUENCE_PARALLEL_MEGATRON
+                         : o_.sequence_parallel == "all-to-all" ? COHORT_SEQUENCE_PARALLEL_ALL_TO_ALL
+                                                                : COHORT_SEQUENCE_PARALLEL_NONE;
+  po.pipeline_stages = static_cast<int32_t>(o_.pipeline);
+  po.pipeline_chunks = static_cast<int32_t>(o_.pipeline_chunks);
+  po.micro_batches = static_cast<int32_t>(o_.micro_batches);
+  if (!o_.schedule.empty())  // else the plan's default, 1F1B
+    po.pipeline_schedule = o_.schedule == "gpipe" ? COHORT_PIPELINE_GPIPE
+                           : o_.schedule == "1f1b" ? COHORT_PIPELINE_1F1B
+                                                   : COHORT_PIPELINE_INTERLEAVED;
+  po.pipeline_cuts = o_.pipeline_cuts.empty() ? nullptr : o_.pipeline_cuts.c_str();
+  // --memory-limit: auto passes over layouts above it; a given (or chosen) layout above it fails.
+  po.memory_limit_bytes = o_.memory_limit_mib ? *o_.memory_limit_mib * (1 << 20) : 0.0;
+  return po;
+}
+
+void Task::create_trainer() {
+  cohort_optimizer* opt = make_optimizer(o_.steps ? *o_.steps : *o_.epochs * steps_per_epoch_);
+  const cohort_trainer_options to = trainer_options();
   cohort_status st = COHORT_OK;
   std::string why;
   if (comm_) {
-    cohort_plan_options po = cohort_plan_options_default();
-    po.preset = o_.parallel == "sync"       ? COHORT_PRESET_DDP
-                : o_.parallel == "localsgd" ? COHORT_PRESET_LOCALSGD
-                : o_.parallel == "slowmo"   ? COHORT_PRESET_SLOWMO
-                : o_.parallel == "diloco"   ? COHORT_PRESET_DILOCO
-                                            : COHORT_PRESET_CO2;
-    po.tau = *o_.tau;
-    // co2 with SGD inner steps averages plainly (outer lr 1, no momentum): DiLoCo's Nesterov
-    // constants, the preset's, lost 8-10 points on the CNN over SGD with momentum, blocking or not
-    // (README, data-parallel accuracy).
-    const bool co2_sgd = o_.parallel == "co2" && o_.optimizer == "sgd";
-    if (o_.staleness_penalty || o_.outer_clip || o_.outer_lr || o_.outer_momentum || o_.nesterov || co2_sgd) {
-      // A preset with some outer settings changed: spell them all out, starting from the
-      // preset's values (cohort.h lists them), then apply the flags given.
-      const bool co2 = o_.parallel == "co2";
-      const bool diloco = o_.parallel == "diloco" || (co2 && !co2_sgd);  // co2: DiLoCo's
-      po.preset = COHORT_PRESET_NONE;
-      po.mode = co2 ? COHORT_SYNC_CO2 : COHORT_SYNC_LOCALSGD;
-      po.outer_lr = diloco ? 0.7 : 1.0;
-      po.outer_momentum = diloco ? 0.9 : o_.parallel == "slowmo" ? 0.5 : 0.0;
-      po.outer_nesterov = diloco ? 1 : 0;
-      po.staleness_penalty = co2 && o_.staleness_penalty.value_or(0) == 1 ? 1 : 0;  // the preset's: off
-      po.penalty_constant = 1.0;
-      po.clip_threshold = co2 ? o_.outer_clip.value_or(0.0) : 0.0;  // the preset's: off
-      if (o_.outer_lr) po.outer_lr = *o_.outer_lr;
-      if (o_.outer_momentum) po.outer_momentum = *o_.outer_momentum;
-      if (o_.nesterov) po.outer_nesterov = static_cast<int32_t>(*o_.nesterov);
-    }
-    po.zero_stage = static_cast<int32_t>(o_.zero);
-    po.inner_noise_scaling = static_cast<int32_t>(o_.noise_scaling);
-    po.overlap_steps = o_.overlap.value_or(0);  // 0: the default, 1; kAuto = -1: chosen as it runs
-    po.outer_bits = static_cast<int32_t>(o_.outer_bits);
-    po.tensor_x = static_cast<int32_t>(o_.tensor_x);
-    po.tensor_y = static_cast<int32_t>(o_.tensor);
-    po.tensor_z = static_cast<int32_t>(o_.tensor_z);
-    po.activation_checkpointing = o_.activation_checkpointing ? 1 : 0;
-    po.sequence_parallel = o_.sequence_parallel == "megatron"     ? COHORT_SEQUENCE_PARALLEL_MEGATRON
-                           : o_.sequence_parallel == "all-to-all" ? COHORT_SEQUENCE_PARALLEL_ALL_TO_ALL
-                                                                  : COHORT_SEQUENCE_PARALLEL_NONE;
-    po.pipeline_stages = static_cast<int32_t>(o_.pipeline);
-    po.pipeline_chunks = static_cast<int32_t>(o_.pipeline_chunks);
-    po.micro_batches = static_cast<int32_t>(o_.micro_batches);
-    if (!o_.schedule.empty())  // else the plan's default, 1F1B
-      po.pipeline_schedule = o_.schedule == "gpipe" ? COHORT_PIPELINE_GPIPE
-                             : o_.schedule == "1f1b" ? COHORT_PIPELINE_1F1B
-                                                     : COHORT_PIPELINE_INTERLEAVED;
-    po.pipeline_cuts = o_.pipeline_cuts.empty() ? nullptr : o_.pipeline_cuts.c_str();
+    const cohort_plan_options po = plan_options();  // concrete: --plan auto chose the layout in o_
     cohort_plan* plan = nullptr;
     st = cohort_plan_create(&po, &plan);
     if (st == COHORT_OK) st = cohort_trainer_create_parallel(graph_, opt, plan, comm_, &to, &trainer_);

@@ -54,12 +54,24 @@ class Task {
   int rank() const { return rank_; }
   int world() const { return world_; }
   cohort_sampler* sampler() { return train_sampler_; }
+  // The options the task trains with: as given, except that --plan auto put the chosen layout and
+  // each rank's rows there (copy_layout takes them into the caller's copy).
+  const Options& options() const { return o_; }
 
  private:
   void join_ranks();
+  // The data shards of the ranks under the layout in o_: a model replica's ranks share rows.
+  void set_data_ranks();
+  // --plan auto: cohort_plan_choose on the model at the global batch (--batch x world); the
+  // chosen layout and each rank's rows go into o_, rank 0 prints the report.
+  void choose_plan();
   void open_data();
   void build_model();
   void create_trainer();
+  cohort_graph* make_graph(int64_t batch) const;
+  cohort_optimizer* make_optimizer(int64_t total_steps) const;
+  cohort_trainer_options trainer_options() const;
+  cohort_plan_options plan_options() const;
   void load_initial_weights(const std::string& path);
   // Binds features and labels buffers for `rows` examples (dimension 0).
   void bind(int64_t rows, std::vector<float>& fx, std::vector<int32_t>& ix, std::vector<int32_t>& y,

@@ -368,6 +368,9 @@ int run_train(Options o) {
   o.memory_report = !o.quiet;
   if (o.threads > 0) check(cohort_set_num_threads(static_cast<int>(o.threads)), "--threads");
   Task task(o);
+  // --plan auto: the layout and rows per rank the task chose, for the header, the summaries and
+  // which ranks join the evaluations.
+  if (!o.plan.empty()) copy_layout(task.options(), o);
   if (task.world() > 1) {
     // Rank 0 reports and evaluates (the others join its evaluation points: under ZeRO 3 the
     // parameters are gathered there; under --tensor they run the evaluation with it, silently);
@@ -393,6 +396,8 @@ int run_train(Options o) {
                 static_cast<long long>(*o.batch), task.world(), o.device == "cuda" ? " on the GPU" : "",
                 o.parallel.empty() ? "" : ", ",
                 o.parallel.empty() ? "" : (o.parallel + (o.parallel == "sync" ? "" : " tau " + std::to_string(*o.tau)) +
+                                           (o.plan.empty() ? "" : " plan auto: data " +
+                                                                        std::to_string(task.world() / o.model_degree())) +
                                            (o.zero > 0 ? " zero " + std::to_string(o.zero) : "") +
                                            grid_text(o) +
                                            (o.sequence_parallel.empty() ? "" : " sequence " + o.sequence_parallel) +

@@ -91,7 +91,7 @@ COHORT_HANDLE(cohort_plan)
                      int32_t* usable_out, cohort_dtype* dtype_out };
 %apply long long* OUTPUT { int64_t* num_parameter_elements_out, int64_t* value_out,
                            int64_t* examples_out, int64_t* epoch_out, int64_t* index_out,
-                           size_t* needed_out };
+                           size_t* needed_out, size_t* report_needed_out };
 %apply float* OUTPUT { float* loss_out };
 
 /* ---- (pointer, count) pairs: one Java array ------------------------------------------------ */
@@ -139,7 +139,8 @@ COHORT_ARRAY(char, size_t, jbyteArray, byte[], jbyte, Byte)
 %apply (int32_t* ARRAY_OUT, int32_t COUNT) { (int32_t* outputs_out, int32_t max_outputs) };
 %apply (int64_t* ARRAY_OUT, int32_t COUNT) { (int64_t* shape_out, int32_t max_rank) };
 %apply (char* ARRAY_OUT, size_t COUNT) { (char* buf, size_t buf_size),
-                                         (char* reason_out, size_t reason_capacity) };
+                                         (char* reason_out, size_t reason_capacity),
+                                         (char* report, size_t report_size) };
 
 /* ---- collective buffers: direct java.nio.Buffers --------------------------------------------- */
 

@@ -247,6 +247,7 @@ PYC_SEQUENCE_IN(double, pyc_read_doubles)
 %ignore cohort_plan_options::pipeline_cuts;
 %ignore cohort_plan_create;
 %ignore cohort_trainer_pipeline_stages;
+%ignore cohort_plan_choose;
 %ignore cohort_model_mlp_options::hidden;
 %ignore cohort_model_mlp_options::num_hidden;
 %ignore cohort_model_cnn_options::widths;
@@ -312,6 +313,28 @@ cohort_status pyc_trainer_pipeline_stages(const cohort_trainer* trainer, char** 
   char* text = (char*)malloc(needed > 0 ? needed : 1);
   if (text == NULL) return COHORT_ERR_OUT_OF_MEMORY;
   cohort_status st = cohort_trainer_pipeline_stages(trainer, text, needed > 0 ? needed : 1, NULL);
+  if (st != COHORT_OK) {
+    free(text);
+    return st;
+  }
+  *text_out = text;
+  return COHORT_OK;
+}
+
+/* cohort_plan_choose with pipeline_cuts given apart (ignored: a layout field) and the report as
+ * a str. A collective: the report cannot be asked for again, so the buffer holds 256 KiB (the
+ * text is cut there; the report of a few ranked plans is a few KiB). */
+cohort_status pyc_plan_choose(const cohort_plan_options* options, const cohort_graph* global_graph,
+                              const cohort_optimizer* optimizer, const cohort_trainer_options* trainer_options,
+                              cohort_comm* comm, cohort_plan_options* chosen_out, char** text_out) {
+  const size_t capacity = (size_t)1 << 18;
+  cohort_plan_options o = options ? *options : cohort_plan_options_default();
+  o.pipeline_cuts = NULL;
+  *text_out = NULL;
+  char* text = (char*)malloc(capacity);
+  if (text == NULL) return COHORT_ERR_OUT_OF_MEMORY;
+  cohort_status st = cohort_plan_choose(&o, global_graph, optimizer, trainer_options, comm, chosen_out, text,
+                                        capacity, NULL);
   if (st != COHORT_OK) {
     free(text);
     return st;

@@ -1,11 +1,13 @@
 // cohort_plan_* and the data-parallel trainer entry points: a plan handle is a validated
 // parallel::PlanConfig; a data-parallel trainer is an ordinary cohort_trainer whose Trainer
 // carries a parallel::DataParallel step hook (so cohort_trainer_step needs no special case).
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "capi/src/handles.h"
+#include "core/parallel/auto_plan.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/device_comm.h"
 #include "core/parallel/parallel_trainer.h"
@@ -46,6 +48,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   const bool has_checkpointing = o.size >= offsetof(cohort_plan_options, activation_checkpointing) + sizeof(int32_t);
   const bool has_sequence = o.size >= offsetof(cohort_plan_options, sequence_parallel) + sizeof(int32_t);
   const bool has_pipeline = o.size >= offsetof(cohort_plan_options, pipeline_cuts) + sizeof(const char*);
+  const bool has_auto = o.size >= offsetof(cohort_plan_options, memory_limit_bytes) + sizeof(double);
   parallel::PlanConfig c;
   if (enum_int(o.preset) != COHORT_PRESET_NONE) {
     int p = enum_int(o.preset);
@@ -86,10 +89,41 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
     c.pipeline.schedule = static_cast<parallel::PipelineSchedule>(o.pipeline_schedule);  // validated
     c.pipeline.cuts = split_cuts(o.pipeline_cuts);
   }
+  if (has_auto) {
+    c.automatic = o.automatic != 0;
+    c.auto_trials = o.auto_trials;                // validated: [0, 64]
+    c.memory_limit_bytes = o.memory_limit_bytes;  // validated: >= 0
+  }
   parallel::validate(c);
   return c;
 }
 
+// The inverse of to_config for the layout fields (cohort_plan_choose's result): a chosen plan's
+// layout written over the caller's options; the rest of them stay as given.
+void write_layout(const parallel::PlanConfig& c, cohort_plan_options& o) {
+  o.data_parallel = c.data_parallel;
+  o.zero_stage = c.zero_stage;
+  o.tensor_x = c.tensor.x;
+  o.tensor_y = c.tensor.y;
+  o.tensor_z = c.tensor.z;
+  o.activation_checkpointing = c.activation_checkpointing ? 1 : 0;
+  o.sequence_parallel = static_cast<int32_t>(c.sequence_parallel);
+  o.pipeline_stages = c.pipeline.stages;
+  o.pipeline_chunks = c.pipeline.chunks;
+  o.micro_batches = c.pipeline.micro_batches;
+  o.pipeline_schedule = static_cast<int32_t>(c.pipeline.schedule);
+  o.pipeline_cuts = nullptr;  // balanced: the planner priced the balanced cuts
+  o.automatic = 0;
+}
+
+// Text into a caller's buffer, cut to fit and NUL-terminated; *needed_out the whole size.
+void copy_text_truncated(const std::string& text, char* buf, size_t buf_size, size_t* needed_out) {
+  if (needed_out) *needed_out = text.size() + 1;
+  if (buf == nullptr || buf_size == 0) return;
+  const size_t n = std::min(text.size(), buf_size - 1);
+  std::memcpy(buf, text.data(), n);
+  buf[n] = '\0';
+}
 
 parallel::DataParallel& parallel_of(const cohort_trainer* t) {
   const cohort_trainer& h = *checked(t, "trainer", "trainer");
@@ -179,6 +213,9 @@ COHORT_API cohort_status cohort_trainer_create_parallel(const cohort_graph* grap
     std::shared_ptr<transport::coll::Communicator> c = checked(comm, "comm", "comm")->comm;
     check_not_null(trainer_out, "trainer_out");
     TrainerOptions o = trainer_options_from(options);
+    COHORT_CHECK(!pc.automatic, Status::kInvalidPlan,
+                 "plan: automatic = 1: resolve the layout with cohort_plan_choose first (it decides each rank's share "
+                 "of the batch, and so the graph this trainer is made from), then create the plan from its options");
     parallel::validate_for_world(pc, c->size());  // before any collective: nothing to undo
     // On the GPU, DDP reduces its buckets over NCCL where every rank can (device_comm.h), else
     // through host copies over `comm`; local SGD and co2 always go through the host.
@@ -204,6 +241,38 @@ COHORT_API cohort_status cohort_trainer_pipeline_stages(const cohort_trainer* tr
     COHORT_CHECK(buf != nullptr && buf_size >= text.size() + 1, Status::kInvalidArgument, "buf holds ", buf_size,
                  " bytes but the description needs ", text.size() + 1);
     std::memcpy(buf, text.c_str(), text.size() + 1);
+  });
+}
+
+COHORT_API cohort_status cohort_plan_choose(const cohort_plan_options* options, const cohort_graph* global_graph,
+                                            const cohort_optimizer* optimizer,
+                                            const cohort_trainer_options* trainer_options, cohort_comm* comm,
+                                            cohort_plan_options* chosen_out, char* report, size_t report_size,
+                                            size_t* report_needed_out) {
+  return guard("cohort_plan_choose", [&] {
+    check_not_null(options, "options");
+    check_not_null(chosen_out, "chosen_out");
+    check_struct_size(options->size, offsetof(cohort_plan_options, memory_limit_bytes) + sizeof(double), "options");
+    COHORT_CHECK(report != nullptr || report_size == 0, Status::kInvalidArgument, "report is NULL but report_size is ",
+                 report_size);
+    const Graph& g = checked(global_graph, "graph", "global_graph")->graph;
+    const optim::OptimizerConfig& oc = checked(optimizer, "optimizer", "optimizer")->config;
+    std::shared_ptr<transport::coll::Communicator> c = checked(comm, "comm", "comm")->comm;
+    const TrainerOptions to = trainer_options_from(trainer_options);
+    // Every check above and in to_config is the same on every rank: a refusal comes before the
+    // first collective, on all of them alike.
+    parallel::PlanConfig requested = to_config(*options);
+    requested.automatic = true;
+    std::string text;
+    const parallel::PlanConfig chosen = parallel::choose_plan(g, requested, *c, oc, to, &text);
+    cohort_plan_options out;
+    std::memset(&out, 0, sizeof out);
+    const size_t given = std::min(options->size, sizeof out);
+    std::memcpy(&out, options, given);
+    out.size = given;
+    write_layout(chosen, out);
+    *chosen_out = out;
+    copy_text_truncated(c->rank() == 0 ? text : std::string(), report, report_size, report_needed_out);
   });
 }
 

@@ -24,6 +24,7 @@ TEST(CapiNullHandles, EveryEntryPoint) {
   cohort_tensor_ref ref = {"x", COHORT_F32, 1, shape, &f, sizeof f};
   cohort_trainer_stats stats{};
   stats.size = sizeof stats;
+  cohort_plan_options plan_options = cohort_plan_options_default(), chosen = cohort_plan_options_default();
   const std::vector<Case> cases = {
       {"cohort_attrs_set_int", "attrs", [&] { return cohort_attrs_set_int(nullptr, "a", 1); }},
       {"cohort_attrs_set_float", "attrs", [&] { return cohort_attrs_set_float(nullptr, "a", 1); }},
@@ -50,6 +51,8 @@ TEST(CapiNullHandles, EveryEntryPoint) {
       {"cohort_trainer_get_stats", "trainer", [&] { return cohort_trainer_get_stats(nullptr, &stats); }},
       {"cohort_trainer_pipeline_stages", "trainer",
        [&] { return cohort_trainer_pipeline_stages(nullptr, nullptr, 0, nullptr); }},
+      {"cohort_plan_choose", "global_graph",
+       [&] { return cohort_plan_choose(&plan_options, nullptr, nullptr, nullptr, nullptr, &chosen, nullptr, 0, nullptr); }},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(c.call(), COHORT_ERR_INVALID_HANDLE) << c.function;

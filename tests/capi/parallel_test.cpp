@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -529,3 +531,187 @@ TEST_F(CapiParallel, ZeroTrainerMatchesDdpAndReportsMemory) {
 }
 
 }  // namespace
+
+namespace {
+
+cohort_graph* mlp_at(int64_t batch) {
+  cohort_model_mlp_options m = cohort_model_mlp_options_default();
+  int64_t hidden[1] = {8};
+  m.batch = batch;
+  m.in_features = 6;
+  m.hidden = hidden;
+  m.num_hidden = 1;
+  m.classes = 3;
+  cohort_graph* g = nullptr;
+  EXPECT_EQ(cohort_graph_create_mlp(&m, &g), COHORT_OK) << cohort_last_error();
+  return g;
+}
+
+// The layout fields cohort_plan_choose writes, as integers to compare across ranks.
+std::vector<int32_t> layout_of(const cohort_plan_options& o) {
+  return {o.data_parallel,   o.tensor_x,          o.tensor_y,      o.tensor_z,        o.sequence_parallel,
+          o.pipeline_stages, o.pipeline_chunks,   o.micro_batches, o.pipeline_schedule, o.zero_stage,
+          o.activation_checkpointing, o.automatic};
+}
+
+}  // namespace
+
+// An automatic plan at any world size (one here; 2 ranks under cohort-run:
+// multirank.capi_plan_choose.n2): every rank gets the same concrete options — the layout chosen,
+// the rest as given — world rank 0 the report, and the options make a plan whose trainer, built
+// from the graph at each rank's share of the global batch, trains a step.
+TEST_F(CapiParallel, PlanChooseAgreesAndTrains) {
+  int32_t rank = 0, world = 1;
+  ASSERT_EQ(cohort_comm_rank(comm_, &rank, &world), COHORT_OK);
+  if (const char* expected = std::getenv("COHORT_WORLD_SIZE")) EXPECT_EQ(world, std::atoi(expected));  // cohort-run's
+  const int64_t global = 4 * world;
+  cohort_graph* global_graph = mlp_at(global);
+  ASSERT_NE(global_graph, nullptr);
+  cohort_plan_options o = cohort_plan_options_default();
+  o.automatic = 1;
+  o.tau = 3;
+  o.bucket_bytes = 1 << 20;
+  cohort_plan_options chosen;
+  std::memset(&chosen, 0xff, sizeof chosen);
+  std::vector<char> report(1 << 16, 'x');
+  size_t needed = 0;
+  ASSERT_EQ(cohort_plan_choose(&o, global_graph, optimizer_, nullptr, comm_, &chosen, report.data(), report.size(),
+                               &needed),
+            COHORT_OK)
+      << cohort_last_error();
+  const std::string text = report.data();
+  EXPECT_EQ(needed, text.size() + 1);
+  if (rank == 0) {
+    EXPECT_NE(text.find("auto plan: chose"), std::string::npos) << text;
+  } else {
+    EXPECT_EQ(text, "");
+  }
+  // The rest as given; the layout concrete.
+  EXPECT_EQ(chosen.size, sizeof chosen);
+  EXPECT_EQ(chosen.tau, 3);
+  EXPECT_EQ(chosen.bucket_bytes, 1 << 20);
+  EXPECT_EQ(chosen.mode, COHORT_SYNC_DDP);
+  EXPECT_EQ(chosen.automatic, 0);
+  EXPECT_EQ(chosen.pipeline_cuts, nullptr);
+  EXPECT_EQ(chosen.memory_limit_bytes, 0.0);
+  const int32_t degree = chosen.pipeline_stages * chosen.tensor_x * chosen.tensor_y * chosen.tensor_z;
+  ASSERT_GE(degree, 1);
+  ASSERT_EQ(world % degree, 0);
+  const int32_t data = world / degree;
+  EXPECT_TRUE(chosen.data_parallel == 0 || chosen.data_parallel == data) << chosen.data_parallel;
+  // The same on every rank.
+  const std::vector<int32_t> mine = layout_of(chosen);
+  std::vector<int32_t> negated(mine.size()), low(mine.size()), high(mine.size());
+  for (size_t i = 0; i < mine.size(); ++i) negated[i] = -mine[i];
+  ASSERT_EQ(cohort_comm_all_reduce(comm_, mine.data(), high.data(), mine.size(), COHORT_I32, COHORT_REDUCE_MAX, nullptr),
+            COHORT_OK);
+  ASSERT_EQ(cohort_comm_all_reduce(comm_, negated.data(), low.data(), mine.size(), COHORT_I32, COHORT_REDUCE_MAX,
+                                   nullptr),
+            COHORT_OK);
+  for (int32_t& v : low) v = -v;  // the minimum
+  EXPECT_EQ(low, mine);
+  EXPECT_EQ(high, mine);
+
+  // The report cut to fit a small buffer, with the whole size still reported.
+  char small[16];
+  size_t small_needed = 0;
+  ASSERT_EQ(cohort_plan_choose(&o, global_graph, optimizer_, nullptr, comm_, &chosen, small, sizeof small,
+                               &small_needed),
+            COHORT_OK)
+      << cohort_last_error();
+  EXPECT_EQ(layout_of(chosen), mine);
+  if (rank == 0) {
+    EXPECT_EQ(std::strlen(small), sizeof small - 1);
+    EXPECT_EQ(std::string(small), text.substr(0, sizeof small - 1));
+    EXPECT_GT(small_needed, sizeof small);
+  } else {
+    EXPECT_STREQ(small, "");
+    EXPECT_EQ(small_needed, 1u);
+  }
+
+  // Each rank's graph: the global batch over the data replicas and the Z slices.
+  const int64_t rows = global / (data * chosen.tensor_z);
+  cohort_graph* g = mlp_at(rows);
+  cohort_plan* plan = nullptr;
+  ASSERT_EQ(cohort_plan_create(&chosen, &plan), COHORT_OK) << cohort_last_error();
+  cohort_trainer* t = nullptr;
+  ASSERT_EQ(cohort_trainer_create_parallel(g, optimizer_, plan, comm_, nullptr, &t), COHORT_OK) << cohort_last_error();
+  std::vector<float> x(static_cast<size_t>(rows * 6));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7 + static_cast<size_t>(rank)) % 11) / 11.0f;
+  std::vector<int32_t> y(static_cast<size_t>(rows));
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int32_t>(i % 3);
+  int64_t xs[2] = {rows, 6}, ys[1] = {rows};
+  cohort_tensor_ref in[2] = {{"x", COHORT_F32, 2, xs, x.data(), x.size() * sizeof(float)},
+                             {"y", COHORT_I32, 1, ys, y.data(), y.size() * sizeof(int32_t)}};
+  float loss = NAN;
+  EXPECT_EQ(cohort_trainer_step(t, in, 2, &loss), COHORT_OK) << cohort_last_error();
+  EXPECT_TRUE(std::isfinite(loss)) << loss;
+  EXPECT_EQ(cohort_trainer_destroy(t), COHORT_OK);
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+  EXPECT_EQ(cohort_graph_destroy(g), COHORT_OK);
+  EXPECT_EQ(cohort_graph_destroy(global_graph), COHORT_OK);
+}
+
+// cohort_plan_choose's refusals, each before any collective, and an automatic plan refused by
+// cohort_trainer_create_parallel naming cohort_plan_choose.
+TEST_F(CapiParallel, PlanChooseErrorPaths) {
+  cohort_plan_options o = cohort_plan_options_default();
+  o.automatic = 1;
+  cohort_plan_options chosen = cohort_plan_options_default();
+  char report[64];
+  size_t needed = 0;
+  EXPECT_STATUS(cohort_plan_choose(nullptr, graph_, optimizer_, nullptr, comm_, &chosen, report, sizeof report, &needed),
+                COHORT_ERR_INVALID_ARGUMENT, "cohort_plan_choose: options is NULL");
+  EXPECT_STATUS(cohort_plan_choose(&o, graph_, optimizer_, nullptr, comm_, nullptr, report, sizeof report, &needed),
+                COHORT_ERR_INVALID_ARGUMENT, "chosen_out is NULL");
+  EXPECT_STATUS(cohort_plan_choose(&o, graph_, optimizer_, nullptr, comm_, &chosen, nullptr, 8, &needed),
+                COHORT_ERR_INVALID_ARGUMENT, "report is NULL");
+  EXPECT_STATUS(cohort_plan_choose(&o, nullptr, optimizer_, nullptr, comm_, &chosen, report, sizeof report, &needed),
+                COHORT_ERR_INVALID_HANDLE, "global_graph is NULL");
+  EXPECT_STATUS(cohort_plan_choose(&o, graph_, nullptr, nullptr, comm_, &chosen, report, sizeof report, &needed),
+                COHORT_ERR_INVALID_HANDLE, "optimizer is NULL");
+  EXPECT_STATUS(cohort_plan_choose(&o, graph_, optimizer_, nullptr, nullptr, &chosen, report, sizeof report, &needed),
+                COHORT_ERR_INVALID_HANDLE, "comm is NULL");
+  cohort_plan_options old = o;
+  old.size = offsetof(cohort_plan_options, automatic);  // a caller from before automatic plans
+  EXPECT_STATUS(cohort_plan_choose(&old, graph_, optimizer_, nullptr, comm_, &chosen, report, sizeof report, &needed),
+                COHORT_ERR_INVALID_ARGUMENT, "options");
+  cohort_plan_options bad = o;
+  bad.auto_trials = 65;
+  EXPECT_STATUS(cohort_plan_choose(&bad, graph_, optimizer_, nullptr, comm_, &chosen, report, sizeof report, &needed),
+                COHORT_ERR_INVALID_PLAN, "auto_trials = 65 must be in [0, 64]");
+  cohort_plan* plan = nullptr;
+  EXPECT_STATUS(cohort_plan_create(&bad, &plan), COHORT_ERR_INVALID_PLAN, "auto_trials = 65");
+  bad.auto_trials = -1;
+  EXPECT_STATUS(cohort_plan_create(&bad, &plan), COHORT_ERR_INVALID_PLAN, "auto_trials = -1");
+  bad = o;
+  bad.memory_limit_bytes = -1;
+  EXPECT_STATUS(cohort_plan_choose(&bad, graph_, optimizer_, nullptr, comm_, &chosen, report, sizeof report, &needed),
+                COHORT_ERR_INVALID_PLAN, "memory_limit_bytes = -1");
+  // Nothing fits in a kilobyte: the limit and the smallest need named.
+  bad.memory_limit_bytes = 1024;
+  EXPECT_STATUS(cohort_plan_choose(&bad, graph_, optimizer_, nullptr, comm_, &chosen, report, sizeof report, &needed),
+                COHORT_ERR_INVALID_PLAN, "memory_limit_bytes");
+  EXPECT_NE(std::string(cohort_last_error()).find("the smallest needs"), std::string::npos) << cohort_last_error();
+  EXPECT_EQ(plan, nullptr);
+
+  // A trainer cannot be made from an automatic plan; a forced plan over the limit is refused.
+  ASSERT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
+  cohort_trainer* t = nullptr;
+  EXPECT_STATUS(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &t), COHORT_ERR_INVALID_PLAN,
+                "cohort_trainer_create_parallel: plan: automatic = 1: resolve the layout with cohort_plan_choose");
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+  cohort_plan_options forced = cohort_plan_options_default();
+  forced.memory_limit_bytes = 1024;
+  ASSERT_EQ(cohort_plan_create(&forced, &plan), COHORT_OK) << cohort_last_error();
+  EXPECT_STATUS(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &t), COHORT_ERR_INVALID_PLAN,
+                "memory_limit_bytes");
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+  // An older caller's size does not reach automatic: its plan is the layout as given.
+  old.automatic = 1;
+  ASSERT_EQ(cohort_plan_create(&old, &plan), COHORT_OK) << cohort_last_error();
+  ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &t), COHORT_OK)
+      << cohort_last_error();
+  EXPECT_EQ(cohort_trainer_destroy(t), COHORT_OK);
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+}

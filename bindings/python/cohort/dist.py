@@ -27,7 +27,7 @@ import weakref
 from . import capi as _capi
 from ._errors import Status
 from ._handle import Handle
-from ._types import Preset, ReduceOp, SyncMode, as_dtype, as_enum, set_options
+from ._types import Device, Preset, ReduceOp, SyncMode, as_dtype, as_enum, set_options
 
 _collective = _capi.pyc_comm_collective
 
@@ -192,7 +192,9 @@ class Plan(Handle):
     pipeline_chunks (stages per rank, interleaved schedule only), micro_batches (each rank's batch cut
     into that many; 0 or 1 = one), pipeline_schedule (0 GPipe, 1 1F1B — the default —, 2 interleaved),
     pipeline_cuts (the first node of stages 1.., a str "a,b" or a sequence of names; None = balanced by
-    the workload estimator)."""
+    the workload estimator), automatic (1: the layout is the planner's to choose — resolve it with
+    Plan.choose first; a Trainer refuses it), auto_trials (Plan.choose: time the K best predicted
+    layouts, 0..64), memory_limit_bytes (what a rank may use; 0 = the host's memory over the ranks)."""
 
     __slots__ = ()
     _destroy = staticmethod(_capi.cohort_plan_destroy)
@@ -200,7 +202,7 @@ class Plan(Handle):
               "penalty_constant", "clip_threshold", "zero_stage", "bucket_bytes", "inner_noise_scaling",
               "overlap_steps", "outer_bits", "tensor_x", "tensor_y", "tensor_z", "tensor_overlap_off",
               "activation_checkpointing", "sequence_parallel", "pipeline_stages", "pipeline_chunks", "micro_batches",
-              "pipeline_schedule")
+              "pipeline_schedule", "automatic", "auto_trials", "memory_limit_bytes")
 
     def __init__(self, preset="none", pipeline_cuts=None, **options):
         o = _capi.cohort_plan_options_default()
@@ -209,3 +211,35 @@ class Plan(Handle):
         if pipeline_cuts is not None and not isinstance(pipeline_cuts, str):
             pipeline_cuts = ",".join(pipeline_cuts)
         super().__init__(_capi.pyc_plan_create(o, pipeline_cuts))
+
+    @classmethod
+    def choose(cls, graph, optimizer, comm, preset="none", *, seed=0, num_threads=0, device="cpu", **options):
+        """Chooses the layout of an automatic plan (cohort_plan_choose): a collective over `comm` —
+        every rank calls it with the same arguments — that probes the links, ranks the layouts that
+        fit with the planner's model (world rank 0 decides) and, with auto_trials K > 0, times a few
+        steps of the K best (with `optimizer` and the trainer settings seed, num_threads, device).
+        `graph` is the model at the GLOBAL batch: every data replica's rows together. Options as
+        Plan's (automatic is implied; pipeline_cuts, a layout field, is not taken).
+
+        Returns (options, report): options, the keyword arguments of the concrete Plan — preset and
+        every field as given except the layout (data_parallel, tensor_x/y/z, sequence_parallel,
+        pipeline_stages, pipeline_chunks, micro_batches, pipeline_schedule, zero_stage,
+        activation_checkpointing), which is the chosen one, automatic 0 — and report, the text world
+        rank 0 prints ("" on the other ranks). Each rank then trains the graph at the global batch /
+        (D x tensor_z) rows, D = comm.size / (pipeline_stages x tensor_x x tensor_y x tensor_z).
+        InvalidPlanError naming memory_limit_bytes when no layout fits, naming the field for a bad
+        option."""
+        o = _capi.cohort_plan_options_default()
+        o.preset = int(as_enum(Preset, preset))
+        set_options(o, cls.FIELDS, options, {"mode": SyncMode}, "Plan.choose")
+        o.automatic = 1
+        to = _capi.cohort_trainer_options_default()
+        to.seed, to.num_threads = int(seed), int(num_threads)
+        to.device = int(as_enum(Device, device))
+        chosen = _capi.cohort_plan_options_default()
+        report = _capi.pyc_plan_choose(o, graph._handle, optimizer._handle, to, comm._handle, chosen)
+        result = {"preset": Preset(chosen.preset)}
+        for field in cls.FIELDS:
+            result[field] = getattr(chosen, field)
+        result["mode"] = SyncMode(chosen.mode)
+        return result, report

@@ -9,6 +9,7 @@ that fails leaves the others failing at their next collective within the communi
 """
 import array
 import gc
+import math
 import os
 import tempfile
 import threading
@@ -253,6 +254,32 @@ class DataParallelTest(unittest.TestCase):
                 self.assertRegex(stages, r"stage 0: nodes .*\nstage 1: nodes [0-9]+-[0-9]+ 'out' ")
             else:
                 self.assertEqual(stages, "")
+
+    def test_plan_choose(self):
+        # The planner chooses the layout for the global batch (4 rows a rank under plain data
+        # parallelism); every rank gets the same options, rank 0 the report, and they train.
+        size = comm.size
+        with classifier(batch=4 * size) as graph, cohort.Optimizer("sgd", lr=0.2) as optimizer:
+            options, report = cohort.Plan.choose(graph, optimizer, comm, "ddp", tau=1, bucket_bytes=1 << 20)
+        if comm.rank == 0:
+            self.assertIn("auto plan: chose", report)
+        else:
+            self.assertEqual(report, "")
+        self.assertEqual(options["preset"], cohort.Preset.DDP)
+        self.assertEqual(options["automatic"], 0)
+        self.assertEqual(options["bucket_bytes"], 1 << 20)
+        layout = ("data_parallel", "tensor_x", "tensor_y", "tensor_z", "sequence_parallel", "pipeline_stages",
+                  "pipeline_chunks", "micro_batches", "pipeline_schedule", "zero_stage", "activation_checkpointing")
+        self.assertSameOnEveryRank([float(options[k]) for k in layout])
+        degree = options["pipeline_stages"] * options["tensor_x"] * options["tensor_y"] * options["tensor_z"]
+        rows = 4 * size // (size // degree * options["tensor_z"])
+        with classifier(batch=rows) as graph, cohort.Optimizer("sgd", lr=0.2) as optimizer, \
+                cohort.Plan(**options) as plan:
+            trainer = cohort.Trainer(graph, optimizer, seed=11, plan=plan, comm=comm)
+        with trainer:
+            x, y = learnable_batch(batch=rows, offset=comm.rank)
+            loss = trainer.step(x=x, y=y)
+            self.assertTrue(math.isfinite(loss))
 
     def test_ddp(self):
         with cohort.Plan("ddp") as plan:

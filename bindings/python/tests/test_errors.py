@@ -215,6 +215,25 @@ class ErrorTest(unittest.TestCase):
             with cohort.Comm.from_env() as comm:
                 self.assertFails(cohort.InvalidPlanError, "plan: micro_batches = 3 does not divide the batch 8",
                                  cohort.Trainer, self.graph, self.optimizer, plan=plan, comm=comm)
+        # Automatic plans: auto_trials and memory_limit_bytes named; a Trainer refuses an unresolved
+        # one naming cohort_plan_choose; Plan.choose in a world of one with nothing fitting names the
+        # memory limit.
+        self.assertFails(cohort.InvalidPlanError, "plan: auto_trials = 65 must be in [0, 64]", cohort.Plan,
+                         automatic=1, auto_trials=65)
+        self.assertFails(cohort.InvalidPlanError, "plan: memory_limit_bytes = -1", cohort.Plan, memory_limit_bytes=-1.0)
+        with cohort.Comm.from_env() as comm:
+            with cohort.Plan("ddp", automatic=1) as plan:
+                self.assertFails(cohort.InvalidPlanError, "cohort_plan_choose", cohort.Trainer, self.graph,
+                                 self.optimizer, plan=plan, comm=comm)
+            self.assertFails(cohort.InvalidPlanError, "auto_trials = -1", cohort.Plan.choose, self.graph,
+                             self.optimizer, comm, auto_trials=-1)
+            self.assertFails(cohort.InvalidPlanError, "memory_limit_bytes", cohort.Plan.choose, self.graph,
+                             self.optimizer, comm, memory_limit_bytes=1024.0)
+            options, report = cohort.Plan.choose(self.graph, self.optimizer, comm, "ddp")
+            self.assertIn("auto plan: chose", report)
+            self.assertEqual(options["automatic"], 0)
+            with cohort.Plan(**options) as plan, cohort.Trainer(self.graph, self.optimizer, plan=plan, comm=comm) as t:
+                self.assertGreater(t.step(x=self.x, y=self.y), 0.0)
         cohort.Plan("ddp", activation_checkpointing=1).close()  # a model without blocks: refused by the trainer
         with cohort.Plan("ddp") as plan:
             self.assertFalse(plan.closed)

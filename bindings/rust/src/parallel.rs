@@ -101,17 +101,36 @@ pub struct PlanOptions {
     pub micro_batches: i32,
     /// cohort_pipeline_schedule: 0 GPipe, 1 1F1B (the default), 2 interleaved 1F1B.
     pub pipeline_schedule: i32,
+    /// The layout (data_parallel, the tensor grid, sequence parallelism, the pipeline fields,
+    /// micro-batches, ZeRO stage, activation checkpointing) is the planner's to choose: resolve it
+    /// with [`Plan::choose`]; a trainer refuses an automatic plan (INVALID_PLAN naming
+    /// cohort_plan_choose).
+    pub automatic: bool,
+    /// [`Plan::choose`]: time a few steps of the K best predicted layouts and take the fastest
+    /// measured; 0 takes the fastest predicted. INVALID_PLAN outside 0..=64.
+    pub auto_trials: i32,
+    /// Memory a rank may use, bytes: [`Plan::choose`] passes over layouts predicted to need more
+    /// (INVALID_PLAN naming memory_limit_bytes when none fits), a trainer refuses a plan that
+    /// does. 0: the host's memory over the ranks. Negative: INVALID_PLAN.
+    pub memory_limit_bytes: f64,
 }
 
 impl Default for PlanOptions {
     /// Preset None, the whole communicator, DDP, tau 1, outer lr 1, no momentum, no penalty
     /// (constant 1), no clip, ZeRO stage 0, 25 MiB buckets, no tensor parallelism (grid 1 x 1 x 1),
-    /// no pipeline (1 stage, 1 chunk, 1 micro-batch, schedule 1F1B).
+    /// no pipeline (1 stage, 1 chunk, 1 micro-batch, schedule 1F1B), not automatic, no trials,
+    /// memory limit 0 (the host's memory over the ranks).
     fn default() -> PlanOptions {
+        // SAFETY: never fails.
+        PlanOptions::from_raw(&unsafe { sys::cohort_plan_options_default() })
+    }
+}
+
+impl PlanOptions {
+    /// Every field but pipeline_cuts (a pointer the struct does not own).
+    fn from_raw(raw: &sys::cohort_plan_options) -> PlanOptions {
         use sys::cohort_plan_preset as P;
         use sys::cohort_sync_mode as M;
-        // SAFETY: never fails.
-        let raw = unsafe { sys::cohort_plan_options_default() };
         PlanOptions {
             preset: match raw.preset {
                 P::COHORT_PRESET_DDP => Preset::Ddp,
@@ -149,11 +168,12 @@ impl Default for PlanOptions {
             pipeline_chunks: raw.pipeline_chunks,
             micro_batches: raw.micro_batches,
             pipeline_schedule: raw.pipeline_schedule,
+            automatic: raw.automatic != 0,
+            auto_trials: raw.auto_trials,
+            memory_limit_bytes: raw.memory_limit_bytes,
         }
     }
-}
 
-impl PlanOptions {
     fn to_raw(self) -> sys::cohort_plan_options {
         use sys::cohort_plan_preset as P;
         use sys::cohort_sync_mode as M;
@@ -195,6 +215,9 @@ impl PlanOptions {
         raw.pipeline_chunks = self.pipeline_chunks;
         raw.micro_batches = self.micro_batches;
         raw.pipeline_schedule = self.pipeline_schedule;
+        raw.automatic = i32::from(self.automatic);
+        raw.auto_trials = self.auto_trials;
+        raw.memory_limit_bytes = self.memory_limit_bytes;
         raw
     }
 }
@@ -227,6 +250,53 @@ impl Plan {
         }
         // The plan copies the names: `joined` outlives the call.
         create!(Plan, |out| sys::cohort_plan_create(&raw, &mut out))
+    }
+
+    /// Resolves an automatic plan (cohort_plan_choose): a collective over `comm` — every rank
+    /// calls it with the same arguments — that probes the links, ranks the layouts that fit with
+    /// the planner's model (world rank 0 decides; every rank gets the same choice) and, with
+    /// auto_trials K > 0, times a few steps of the K best with `optimizer` and `trainer_options`.
+    /// `global_graph` is the model at the GLOBAL batch, every data replica's rows together; each
+    /// rank then trains it at global / (D x tensor_z) rows, D = comm size / (pipeline_stages x
+    /// tensor_x x tensor_y x tensor_z). `options.automatic` is not read: this always chooses.
+    ///
+    /// Returns the options to make the plan from — every field as given except the layout, which
+    /// is the chosen one, automatic false — and world rank 0's report (the probe, the ranked
+    /// layouts, the choice; empty on the other ranks). INVALID_PLAN naming memory_limit_bytes
+    /// when no layout fits, naming the field for a bad option.
+    pub fn choose(
+        options: &PlanOptions,
+        global_graph: &Graph,
+        optimizer: &Optimizer,
+        comm: &Comm,
+        trainer_options: &TrainerOptions,
+    ) -> Result<(PlanOptions, String)> {
+        // A collective cannot be asked again: the report is cut at this many bytes.
+        const REPORT_BYTES: usize = 1 << 18;
+        let raw = options.to_raw();
+        let trainer_raw = trainer_options.to_raw();
+        // SAFETY: never fails; overwritten by the call on success.
+        let mut chosen = unsafe { sys::cohort_plan_options_default() };
+        let mut report = vec![0u8; REPORT_BYTES];
+        let mut needed: usize = 0;
+        // SAFETY: live handles; the structs are the header's (size set by their defaults); report
+        // holds report.len() bytes.
+        check(unsafe {
+            sys::cohort_plan_choose(
+                &raw,
+                global_graph.as_raw(),
+                optimizer.as_raw(),
+                &trainer_raw,
+                comm.as_raw(),
+                &mut chosen,
+                report.as_mut_ptr().cast(),
+                report.len(),
+                &mut needed,
+            )
+        })?;
+        let end = report.iter().position(|&b| b == 0).unwrap_or(report.len());
+        report.truncate(end);
+        Ok((PlanOptions::from_raw(&chosen), String::from_utf8_lossy(&report).into_owned()))
     }
 }
 

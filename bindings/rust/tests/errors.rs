@@ -499,3 +499,54 @@ fn registered_memory_mistakes() {
     kept.free().unwrap();
     drop(dropped);
 }
+
+#[test]
+fn automatic_plans_are_chosen_before_a_trainer_is_made() {
+    let d = PlanOptions::default();
+    assert_eq!((d.automatic, d.auto_trials, d.memory_limit_bytes), (false, 0, 0.0));
+    expect_error(
+        Plan::new(&PlanOptions { automatic: true, auto_trials: 65, ..d }),
+        Status::InvalidPlan,
+        &["plan: auto_trials = 65 must be in [0, 64]"],
+    );
+    expect_error(
+        Plan::new(&PlanOptions { memory_limit_bytes: -1.0, ..d }),
+        Status::InvalidPlan,
+        &["plan: memory_limit_bytes = -1"],
+    );
+    let graph = Graph::mlp(&MlpOptions {
+        batch: 8,
+        in_features: FEATURES as i64,
+        hidden: vec![4],
+        classes: CLASSES as i64,
+        activation: Activation::Relu,
+    })
+    .unwrap();
+    let optimizer = common::adamw(1e-2);
+    let comm = Comm::from_env(&CommOptions::default()).unwrap();
+    let on_cpu = TrainerOptions { seed: 1, ..TrainerOptions::default() };
+    // An unresolved automatic plan: the trainer names the call that resolves it.
+    let auto = PlanOptions { preset: Preset::Ddp, automatic: true, bucket_bytes: 1 << 20, ..d };
+    let unresolved = Plan::new(&auto).unwrap();
+    expect_error(
+        Trainer::new_parallel(&graph, &optimizer, &unresolved, &comm, &on_cpu),
+        Status::InvalidPlan,
+        &["cohort_trainer_create_parallel", "cohort_plan_choose"],
+    );
+    expect_error(
+        Plan::choose(&PlanOptions { memory_limit_bytes: 1024.0, ..auto }, &graph, &optimizer, &comm, &on_cpu),
+        Status::InvalidPlan,
+        &["cohort_plan_choose", "memory_limit_bytes"],
+    );
+    // A world of one: the layout is one rank's, the rest as given; rank 0's report names it.
+    let (chosen, report) = Plan::choose(&auto, &graph, &optimizer, &comm, &on_cpu).unwrap();
+    assert!(report.contains("auto plan: chose"), "{}", report);
+    assert!(!chosen.automatic);
+    assert_eq!((chosen.preset, chosen.bucket_bytes), (Preset::Ddp, 1 << 20));
+    assert_eq!((chosen.pipeline_stages, chosen.tensor_x * chosen.tensor_y * chosen.tensor_z), (1, 1));
+    let plan = Plan::new(&chosen).unwrap();
+    let mut t = Trainer::new_parallel(&graph, &optimizer, &plan, &comm, &on_cpu).unwrap();
+    let (x, y) = batch(&mut Lcg(1), 8);
+    let inputs = [Tensor::new("x", &x, &[8, FEATURES as i64]), Tensor::new("y", &y, &[8])];
+    assert!(t.step(&inputs).unwrap().is_finite());
+}

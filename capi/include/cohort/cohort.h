@@ -868,12 +868,37 @@ typedef struct cohort_plan_options {
    * gpt's blocks, between an mlp's layers), out of order, or leaves a stage without a parameter
    * (at cohort_trainer_create_parallel). */
   const char* pipeline_cuts;
+  /* Added after pipeline_cuts, with automatic plans (read only when size covers them; a library
+   * older than these fields ignores them — compare cohort_abi_version()).
+   * automatic: 1 = the layout is the planner's to choose — data_parallel, tensor_x / y / z,
+   * sequence_parallel, the pipeline fields, micro_batches, zero_stage and
+   * activation_checkpointing — from a probe of comm's links, the graph's estimated workload and
+   * memory_limit_bytes, the mode and its settings staying these options'. Such options are
+   * resolved by cohort_plan_choose before a trainer is made from them: the chosen layout decides
+   * each rank's share of the batch, so the graph a rank trains (cohort_trainer_create_parallel)
+   * is built after it; cohort_trainer_create_parallel with automatic 1 is INVALID_PLAN naming
+   * cohort_plan_choose. 0 (the default): the layout fields are used as given. Another value is
+   * read as 1. */
+  int32_t automatic;
+  /* cohort_plan_choose: 0 (the default) takes the layout predicted fastest; K > 0 times a few
+   * steps of each of the K best predicted layouts (on zeros, every rank together) and takes the
+   * fastest measured. INVALID_PLAN naming auto_trials outside [0, 64] (at cohort_plan_create and
+   * cohort_plan_choose). */
+  int32_t auto_trials;
+  /* Memory one rank may use, in bytes: cohort_plan_choose passes over layouts predicted to need
+   * more (INVALID_PLAN naming memory_limit_bytes and the smallest prediction when none fits),
+   * and cohort_trainer_create_parallel refuses a plan predicted to need more (INVALID_PLAN with
+   * the numbers, before any collective; on the CUDA device only when this is > 0). 0 (the
+   * default): the host's physical memory over the communicator's ranks (every rank on one host).
+   * INVALID_PLAN naming memory_limit_bytes when negative. */
+  double memory_limit_bytes;
 } cohort_plan_options;
 /* preset NONE, data_parallel 0, mode DDP, tau 1, outer lr 1, momentum 0, no Nesterov, no
  * penalty (constant 1), no clip, ZeRO stage 0, bucket_bytes 25 MiB, tensor_x = tensor_y =
  * tensor_z = 1 (no tensor parallelism), overlap on, overlap_steps 0 (= 1), outer_bits 0 (= 32),
  * pipeline_stages = pipeline_chunks = micro_batches = 1 (no pipeline), pipeline_schedule
- * COHORT_PIPELINE_1F1B, pipeline_cuts NULL (balanced). */
+ * COHORT_PIPELINE_1F1B, pipeline_cuts NULL (balanced), automatic 0, auto_trials 0,
+ * memory_limit_bytes 0 (the host's memory over the ranks). */
 COHORT_API cohort_plan_options cohort_plan_options_default(void);
 
 typedef struct cohort_plan cohort_plan;
@@ -914,7 +939,9 @@ COHORT_API cohort_status cohort_plan_destroy(cohort_plan* plan);
  * to fp32 rounding; gradient clipping uses the whole model's norm. Its checkpoints hold the whole
  * model (saving gathers the blocks: a collective every rank of the tensor group calls at the same
  * point), so one rank or another grid loads them, each rank keeping its blocks; the outer state
- * of local SGD / co2 in them is still per rank and loads only under the same grid. */
+ * of local SGD / co2 in them is still per rank and loads only under the same grid.
+ * A plan with automatic 1 is INVALID_PLAN naming cohort_plan_choose (resolve it first); a plan
+ * predicted to need more than memory_limit_bytes per rank is INVALID_PLAN with the numbers. */
 COHORT_API cohort_status cohort_trainer_create_parallel(const cohort_graph* graph, const cohort_optimizer* optimizer,
                                                         const cohort_plan* plan, cohort_comm* comm,
                                                         const cohort_trainer_options* options,
@@ -928,6 +955,40 @@ COHORT_API cohort_status cohort_trainer_create_parallel(const cohort_graph* grap
  * trainer was not made by cohort_trainer_create_parallel. */
 COHORT_API cohort_status cohort_trainer_pipeline_stages(const cohort_trainer* trainer, char* buf, size_t buf_size,
                                                         size_t* needed_out);
+
+/* Resolves an automatic plan (cohort_plan_options.automatic): a collective over comm — every rank
+ * calls it at the same point with the same options and the same graph — that probes comm's
+ * links, ranks the layouts that fit comm's size, global_graph and memory_limit_bytes with the
+ * planner's model (world rank 0 ranks them and decides; every rank gets the same result) and,
+ * with auto_trials K > 0, times a few steps of the K best on zeros (with optimizer and
+ * trainer_options, which may be NULL for the defaults; nothing of the trials is kept). global_graph is the model at the
+ * GLOBAL batch: dimension 0 of its inputs holds every data replica's rows together (what
+ * comm's ranks would feed together under plain data parallelism).
+ * *chosen_out receives the options to pass to cohort_plan_create: every field as in *options
+ * (size: options->size, at most this header's sizeof(cohort_plan_options)) except the layout
+ * fields — data_parallel, tensor_x, tensor_y, tensor_z, sequence_parallel, pipeline_stages,
+ * pipeline_chunks, micro_batches, pipeline_schedule, zero_stage, activation_checkpointing —
+ * which are the chosen layout's, pipeline_cuts NULL (balanced) and automatic 0. Under it each
+ * rank's graph is global_graph's at batch B / (D * tensor_z) rows, D = comm's size /
+ * (pipeline_stages * tensor_x * tensor_y * tensor_z) the data replicas (the ranks of one replica
+ * take the same rows, its tensor_z ranks consecutive slices of them). options->automatic is not
+ * read: the call always chooses. chosen_out may be options.
+ * report (capacity report_size; may be NULL when report_size is 0) receives on world rank 0 the
+ * probe's table, the ranked layouts with their predicted step time and memory, the trials and
+ * the choice, as text to print, NUL-terminated and cut to fit report_size; "" on the other
+ * ranks. *report_needed_out (may be NULL) receives the size of the whole text including the NUL.
+ * Returns OK; INVALID_ARGUMENT (options or chosen_out NULL, options->size not covering
+ * memory_limit_bytes, report NULL with report_size > 0); INVALID_HANDLE (global_graph, optimizer
+ * or comm NULL, stale or of another type); INVALID_PLAN naming the field for options
+ * cohort_plan_create refuses (auto_trials outside [0, 64], a negative memory_limit_bytes, ...),
+ * for a graph without a batched input, and when no layout fits (naming memory_limit_bytes, the
+ * limit and the smallest predicted need); PEER_FAILED or TIMEOUT from the collectives.
+ * chosen_out and the report are written only on OK. */
+COHORT_API cohort_status cohort_plan_choose(const cohort_plan_options* options, const cohort_graph* global_graph,
+                                            const cohort_optimizer* optimizer,
+                                            const cohort_trainer_options* trainer_options, cohort_comm* comm,
+                                            cohort_plan_options* chosen_out, char* report, size_t report_size,
+                                            size_t* report_needed_out);
 
 /* Cumulative since creation; seconds measured on the training thread. */
 typedef struct cohort_parallel_stats {

@@ -35,10 +35,28 @@ public final class PlanOptions {
   private int microBatches;
   private int pipelineSchedule;
   private String pipelineCuts;
+  private boolean automatic;
+  private int autoTrials;
+  private double memoryLimitBytes;
 
   public PlanOptions() {
     cohort_plan_options d = CohortC.cohort_plan_options_default();
     try {
+      read(d);
+    } finally {
+      d.delete();
+    }
+  }
+
+  /** The options of a native struct ({@link Plan#choose}'s result); pipeline_cuts is not read. */
+  static PlanOptions of(cohort_plan_options d) {
+    PlanOptions o = new PlanOptions();
+    o.read(d);
+    return o;
+  }
+
+  private void read(cohort_plan_options d) {
+    {  // every field but pipeline_cuts, a string the struct does not own
       preset = Plan.Preset.of(d.getPreset());
       dataParallel = d.getData_parallel();
       mode = Plan.Mode.of(d.getMode());
@@ -65,8 +83,9 @@ public final class PlanOptions {
       microBatches = d.getMicro_batches();
       pipelineSchedule = d.getPipeline_schedule();
       pipelineCuts = null;
-    } finally {
-      d.delete();
+      automatic = d.getAutomatic() != 0;
+      autoTrials = d.getAuto_trials();
+      memoryLimitBytes = d.getMemory_limit_bytes();
     }
   }
 
@@ -308,6 +327,48 @@ public final class PlanOptions {
     return pipelineCuts;
   }
 
+  /**
+   * The layout is the planner's to choose ({@link Plan#choose} resolves it: the data, tensor and
+   * pipeline axes, micro-batches, schedule, ZeRO stage and activation checkpointing). A trainer
+   * refuses an automatic plan with INVALID_PLAN naming cohort_plan_choose.
+   */
+  public PlanOptions automatic(boolean value) {
+    automatic = value;
+    return this;
+  }
+
+  public boolean automatic() {
+    return automatic;
+  }
+
+  /**
+   * {@link Plan#choose}: time a few steps of the K best predicted layouts and take the fastest
+   * measured; 0 (the default) takes the fastest predicted. INVALID_PLAN naming auto_trials outside
+   * [0, 64].
+   */
+  public PlanOptions autoTrials(int value) {
+    autoTrials = value;
+    return this;
+  }
+
+  public int autoTrials() {
+    return autoTrials;
+  }
+
+  /**
+   * Memory a rank may use, in bytes: {@link Plan#choose} passes over layouts predicted to need
+   * more (INVALID_PLAN naming memory_limit_bytes when none fits), a trainer refuses a plan that
+   * does. 0 (the default): the host's memory over the ranks. Negative: INVALID_PLAN.
+   */
+  public PlanOptions memoryLimitBytes(double value) {
+    memoryLimitBytes = value;
+    return this;
+  }
+
+  public double memoryLimitBytes() {
+    return memoryLimitBytes;
+  }
+
   public Plan.Preset preset() {
     return preset;
   }
@@ -383,6 +444,9 @@ public final class PlanOptions {
     o.setPipeline_chunks(pipelineChunks);
     o.setMicro_batches(microBatches);
     o.setPipeline_schedule(pipelineSchedule);
+    o.setAutomatic(automatic ? 1 : 0);
+    o.setAuto_trials(autoTrials);
+    o.setMemory_limit_bytes(memoryLimitBytes);
     return o;
   }
 }

@@ -155,6 +155,43 @@ class ErrorsTest {
   }
 
   @Test
+  void planChooseResolvesAutomaticPlans() {
+    assertEquals(false, new PlanOptions().automatic());
+    assertEquals(0, new PlanOptions().autoTrials());
+    assertEquals(0.0, new PlanOptions().memoryLimitBytes());
+    TestSupport.expectError(Status.INVALID_PLAN,
+        () -> new Plan(new PlanOptions().automatic(true).autoTrials(65)).close(), "cohort_plan_create",
+        "plan: auto_trials = 65 must be in [0, 64]");
+    TestSupport.expectError(Status.INVALID_PLAN, () -> new Plan(new PlanOptions().memoryLimitBytes(-1)).close(),
+        "cohort_plan_create", "plan: memory_limit_bytes = -1");
+    try (Comm comm = Comm.fromEnv(); Graph g = TestSupport.tinyClassifier(BATCH);
+         Optimizer sgd = new Optimizer(OptimizerOptions.sgd(0.1))) {
+      // An unresolved automatic plan: the trainer names the call that resolves it.
+      try (Plan auto = new Plan(new PlanOptions().preset(Plan.Preset.DDP).automatic(true))) {
+        TestSupport.expectError(Status.INVALID_PLAN,
+            () -> Trainer.createParallel(g, sgd, auto, comm, new TrainerOptions()).close(),
+            "cohort_trainer_create_parallel", "cohort_plan_choose");
+      }
+      TestSupport.expectError(Status.INVALID_PLAN,
+          () -> Plan.choose(new PlanOptions().memoryLimitBytes(1024), g, sgd, comm, new TrainerOptions()),
+          "cohort_plan_choose", "memory_limit_bytes");
+      // A world of one: the layout is one rank's; rank 0's report names the choice.
+      Plan.Choice choice = Plan.choose(new PlanOptions().preset(Plan.Preset.DDP).automatic(true).bucketBytes(1 << 20),
+          g, sgd, comm, new TrainerOptions());
+      assertTrue(choice.report().contains("auto plan: chose"), choice.report());
+      PlanOptions chosen = choice.options();
+      assertEquals(false, chosen.automatic());
+      assertEquals(Plan.Preset.DDP, chosen.preset());
+      assertEquals(1 << 20, chosen.bucketBytes());
+      assertEquals(1, chosen.pipelineStages());
+      assertEquals(1, chosen.tensorX() * chosen.tensorY() * chosen.tensorZ());
+      try (Plan plan = new Plan(chosen); Trainer t = Trainer.createParallel(g, sgd, plan, comm, new TrainerOptions())) {
+        assertTrue(Float.isFinite(t.step(batch())));
+      }
+    }
+  }
+
+  @Test
   void microBatchesTrainAndReportStats() {
     try (Comm comm = Comm.fromEnv(); Graph g = TestSupport.tinyClassifier(BATCH);
          Optimizer sgd = new Optimizer(OptimizerOptions.sgd(0.1))) {
