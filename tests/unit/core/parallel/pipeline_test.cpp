@@ -337,6 +337,8 @@ INSTANTIATE_TEST_SUITE_P(
                       PipeCase{"gpt", 4, 2, 1, 4, PipelineSchedule::kOneFOneB, "gpt_data2_p2_1f1b"},
                       PipeCase{"gpt", 4, 2, 1, 2, PipelineSchedule::kOneFOneB, "gpt_data2_p2_zero1", TensorGrid{},
                                SyncMode::kSync, 1},
+                      PipeCase{"mlp", 4, 2, 1, 4, PipelineSchedule::kGPipe, "mlp_data2_p2_zero2", TensorGrid{},
+                               SyncMode::kSync, 2},
                       PipeCase{"gpt", 4, 2, 1, 2, PipelineSchedule::kOneFOneB, "gpt_p2_y2_1f1b", y2()}),
     [](const ::testing::TestParamInfo<PipeCase>& i) { return i.param.label; });
 
