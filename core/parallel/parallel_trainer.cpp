@@ -59,7 +59,7 @@ Graph micro_batch_model(const Graph& model, int micro_batches) {
 // (every rank predicts alike: the same model and plan, no timing). The planner prices the model
 // at the global batch: this rank's rows times the replicas and the Z slices. On the CUDA device
 // only when the plan gives a limit (the default is the host's memory); a plan the planner cannot
-// price (all-to-all sequence parallelism) is not checked.
+// price (all-to-all sequence parallelism) or the model cannot take is left to the builders.
 void check_plan_memory(const Graph& model, const PlanConfig& plan, int world_size, const TrainerOptions& options) {
   if (options.device != Device::kCpu && plan.memory_limit_bytes <= 0) return;
   const std::vector<ValueId> inputs = model.inputs();
@@ -78,7 +78,8 @@ void check_plan_memory(const Graph& model, const PlanConfig& plan, int world_siz
   try {
     p = predict_plan(model.with_batch(global), cluster, plan, w);
   } catch (const Error& e) {
-    if (e.status() == Status::kUnsupported) return;
+    // A plan the model cannot take: the builders below refuse it in their own words.
+    if (e.status() == Status::kUnsupported || e.status() == Status::kInvalidPlan) return;
     throw;
   }
   COHORT_CHECK(p.fits, Status::kInvalidPlan, "plan: ", p.describe(), " is predicted to need ", p.memory_bytes / (1 << 20),
