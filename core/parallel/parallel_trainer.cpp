@@ -166,6 +166,11 @@ std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::
       grid.axes->set("tied." + name, comm);
       options.tied_parameters[name] = "tied." + name;
     }
+    // The nodes backward runs again (sequence parallelism's token gathers) that are this rank's.
+    std::vector<std::string> recompute;
+    for (const std::string& name : options.recompute_nodes)
+      if (pg.graph.find(name) >= 0) recompute.push_back(name);
+    options.recompute_nodes = recompute;
     options.chunk_losses = pg.chunk_losses;
     options.schedule = pipeline_schedule(pp.schedule, pp.stages, pp.chunks, pp.micro_batches, grid.pipe_index);
     part = std::move(pg.graph);
