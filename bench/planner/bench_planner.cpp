@@ -170,6 +170,12 @@ int run(const Options& o, const std::shared_ptr<coll::Communicator>& world) {
       const int64_t k = pass % 2 == 0 ? j : count - 1 - j;
       const parallel::PlanConfig plan = parallel::with_layout(parallel::preset(parallel::Preset::kDdp, 1),
                                                               fields.data() + k * parallel::kLayoutFields);
+      if (lead && o.verbose) {
+        parallel::PlanPrediction named;
+        named.plan = plan;
+        std::fprintf(stderr, "pass %lld: plan %lld: %s\n", static_cast<long long>(pass + 1), static_cast<long long>(k + 1),
+                     named.describe().c_str());
+      }
       try {
         best[static_cast<size_t>(k)] = std::min(best[static_cast<size_t>(k)], time_plan(o, plan, world));
       } catch (const Error& e) {
@@ -223,7 +229,7 @@ int main(int argc, char** argv) {
     transport::JobEnv env = transport::detect_job_env();
     auto store = transport::connect_job_store(env, Ms(30000));
     coll::CommOptions co;
-    co.timeout = Ms(600000);
+    co.timeout = Ms(120000);  // a plan that cannot progress fails the run rather than holding it
     std::shared_ptr<coll::Communicator> world = coll::UcxCommunicator::create(store, env.rank, env.world, co);
     const int rc = run(o, world);
     world->barrier()->wait(Ms(600000));  // rank 0's store outlives every peer's use

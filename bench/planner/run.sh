@@ -24,6 +24,11 @@ RUNNER="$BUILD/transport/launcher/cohort-run"
 BENCH="$BUILD/bench/planner/bench_planner"
 for f in "$RUNNER" "$BENCH"; do [[ -x "$f" ]] || { echo "run.sh: $f not built" >&2; exit 2; }; done
 CORES=$(nproc)
+# A fresh workload cache per invocation: timings calibrated under another load would skew the
+# predictions (the estimator's cache is meant for one machine's steady state).
+COHORT_CACHE_DIR="$(mktemp -d)"
+export COHORT_CACHE_DIR
+trap 'rm -rf "$COHORT_CACHE_DIR"' EXIT
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive OPENBLAS_NUM_THREADS=1
 IFS=, read -r -a RANK_LIST <<<"$RANKS"
 IFS=, read -r -a LINK_LIST <<<"$LINKS"

@@ -77,6 +77,34 @@ double measure(coll::Communicator& world, coll::Communicator& group, CommOp op, 
   return slowest;
 }
 
+// A fixed amount of arithmetic (about 40 ms on one core here: long beside the skew of leaving a
+// barrier), timed.
+double compute_once() {
+  const auto start = Clock::now();
+  volatile double x = 1.0;
+  for (int k = 0; k < 1 << 23; ++k) x = std::sqrt(x * 1.0000001 + 0.5);
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The slowdown of computing on every rank at once against world rank 0 alone (the others
+// blocked in a barrier, their progress threads running as in training): the median of 3 of each.
+double measure_compute_stretch(coll::Communicator& world) {
+  std::vector<double> alone, together;
+  for (int r = 0; r < 3; ++r) {
+    world.barrier()->wait();
+    float a = world.rank() == 0 ? static_cast<float>(compute_once()) : 0.0f;
+    world.barrier()->wait();
+    float t = static_cast<float>(compute_once());
+    world.all_reduce(&a, 1, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
+    world.all_reduce(&t, 1, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
+    alone.push_back(a);
+    together.push_back(t);
+  }
+  std::sort(alone.begin(), alone.end());
+  std::sort(together.begin(), together.end());
+  return together[1] / alone[1];
+}
+
 }  // namespace
 
 CommTable probe_communication(coll::Communicator& world, const ProbeOptions& options) {
@@ -91,6 +119,7 @@ CommTable probe_communication(coll::Communicator& world, const ProbeOptions& opt
     table.source = "one rank: nothing to measure";
     return table;
   }
+  table.compute_stretch = measure_compute_stretch(world);  // before any busy thread starts
   const int host_ranks = options.ranks_on_host > 0 ? options.ranks_on_host : n;
   const bool busy = options.busy >= 0 ? options.busy > 0
                                       : host_ranks * 2 > static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
@@ -140,9 +169,9 @@ CommTable probe_communication(coll::Communicator& world, const ProbeOptions& opt
     }
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  char text[96];
-  std::snprintf(text, sizeof text, "measured in %.2f s over %d ranks%s", seconds, n,
-                busy ? ", each keeping a thread busy" : "");
+  char text[160];
+  std::snprintf(text, sizeof text, "measured in %.2f s over %d ranks%s; computing together %.2fx as slow as alone",
+                seconds, n, busy ? ", each keeping a thread busy" : "", table.compute_stretch);
   table.source = text;
   return table;
 }

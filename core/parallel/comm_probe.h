@@ -8,6 +8,10 @@
 // up to max_bytes) while its time stays under 20 ms, so slow links are measured at a size that
 // costs them little time and fast ones at one that shows their bandwidth.
 //
+// It also measures how much slower the ranks compute all at once than one alone
+// (CommTable::compute_stretch: shared cores, polling progress threads), which the planner applies
+// to every layout's compute.
+//
 // The one thing to know: the probe is a collective over `world`; every rank calls it at the same
 // point, and every rank gets the same table.
 #pragma once

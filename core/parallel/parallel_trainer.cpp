@@ -59,7 +59,7 @@ Graph micro_batch_model(const Graph& model, int micro_batches) {
 // (every rank predicts alike: the same model and plan, no timing). The planner prices the model
 // at the global batch: this rank's rows times the replicas and the Z slices. On the CUDA device
 // only when the plan gives a limit (the default is the host's memory); a plan the planner cannot
-// price (all-to-all sequence parallelism) is not checked.
+// price (all-to-all sequence parallelism) or the model cannot take is left to the builders.
 void check_plan_memory(const Graph& model, const PlanConfig& plan, int world_size, const TrainerOptions& options) {
   if (options.device != Device::kCpu && plan.memory_limit_bytes <= 0) return;
   const std::vector<ValueId> inputs = model.inputs();
@@ -78,7 +78,8 @@ void check_plan_memory(const Graph& model, const PlanConfig& plan, int world_siz
   try {
     p = predict_plan(model.with_batch(global), cluster, plan, w);
   } catch (const Error& e) {
-    if (e.status() == Status::kUnsupported) return;
+    // A plan the model cannot take: the builders below refuse it in their own words.
+    if (e.status() == Status::kUnsupported || e.status() == Status::kInvalidPlan) return;
     throw;
   }
   COHORT_CHECK(p.fits, Status::kInvalidPlan, "plan: ", p.describe(), " is predicted to need ", p.memory_bytes / (1 << 20),
@@ -116,15 +117,17 @@ std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::
   COHORT_CHECK(options.device == Device::kCpu, Status::kUnsupported,
                "tensor and pipeline parallelism run on the host for now: no device communicator per grid axis "
                "(TODO(#27), TODO(#28))");
-  if (plan.tensor.degree() > 1)
-    (void)shard_for_tensor_parallel(micro, plan.tensor, TensorPosition{}, plan.sequence_parallel);
+  // The stages are checked on the graph they will cut (the tensor rewrite's, alike at every
+  // position) with uniform costs: whether the model takes them does not depend on the costs, so
+  // world rank 0's timed cut below cannot fail where the others would not.
+  const Graph first_part = plan.tensor.degree() > 1
+                               ? shard_for_tensor_parallel(micro, plan.tensor, TensorPosition{}, plan.sequence_parallel).graph
+                               : Graph();
   const int stage_count = pp.stages * pp.chunks;
-  if (pp.stages > 1 && !pp.cuts.empty())
-    (void)cut_pipeline_stages(micro, stage_count, std::vector<double>(micro.nodes().size(), 0.0), pp.cuts);
-  else if (pp.stages > 1)
-    COHORT_CHECK(pipeline_cut_points(micro).size() + 1 >= static_cast<size_t>(stage_count), Status::kInvalidPlan,
-                 "plan: pipeline_stages x pipeline_chunks = ", stage_count, " stages, but the model has ",
-                 pipeline_cut_points(micro).size(), " cut point(s)");
+  if (pp.stages > 1) {
+    const Graph& g = plan.tensor.degree() > 1 ? first_part : micro;
+    (void)cut_pipeline_stages(g, stage_count, std::vector<double>(g.nodes().size(), 1.0), pp.cuts);
+  }
   check_plan_memory(model, plan, world->size(), options);
   GridAxes grid = make_grid(*world, plan);
   Graph part = micro;
@@ -137,12 +140,20 @@ std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::
     // World rank 0 chooses the cuts (its workload estimate; the tensor rewrite gives every rank
     // the same nodes in the same order), everyone takes them.
     std::vector<int64_t> begin(static_cast<size_t>(stage_count), 0);
+    std::string failure;  // world rank 0's, sent as begin[0] = -1: every rank fails, none waits
     if (world->rank() == 0) {
-      const PipelineStages stages = cut_pipeline_stages(part, stage_count, estimate_node_seconds(part), pp.cuts);
-      for (size_t s = 0; s < begin.size(); ++s) begin[s] = static_cast<int64_t>(stages.begin[s]);
-      if (on_stages) on_stages(stages.describe(part));
+      try {
+        const PipelineStages stages = cut_pipeline_stages(part, stage_count, estimate_node_seconds(part), pp.cuts);
+        for (size_t s = 0; s < begin.size(); ++s) begin[s] = static_cast<int64_t>(stages.begin[s]);
+        if (on_stages) on_stages(stages.describe(part));
+      } catch (const std::exception& e) {
+        failure = e.what();
+        begin[0] = -1;
+      }
     }
     world->broadcast(begin.data(), begin.size(), coll::DataType::kI64, 0)->wait();
+    COHORT_CHECK(begin[0] == 0, Status::kInvalidPlan, "pipeline: world rank 0 could not cut the stages",
+                 failure.empty() ? std::string() : ": " + failure);
     PipelineStages stages;
     for (int64_t b : begin) stages.begin.push_back(static_cast<size_t>(b));
     PipelineGraph pg = build_pipeline_graph(part, stages, pp.stages, grid.pipe_index);
@@ -155,6 +166,11 @@ std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::
       grid.axes->set("tied." + name, comm);
       options.tied_parameters[name] = "tied." + name;
     }
+    // The nodes backward runs again (sequence parallelism's token gathers) that are this rank's.
+    std::vector<std::string> recompute;
+    for (const std::string& name : options.recompute_nodes)
+      if (pg.graph.find(name) >= 0) recompute.push_back(name);
+    options.recompute_nodes = recompute;
     options.chunk_losses = pg.chunk_losses;
     options.schedule = pipeline_schedule(pp.schedule, pp.stages, pp.chunks, pp.micro_batches, grid.pipe_index);
     part = std::move(pg.graph);

@@ -123,6 +123,10 @@ void validate(const PlanConfig& p) {
   COHORT_CHECK(pp.cuts.empty() || pp.cuts.size() + 1 == static_cast<size_t>(pp.stages * pp.chunks),
                Status::kInvalidPlan, "plan: pipeline_cuts names ", pp.cuts.size(), " node(s); ",
                pp.stages * pp.chunks, " stages need ", pp.stages * pp.chunks - 1);
+  // Z's weight gathers start with the step and cross every cut after them: the cut points of the
+  // rewritten graph are not the model's.
+  COHORT_CHECK(pp.stages == 1 || p.tensor.z == 1, Status::kUnsupported, "plan: pipeline_stages ", pp.stages,
+               " with tensor_z ", p.tensor.z, " is not implemented (TODO(#28)): use tensor_x / tensor_y with stages");
   // Stage 3 gathers each parameter bucket around the nodes of one order; a step under
   // micro-batches runs one order per chunk and direction.
   COHORT_CHECK(p.zero_stage < 3 || (pp.stages == 1 && pp.micro_batches == 1), Status::kUnsupported,

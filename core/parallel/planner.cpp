@@ -429,7 +429,8 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
 
   // Ranks taking turns on a node's cores (ClusterSpec): every node's compute stretches alike.
   const double contention =
-      cluster.cores_per_node > 0
+      cluster.comm.compute_stretch > 0 ? std::max(1.0, cluster.comm.compute_stretch)
+      : cluster.cores_per_node > 0
           ? std::max(1.0, static_cast<double>(std::min(rpn, world)) * std::max(1, cluster.threads_per_rank) /
                               cluster.cores_per_node)
           : 1.0;

@@ -50,6 +50,10 @@ struct CommCost {
 
 struct CommTable {
   std::vector<CommCost> entries;
+  // How much slower a rank computes while every rank of the host computes at once than alone
+  // (cores shared, progress threads polling): measured by the probe; 0 when not measured (the
+  // planner then counts threads against ClusterSpec::cores_per_node).
+  double compute_stretch = 0;
   std::string source;  // "measured in 1.8 s over 4 ranks", "cluster description", ...
   // The time of `op` on `bytes` over `ranks` ranks: the entry of that op and group size (and
   // placement), else the nearest measured group size (an entry of the other placement only when
@@ -84,7 +88,8 @@ struct ClusterSpec {
   double bytes_per_second = 0;
   // The cores of a node and the threads each rank computes with: where a node's ranks run more
   // threads than it has cores, they take turns, and every rank's compute stretches by
-  // ranks_per_node x threads_per_rank / cores_per_node (0 cores: not modelled; devices).
+  // ranks_per_node x threads_per_rank / cores_per_node (0 cores: not modelled; devices) — unless
+  // the table measured the stretch (CommTable::compute_stretch), which is used instead.
   int cores_per_node = 0;
   int threads_per_rank = 1;
   CommTable comm;

@@ -93,6 +93,9 @@ TEST(Pipeline, BadCutsAndStageCountsNameTheField) {
   p.zero_stage = 3;
   expect_error([&] { validate(p); }, Status::kUnsupported, "plan: ZeRO stage 3 with pipeline stages");
   p.zero_stage = 0;
+  p.tensor.z = 2;
+  expect_error([&] { validate(p); }, Status::kUnsupported, "plan: pipeline_stages 2 with tensor_z 2 is not implemented");
+  p.tensor.z = 1;
   expect_error([&] { validate_for_world(p, 3); }, Status::kInvalidPlan,
                "plan: pipeline_stages 2 x the tensor grid tensor_x 1 x tensor_y 1 x tensor_z 1 = 2 ranks does not "
                "divide the world size 3");
@@ -263,6 +266,7 @@ struct PipeCase {
   TensorGrid tensor{};
   SyncMode mode = SyncMode::kSync;
   int zero_stage = 0;
+  SequenceParallel sequence = SequenceParallel::kNone;
 };
 
 // Every rank trains its stages for kSteps steps on its replica's rows; each must match the
@@ -284,6 +288,7 @@ TEST_P(PipelineTraining, MatchesOneProcessOnTheGlobalBatch) {
     plan.pipeline.micro_batches = c.micro_batches;
     plan.pipeline.schedule = c.schedule;
     plan.zero_stage = c.zero_stage;
+    plan.sequence_parallel = c.sequence;
     TrainerOptions o;
     o.seed = 1 + static_cast<uint64_t>(comm->rank());  // the model and data axes take rank 0's
     o.num_threads = 1;
@@ -337,7 +342,11 @@ INSTANTIATE_TEST_SUITE_P(
                       PipeCase{"gpt", 4, 2, 1, 4, PipelineSchedule::kOneFOneB, "gpt_data2_p2_1f1b"},
                       PipeCase{"gpt", 4, 2, 1, 2, PipelineSchedule::kOneFOneB, "gpt_data2_p2_zero1", TensorGrid{},
                                SyncMode::kSync, 1},
-                      PipeCase{"gpt", 4, 2, 1, 2, PipelineSchedule::kOneFOneB, "gpt_p2_y2_1f1b", y2()}),
+                      PipeCase{"mlp", 4, 2, 1, 4, PipelineSchedule::kGPipe, "mlp_data2_p2_zero2", TensorGrid{},
+                               SyncMode::kSync, 2},
+                      PipeCase{"gpt", 4, 2, 1, 2, PipelineSchedule::kOneFOneB, "gpt_p2_y2_1f1b", y2()},
+                      PipeCase{"gpt", 4, 2, 2, 2, PipelineSchedule::kInterleaved, "gpt_p2_y2_sequence_interleaved", y2(),
+                               SyncMode::kSync, 0, SequenceParallel::kMegatron}),
     [](const ::testing::TestParamInfo<PipeCase>& i) { return i.param.label; });
 
 }  // namespace
