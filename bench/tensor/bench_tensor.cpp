@@ -31,7 +31,6 @@
 // A grid XxYxZ whose degree is below the world runs data = world / degree replicas (DDP over the
 // data axis); the global batch is the same for every grid (rows per rank = batch / (data z)).
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -46,6 +45,7 @@
 #include "core/exec/executor.h"
 #include "core/graph/autodiff.h"
 #include "core/models/gpt.h"
+#include "core/parallel/comm_probe.h"
 #include "core/parallel/parallel_trainer.h"
 #include "transport/bootstrap/env.h"
 #include "transport/coll/ucx_communicator.h"
@@ -213,24 +213,8 @@ double time_collective(coll::Communicator& world, coll::Communicator& comm, cons
 // the collectives' progress threads compete with compute for the cores (on an oversubscribed box,
 // with their peers' compute too).
 Model measure_axes(coll::Communicator& world, const CommAxes& axes, bool busy) {
-  std::atomic<bool> stop{false};
-  std::thread worker;
-  if (busy)
-    worker = std::thread([&stop] {
-      std::vector<float> v(1 << 14, 1.0f);
-      while (!stop.load(std::memory_order_relaxed))
-        for (size_t i = 0; i < v.size(); ++i) v[i] = v[i] * 0.999f + 0.001f;
-      volatile float sink = v[0];
-      (void)sink;
-    });
-  struct Join {
-    std::atomic<bool>& stop;
-    std::thread& t;
-    ~Join() {
-      stop = true;
-      if (t.joinable()) t.join();
-    }
-  } join{stop, worker};
+  std::unique_ptr<parallel::BusyThread> worker;
+  if (busy) worker = std::make_unique<parallel::BusyThread>(false);  // never yields: the upper bound
   Model m;
   const std::vector<size_t> sizes = {4u << 10, 64u << 10, 512u << 10, 2u << 20, 8u << 20};
   for (const char* axis : {"x", "y", "z", "data"}) {

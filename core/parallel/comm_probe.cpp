@@ -4,10 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <thread>
+#include <memory>
 #include <cstdio>
 #include <vector>
 
@@ -107,6 +106,20 @@ double measure_compute_stretch(coll::Communicator& world) {
 
 }  // namespace
 
+BusyThread::BusyThread(bool yield)
+    : thread_([this, yield] {
+        volatile double x = 1.0;
+        while (!stop_.load(std::memory_order_relaxed)) {
+          for (int k = 0; k < 4096; ++k) x = std::sqrt(x * 1.0000001 + 0.5);
+          if (yield) std::this_thread::yield();
+        }
+      }) {}
+
+BusyThread::~BusyThread() {
+  stop_ = true;
+  thread_.join();
+}
+
 CommTable probe_communication(coll::Communicator& world, const ProbeOptions& options) {
   COHORT_CHECK(options.small_bytes >= 4 && options.first_large_bytes > options.small_bytes &&
                    options.max_bytes >= options.first_large_bytes && options.repetitions >= 1,
@@ -123,24 +136,8 @@ CommTable probe_communication(coll::Communicator& world, const ProbeOptions& opt
   const int host_ranks = options.ranks_on_host > 0 ? options.ranks_on_host : n;
   const bool busy = options.busy >= 0 ? options.busy > 0
                                       : host_ranks * 2 > static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-  std::atomic<bool> stop{false};
-  std::thread spinner;
-  if (busy)
-    spinner = std::thread([&stop] {
-      volatile double x = 1.0;
-      while (!stop.load(std::memory_order_relaxed)) {
-        for (int k = 0; k < 4096; ++k) x = std::sqrt(x * 1.0000001 + 0.5);
-        std::this_thread::yield();  // a training thread gives its core up whenever it waits
-      }
-    });
-  struct Join {
-    std::atomic<bool>& stop;
-    std::thread& t;
-    ~Join() {
-      stop = true;
-      if (t.joinable()) t.join();
-    }
-  } join{stop, spinner};
+  std::unique_ptr<BusyThread> spinner;
+  if (busy) spinner = std::make_unique<BusyThread>(true);
   // Room for the largest output: an all_gather of max_bytes from each of n ranks.
   std::vector<float> in(options.max_bytes / sizeof(float) * static_cast<size_t>(n), 1.0f);
   std::vector<float> out(in.size(), 0.0f);

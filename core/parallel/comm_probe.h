@@ -16,12 +16,29 @@
 // point, and every rank gets the same table.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <thread>
 
 #include "core/parallel/planner.h"
 #include "transport/coll/communicator.h"
 
 namespace cohort::parallel {
+
+// A thread keeping a core busy with arithmetic until destroyed (then joined), as a rank's training
+// thread does while its collectives are in flight; `yield`: it gives the core up between rounds,
+// as a training thread does whenever it waits. For measuring collectives under load.
+class BusyThread {
+ public:
+  explicit BusyThread(bool yield);
+  ~BusyThread();
+  BusyThread(const BusyThread&) = delete;
+  BusyThread& operator=(const BusyThread&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 struct ProbeOptions {
   // Measure while every rank keeps one thread computing, as a training step does while its
