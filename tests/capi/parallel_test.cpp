@@ -612,14 +612,15 @@ TEST_F(CapiParallel, PlanChooseAgreesAndTrains) {
   EXPECT_EQ(low, mine);
   EXPECT_EQ(high, mine);
 
-  // The report cut to fit a small buffer, with the whole size still reported.
+  // The report cut to fit a small buffer, with the whole size still reported. (A second choice
+  // measures the links again and may choose another layout: the first one trains below.)
   char small[16];
   size_t small_needed = 0;
-  ASSERT_EQ(cohort_plan_choose(&o, global_graph, optimizer_, nullptr, comm_, &chosen, small, sizeof small,
+  cohort_plan_options again = chosen;
+  ASSERT_EQ(cohort_plan_choose(&o, global_graph, optimizer_, nullptr, comm_, &again, small, sizeof small,
                                &small_needed),
             COHORT_OK)
       << cohort_last_error();
-  EXPECT_EQ(layout_of(chosen), mine);
   if (rank == 0) {
     EXPECT_EQ(std::strlen(small), sizeof small - 1);
     EXPECT_EQ(std::string(small), text.substr(0, sizeof small - 1));
