@@ -300,16 +300,19 @@ void Trainer::build_chunks(const std::vector<std::vector<NodeId>>& blocks, const
 }
 
 namespace {
-// dst += src (f32, same shape), and dst *= scale.
+// dst += src (f32, same shape), and dst *= scale. (The count is taken once: numel() multiplies
+// the shape out at every call, which in the loop's condition cost more than the additions.)
 void add_into(Tensor& dst, const Tensor& src) {
   const Tensor s = src.contiguous();
   float* d = dst.data<float>();
   const float* x = s.data<float>();
-  for (int64_t k = 0; k < dst.numel(); ++k) d[k] += x[k];
+  const int64_t n = dst.numel();
+  for (int64_t k = 0; k < n; ++k) d[k] += x[k];
 }
 void scale_by(Tensor& t, float scale) {
   float* d = t.data<float>();
-  for (int64_t k = 0; k < t.numel(); ++k) d[k] *= scale;
+  const int64_t n = t.numel();
+  for (int64_t k = 0; k < n; ++k) d[k] *= scale;
 }
 }  // namespace
 
