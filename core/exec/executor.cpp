@@ -16,9 +16,12 @@ namespace {
 // Nodes needed to compute targets, and the values they read that nothing in the plan produces.
 std::vector<NodeId> needed_nodes(const Graph& g, const std::vector<ValueId>& targets,
                                  const std::vector<ValueId>& given) {
-  std::vector<bool> need_value(g.values().size(), false);
+  std::vector<bool> need_value(g.values().size(), false), is_given(g.values().size(), false);
   for (ValueId t : targets) need_value[static_cast<size_t>(t)] = true;
-  for (ValueId v : given) need_value[static_cast<size_t>(v)] = false;
+  for (ValueId v : given) {
+    need_value[static_cast<size_t>(v)] = false;
+    is_given[static_cast<size_t>(v)] = true;
+  }
   std::vector<NodeId> order;
   for (size_t k = g.nodes().size(); k-- > 0;) {
     const Node& n = g.nodes()[k];
@@ -27,7 +30,7 @@ std::vector<NodeId> needed_nodes(const Graph& g, const std::vector<ValueId>& tar
     if (!needed) continue;
     order.push_back(n.id);
     for (ValueId i : n.inputs)
-      if (std::find(given.begin(), given.end(), i) == given.end()) need_value[static_cast<size_t>(i)] = true;
+      if (!is_given[static_cast<size_t>(i)]) need_value[static_cast<size_t>(i)] = true;
   }
   std::reverse(order.begin(), order.end());
   return order;
