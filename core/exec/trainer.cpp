@@ -9,6 +9,7 @@
 #include "core/graph/autodiff.h"
 #include "core/graph/initializer.h"
 #include "core/graph/shard.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/optim.h"
 #include "kernels/cpu/threads.h"
 #include "transport/coll/communicator.h"
@@ -168,8 +169,9 @@ float Trainer::step(const std::map<std::string, Tensor>& inputs) {
   ro.training = true;
   ro.axes = options_.axes.get();
   ro.overlap = options_.overlap_collectives;
-  // Last step's gradients are spent: letting go of them lets the executor reuse their buffers.
-  for (size_t i = 0; i < grad_ids_.size(); ++i)
+  // Last step's gradients are spent: letting go of them lets the executor reuse their buffers
+  // (under micro-batches they are the trainer's own, reused by run_schedule).
+  for (size_t i = 0; i < grad_ids_.size() && chunks_.empty(); ++i)
     if (grad_ids_[i] >= 0) grads_[i] = Tensor();
   if (hook_) hook_->begin_step();
   float loss = 0.0f;
@@ -299,23 +301,6 @@ void Trainer::build_chunks(const std::vector<std::vector<NodeId>>& blocks, const
     if (grad_ids_[i] >= 0) grad_index_[grad_ids_[i]] = i;
 }
 
-namespace {
-// dst += src (f32, same shape), and dst *= scale. (The count is taken once: numel() multiplies
-// the shape out at every call, which in the loop's condition cost more than the additions.)
-void add_into(Tensor& dst, const Tensor& src) {
-  const Tensor s = src.contiguous();
-  float* d = dst.data<float>();
-  const float* x = s.data<float>();
-  const int64_t n = dst.numel();
-  for (int64_t k = 0; k < n; ++k) d[k] += x[k];
-}
-void scale_by(Tensor& t, float scale) {
-  float* d = t.data<float>();
-  const int64_t n = t.numel();
-  for (int64_t k = 0; k < n; ++k) d[k] *= scale;
-}
-}  // namespace
-
 float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOptions& ro) {
   const int m_count = options_.micro_batches;
   // The inputs cut into micro-batches along dim 0 (views of one contiguous host copy).
@@ -412,10 +397,16 @@ float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOpti
         COHORT_CHECK(t.dtype() == DType::kF32, Status::kUnsupported, "micro-batches: the gradient of '",
                      param_names_[i], "' is ", dtype_name(t.dtype()), "; only f32 gradients are accumulated");
         if (got[i]++ == 0) {
-          grads_[i] = Tensor::empty(t.shape(), DType::kF32);
-          grads_[i].copy_from(t);
+          // Last step's buffer when nothing else holds it (the gradients' memory is the trainer's
+          // between steps under micro-batches), else a new one.
+          Tensor& acc = grads_[i];
+          if (!acc.defined() || acc.shape() != t.shape() || acc.dtype() != DType::kF32 || acc.storage().use_count() > 1)
+            acc = Tensor::empty(t.shape(), DType::kF32);
+          acc.copy_from(t);
         } else {
-          add_into(grads_[i], t);
+          const Tensor s = t.contiguous();
+          kernels::cpu::binary(kernels::cpu::BinaryOp::kAdd, grads_[i].data<float>(), grads_[i].shape(),
+                               s.data<float>(), s.shape(), grads_[i].data<float>(), grads_[i].shape());
         }
       }
     }
@@ -436,7 +427,9 @@ float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOpti
   schedule_peak_bytes_ = std::max(schedule_peak_bytes_, peak);
   for (size_t i = 0; i < params_.size(); ++i) {
     if (expected[i] == 0) grads_[i].fill(0.0f);
-    else if (m_count > 1) scale_by(grads_[i], 1.0f / static_cast<float>(m_count));
+    else if (m_count > 1)
+      kernels::cpu::scale(grads_[i].data<float>(), 1.0f / static_cast<float>(m_count), grads_[i].data<float>(),
+                          grads_[i].numel());
   }
   // Tied parameters: every holder's gradient is the sum of theirs.
   for (const auto& [name, axis] : options_.tied_parameters) {
