@@ -404,10 +404,19 @@ OpSchema split_to_axis_op() {
 // between one pair never share an order. The send's output is a token, a scalar zero: a stage
 // that ends in sends takes their tokens' sum as its loss, whose gradient (one) reaches each send,
 // whose backward receives the real gradient from the peer.
-std::vector<AttrSpec> pipe_attr_specs() {
-  return {{"axis", AttrType::kString, true, std::string()},
-          {"reverse_axis", AttrType::kString, true, std::string()},
-          {"peer", AttrType::kInt, true, int64_t{0}}};
+// What pipe_send and pipe_recv share: inserted by the pipeline (internal), started by the kernel
+// and left in flight (collective), on the host only, bf16 taken as it is, axis / reverse_axis / peer.
+OpSchema pipe_schema(const char* name) {
+  OpSchema s;
+  s.name = name;
+  s.internal = true;
+  s.collective = true;
+  s.host_only = true;
+  s.bf16_kernel = true;
+  s.attrs = {{"axis", AttrType::kString, true, std::string()},
+             {"reverse_axis", AttrType::kString, true, std::string()},
+             {"peer", AttrType::kInt, true, int64_t{0}}};
+  return s;
 }
 
 void check_pipe_attrs(const Attrs& a) {
@@ -426,16 +435,10 @@ coll::Communicator& pipe_comm(const KernelContext& k, const char* op) {
 }
 
 OpSchema pipe_send_op() {
-  OpSchema s;
-  s.name = "pipe_send";
+  OpSchema s = pipe_schema("pipe_send");
   s.inputs = {"x"};
   s.outputs = {"token"};
-  s.internal = true;
-  s.collective = true;
   s.send = true;
-  s.host_only = true;
-  s.bf16_kernel = true;
-  s.attrs = pipe_attr_specs();
   s.infer = [](const ShapeContext& c) {
     check_pipe_attrs(c.attrs);
     expect_float(c, 0);
@@ -458,15 +461,9 @@ OpSchema pipe_send_op() {
 }
 
 OpSchema pipe_recv_op() {
-  OpSchema s;
-  s.name = "pipe_recv";
+  OpSchema s = pipe_schema("pipe_recv");
   s.inputs = {};
-  s.internal = true;
-  s.collective = true;
   s.source_of_gradient = true;
-  s.host_only = true;
-  s.bf16_kernel = true;
-  s.attrs = pipe_attr_specs();
   s.attrs.push_back({"shape", AttrType::kInts, true, std::vector<int64_t>{}});
   s.attrs.push_back({"dtype", AttrType::kInt, false, static_cast<int64_t>(DType::kF32)});
   s.infer = [](const ShapeContext& c) {
