@@ -1,23 +1,33 @@
 #!/usr/bin/env bash
 # netns.sh: emulates a cluster of machines joined by slow, uneven links on one host. A hub
 # namespace holds a bridge; each rank gets its own network namespace joined to the bridge by a
-# veth pair whose two ends are both shaped with tc tbf (rank egress = its upload, hub egress =
-# its download). Only addresses inside these namespaces (10.250.77.0/24) and loopback are used;
-# nothing in the root namespace is touched. `run` starts one process per rank with the COHORT_*
-# variables that cohort's detect_job_env() reads, like cohort-run, then removes everything.
+# veth pair whose two ends are both shaped with tc htb (rank egress = its upload, hub egress =
+# its download). Pairs of ranks may have links of their own (--links, --sites): those are shaped
+# once, at the sender, by a class per destination, and pass the hub unshaped. Only addresses
+# inside these namespaces (10.250.77.0/24) and loopback are used; nothing in the root namespace
+# is touched. `run` starts one process per rank with the COHORT_* variables that cohort's
+# detect_job_env() reads, like cohort-run, then removes everything.
 #
-#   netns.sh up N --rate R [--rates r0,r1,..] [--delay D] [--name TAG]
+#   netns.sh up N --rate R [--rates r0,r1,..] [--delay D] [LINKS] [--name TAG]
 #   netns.sh exec I [--name TAG] -- CMD ARGS...
-#   netns.sh rate I|all --rate R [--name TAG]     (re-shape running ranks' links, both directions)
+#   netns.sh rate I|all --rate R [--name TAG]     (re-shape running ranks' default links, both directions)
+#   netns.sh rate I-J --rate R [--name TAG]       (re-shape the link between ranks I and J, both directions)
+#   netns.sh links [--name TAG]                   (print the rate matrix in effect, sender x receiver)
 #   netns.sh down [--name TAG | --all]
 #   netns.sh list
-#   netns.sh run N --rate R [--rates ..] [--delay D] [--port P] [--timeout S] [--linger S]
+#   netns.sh run N --rate R [--rates ..] [--delay D] [LINKS] [--port P] [--timeout S] [--linger S]
 #                [--grace S] [--name TAG] -- PROGRAM ARGS...
 #
-# Rates are tc rates (10gbit, 1gbit, 100mbit, 10mbit, ...) or "none" (unshaped veth).
-# Exit codes: 0 success; 2 bad usage; 77 skipped (not root, ip/tc missing, namespaces or tbf
-# not permitted; the reason is printed); 124 `run` timed out; else the first failing rank's code
-# (128+signal when killed).
+# LINKS, links between pairs of ranks (symmetric: each direction gets the rate, shaped at its sender):
+#   --links I-J=RATE[@DELAY],K-L=RATE[@DELAY],..
+#   --sites "0,1/2,3" [--intra RATE[@DELAY]] [--inter RATE[@DELAY]]   (pairs within a site get
+#       --intra, pairs across sites --inter; --links entries given too override these)
+# Pairs not listed run at the slower of the sender's and the receiver's --rate/--rates, plus --delay
+# (--rate defaults to none when LINKS are given). A pair's DELAY replaces --delay for that pair.
+# Rates are tc rates (10gbit, 1gbit, 100mbit, 10mbit, ...) or "none" (not limited).
+# Exit codes: 0 success; 2 bad usage; 77 skipped (not root, ip/tc missing, namespaces or htb
+# not permitted, a delay without netem; the reason is printed); 124 `run` timed out; else the
+# first failing rank's code (128+signal when killed).
 set -euo pipefail
 
 readonly PREFIX="cohortns"           # every namespace this script makes is named cohortns-<tag>-*
@@ -33,7 +43,7 @@ die() { say "$*"; exit 2; }
 skip() { say "SKIP: $*"; exit "$SKIP_CODE"; }
 
 usage() {
-  sed -n '/^#   netns.sh/,/^# Exit codes/p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '/^#   netns.sh/,/^set -euo pipefail/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -94,7 +104,7 @@ stale_cleanup() {
   done
 }
 
-# Skips (exit 77) unless this host lets us make namespaces, veths, bridges and tbf qdiscs.
+# Skips (exit 77) unless this host lets us make namespaces, veths, bridges, htb qdiscs and u32 filters.
 preflight() {
   [[ "$(id -u)" == 0 ]] || skip "needs root (uid $(id -u)) to create network namespaces"
   command -v ip >/dev/null || skip "ip (iproute2) not found"
@@ -106,8 +116,12 @@ preflight() {
   trap 'ip netns del "$probe" 2>/dev/null || true' EXIT   # replaced by the command's own trap
   if ! why=$(ip -n "$probe" link add pa type veth peer name pb 2>&1); then ok=0; why="veth: $why"
   elif ! why=$(ip -n "$probe" link add pbr type bridge 2>&1); then ok=0; why="bridge: $why"
-  elif ! why=$(tc -n "$probe" qdisc add dev pa root tbf rate 10mbit burst 256kb latency 400ms 2>&1); then
-    ok=0; why="tc tbf: $why"
+  elif ! why=$(tc -n "$probe" qdisc add dev pa root handle 1: htb default 1 2>&1); then ok=0; why="tc htb: $why"
+  elif ! why=$(tc -n "$probe" class add dev pa parent 1: classid 1:1 htb rate 10mbit 2>&1); then
+    ok=0; why="tc htb class: $why"
+  elif ! why=$(tc -n "$probe" filter add dev pa parent 1: protocol ip prio 1 u32 \
+                 match ip dst "$(rank_addr 0)/32" flowid 1:1 2>&1); then
+    ok=0; why="tc u32 filter: $why"
   elif ! why=$(ip netns exec "$probe" true 2>&1); then ok=0; why="ip netns exec: $why"
   fi
   ip netns del "$probe" 2>/dev/null || true
@@ -115,7 +129,7 @@ preflight() {
   ((ok)) || skip "not permitted here: $why"
 }
 
-# Bytes per second of a tc rate ("100mbit", "1gbit", "5mbps"), for the tbf burst.
+# Bytes per second of a tc rate ("100mbit", "1gbit", "5mbps", or tc's own "8Mbit"), for bursts.
 rate_bytes() {
   awk -v r="$1" 'BEGIN {
     if (!match(r, /^[0-9]+(\.[0-9]+)?/)) exit 1
@@ -127,40 +141,87 @@ rate_bytes() {
 }
 
 valid_rate() { [[ "$1" == none ]] || rate_bytes "$1" >/dev/null 2>&1; }
+valid_delay() { [[ -z "$1" || "$1" =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]]; }
 
-# tbf on one device: burst = max(256 KiB, 5 ms of the rate), well above the 64 KB GSO segments
-# that a smaller burst drops (TCP resets); latency 400 ms bounds the queue.
-shape() {
-  local ns="$1" dev="$2" rate="$3" delay="$4" bytes burst
-  [[ "$rate" == none && -z "$delay" ]] && return 0
-  if [[ -n "$delay" ]]; then
-    # netem root (delay) with tbf as its child, when the kernel has netem.
-    tc -n "$ns" qdisc add dev "$dev" root handle 1: netem delay "$delay" limit 100000
-    [[ "$rate" == none ]] && return 0
-    set -- parent 1:1 handle 10:
-  else
-    set -- root handle 1:
-  fi
-  bytes=$(rate_bytes "$rate")
-  burst=$((bytes / 200 > 262144 ? bytes / 200 : 262144))
-  tc -n "$ns" qdisc add dev "$dev" "$@" tbf rate "$rate" burst "$burst" latency 400ms
+# ---- shaping -----------------------------------------------------------------------------------
+# Each shaped egress has an htb root (handle 1:, default class 1:1). Class 1:1 carries the
+# traffic no filter picks out, at the rank's --rate; without it (rate none, no delay) that
+# traffic takes htb's direct queue, unshaped. On a rank's veth0, a listed pair (I,J) has class
+# 1:<0x100+J> at the pair's rate, picked by a u32 filter on J's address (node 800::<J+1>, so
+# that `rate` can replace it); a netem child of a class adds its delay. On the hub's h<J>, a
+# filter on I's address (node 800::<I+1>) sends the pair's traffic to the direct queue
+# (flowid 1:0), so that J's download rate does not cap a link shaped already at its sender.
+# Every class hangs from the root with rate = ceil and borrows nothing: each link is independent
+# of the others (a rank's upload to one peer shares no budget with its upload to another).
+readonly UNSHAPED_RATE="100gbit"   # a class that only carries a delay: no limit this host reaches
+readonly QUANTUM=200000            # bytes per DRR round: above a 64 KB GSO segment, htb's maximum
+
+# burst = cburst = max(256 KiB, 5 ms of the rate), as for the tbf this script used before: well
+# above the 64 KB GSO segments (tbf drops a packet larger than its burst and TCP resets; htb lets
+# a class run into debt instead, but keeps the same margin), and at high rates enough tokens for a
+# timer tick's worth of packets. A transfer shorter than the burst after an idle link runs faster.
+burst_for() {
+  local bytes
+  bytes=$(rate_bytes "$1")
+  echo $((bytes / 200 > 262144 ? bytes / 200 : 262144))
+}
+pair_class() { printf '1:%x' $((0x100 + $1)); }   # on rank I's veth0: the class for destination J
+filter_node() { printf '800::%x' $(($1 + 1)); }   # the u32 node that names peer J
+
+htb_root() {
+  tc -n "$1" qdisc show dev "$2" | grep -q '^qdisc htb 1: root' ||
+    tc -n "$1" qdisc add dev "$2" root handle 1: htb default 1
+}
+has_class() { tc -n "$1" class show dev "$2" classid "$3" 2>/dev/null | grep -q .; }
+has_netem() { tc -n "$1" qdisc show dev "$2" 2>/dev/null | grep -q "^qdisc netem [0-9a-f]*: parent $3 "; }
+del_class() { ! has_class "$@" || tc -n "$1" class del dev "$2" classid "$3"; }
+
+# Class CLASSID of DEV at RATE ("none" with a delay: UNSHAPED_RATE), and a netem DELAY under it
+# ("" keeps the class's delay as it is).
+set_class() {
+  local ns="$1" dev="$2" cls="$3" rate="$4" delay="$5" burst
+  [[ "$rate" == none ]] && rate="$UNSHAPED_RATE"
+  burst=$(burst_for "$rate")
+  tc -n "$ns" class replace dev "$dev" parent 1: classid "$cls" htb rate "$rate" ceil "$rate" \
+    burst "$burst" cburst "$burst" quantum "$QUANTUM"
+  [[ -z "$delay" ]] || tc -n "$ns" qdisc replace dev "$dev" parent "$cls" netem delay "$delay" limit 100000
 }
 
-# A new rate on a device shaped by shape(): the tbf replaced where it sits.
-reshape() {
-  local ns="$1" dev="$2" rate="$3" bytes burst
-  bytes=$(rate_bytes "$rate")
-  burst=$((bytes / 200 > 262144 ? bytes / 200 : 262144))
-  if tc -n "$ns" qdisc show dev "$dev" | grep -q netem; then
-    tc -n "$ns" qdisc replace dev "$dev" parent 1:1 handle 10: tbf rate "$rate" burst "$burst" latency 400ms
-  else
-    tc -n "$ns" qdisc replace dev "$dev" root handle 1: tbf rate "$rate" burst "$burst" latency 400ms
+# The default class 1:1 of one egress: RATE (+ DELAY) for the traffic no pair filter picks out.
+# "none" without a delay (now or from before) removes it: that traffic goes unshaped.
+set_default() {
+  local ns="$1" dev="$2" rate="$3" delay="$4"
+  if [[ "$rate" == none && -z "$delay" ]] && ! has_netem "$ns" "$dev" 1:1; then
+    del_class "$ns" "$dev" 1:1
+    return 0
   fi
+  htb_root "$ns" "$dev"
+  set_class "$ns" "$dev" 1:1 "$rate" "$delay"
 }
 
-# up: the hub, its bridge and n ranks; rates[i] per rank; delay added once per direction.
+# The link from rank I to rank J (one direction) at RATE (+ DELAY; "" keeps the present one):
+# shaped at I's egress, let through J's download unshaped.
+set_pair() {
+  local tag="$1" i="$2" j="$3" rate="$4" delay="$5" ns hub cls flow
+  ns=$(ns_rank "$tag" "$i"); hub=$(ns_hub "$tag"); cls=$(pair_class "$j")
+  htb_root "$ns" "$RANK_DEV"
+  htb_root "$hub" "h$j"
+  tc -n "$hub" filter replace dev "h$j" parent 1: protocol ip prio 1 handle "$(filter_node "$i")" \
+    u32 match ip src "$(rank_addr "$i")/32" flowid 1:0
+  flow=1:0                                         # none, no delay: I's direct queue
+  if [[ "$rate" != none || -n "$delay" ]] || has_netem "$ns" "$RANK_DEV" "$cls"; then
+    set_class "$ns" "$RANK_DEV" "$cls" "$rate" "$delay"
+    flow="$cls"
+  fi
+  tc -n "$ns" filter replace dev "$RANK_DEV" parent 1: protocol ip prio 1 handle "$(filter_node "$j")" \
+    u32 match ip dst "$(rank_addr "$j")/32" flowid "$flow"
+  [[ "$flow" != 1:0 ]] || del_class "$ns" "$RANK_DEV" "$cls"   # after no filter points at it
+}
+
+# up: the hub, its bridge and n ranks; RATES[i] per rank, the delay on each rank's upload, then
+# the listed pairs (PAIR_RATE / PAIR_DELAY, keyed "I-J" with I < J).
 setup() {
-  local tag="$1" n="$2" delay="$3" hub i ns
+  local tag="$1" n="$2" delay="$3" hub i j ns key
   hub=$(ns_hub "$tag")
   ip netns add "$hub"
   ip -n "$hub" link set lo up
@@ -174,12 +235,20 @@ setup() {
     ip link add "$RANK_DEV" netns "$ns" type veth peer name "h$i" netns "$hub"
     ip -n "$hub" link set "h$i" master "$BRIDGE"
     ip -n "$ns" addr add "$(rank_addr "$i")/24" dev "$RANK_DEV"
-    shape "$ns" "$RANK_DEV" "${RATES[i]}" "$delay"   # rank -> hub: upload (+ delay)
-    shape "$hub" "h$i" "${RATES[i]}" ""                # hub -> rank: download
-    ip -n "$hub" link set "h$i" up
-    ip -n "$ns" link set "$RANK_DEV" up
+    set_default "$ns" "$RANK_DEV" "${RATES[i]}" "$delay"   # rank -> hub: upload (+ delay)
+    set_default "$hub" "h$i" "${RATES[i]}" ""                # hub -> rank: download
   done
-  say "up: $n ranks (tag $tag), rates ${RATES[*]}${delay:+, delay $delay}, rank i at $(rank_addr 0)+i"
+  for key in "${PAIR_KEYS[@]}"; do
+    i=${key%-*}; j=${key#*-}
+    set_pair "$tag" "$i" "$j" "${PAIR_RATE[$key]}" "${PAIR_DELAY[$key]:-$delay}"
+    set_pair "$tag" "$j" "$i" "${PAIR_RATE[$key]}" "${PAIR_DELAY[$key]:-$delay}"
+  done
+  for ((i = 0; i < n; ++i)); do
+    ip -n "$hub" link set "h$i" up
+    ip -n "$(ns_rank "$tag" "$i")" link set "$RANK_DEV" up
+  done
+  say "up: $n ranks (tag $tag), rates ${RATES[*]}${delay:+, delay $delay}${LINKS_SPEC:+, links $LINKS_SPEC}," \
+      "rank i at $(rank_addr 0)+i"
 }
 
 # Waits (bounded) until every rank can reach rank 0's address: the bridge may need a moment.
@@ -196,19 +265,165 @@ wait_links() {
 
 random_token() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
 
+# ---- pairs of ranks ----------------------------------------------------------------------------
+declare -A PAIR_RATE=() PAIR_DELAY=()
+PAIR_KEYS=()    # "I-J" with I < J, in order
+LINKS_SPEC=""   # the pairs in effect, I-J=RATE[@DELAY],.. (COHORT_NETNS_LINKS)
+
+# Lists the pair I-J (either order) at VALUE = RATE[@DELAY]; WHAT names the option for messages.
+add_pair() {
+  local i=$((10#$1)) j=$((10#$2)) value="$3" what="$4" rate delay=""
+  rate="${value%%@*}"
+  [[ "$value" == *@* ]] && delay="${value#*@}"
+  ((i != j)) || die "$what: a rank has no link to itself ($i-$j)"
+  ((i < N && j < N)) || die "$what: pair $i-$j names a rank beyond $((N - 1))"
+  valid_rate "$rate" || die "$what: bad rate '$rate' in $i-$j (e.g. 10gbit, 100mbit, 8mbit, none)"
+  if [[ "$value" == *@* && ! "$delay" =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]]; then
+    die "$what: bad delay '$delay' in $i-$j (e.g. 20ms)"
+  fi
+  ((i < j)) || { local t=$i; i=$j; j=$t; }
+  PAIR_RATE["$i-$j"]="$rate"
+  PAIR_DELAY["$i-$j"]="$delay"
+}
+
+# --sites "0,1/2,3": every pair inside a site at INTRA, every pair across sites at INTER (either
+# may be empty: those pairs are then not listed).
+parse_sites() {
+  local sites="$1" intra="$2" inter="$3" s r i j group
+  local -a groups members
+  local -A site_of=()
+  [[ "$sites" =~ ^[0-9]+(,[0-9]+)*(/[0-9]+(,[0-9]+)*)*$ ]] || die "--sites: expected ranks like 0,1/2,3"
+  [[ -n "$intra$inter" ]] || die "--sites needs --intra RATE and/or --inter RATE"
+  IFS=/ read -r -a groups <<<"$sites"
+  for ((s = 0; s < ${#groups[@]}; ++s)); do
+    IFS=, read -r -a members <<<"${groups[s]}"
+    for r in "${members[@]}"; do
+      r=$((10#$r))
+      ((r < N)) || die "--sites: rank $r beyond $((N - 1))"
+      [[ -z "${site_of[$r]:-}" ]] || die "--sites: rank $r is in two sites"
+      site_of[$r]=$s
+    done
+  done
+  for ((i = 0; i < N; ++i)); do
+    [[ -n "${site_of[$i]:-}" ]] || continue
+    for ((j = i + 1; j < N; ++j)); do
+      [[ -n "${site_of[$j]:-}" ]] || continue
+      if [[ "${site_of[$i]}" == "${site_of[$j]}" ]]; then group="$intra"; else group="$inter"; fi
+      [[ -z "$group" ]] || add_pair "$i" "$j" "$group" "--sites"
+    done
+  done
+}
+
+# --links I-J=RATE[@DELAY],..
+parse_links() {
+  local item
+  local -a items
+  IFS=, read -r -a items <<<"$1"
+  for item in "${items[@]}"; do
+    [[ "$item" =~ ^([0-9]+)-([0-9]+)=(.+)$ ]] || die "--links: expected I-J=RATE[@DELAY], got '$item'"
+    add_pair "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" "${BASH_REMATCH[3]}" "--links"
+  done
+}
+
+# PAIR_KEYS and LINKS_SPEC from the pairs listed, in rank order.
+order_pairs() {
+  local i j key
+  PAIR_KEYS=()
+  for ((i = 0; i < N; ++i)); do
+    for ((j = i + 1; j < N; ++j)); do
+      key="$i-$j"
+      [[ -n "${PAIR_RATE[$key]:-}" ]] || continue
+      PAIR_KEYS+=("$key")
+      LINKS_SPEC+="${LINKS_SPEC:+,}$key=${PAIR_RATE[$key]}${PAIR_DELAY[$key]:+@${PAIR_DELAY[$key]}}"
+    done
+  done
+}
+
+# What one egress is shaped to, one line each: "class CLASSID RATE", "netem CLASSID DELAY",
+# "filter NODE FLOWID" (NODE the u32 node 800::<PEER+1> in hex; flowid "1:" is the direct queue).
+egress_state() {
+  { tc -n "$1" class show dev "$2"; tc -n "$1" qdisc show dev "$2"; tc -n "$1" filter show dev "$2"; } |
+    awk '$1 == "class" && $2 == "htb" { for (k = 3; k < NF; ++k) if ($k == "rate") print "class", $3, $(k + 1) }
+         $1 == "qdisc" && $2 == "netem" {
+           p = ""; d = ""
+           for (k = 3; k < NF; ++k) { if ($k == "parent") p = $(k + 1); if ($k == "delay") d = $(k + 1) }
+           if (p != "") print "netem", p, d }
+         $1 == "filter" {
+           n = ""; f = ""
+           for (k = 1; k < NF; ++k) {
+             if ($k == "fh" && $(k + 1) ~ /^800::[0-9a-f]+$/) n = substr($(k + 1), 6)
+             if ($k == "flowid" || $k == "*flowid") f = $(k + 1) }
+           if (n != "" && f != "") print "filter", n, f }'
+}
+
+# A rate as shown: "none" for no class or the unshaped one.
+shown_rate() {
+  if [[ -z "$1" ]] || [[ "$(rate_bytes "$1")" == "$(rate_bytes "$UNSHAPED_RATE")" ]]; then echo none
+  else echo "$1"; fi
+}
+
+# The slower of two shown rates (none = no limit).
+slower() {
+  if [[ "$1" == none ]]; then echo "$2"
+  elif [[ "$2" == none ]]; then echo "$1"
+  elif (($(rate_bytes "$1") <= $(rate_bytes "$2"))); then echo "$1"
+  else echo "$2"; fi
+}
+
+# links: the rate from each rank (row) to each other (column) as the qdiscs now stand.
+print_links() {
+  local tag="$1" n="$2" hub i j kind a b entry
+  local -A cls=() net=() flow=() down=()
+  hub=$(ns_hub "$tag")
+  for ((i = 0; i < n; ++i)); do
+    while read -r kind a b; do
+      case "$kind" in
+        class) cls["$i,$a"]="$b" ;;
+        netem) net["$i,$a"]="$b" ;;
+        filter) flow["$i,$((16#$a - 1))"]="$b" ;;
+      esac
+    done < <(egress_state "$(ns_rank "$tag" "$i")" "$RANK_DEV")
+    while read -r kind a b; do
+      [[ "$kind $a" == "class 1:1" ]] && down[$i]="$b"
+    done < <(egress_state "$hub" "h$i")
+  done
+  echo "links of tag $tag: rate from the row's rank to the column's; * = a listed pair (shaped at"
+  echo "its sender), else the slower of the sender's upload and the receiver's download; @ = delay"
+  printf '%-8s' "from\\to"
+  for ((j = 0; j < n; ++j)); do printf '%-16s' "$j"; done
+  printf '\n'
+  for ((i = 0; i < n; ++i)); do
+    printf '%-8s' "$i"
+    for ((j = 0; j < n; ++j)); do
+      if ((i == j)); then entry="-"
+      elif [[ -n "${flow[$i,$j]:-}" ]]; then
+        a="${flow[$i,$j]}"
+        entry="$(shown_rate "${cls[$i,$a]:-}")${net[$i,$a]:+@${net[$i,$a]}}*"
+      else
+        entry="$(slower "$(shown_rate "${cls[$i,1:1]:-}")" "$(shown_rate "${down[$j]:-}")")"
+        entry+="${net[$i,1:1]:+@${net[$i,1:1]}}"
+      fi
+      printf '%-16s' "$entry"
+    done
+    printf '\n'
+  done
+}
+
 # ---- argument parsing ------------------------------------------------------------------------
 CMD="${1:-}"
 [[ -n "$CMD" ]] || usage
 shift
 N=""; RATE=""; RATE_LIST=""; DELAY=""; TAG=""; ALL=0; PORT=29500; TIMEOUT=600; LINGER=0; GRACE=3
-INDEX=""
+INDEX=""; LINKS=""; SITES=""; INTRA=""; INTER=""
 case "$CMD" in
   up|run) [[ $# -gt 0 && "$1" =~ ^[0-9]+$ ]] || die "$CMD: expected the number of ranks"; N="$1"; shift ;;
   exec) [[ $# -gt 0 && "$1" =~ ^[0-9]+$ ]] || die "exec: expected a rank index"; INDEX="$1"; shift ;;
-  rate) [[ $# -gt 0 && "$1" =~ ^([0-9]+|all)$ ]] || die "rate: expected a rank index or 'all'"; INDEX="$1"; shift ;;
-  down|list) ;;
+  rate) [[ $# -gt 0 && "$1" =~ ^([0-9]+|all|[0-9]+-[0-9]+)$ ]] ||
+          die "rate: expected a rank index, 'all' or a pair I-J"
+        INDEX="$1"; shift ;;
+  down|list|links) ;;
   -h|--help|help) usage ;;
-  *) die "unknown command '$CMD' (up, exec, rate, down, list, run)" ;;
+  *) die "unknown command '$CMD' (up, exec, rate, links, down, list, run)" ;;
 esac
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -216,6 +431,10 @@ while [[ $# -gt 0 ]]; do
     --rate) RATE="${2:?--rate needs a value}"; shift 2 ;;
     --rates) RATE_LIST="${2:?--rates needs a value}"; shift 2 ;;
     --delay) DELAY="${2:?--delay needs a value}"; shift 2 ;;
+    --links) LINKS="${2:?--links needs a value}"; shift 2 ;;
+    --sites) SITES="${2:?--sites needs a value}"; shift 2 ;;
+    --intra) INTRA="${2:?--intra needs a value}"; shift 2 ;;
+    --inter) INTER="${2:?--inter needs a value}"; shift 2 ;;
     --name) TAG="${2:?--name needs a value}"; shift 2 ;;
     --port) PORT="${2:?}"; shift 2 ;;
     --timeout) TIMEOUT="${2:?}"; shift 2 ;;
@@ -232,7 +451,9 @@ for v in PORT TIMEOUT LINGER GRACE; do [[ "${!v}" =~ ^[0-9]+$ ]] || die "--${v,,
 
 if [[ "$CMD" == up || "$CMD" == run ]]; then
   ((N >= 1 && N <= MAX_RANKS)) || die "ranks must be 1..$MAX_RANKS"
+  [[ -n "$SITES" || -z "$INTRA$INTER" ]] || die "--intra/--inter need --sites"
   RATES=()
+  [[ -z "$LINKS$SITES" || -n "$RATE$RATE_LIST" ]] || RATE=none   # pairs listed: the rest unshaped
   if [[ -n "$RATE_LIST" ]]; then
     IFS=, read -r -a RATES <<<"$RATE_LIST"
     ((${#RATES[@]} == N)) || die "--rates lists ${#RATES[@]} rates for $N ranks"
@@ -241,7 +462,12 @@ if [[ "$CMD" == up || "$CMD" == run ]]; then
     for ((i = 0; i < N; ++i)); do RATES[i]="$RATE"; done
   fi
   for r in "${RATES[@]}"; do valid_rate "$r" || die "bad rate '$r' (e.g. 10gbit, 100mbit, 10mbit, none)"; done
-  [[ -z "$DELAY" || "$DELAY" =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] || die "bad --delay '$DELAY' (e.g. 20ms)"
+  valid_delay "$DELAY" || die "bad --delay '$DELAY' (e.g. 20ms)"
+  [[ -z "$SITES" ]] || parse_sites "$SITES" "$INTRA" "$INTER"
+  [[ -z "$LINKS" ]] || parse_links "$LINKS"   # after --sites: its entries override
+  order_pairs
+elif [[ -n "$LINKS$SITES$INTRA$INTER" ]]; then
+  die "--links/--sites/--intra/--inter belong to up and run (rate I-J changes one pair)"
 fi
 if [[ "$CMD" == run || "$CMD" == exec ]]; then
   [[ $# -gt 0 ]] || die "$CMD: expected -- PROGRAM ARGS..."
@@ -262,19 +488,38 @@ case "$CMD" in
     fi
     exit 0 ;;
   rate)
-    # A link that changes under a running job (bench/time_to_accuracy/slowdown.sh): the tbf of
-    # rank i's two ends is replaced in place (under netem when the tag was set up with a delay).
+    # A link that changes under a running job (bench/time_to_accuracy/slowdown.sh). Rank I (or
+    # all): its default class on both ends, i.e. its upload and download to unlisted peers.
+    # Pair I-J: the class for the other rank at each sender (added if the pair was not listed);
+    # netem delays stay as they are.
     TAG="${TAG:-default}"
-    [[ "$RATE" != none ]] && valid_rate "$RATE" || die "rate: --rate R (a tc rate such as 10mbit) is required"
+    valid_rate "$RATE" || die "rate: --rate R (a tc rate such as 10mbit, or none) is required"
     hub=$(ns_hub "$TAG")
     our_namespaces "$TAG" | grep -qx "$hub" || die "no namespaces of tag $TAG"
+    if [[ "$INDEX" == *-* ]]; then
+      i=$((10#${INDEX%-*})); j=$((10#${INDEX#*-}))
+      ((i != j)) || die "rate: a rank has no link to itself ($INDEX)"
+      for r in "$i" "$j"; do
+        our_namespaces "$TAG" | grep -qx "$(ns_rank "$TAG" "$r")" || die "rate: no rank $r in tag $TAG"
+      done
+      set_pair "$TAG" "$i" "$j" "$RATE" ""
+      set_pair "$TAG" "$j" "$i" "$RATE" ""
+      say "rate: link $i-$j of tag $TAG now $RATE both ways"
+      exit 0
+    fi
     for ns in $(our_namespaces "$TAG" | grep -E -- "-r[0-9]+$"); do
       i=${ns##*-r}
       [[ "$INDEX" == all || "$INDEX" == "$i" ]] || continue
-      reshape "$ns" "$RANK_DEV" "$RATE"
-      reshape "$hub" "h$i" "$RATE"
+      set_default "$ns" "$RANK_DEV" "$RATE" ""
+      set_default "$hub" "h$i" "$RATE" ""
     done
     say "rate: rank(s) $INDEX of tag $TAG now $RATE"
+    exit 0 ;;
+  links)
+    TAG="${TAG:-default}"
+    hub=$(ns_hub "$TAG")
+    our_namespaces "$TAG" | grep -qx "$hub" || die "no namespaces of tag $TAG"
+    print_links "$TAG" "$(our_namespaces "$TAG" | grep -cE -- "-r[0-9]+$")"
     exit 0 ;;
   exec)
     TAG="${TAG:-default}"
@@ -285,11 +530,11 @@ esac
 
 preflight
 stale_cleanup
-if [[ -n "$DELAY" ]]; then
+if [[ -n "$DELAY" || "$LINKS_SPEC" == *@* ]]; then
   probe="${PREFIX}-p$$-probe"
   ip netns add "$probe"; ip -n "$probe" link add pa type veth peer name pb
   if ! tc -n "$probe" qdisc add dev pa root netem delay 1ms >/dev/null 2>&1; then
-    ip netns del "$probe"; skip "--delay needs the netem qdisc, which this kernel lacks"
+    ip netns del "$probe"; skip "a delay (--delay, @DELAY) needs the netem qdisc, which this kernel lacks"
   fi
   ip netns del "$probe"
 fi
@@ -331,7 +576,7 @@ for ((i = 0; i < N; ++i)); do
     COHORT_RANK="$i" COHORT_WORLD_SIZE="$N" COHORT_LOCAL_RANK=0 COHORT_LOCAL_WORLD_SIZE=1 \
     COHORT_NODE_RANK="$i" COHORT_NNODES="$N" \
     COHORT_MASTER_ADDR="$MASTER" COHORT_MASTER_PORT="$PORT" COHORT_JOB_TOKEN="$TOKEN" \
-    COHORT_NETNS_ADDR="$(rank_addr "$i")" COHORT_NETNS_RATE="${RATES[i]}" \
+    COHORT_NETNS_ADDR="$(rank_addr "$i")" COHORT_NETNS_RATE="${RATES[i]}" COHORT_NETNS_LINKS="$LINKS_SPEC" \
     UCX_TLS=tcp UCX_NET_DEVICES="$RANK_DEV" "$@" \
     > >(sed -u "s/^/[rank $i] /") 2> >(sed -u "s/^/[rank $i] /" >&2) &
   PIDS[i]=$!
