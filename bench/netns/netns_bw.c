@@ -9,8 +9,12 @@
  * uneven links where the slowest rank bounds the ring). --mode failure: every rank runs all-reduces
  * until one fails; some outside agent kills rank --victim (default the last) meanwhile, and every
  * survivor must get COHORT_ERR_PEER_FAILED or TIMEOUT naming it (exit 0), else exit 3.
+ * --pairs I-J[=X],..: instead of the above, a timed transfer I -> J (plus the ack) for each pair
+ * in turn, one line each (for links that differ per pair, netns.sh --links); =X checks that pair
+ * against X Mbit/s like --expect-mbit.
  *   netns_bw [--bytes B] [--repeats R] [--expect-mbit X] [--expect-allreduce-mbit Y]
  *            [--min F] [--max F] [--mode bw|failure] [--victim R] [--timeout-ms T]
+ *            [--pairs I-J[=X],..]
  */
 #include <cohort/cohort.h>
 #include <stdio.h>
@@ -27,7 +31,12 @@
     }                                                                                             \
   } while (0)
 
-enum { kMaxRepeats = 100 };
+enum { kMaxRepeats = 100, kMaxPairs = 64 };
+
+typedef struct pair {
+  int src, dst;
+  double expect_mbit; /* 0: no check */
+} pair;
 
 typedef struct options {
   size_t bytes;
@@ -35,6 +44,8 @@ typedef struct options {
   double expect_mbit, expect_ar_mbit, min_frac, max_frac;
   int failure_mode, victim;
   long timeout_ms;
+  int npairs;
+  pair pairs[kMaxPairs];
 } options;
 
 static double now(void) {
@@ -56,12 +67,38 @@ static double median(double* v, int n) {
 static void usage(void) {
   fprintf(stderr, "usage: netns_bw [--bytes B] [--repeats R] [--expect-mbit X] [--expect-allreduce-mbit Y] "
                   "[--min F] [--max F] "
-                  "[--mode bw|failure] [--victim R] [--timeout-ms T]\n");
+                  "[--mode bw|failure] [--victim R] [--timeout-ms T] [--pairs I-J[=X],..]\n");
   exit(2);
 }
 
+/* "I-J[=X],K-L[=Y],.." into o->pairs; 0 on a malformed list. */
+static int parse_pairs(const char* v, options* o) {
+  const char* p = v;
+  o->npairs = 0;
+  while (*p) {
+    if (o->npairs == kMaxPairs) return 0;
+    pair* q = &o->pairs[o->npairs++];
+    char* end;
+    q->src = (int)strtol(p, &end, 10);
+    if (end == p || *end != '-' || q->src < 0) return 0;
+    p = end + 1;
+    q->dst = (int)strtol(p, &end, 10);
+    if (end == p || q->dst < 0 || q->dst == q->src) return 0;
+    p = end;
+    q->expect_mbit = 0.0;
+    if (*p == '=') {
+      q->expect_mbit = strtod(p + 1, &end);
+      if (end == p + 1 || q->expect_mbit <= 0.0) return 0;
+      p = end;
+    }
+    if (*p == ',') ++p;
+    else if (*p) return 0;
+  }
+  return o->npairs > 0;
+}
+
 static options parse(int argc, char** argv) {
-  options o = {4u << 20, 3, 0.0, 0.0, 0.6, 1.1, 0, -1, 60000};
+  options o = {4u << 20, 3, 0.0, 0.0, 0.6, 1.1, 0, -1, 60000, 0, {{0, 0, 0.0}}};
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -75,23 +112,26 @@ static options parse(int argc, char** argv) {
     else if (!strcmp(a, "--mode")) o.failure_mode = !strcmp(v, "failure");
     else if (!strcmp(a, "--victim")) o.victim = atoi(v);
     else if (!strcmp(a, "--timeout-ms")) o.timeout_ms = atol(v);
-    else usage();
+    else if (!strcmp(a, "--pairs")) {
+      if (!parse_pairs(v, &o)) usage();
+    } else usage();
     ++i;
   }
   if (o.bytes < 4 || o.repeats < 1 || o.repeats > kMaxRepeats || o.timeout_ms < 1) usage();
   return o;
 }
 
-/* Rank 0 sends `count` floats to rank 1, which answers with 4 bytes; seconds on rank 0 (0 elsewhere). */
-static double p2p_once(cohort_comm* comm, int rank, float* buf, size_t count) {
+/* Rank src sends `count` floats to rank dst, which answers with 4 bytes; seconds on src (about 0
+ * on ranks other than src and dst). */
+static double p2p_once(cohort_comm* comm, int rank, int src, int dst, float* buf, size_t count) {
   int32_t ack = 1;
   double t0 = now();
-  if (rank == 0) {
-    CHECK(cohort_comm_send(comm, buf, count, COHORT_F32, 1, NULL));
-    CHECK(cohort_comm_recv(comm, &ack, 1, COHORT_I32, 1, NULL));
-  } else if (rank == 1) {
-    CHECK(cohort_comm_recv(comm, buf, count, COHORT_F32, 0, NULL));
-    CHECK(cohort_comm_send(comm, &ack, 1, COHORT_I32, 0, NULL));
+  if (rank == src) {
+    CHECK(cohort_comm_send(comm, buf, count, COHORT_F32, dst, NULL));
+    CHECK(cohort_comm_recv(comm, &ack, 1, COHORT_I32, dst, NULL));
+  } else if (rank == dst) {
+    CHECK(cohort_comm_recv(comm, buf, count, COHORT_F32, src, NULL));
+    CHECK(cohort_comm_send(comm, &ack, 1, COHORT_I32, src, NULL));
   }
   return now() - t0;
 }
@@ -109,6 +149,40 @@ static double all_reduce_once(cohort_comm* comm, float* buf, size_t count) {
 static int in_range(const char* what, double mbit, double lo, double hi) {
   int ok = mbit >= lo && mbit <= hi;
   printf("check %s: %.1f Mbit/s in [%.1f, %.1f]: %s\n", what, mbit, lo, hi, ok ? "ok" : "FAILED");
+  return ok;
+}
+
+/* --pairs: for each pair, a warm-up and then --repeats timed transfers; the sender's times reach
+ * rank 0 through an all-reduce (max), which prints and checks. 1 when every check passed. */
+static int pairs_mode(cohort_comm* comm, int rank, int size, const options* o, float* buf, size_t count) {
+  double times[kMaxRepeats];
+  int ok = 1;
+  for (int k = 0; k < o->npairs; ++k) {
+    const pair* q = &o->pairs[k];
+    if (q->src >= size || q->dst >= size) {
+      if (rank == 0) fprintf(stderr, "netns_bw: pair %d-%d: only %d ranks\n", q->src, q->dst, (int)size);
+      return 0;
+    }
+    CHECK(cohort_comm_barrier(comm, NULL));
+    p2p_once(comm, rank, q->src, q->dst, buf, count); /* warm-up: connects this pair */
+    for (int r = 0; r < o->repeats; ++r) {
+      CHECK(cohort_comm_barrier(comm, NULL));
+      double t = p2p_once(comm, rank, q->src, q->dst, buf, count);
+      int64_t ns = rank == q->src ? (int64_t)(t * 1e9) : 0;
+      CHECK(cohort_comm_all_reduce(comm, &ns, &ns, 1, COHORT_I64, COHORT_REDUCE_MAX, NULL));
+      times[r] = (double)ns * 1e-9;
+    }
+    if (rank != 0) continue;
+    double t = median(times, o->repeats), mbs = (double)(count * 4) / t / 1e6;
+    printf("p2p %d->%d: bytes=%zu median_s=%.4f MB/s=%.2f Mbit/s=%.1f\n", q->src, q->dst, count * 4, t, mbs,
+           mbs * 8);
+    if (q->expect_mbit > 0) {
+      char what[48];
+      snprintf(what, sizeof what, "p2p %d->%d", q->src, q->dst);
+      ok &= in_range(what, mbs * 8, o->min_frac * q->expect_mbit, o->max_frac * q->expect_mbit);
+    }
+    fflush(stdout);
+  }
   return ok;
 }
 
@@ -159,14 +233,24 @@ int main(int argc, char** argv) {
   double times[kMaxRepeats];
   int ok = 1;
   const char* rate = getenv("COHORT_NETNS_RATE");
+  const char* links = getenv("COHORT_NETNS_LINKS");
   if (rank == 0)
-    printf("ranks %d, bytes %zu, repeats %d, link %s, UCX_TLS=%s\n", (int)size, count * 4, o.repeats,
-           rate ? rate : "unshaped (not under netns.sh)", getenv("UCX_TLS") ? getenv("UCX_TLS") : "(default)");
+    printf("ranks %d, bytes %zu, repeats %d, link %s%s%s, UCX_TLS=%s\n", (int)size, count * 4, o.repeats,
+           rate ? rate : "unshaped (not under netns.sh)", links && *links ? ", pairs " : "",
+           links && *links ? links : "", getenv("UCX_TLS") ? getenv("UCX_TLS") : "(default)");
+  if (o.npairs > 0) {
+    ok = pairs_mode(comm, rank, size, &o, buf, count);
+    CHECK(cohort_comm_barrier(comm, NULL));
+    CHECK(cohort_comm_destroy(comm));
+    free(buf);
+    fflush(stdout);
+    return ok ? 0 : 4;
+  }
   if (size >= 2) {
-    p2p_once(comm, rank, buf, count); /* warm-up: connects the endpoints */
+    p2p_once(comm, rank, 0, 1, buf, count); /* warm-up: connects the endpoints */
     for (int r = 0; r < o.repeats; ++r) {
       CHECK(cohort_comm_barrier(comm, NULL));
-      times[r] = p2p_once(comm, rank, buf, count);
+      times[r] = p2p_once(comm, rank, 0, 1, buf, count);
     }
     if (rank == 0) {
       double t = median(times, o.repeats), mbs = (double)(count * 4) / t / 1e6;
