@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The planner against measurements (bench_planner): at each world size, over shared memory
 # (cohort-run, UCX's shared-memory transports) and over links shaped in network namespaces
-# (bench/netns/netns.sh run: one namespace per rank, tc tbf on each veth, UCX over tcp). Rank 0's
+# (bench/netns/netns.sh run: one namespace per rank, tc htb on each veth, UCX over tcp). Rank 0's
 # table per run: every plan that fits, predicted and measured, the median error and the top-1 check.
 #   bench/planner/run.sh BUILD_DIR [--ranks 2,4] [--links shm,1gbit,100mbit] [--timeout S] [-- bench_planner args]
 # Ranks run 1 thread each; more ranks than cores are oversubscribed (the output says so).
