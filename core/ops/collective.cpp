@@ -1,6 +1,7 @@
 // Collective operators: copy_to_axis, all_reduce, all_gather, reduce_scatter, gather_from_axis,
 // split_to_axis, all_to_all, pipe_send, pipe_recv (see collective.h for their meaning and
-// backward rules), CommAxes, and the pipe operators' shared pieces (pipe_common.h). The kernels
+// backward rules), CommAxes, pipe_topk_attrs, and the pipe operators' shared pieces
+// (pipe_common.h; pipe_topk.cpp builds the top-k pipe operators from them). The kernels
 // only start the collective on the axis communicator (transport/coll) and leave its Work in
 // KernelContext::pending; a gather or scatter along a dim other than the outermost moves blocks
 // through a scratch buffer, after the gather completes (on_complete) or before the scatter starts.
@@ -63,6 +64,12 @@ Attrs pipe_attrs(const std::string& axis, const std::string& reverse_axis, int64
   a.set("axis", axis);
   a.set("reverse_axis", reverse_axis);
   a.set("peer", peer);
+  return a;
+}
+
+Attrs pipe_topk_attrs(const std::string& axis, const std::string& reverse_axis, int64_t peer, double keep) {
+  Attrs a = pipe_attrs(axis, reverse_axis, peer);
+  a.set("keep", keep);
   return a;
 }
 
