@@ -1,9 +1,10 @@
 // Collective operators: copy_to_axis, all_reduce, all_gather, reduce_scatter, gather_from_axis,
-// split_to_axis (see collective.h
-// for their meaning and backward rules) and CommAxes. The kernels only start the collective on
-// the axis communicator (transport/coll) and leave its Work in KernelContext::pending; a gather
-// or scatter along a dim other than the outermost moves blocks through a scratch buffer, after
-// the gather completes (on_complete) or before the scatter starts.
+// split_to_axis, all_to_all, pipe_send, pipe_recv (see collective.h for their meaning and
+// backward rules), CommAxes, pipe_topk_attrs, and the pipe operators' shared pieces
+// (pipe_common.h; pipe_topk.cpp builds the top-k pipe operators from them). The kernels
+// only start the collective on the axis communicator (transport/coll) and leave its Work in
+// KernelContext::pending; a gather or scatter along a dim other than the outermost moves blocks
+// through a scratch buffer, after the gather completes (on_complete) or before the scatter starts.
 #include "core/ops/collective.h"
 
 #include <cstring>
@@ -12,6 +13,7 @@
 #include "core/device/device.h"
 #include "core/graph/graph.h"
 #include "core/graph/shard.h"
+#include "core/ops/pipe_common.h"
 #include "transport/coll/communicator.h"
 
 namespace cohort {
@@ -65,6 +67,12 @@ Attrs pipe_attrs(const std::string& axis, const std::string& reverse_axis, int64
   return a;
 }
 
+Attrs pipe_topk_attrs(const std::string& axis, const std::string& reverse_axis, int64_t peer, double keep) {
+  Attrs a = pipe_attrs(axis, reverse_axis, peer);
+  a.set("keep", keep);
+  return a;
+}
+
 namespace {
 
 std::vector<AttrSpec> axis_attrs(bool with_dim) {
@@ -94,11 +102,15 @@ std::pair<size_t, int64_t> dim_and_parts(const ShapeContext& c, bool any_dtype =
   return {static_cast<size_t>(dim), parts};
 }
 
+}  // namespace
+
 coll::DataType comm_type(const Tensor& t) {
   if (t.dtype() == DType::kF32) return coll::DataType::kF32;
   if (t.dtype() == DType::kBF16) return coll::DataType::kBF16;
   throw Error(Status::kUnsupported, str_cat("collectives take f32 or bf16, not ", dtype_name(t.dtype())));
 }
+
+namespace {
 
 // The axis communicator of a kernel, checked to take this node's buffers (host memory).
 coll::Communicator& axis_comm(const KernelContext& k, const char* op) {
@@ -398,6 +410,8 @@ OpSchema split_to_axis_op() {
   return s;
 }
 
+}  // namespace
+
 // pipe_send / pipe_recv: one stage's activation to another stage's rank of axis 'axis' (point to
 // point, matched in issue order per pair of ranks: collective.h), and their gradients back over
 // 'reverse_axis', a second communicator of the same ranks, so that activations and gradients
@@ -433,6 +447,8 @@ coll::Communicator& pipe_comm(const KernelContext& k, const char* op) {
                k.attrs.get_string("axis"), "' of ", c.size(), " ranks (this one is ", c.rank(), ")");
   return c;
 }
+
+namespace {
 
 OpSchema pipe_send_op() {
   OpSchema s = pipe_schema("pipe_send");

@@ -19,6 +19,23 @@
 //                                                                 backward: pipe_recv over reverse_axis.
 //   pipe_recv(; peer, shape, dtype)  forward: a tensor from rank 'peer'.  backward: pipe_send of dy
 //                          over reverse_axis (pipeline stages, core/parallel/pipeline.h).
+//   pipe_send_topk(x; peer, keep)  forward: the k = max(1, ceil(keep numel(x))) entries of largest
+//                          |x| to 'peer' as one message (pipe_topk.h: indices, then values);
+//                          outputs a scalar zero token, idx (i32 [k], the flat indices, ascending)
+//                          and the packed message.     backward: pipe_recv_at(idx) over reverse_axis.
+//   pipe_recv_topk(; peer, keep, shape, dtype)  forward: y, zeros but for the k entries received,
+//                          idx (i32 [k]) and the message.  backward: pipe_send_at(dy, idx) over
+//                          reverse_axis.
+//   pipe_send_at(g, idx; peer)  forward: the k values g[idx] (no indices: the peer holds them) to
+//                          'peer'; outputs a token and the gathered values. backward: pipe_recv_at.
+//   pipe_recv_at(idx; peer, shape, dtype)  forward: k values from 'peer' scattered into zeros of
+//                          'shape' at idx.                backward: pipe_send_at(dy, idx).
+// The top-k pair is the compression step of FusionLLM's AdaTopK (Tang et al. 2024), which picks
+// the ratio per slow link; here 'keep' is given. y = topk(x) with the selection fixed has the
+// gradient dy restricted to the kept positions, so the way back carries k values and no indices,
+// and the gradient is exact for the compressed forward (no error feedback). The 'message'
+// outputs are the packed buffers on the wire: a node's outputs live while its operation is in
+// flight (and with the send when a run leaves it unfinished); nothing needs to read them.
 // all_gather and reduce_scatter carry the axis size as 'parts' (shape rules run before any
 // communicator exists); the kernel checks it against the communicator.
 //
@@ -38,6 +55,7 @@
 #include <memory>
 #include <string>
 
+#include "core/ops/pipe_topk.h"
 #include "core/ops/schema.h"
 
 namespace cohort {
@@ -52,6 +70,9 @@ Attrs all_to_all_attrs(const std::string& axis, int64_t parts, int64_t split_dim
 
 // The attributes of a pipe_send / pipe_recv node (above); pipe_recv also takes 'shape' and 'dtype'.
 Attrs pipe_attrs(const std::string& axis, const std::string& reverse_axis, int64_t peer);
+// The attributes of a pipe_send_topk / pipe_recv_topk node (above): pipe_attrs' and 'keep', the
+// fraction of entries sent, in (0, 1]; pipe_recv_topk also takes 'shape' and 'dtype'.
+Attrs pipe_topk_attrs(const std::string& axis, const std::string& reverse_axis, int64_t peer, double keep);
 
 // The communicators of a run's grid axes, by name: "x", "y", "z" (tensor axes), "pipe" and
 // "pipe_grad" (pipeline stages), "model" (every rank of one data-parallel replica: its stages

@@ -21,6 +21,7 @@ const OpRegistry& OpRegistry::global() {
     register_shape_ops(*r);
     register_dropout_ops(*r);
     register_collective_ops(*r);
+    register_pipe_topk_ops(*r);
     register_vocab_parallel_ops(*r);
 #ifdef COHORT_HAVE_CUDA
     register_cuda_kernels(*r);

@@ -175,6 +175,7 @@ void register_conv_ops(OpRegistry& r);
 void register_shape_ops(OpRegistry& r);
 void register_dropout_ops(OpRegistry& r);
 void register_collective_ops(OpRegistry& r);
+void register_pipe_topk_ops(OpRegistry& r);
 void register_vocab_parallel_ops(OpRegistry& r);
 
 // Shape-rule helpers shared by the families.
