@@ -8,6 +8,8 @@
 #include <cmath>
 #include <memory>
 #include <cstdio>
+#include <limits>
+#include <utility>
 #include <vector>
 
 #include "core/base/error.h"
@@ -171,6 +173,173 @@ CommTable probe_communication(coll::Communicator& world, const ProbeOptions& opt
                 seconds, n, busy ? ", each keeping a thread busy" : "", table.compute_stretch);
   table.source = text;
   return table;
+}
+
+double LinkMatrix::transfer_seconds(int i, int j, double bytes) const {
+  if (i == j) return 0.0;
+  const double bw = bandwidth(i, j);
+  return latency(i, j) + (bw > 0 ? bytes / bw : std::numeric_limits<double>::infinity());
+}
+
+std::string LinkMatrix::describe() const {
+  std::string out = "links, Mbit/s (latency ms):\n      ";
+  char cell[48];
+  for (int j = 0; j < ranks; ++j) {
+    std::snprintf(cell, sizeof cell, "%18d", j);
+    out += cell;
+  }
+  out += "\n";
+  for (int i = 0; i < ranks; ++i) {
+    std::snprintf(cell, sizeof cell, "rank %-2d", i);
+    out += cell;
+    for (int j = 0; j < ranks; ++j) {
+      if (i == j)
+        std::snprintf(cell, sizeof cell, "%18s", "-");
+      else
+        std::snprintf(cell, sizeof cell, "%9.1f (%6.3f)", bandwidth(i, j) * 8e-6, latency(i, j) * 1e3);
+      out += cell;
+    }
+    out += "\n";
+  }
+  std::snprintf(cell, sizeof cell, "measured in %.2f s", seconds);
+  return out + cell + "\n";
+}
+
+namespace {
+
+// The round-trip time of `count` bytes with `peer`, led by this rank (the peer echoes).
+double round_trip(coll::Communicator& world, int peer, std::vector<uint8_t>& buf, size_t bytes) {
+  const auto start = Clock::now();
+  world.send(buf.data(), bytes, coll::DataType::kU8, peer)->wait();
+  world.recv(buf.data(), bytes, coll::DataType::kU8, peer)->wait();
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The leader's side of one pair: {latency, bandwidth}.
+std::pair<double, double> lead_pair(coll::Communicator& world, int peer, const LinkProbeOptions& o,
+                                    std::vector<uint8_t>& buf, Clock::time_point deadline) {
+  auto exchange = [&](size_t bytes) {
+    int64_t next = static_cast<int64_t>(bytes);
+    world.send(&next, 1, coll::DataType::kI64, peer)->wait();
+    return round_trip(world, peer, buf, bytes);
+  };
+  exchange(o.small_bytes);  // warm-up: connection set-up
+  std::vector<double> small;
+  for (int r = 0; r < o.repetitions; ++r) small.push_back(exchange(o.small_bytes));
+  const double rtt_small = median(small);
+  size_t bytes = o.first_large_bytes;
+  double rtt = exchange(bytes);
+  while (rtt < o.target_seconds && bytes * 4 <= o.max_bytes && Clock::now() < deadline) {
+    bytes *= 4;
+    rtt = exchange(bytes);
+  }
+  if (rtt < o.target_seconds) {  // fast: the median of a few more at the size reached
+    std::vector<double> large = {rtt};
+    for (int r = 1; r < o.repetitions && Clock::now() < deadline; ++r) large.push_back(exchange(bytes));
+    rtt = median(large);
+  }
+  int64_t end = -1;
+  world.send(&end, 1, coll::DataType::kI64, peer)->wait();
+  const double latency = rtt_small / 2;
+  const double one_way = rtt / 2;
+  const double extra = static_cast<double>(bytes - o.small_bytes);
+  // Noise can make the large message look no slower than the small one: the link is then faster
+  // than the probe resolves, bounded by what the large message showed.
+  const double bw = one_way > latency ? extra / (one_way - latency) : static_cast<double>(bytes) / one_way;
+  return {latency, bw};
+}
+
+void echo_pair(coll::Communicator& world, int peer, std::vector<uint8_t>& buf) {
+  for (int k = 0; k < 1000; ++k) {  // bounded: the leader sends at most 4 + log4(max/first) + reps sizes
+    int64_t bytes = 0;
+    world.recv(&bytes, 1, coll::DataType::kI64, peer)->wait();
+    if (bytes < 0) return;
+    COHORT_CHECK(static_cast<size_t>(bytes) <= buf.size(), Status::kInternal, "link probe: rank ", peer,
+                 " asked for ", bytes, " bytes");
+    world.recv(buf.data(), static_cast<size_t>(bytes), coll::DataType::kU8, peer)->wait();
+    world.send(buf.data(), static_cast<size_t>(bytes), coll::DataType::kU8, peer)->wait();
+  }
+  throw Error(Status::kInternal, str_cat("link probe: rank ", peer, " never ended its exchanges"));
+}
+
+}  // namespace
+
+LinkMatrix probe_links(coll::Communicator& world, const LinkProbeOptions& options) {
+  COHORT_CHECK(options.small_bytes >= 1 && options.first_large_bytes > options.small_bytes &&
+                   options.max_bytes >= options.first_large_bytes && options.repetitions >= 1 &&
+                   options.target_seconds > 0 && options.budget_seconds > 0,
+               Status::kInvalidArgument, "link probe: sizes must grow (small ", options.small_bytes, " < first large ",
+               options.first_large_bytes, " <= max ", options.max_bytes,
+               "), repetitions >= 1, target and budget seconds > 0");
+  const auto start = Clock::now();
+  const int n = world.size(), me = world.rank();
+  LinkMatrix m;
+  m.ranks = n;
+  const size_t cells = static_cast<size_t>(n) * static_cast<size_t>(n);
+  m.latency_seconds.assign(cells, 0.0);
+  m.bytes_per_second.assign(cells, 0.0);
+  if (n == 1) return m;
+  // Each pair's budget: an equal share of the whole, round by round.
+  const int slots = n % 2 == 0 ? n : n + 1;  // the circle method; slot n is the bye when n is odd
+  const int rounds = slots - 1;
+  std::vector<uint8_t> buf(options.max_bytes, 0);
+  std::vector<float> mine(2 * cells, 0.0f);  // latency then bandwidth of the pairs this rank led
+  world.barrier()->wait();
+  for (int r = 0; r < rounds; ++r) {
+    // Slot 0 stays; the others rotate. Slot s plays slot slots - 1 - s.
+    auto rank_at = [&](int slot) { return slot == 0 ? 0 : 1 + (slot - 1 + r) % (slots - 1); };
+    int peer = -1;
+    for (int s = 0; s < slots / 2; ++s) {
+      const int a = rank_at(s), b = rank_at(slots - 1 - s);
+      if (a >= n || b >= n) continue;
+      if (a == me) peer = b;
+      if (b == me) peer = a;
+    }
+    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(options.budget_seconds * (r + 1) / rounds));
+    if (peer >= 0 && me < peer) {
+      const auto [lat, bw] = lead_pair(world, peer, options, buf, deadline);
+      mine[static_cast<size_t>(me * n + peer)] = static_cast<float>(lat);
+      mine[cells + static_cast<size_t>(me * n + peer)] = static_cast<float>(bw);
+    } else if (peer >= 0) {
+      echo_pair(world, peer, buf);
+    }
+    world.barrier()->wait();  // pairs of the next round must not share a rank's time with this one's
+  }
+  std::vector<float> all(mine.size(), 0.0f);
+  world.all_reduce(mine.data(), all.data(), mine.size(), coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      if (i == j) continue;
+      const int a = std::min(i, j), b = std::max(i, j);
+      m.latency_seconds[static_cast<size_t>(i * n + j)] = all[static_cast<size_t>(a * n + b)];
+      m.bytes_per_second[static_cast<size_t>(i * n + j)] = all[cells + static_cast<size_t>(a * n + b)];
+    }
+  m.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return m;
+}
+
+std::vector<double> measure_compute_scales(coll::Communicator& world) {
+  const int n = world.size();
+  std::vector<float> alone(static_cast<size_t>(n), 0.0f);
+  for (int r = 0; r < n; ++r) {
+    world.barrier()->wait();
+    if (world.rank() == r) {
+      std::vector<double> t;
+      for (int k = 0; k < 3; ++k) t.push_back(compute_once());
+      alone[static_cast<size_t>(r)] = static_cast<float>(median(t));
+    }
+  }
+  std::vector<float> all(alone.size(), 0.0f);
+  world.all_reduce(alone.data(), all.data(), alone.size(), coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
+  std::vector<double> scales;
+  for (float t : all) scales.push_back(all[0] > 0 ? t / all[0] : 1.0);
+  return scales;
 }
 
 }  // namespace cohort::parallel

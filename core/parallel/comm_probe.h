@@ -18,7 +18,9 @@
 
 #include <atomic>
 #include <cstddef>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "core/parallel/planner.h"
 #include "transport/coll/communicator.h"
@@ -57,5 +59,46 @@ struct ProbeOptions {
 // The table (CommTable::source says how long it took and over how many ranks). A world of one
 // rank measures nothing (an empty table).
 CommTable probe_communication(transport::coll::Communicator& world, const ProbeOptions& options = {});
+
+// The links between every pair of ranks (geo-distributed training, fence.h): a round-robin
+// tournament of n - 1 rounds (n - 1 when n is even, n when odd: one rank sits each round out), in
+// which the disjoint pairs of a round measure at once. A pair's lower rank leads a ping-pong: a
+// small message `repetitions` times (its median round trip, halved, is the latency), then a large
+// one growing x4 from first_large_bytes while a round trip stays under target_seconds (up to
+// max_bytes; never past budget_seconds of the whole probe): bandwidth = the large message's bytes
+// over its one-way time less the latency. The leader tells its peer the next size or the end
+// before each exchange, so the two never disagree. Every rank gets the whole matrix.
+struct LinkProbeOptions {
+  size_t small_bytes = 64;
+  size_t first_large_bytes = 64 << 10;
+  size_t max_bytes = 8 << 20;
+  double target_seconds = 0.05;
+  int repetitions = 3;
+  double budget_seconds = 20;  // the whole probe: past it, pairs measure at the size they reached
+};
+
+struct LinkMatrix {
+  int ranks = 0;
+  // Row-major ranks x ranks, symmetric (a link's two directions averaged); the diagonal 0.
+  std::vector<double> latency_seconds;
+  std::vector<double> bytes_per_second;
+  double seconds = 0;  // how long the probe took
+  double latency(int i, int j) const { return latency_seconds[static_cast<size_t>(i * ranks + j)]; }
+  double bandwidth(int i, int j) const { return bytes_per_second[static_cast<size_t>(i * ranks + j)]; }
+  // latency + bytes / bandwidth between i and j (0 for i == j).
+  double transfer_seconds(int i, int j, double bytes) const;
+  // Two matrices (bandwidth in Mbit/s, latency in ms), a line per rank.
+  std::string describe() const;
+};
+
+// A collective over `world` (every rank, the same point, the same options); a world of one rank
+// measures nothing (a 1 x 1 matrix). kInvalidArgument for sizes that do not grow or a
+// non-positive target or budget.
+LinkMatrix probe_links(transport::coll::Communicator& world, const LinkProbeOptions& options = {});
+
+// How long each rank takes for the same fixed arithmetic, alone (the others wait in a barrier),
+// relative to world rank 0: 1 everywhere on identical, idle hosts; 2 for a rank half as fast. A
+// collective; every rank gets the whole vector.
+std::vector<double> measure_compute_scales(transport::coll::Communicator& world);
 
 }  // namespace cohort::parallel
