@@ -75,8 +75,23 @@ std::string PipelineStages::describe(const Graph& model) const {
   return out;
 }
 
+std::vector<CutSize> pipeline_cut_sizes(const Graph& model) {
+  const size_t n = forward_node_count(model);
+  const std::vector<std::vector<ValueId>> sets = crossing_sets(model);
+  std::vector<CutSize> out(n + 1);
+  for (size_t k = 0; k <= n; ++k)
+    for (ValueId v : sets[k]) {
+      const TensorType& t = model.value(v).type;
+      double entries = 1;
+      for (int64_t d : t.shape) entries *= static_cast<double>(d);
+      out[k].entries += entries;
+      out[k].bytes += entries * static_cast<double>(dtype_size(t.dtype));
+    }
+  return out;
+}
+
 PipelineStages cut_pipeline_stages(const Graph& model, int stages, const std::vector<double>& node_seconds,
-                                   const std::vector<std::string>& cuts) {
+                                   const std::vector<std::string>& cuts, const StageCosts* costs) {
   COHORT_CHECK(stages >= 1, Status::kInvalidPlan, "plan: pipeline_stages x pipeline_chunks is ", stages,
                ", expected >= 1");
   const size_t n = forward_node_count(model);
@@ -93,6 +108,10 @@ PipelineStages cut_pipeline_stages(const Graph& model, int stages, const std::ve
     for (ValueId i : model.nodes()[k].inputs) param = param || model.value(i).kind == ValueKind::kParameter;
     reads[k + 1] = reads[k] + (param ? 1 : 0);
   }
+  COHORT_CHECK(costs == nullptr || (costs->scale.size() == static_cast<size_t>(stages) && costs->cut_seconds),
+               Status::kInvalidArgument, "pipeline: stage costs for ", costs ? costs->scale.size() : 0, " stages, not ",
+               stages);
+  auto scale = [&](size_t s) { return costs ? costs->scale[s] : 1.0; };
   PipelineStages out;
   if (!cuts.empty()) {
     COHORT_CHECK(cuts.size() == static_cast<size_t>(stages - 1), Status::kInvalidPlan, "plan: pipeline_cuts names ",
@@ -132,7 +151,8 @@ PipelineStages cut_pipeline_stages(const Graph& model, int stages, const std::ve
       for (size_t j = 1; j < m; ++j)
         for (size_t i = 0; i < j; ++i) {
           if (best[s - 1][i] == inf || reads[at[j]] == reads[at[i]]) continue;
-          const double cost = std::max(best[s - 1][i], prefix[at[j]] - prefix[at[i]]);
+          double cost = std::max(best[s - 1][i], (prefix[at[j]] - prefix[at[i]]) * scale(s - 1));
+          if (costs && s > 1) cost = std::max(cost, costs->cut_seconds(s - 1, at[i]));
           if (cost < best[s][j]) {
             best[s][j] = cost;
             from[s][j] = i;
@@ -151,15 +171,19 @@ PipelineStages cut_pipeline_stages(const Graph& model, int stages, const std::ve
   }
   for (size_t s = 0; s < out.begin.size(); ++s) {
     const size_t b = s + 1 < out.begin.size() ? out.begin[s + 1] : n;
-    out.seconds.push_back(prefix[b] - prefix[out.begin[s]]);
+    out.seconds.push_back((prefix[b] - prefix[out.begin[s]]) * scale(s));
   }
   return out;
 }
 
-PipelineGraph build_pipeline_graph(const Graph& model, const PipelineStages& stages, int pipe_size, int rank) {
+PipelineGraph build_pipeline_graph(const Graph& model, const PipelineStages& stages, int pipe_size, int rank,
+                                   const std::vector<double>& keep) {
   const int count = static_cast<int>(stages.begin.size());
   COHORT_CHECK(pipe_size >= 1 && count % pipe_size == 0 && rank >= 0 && rank < pipe_size, Status::kInvalidPlan,
                "pipeline: ", count, " stages over ", pipe_size, " ranks (rank ", rank, ")");
+  COHORT_CHECK(keep.empty() || keep.size() + 1 == static_cast<size_t>(count), Status::kInvalidPlan, "pipeline: ",
+               keep.size(), " keep ratio(s) for ", count - 1, " cut(s)");
+  auto cut_keep = [&](int c) { return keep.empty() ? 1.0 : keep[static_cast<size_t>(c)]; };
   const size_t n = forward_node_count(model);
   COHORT_CHECK(model.loss() >= 0, Status::kInvalidPlan, "pipeline: the model has no loss");
   const NodeId loss_node = model.value(model.loss()).producer;
@@ -189,11 +213,14 @@ PipelineGraph build_pipeline_graph(const Graph& model, const PipelineStages& sta
     // Values arriving from the previous stage (and so relayed when they cross the next cut too).
     std::vector<ValueId> local(map);  // this chunk's view: inputs, and what it receives and makes
     if (v > 0) {
+      const double k = cut_keep(v - 1);
       for (ValueId x : sets[a]) {
-        Attrs at = pipe_attrs("pipe", "pipe_grad", (v - 1) % pipe_size);
+        Attrs at = k < 1 ? pipe_topk_attrs("pipe", "pipe_grad", (v - 1) % pipe_size, k)
+                         : pipe_attrs("pipe", "pipe_grad", (v - 1) % pipe_size);
         at.set("shape", model.value(x).type.shape);
         at.set("dtype", static_cast<int64_t>(model.value(x).type.dtype));
-        local[static_cast<size_t>(x)] = g.add_op("pipe_recv", str_cat("pipe.", v, ".recv.", model.value(x).name), {}, at)[0];
+        local[static_cast<size_t>(x)] =
+            g.add_op(k < 1 ? "pipe_recv_topk" : "pipe_recv", str_cat("pipe.", v, ".recv.", model.value(x).name), {}, at)[0];
       }
     }
     for (size_t k = a; k < b; ++k) {
@@ -217,9 +244,13 @@ PipelineGraph build_pipeline_graph(const Graph& model, const PipelineStages& sta
     }
     if (v + 1 < count) {
       ValueId loss = -1;
+      const double k = cut_keep(v);
       for (ValueId x : sets[b]) {
-        const ValueId token = g.add_op("pipe_send", str_cat("pipe.", v, ".send.", model.value(x).name),
-                                       {local[static_cast<size_t>(x)]}, pipe_attrs("pipe", "pipe_grad", (v + 1) % pipe_size))[0];
+        const int64_t peer = (v + 1) % pipe_size;
+        const ValueId token =
+            g.add_op(k < 1 ? "pipe_send_topk" : "pipe_send", str_cat("pipe.", v, ".send.", model.value(x).name),
+                     {local[static_cast<size_t>(x)]},
+                     k < 1 ? pipe_topk_attrs("pipe", "pipe_grad", peer, k) : pipe_attrs("pipe", "pipe_grad", peer))[0];
         loss = loss < 0 ? token : g.add_op("add", str_cat("pipe.", v, ".tokens.", model.value(x).name), {loss, token}, Attrs())[0];
       }
       out.chunk_losses.push_back(g.value(loss).name);

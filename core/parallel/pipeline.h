@@ -23,6 +23,7 @@
 // same model and cuts, so the sends and receives of two neighbours are issued in the same order.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -44,13 +45,31 @@ struct PipelineStages {
   std::string describe(const Graph& model) const;
 };
 
+// The bytes of the activations crossing a cut before forward node k, for every k in 0..n (one
+// micro-batch's; what pipe_send carries, relayed values counted at every cut they cross), and
+// their entries.
+struct CutSize {
+  double bytes = 0;
+  double entries = 0;
+};
+std::vector<CutSize> pipeline_cut_sizes(const Graph& model);
+
+// What a stage costs where the ranks differ (fence.h): stage s's node seconds times scale[s] (the
+// speed of the rank it lands on), and a cut, beginning stage s >= 1 at forward node k, priced
+// cut_seconds(s, k) (its transfer over the link between the ranks of stages s - 1 and s). The
+// most expensive stage or cut is what the cut minimises.
+struct StageCosts {
+  std::vector<double> scale;
+  std::function<double(size_t stage, size_t node)> cut_seconds;
+};
+
 // Cuts `model` into `stages` stages at its cut points: at the plan's named cuts (the first node
 // of stages 1..S-1; kInvalidPlan naming 'pipeline_cuts' for a name that is no node, not a cut
-// point, or out of order), else where the most expensive stage is cheapest given node_seconds
-// (per forward node). kInvalidPlan naming 'pipeline_stages' when there are fewer cut points than
-// stages - 1.
+// point, or out of order), else where the most expensive stage (and, given `costs`, cut) is
+// cheapest given node_seconds (per forward node). kInvalidPlan naming 'pipeline_stages' when there
+// are fewer cut points than stages - 1. PipelineStages::seconds are scaled by costs->scale.
 PipelineStages cut_pipeline_stages(const Graph& model, int stages, const std::vector<double>& node_seconds,
-                                   const std::vector<std::string>& cuts = {});
+                                   const std::vector<std::string>& cuts = {}, const StageCosts* costs = nullptr);
 
 // The part of a model this pipe rank runs: its stages' graph, and what the trainer needs.
 struct PipelineGraph {
@@ -65,8 +84,10 @@ struct PipelineGraph {
 // The graph of pipe rank `rank` of `pipe_size` ranks, holding virtual stages rank, rank + P, ...
 // of `stages` (as many stages as pipe_size x chunks). Every model input is an input of it (a
 // stage reads those it needs). Sends and receives name the axes "pipe" (activations) and
-// "pipe_grad" (gradients). kInvalidPlan when the loss is not in the last stage.
-PipelineGraph build_pipeline_graph(const Graph& model, const PipelineStages& stages, int pipe_size, int rank);
+// "pipe_grad" (gradients); a cut c with keep[c] < 1 sends its top-k (PipelineConfig::keep;
+// empty: none). kInvalidPlan when the loss is not in the last stage.
+PipelineGraph build_pipeline_graph(const Graph& model, const PipelineStages& stages, int pipe_size, int rank,
+                                   const std::vector<double>& keep = {});
 
 // Rank `rank`'s order of forward and backward work (see above). kInvalidPlan for an interleaved
 // schedule whose micro-batches are not a multiple of pipe_size, or chunks > 1 with another kind.

@@ -123,6 +123,27 @@ void validate(const PlanConfig& p) {
   COHORT_CHECK(pp.cuts.empty() || pp.cuts.size() + 1 == static_cast<size_t>(pp.stages * pp.chunks),
                Status::kInvalidPlan, "plan: pipeline_cuts names ", pp.cuts.size(), " node(s); ",
                pp.stages * pp.chunks, " stages need ", pp.stages * pp.chunks - 1);
+  COHORT_CHECK(pp.keep.empty() || pp.keep.size() + 1 == static_cast<size_t>(pp.stages * pp.chunks),
+               Status::kInvalidPlan, "plan: pipeline keep gives ", pp.keep.size(), " ratio(s); ",
+               pp.stages * pp.chunks, " stages have ", pp.stages * pp.chunks - 1, " cut(s)");
+  for (size_t c = 0; c < pp.keep.size(); ++c)
+    COHORT_CHECK(pp.keep[c] > 0 && pp.keep[c] <= 1, Status::kInvalidPlan, "plan: pipeline keep of cut ", c, " is ",
+                 pp.keep[c], ", expected (0, 1]");
+  const FenceConfig& f = p.fence;
+  COHORT_CHECK(f.min_keep > 0 && f.min_keep <= 1, Status::kInvalidPlan, "plan: fence_min_keep = ", f.min_keep,
+               " must be in (0, 1]");
+  COHORT_CHECK(f.cluster_ratio >= 1, Status::kInvalidPlan, "plan: fence cluster ratio = ", f.cluster_ratio,
+               " must be >= 1");
+  if (f.enabled) {
+    COHORT_CHECK(!p.automatic, Status::kInvalidPlan,
+                 "plan: fence and automatic both choose the layout: ask for one of them");
+    COHORT_CHECK(p.tensor.degree() == 1 && p.data_parallel <= 1, Status::kUnsupported,
+                 "plan: fence makes the whole world one pipeline: tensor_x/y/z and data_parallel must be 1 (they are ",
+                 p.tensor.x, ", ", p.tensor.y, ", ", p.tensor.z, " and ", p.data_parallel, ")");
+    COHORT_CHECK(pp.chunks == 1 && pp.cuts.empty() && pp.keep.empty(), Status::kInvalidPlan,
+                 "plan: fence chooses the stages, their cuts and compression itself: pipeline_chunks must be 1 and "
+                 "pipeline_cuts and the keep ratios empty");
+  }
   // Z's weight gathers start with the step and cross every cut after them: the cut points of the
   // rewritten graph are not the model's.
   COHORT_CHECK(pp.stages == 1 || p.tensor.z == 1, Status::kUnsupported, "plan: pipeline_stages ", pp.stages,
@@ -145,6 +166,25 @@ const char* schedule_name(PipelineSchedule s) {
 void validate_for_world(const PlanConfig& p, int world_size) {
   validate(p);
   COHORT_CHECK(world_size >= 1, Status::kInvalidPlan, "plan: world size ", world_size, " must be >= 1");
+  if (!p.rank_order.empty()) {
+    COHORT_CHECK(p.rank_order.size() == static_cast<size_t>(world_size), Status::kInvalidPlan, "plan: rank_order lists ",
+                 p.rank_order.size(), " rank(s) for a world of ", world_size);
+    std::vector<bool> seen(static_cast<size_t>(world_size), false);
+    for (int r : p.rank_order) {
+      COHORT_CHECK(r >= 0 && r < world_size && !seen[static_cast<size_t>(r)], Status::kInvalidPlan,
+                   "plan: rank_order is not a permutation of the world's ranks 0..", world_size - 1, " (", r,
+                   r >= 0 && r < world_size ? " twice)" : " is out of range)");
+      seen[static_cast<size_t>(r)] = true;
+    }
+  }
+  // fence: the world is the pipeline, whatever pipeline_stages says (make_parallel_trainer).
+  if (p.fence.enabled) {
+    PlanConfig q = p;
+    q.fence.enabled = false;
+    q.pipeline.stages = world_size;
+    q.data_parallel = 1;
+    return validate_for_world(q, world_size);
+  }
   const int model = p.model_degree();
   // The model axes as named in the messages: the pipeline only when it has stages.
   const std::string stages = p.pipeline.stages > 1 ? str_cat("pipeline_stages ", p.pipeline.stages, " x ") : "";

@@ -60,6 +60,23 @@ struct PipelineConfig {
   // The first node of stages 1..S-1 (pipeline_cut_points lists where a stage may begin); empty:
   // balanced by the workload estimator.
   std::vector<std::string> cuts;
+  // Per cut (stages * chunks - 1 entries, or empty: none compressed): the share of each crossing
+  // activation's entries sent (its top-k by magnitude, 0 < keep <= 1; the gradients come back at
+  // the same entries, so the way back is exact for what went forward). fence.h chooses them from
+  // the measured links; 1 sends the whole tensor.
+  std::vector<double> keep;
+};
+
+// OP-Fence (FusionLLM, geo-distributed training; core/parallel/fence.h): the world becomes one
+// pipeline whose stages, cuts, rank order and per-cut compression are chosen from the links and
+// compute measured at start-up, so that only the thinnest cuts cross the slowest links.
+struct FenceConfig {
+  bool enabled = false;
+  bool compression = true;   // top-k on cuts whose transfer would be the pipeline's bottleneck
+  double min_keep = 0.01;    // the smallest share of an activation a cut may send
+  // Ranks are one cluster while every link between them is at least 1 / cluster_ratio of the
+  // fastest link among them.
+  double cluster_ratio = 4.0;
 };
 const char* schedule_name(PipelineSchedule schedule);
 
@@ -98,6 +115,13 @@ struct PlanConfig {
   SequenceParallel sequence_parallel = SequenceParallel::kNone;
   // Pipeline stages, and micro-batches. Ranks are laid out row-major over (data, pipe, x, y, z).
   PipelineConfig pipeline;
+  // Grid position i (row-major over data, pipe, x, y, z) is world rank rank_order[i]: a
+  // permutation of the world's ranks, or empty (position i is rank i). fence.h chooses it so that
+  // neighbouring stages sit on the fastest links.
+  std::vector<int> rank_order;
+  // Stages, cuts, rank order and keep chosen from measured links (make_parallel_trainer resolves
+  // it: every rank takes the whole batch, so no rank's share of the data changes).
+  FenceConfig fence;
   // The planner chooses the layout (core/parallel/auto_plan.h): the data, pipeline and tensor
   // axes, micro-batches and schedule, ZeRO and activation checkpointing; the mode and its settings
   // stay this plan's. auto_trials > 0: the best predicted plans are also timed for a few steps
