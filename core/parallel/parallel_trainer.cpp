@@ -1,8 +1,14 @@
 // make_grid and make_parallel_trainer: see parallel_trainer.h.
 #include "core/parallel/parallel_trainer.h"
 
+#include <algorithm>
+#include <map>
+
 #include "core/base/error.h"
 #include "core/parallel/auto_plan.h"
+#include "core/parallel/comm_probe.h"
+#include "core/parallel/fence.h"
+#include "core/parallel/stage_package.h"
 #include "core/parallel/planner.h"
 #include "core/parallel/workload.h"
 
@@ -15,7 +21,12 @@ GridAxes make_grid(coll::Communicator& world, const PlanConfig& plan) {
   const int model = plan.model_degree();
   const std::vector<int> dims = {world.size() / model, plan.pipeline.stages, plan.tensor.x, plan.tensor.y,
                                  plan.tensor.z};
-  const std::vector<int> at = coll::grid_coordinates(world.rank(), dims);
+  // This rank's grid position: its index in the plan's rank order.
+  int position = world.rank();
+  if (!plan.rank_order.empty())
+    position = static_cast<int>(std::find(plan.rank_order.begin(), plan.rank_order.end(), world.rank()) -
+                                plan.rank_order.begin());
+  const std::vector<int> at = coll::grid_coordinates(position, dims);
   const char* names[] = {"data", "pipe", "x", "y", "z"};
   GridAxes g;
   g.axes = std::make_shared<CommAxes>();
@@ -37,7 +48,7 @@ GridAxes make_grid(coll::Communicator& world, const PlanConfig& plan) {
     if (a == 1) g.axes->set("pipe_grad", world.split(color, at[a], str_cat(world.name(), "/pipe_grad")));
   }
   // Every rank of this model replica: where the model's gradient norm is summed.
-  if (model > 1) g.axes->set("model", world.split(at[0], world.rank(), str_cat(world.name(), "/model")));
+  if (model > 1) g.axes->set("model", world.split(at[0], position, str_cat(world.name(), "/model")));
   return g;
 }
 
@@ -89,92 +100,11 @@ void check_plan_memory(const Graph& model, const PlanConfig& plan, int world_siz
                "): use ZeRO, activation checkpointing, more stages or tensor ranks, or fewer micro-batches in flight");
 }
 
-}  // namespace
-
-std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::OptimizerConfig& config,
-                                               TrainerOptions options, const PlanConfig& plan,
-                                               std::shared_ptr<coll::Communicator> world,
-                                               const DeviceCommFactory& device_comm,
-                                               const std::function<void(const std::string&)>& on_stages) {
-  COHORT_CHECK(world != nullptr, Status::kInvalidArgument, "parallel trainer: no communicator");
-  COHORT_CHECK(!plan.automatic, Status::kInvalidPlan,
-               "plan: automatic: choose the layout first (choose_plan, cohort_plan_choose): it decides each rank's "
-               "share of the batch, and so the model this trainer is built from");
-  validate_for_world(plan, world->size());  // before any collective: nothing to undo
-  options.activation_checkpointing = plan.activation_checkpointing;
-  const PipelineConfig& pp = plan.pipeline;
-  // The model is checked (micro-batches against the batch, degrees against widths and heads,
-  // stages against cut points) before the collectives too: every rank sees the same model and
-  // refuses alike.
-  const Graph micro = micro_batch_model(model, pp.micro_batches);
-  options.micro_batches = pp.micro_batches;
-  if (plan.model_degree() == 1) {
-    check_plan_memory(model, plan, world->size(), options);
-    auto trainer = std::make_unique<Trainer>(micro, config, options);
-    DataParallel::attach(*trainer, plan, world, device_comm ? device_comm(*trainer) : nullptr);
-    return trainer;
-  }
-  COHORT_CHECK(options.device == Device::kCpu, Status::kUnsupported,
-               "tensor and pipeline parallelism run on the host for now: no device communicator per grid axis "
-               "(TODO(#27), TODO(#28))");
-  // The stages are checked on the graph they will cut (the tensor rewrite's, alike at every
-  // position) with uniform costs: whether the model takes them does not depend on the costs, so
-  // world rank 0's timed cut below cannot fail where the others would not.
-  const Graph first_part = plan.tensor.degree() > 1
-                               ? shard_for_tensor_parallel(micro, plan.tensor, TensorPosition{}, plan.sequence_parallel).graph
-                               : Graph();
-  const int stage_count = pp.stages * pp.chunks;
-  if (pp.stages > 1) {
-    const Graph& g = plan.tensor.degree() > 1 ? first_part : micro;
-    (void)cut_pipeline_stages(g, stage_count, std::vector<double>(g.nodes().size(), 1.0), pp.cuts);
-  }
-  check_plan_memory(model, plan, world->size(), options);
-  GridAxes grid = make_grid(*world, plan);
-  Graph part = micro;
-  if (plan.tensor.degree() > 1) {
-    TensorParallelGraph tp = shard_for_tensor_parallel(micro, plan.tensor, grid.position, plan.sequence_parallel);
-    part = std::move(tp.graph);
-    options.recompute_nodes = tp.recompute;
-  }
-  if (pp.stages > 1) {
-    // World rank 0 chooses the cuts (its workload estimate; the tensor rewrite gives every rank
-    // the same nodes in the same order), everyone takes them.
-    std::vector<int64_t> begin(static_cast<size_t>(stage_count), 0);
-    std::string failure;  // world rank 0's, sent as begin[0] = -1: every rank fails, none waits
-    if (world->rank() == 0) {
-      try {
-        const PipelineStages stages = cut_pipeline_stages(part, stage_count, estimate_node_seconds(part), pp.cuts);
-        for (size_t s = 0; s < begin.size(); ++s) begin[s] = static_cast<int64_t>(stages.begin[s]);
-        if (on_stages) on_stages(stages.describe(part));
-      } catch (const std::exception& e) {
-        failure = e.what();
-        begin[0] = -1;
-      }
-    }
-    world->broadcast(begin.data(), begin.size(), coll::DataType::kI64, 0)->wait();
-    COHORT_CHECK(begin[0] == 0, Status::kInvalidPlan, "pipeline: world rank 0 could not cut the stages",
-                 failure.empty() ? std::string() : ": " + failure);
-    PipelineStages stages;
-    for (int64_t b : begin) stages.begin.push_back(static_cast<size_t>(b));
-    PipelineGraph pg = build_pipeline_graph(part, stages, pp.stages, grid.pipe_index);
-    // A parameter several stages hold: an axis of its holders, over which its gradient is summed.
-    coll::Communicator& pipe = grid.axes->at("pipe", "parallel trainer");
-    for (const auto& [name, ranks] : pg.tied_holders) {
-      const bool holds = std::find(ranks.begin(), ranks.end(), grid.pipe_index) != ranks.end();
-      auto comm = pipe.split(holds ? 0 : 1, grid.pipe_index, str_cat(pipe.name(), "/tied/", name));
-      if (!holds) continue;
-      grid.axes->set("tied." + name, comm);
-      options.tied_parameters[name] = "tied." + name;
-    }
-    // The nodes backward runs again (sequence parallelism's token gathers) that are this rank's.
-    std::vector<std::string> recompute;
-    for (const std::string& name : options.recompute_nodes)
-      if (pg.graph.find(name) >= 0) recompute.push_back(name);
-    options.recompute_nodes = recompute;
-    options.chunk_losses = pg.chunk_losses;
-    options.schedule = pipeline_schedule(pp.schedule, pp.stages, pp.chunks, pp.micro_batches, grid.pipe_index);
-    part = std::move(pg.graph);
-  }
+// The common end of every model-parallel plan: one seed per replica, the trainer of `part`, data
+// parallelism over the data axis.
+std::unique_ptr<Trainer> finish_model_parallel(const Graph& model, const Graph& part,
+                                               const optim::OptimizerConfig& config, TrainerOptions options,
+                                               const PlanConfig& plan, const GridAxes& grid) {
   // One seed per model replica: the blocks are cut from one initialisation, and dropout in the
   // replicated regions must draw the same masks on every tensor rank. The first model rank's.
   int64_t seed = static_cast<int64_t>(options.seed);
@@ -189,8 +119,171 @@ std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::
   data_plan.pipeline = PipelineConfig{};
   data_plan.sequence_parallel = SequenceParallel::kNone;  // the model axes' business, done above
   data_plan.data_parallel = grid.data_size;
+  data_plan.rank_order.clear();  // the data axis is its own communicator
+  data_plan.fence = FenceConfig{};
   DataParallel::attach(*trainer, data_plan, grid.data, nullptr);
   return trainer;
+}
+
+// World rank 0's part of a pipeline plan: the plan made concrete (fence: from the links), every
+// rank's package. Throws what the model or the plan cannot take.
+std::vector<StagePackage> make_stage_packages(const Graph& model, const PlanConfig& requested, int world_size,
+                                              const TrainerOptions& options, const LinkMatrix* links,
+                                              const std::vector<double>& compute_scales) {
+  PlanConfig plan = requested;
+  const Graph micro = micro_batch_model(model, plan.pipeline.micro_batches);
+  std::string report;
+  if (plan.fence.enabled) {
+    const FenceChoice f = choose_fence(micro, estimate_node_seconds(micro), *links, compute_scales, plan.fence);
+    plan.fence.enabled = false;
+    plan.data_parallel = 1;
+    plan.pipeline.stages = world_size;
+    plan.rank_order = f.rank_order;
+    plan.pipeline.cuts.clear();
+    for (size_t s = 1; s < f.stages.begin.size(); ++s) plan.pipeline.cuts.push_back(micro.nodes()[f.stages.begin[s]].name);
+    if (std::any_of(f.keep.begin(), f.keep.end(), [](double k) { return k < 1; })) plan.pipeline.keep = f.keep;
+    report = links->describe() + f.describe(micro, *links);
+  }
+  validate_for_world(plan, world_size);
+  const PipelineConfig& pp = plan.pipeline;
+  const int stage_count = pp.stages * pp.chunks;
+  // The tensor rewrite of each position (the same nodes in the same order at every position: the
+  // cut is chosen on the first and holds for all).
+  const int model_ranks = plan.model_degree();
+  const std::vector<int> dims = {world_size / model_ranks, pp.stages, plan.tensor.x, plan.tensor.y, plan.tensor.z};
+  std::map<std::vector<int>, TensorParallelGraph> parts;
+  auto part_at = [&](int x, int y, int z) -> const TensorParallelGraph& {
+    const std::vector<int> key = {x, y, z};
+    auto it = parts.find(key);
+    if (it != parts.end()) return it->second;
+    TensorParallelGraph tp;
+    if (plan.tensor.degree() > 1)
+      tp = shard_for_tensor_parallel(micro, plan.tensor, TensorPosition{x, y, z}, plan.sequence_parallel);
+    else
+      tp.graph = micro;
+    return parts.emplace(key, std::move(tp)).first->second;
+  };
+  const Graph& first = part_at(0, 0, 0).graph;
+  // Whether the model takes the stages at all, before timing anything.
+  (void)cut_pipeline_stages(first, stage_count, std::vector<double>(first.nodes().size(), 1.0), pp.cuts);
+  check_plan_memory(model, plan, world_size, options);
+  const PipelineStages stages = cut_pipeline_stages(first, stage_count, estimate_node_seconds(first), pp.cuts);
+  report += stages.describe(first);
+  std::vector<StagePackage> out(static_cast<size_t>(world_size));
+  std::map<std::vector<int>, PipelineGraph> built;  // by (pipe, x, y, z): data replicas share them
+  for (int r = 0; r < world_size; ++r) {
+    int position = r;
+    if (!plan.rank_order.empty())
+      position = static_cast<int>(std::find(plan.rank_order.begin(), plan.rank_order.end(), r) - plan.rank_order.begin());
+    const std::vector<int> at = coll::grid_coordinates(position, dims);
+    const std::vector<int> key = {at[1], at[2], at[3], at[4]};
+    const TensorParallelGraph& tp = part_at(at[2], at[3], at[4]);
+    auto it = built.find(key);
+    if (it == built.end()) it = built.emplace(key, build_pipeline_graph(tp.graph, stages, pp.stages, at[1], pp.keep)).first;
+    StagePackage& p = out[static_cast<size_t>(r)];
+    p.world_size = world_size;
+    p.world_rank = r;
+    p.layout = layout_fields(plan);
+    p.rank_order = plan.rank_order;
+    p.pipe_index = at[1];
+    p.model = model;
+    p.stage = it->second;
+    // The nodes backward runs again (sequence parallelism's token gathers) that are this rank's.
+    for (const std::string& name : tp.recompute)
+      if (p.stage.graph.find(name) >= 0) p.recompute.push_back(name);
+    p.stages = report;
+  }
+  return out;
+}
+
+// A pipeline plan (fence included): world rank 0 makes every rank's stages and sends them; each
+// rank trains from its package (stage_package.h). Only world rank 0's model is read.
+std::unique_ptr<Trainer> make_pipeline_trainer(const Graph& model, const optim::OptimizerConfig& config,
+                                               TrainerOptions options, const PlanConfig& plan,
+                                               std::shared_ptr<coll::Communicator> world,
+                                               const std::function<void(const std::string&)>& on_stages) {
+  const int n = world->size();
+  // fence: every rank measures (collectives), world rank 0 decides.
+  LinkMatrix links;
+  std::vector<double> scales;
+  if (plan.fence.enabled) {
+    COHORT_CHECK(n >= 2, Status::kInvalidPlan, "plan: fence needs at least 2 ranks, the world has ", n);
+    links = probe_links(*world);
+    scales = measure_compute_scales(*world);
+  }
+  std::vector<StagePackage> all;
+  if (world->rank() == 0) {
+    try {
+      all = make_stage_packages(model, plan, n, options, &links, scales);
+    } catch (const Error& e) {
+      StagePackage failed;
+      failed.error = e.what();
+      failed.status = static_cast<int>(e.status());
+      all.assign(static_cast<size_t>(n), failed);
+    }
+  }
+  StagePackage mine = exchange_stage_packages(*world, world->rank() == 0 ? &all : nullptr);
+  if (world->rank() == 0 && on_stages) on_stages(mine.stages);
+  PlanConfig made = with_layout(plan, mine.layout.data());
+  made.fence.enabled = false;
+  made.rank_order = mine.rank_order;
+  validate_for_world(made, n);
+  GridAxes grid = make_grid(*world, made);
+  COHORT_CHECK(grid.pipe_index == mine.pipe_index, Status::kCorrupt, "stage package for world rank ", world->rank(),
+               ": made for pipe rank ", mine.pipe_index, ", the grid puts this rank at ", grid.pipe_index);
+  // A parameter several stages hold: an axis of its holders, over which its gradient is summed.
+  coll::Communicator& pipe = grid.axes->at("pipe", "parallel trainer");
+  for (const auto& [name, ranks] : mine.stage.tied_holders) {
+    const bool holds = std::find(ranks.begin(), ranks.end(), grid.pipe_index) != ranks.end();
+    auto comm = pipe.split(holds ? 0 : 1, grid.pipe_index, str_cat(pipe.name(), "/tied/", name));
+    if (!holds) continue;
+    grid.axes->set("tied." + name, comm);
+    options.tied_parameters[name] = "tied." + name;
+  }
+  const PipelineConfig& pp = made.pipeline;
+  options.micro_batches = pp.micro_batches;
+  options.recompute_nodes = mine.recompute;
+  options.chunk_losses = mine.stage.chunk_losses;
+  options.schedule = pipeline_schedule(pp.schedule, pp.stages, pp.chunks, pp.micro_batches, grid.pipe_index);
+  return finish_model_parallel(mine.model, mine.stage.graph, config, std::move(options), made, grid);
+}
+
+}  // namespace
+
+std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::OptimizerConfig& config,
+                                               TrainerOptions options, const PlanConfig& plan,
+                                               std::shared_ptr<coll::Communicator> world,
+                                               const DeviceCommFactory& device_comm,
+                                               const std::function<void(const std::string&)>& on_stages) {
+  COHORT_CHECK(world != nullptr, Status::kInvalidArgument, "parallel trainer: no communicator");
+  COHORT_CHECK(!plan.automatic, Status::kInvalidPlan,
+               "plan: automatic: choose the layout first (choose_plan, cohort_plan_choose): it decides each rank's "
+               "share of the batch, and so the model this trainer is built from");
+  validate_for_world(plan, world->size());  // before any collective: nothing to undo
+  options.activation_checkpointing = plan.activation_checkpointing;
+  if (plan.pipeline.stages > 1 || plan.fence.enabled) {
+    COHORT_CHECK(options.device == Device::kCpu, Status::kUnsupported,
+                 "pipeline parallelism runs on the host for now: no device communicator per grid axis (TODO(#28))");
+    return make_pipeline_trainer(model, config, std::move(options), plan, world, on_stages);
+  }
+  const PipelineConfig& pp = plan.pipeline;
+  // The model is checked (micro-batches against the batch, degrees against widths and heads)
+  // before the collectives: every rank sees the same model and refuses alike.
+  const Graph micro = micro_batch_model(model, pp.micro_batches);
+  options.micro_batches = pp.micro_batches;
+  if (plan.model_degree() == 1) {
+    check_plan_memory(model, plan, world->size(), options);
+    auto trainer = std::make_unique<Trainer>(micro, config, options);
+    DataParallel::attach(*trainer, plan, world, device_comm ? device_comm(*trainer) : nullptr);
+    return trainer;
+  }
+  COHORT_CHECK(options.device == Device::kCpu, Status::kUnsupported,
+               "tensor parallelism runs on the host for now: no device communicator per grid axis (TODO(#27))");
+  check_plan_memory(model, plan, world->size(), options);
+  GridAxes grid = make_grid(*world, plan);
+  TensorParallelGraph tp = shard_for_tensor_parallel(micro, plan.tensor, grid.position, plan.sequence_parallel);
+  options.recompute_nodes = tp.recompute;
+  return finish_model_parallel(model, tp.graph, config, std::move(options), plan, grid);
 }
 
 }  // namespace cohort::parallel

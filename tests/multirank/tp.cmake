@@ -51,3 +51,7 @@ tp_test(mlp-p2-y1 4 shm)
 tp_test(gpt-p2-y2 4 shm)
 tp_test(gpt-p4-y1-kill 4 tcp)
 tp_test(gpt-y2-a2a 4 shm)
+# OP-Fence (core/parallel/fence.h): the links probed, the world one pipeline, ranks 1.. given no
+# model (every pipeline test above runs them so too).
+tp_test(gpt-fence 4 tcp)
+tp_test(mlp-fence 2 shm)

@@ -9,6 +9,10 @@
 //                        the same grid without it: a lower peak of activation bytes, and at 2
 //                        tensor ranks the same parameters bit for bit
 //                        -pN: N pipeline stages (1F1B, 2N micro-batches, at most the rows) before the tensor axes
+//                        -fence: OP-Fence over the measured links (fence.h): the world one pipeline,
+//                        uncompressed (equal links here), checked like -pN
+//                        Under -pN and -fence only world rank 0 builds the model: the others pass
+//                        none and train the stages it sends them (stage_package.h)
 //   tp_rank gpt-kill | mlp-kill   the last rank dies mid-run: every survivor must fail with
 //                        kPeerFailed / kTimeout naming its world rank, within the deadline
 // Each rank initialises with a different seed: the tensor axis takes its first rank's seed and
@@ -43,6 +47,7 @@ struct Mode {
   bool overlap = true;
   bool kill = false;
   bool checkpointing = false;
+  bool fence = false;
   parallel::SequenceParallel sequence = parallel::SequenceParallel::kNone;  // over Y
 };
 
@@ -57,6 +62,7 @@ Mode parse(const std::string& s) {
     if (part == "nooverlap") m.overlap = false;
     else if (part == "kill") m.kill = true;
     else if (part == "ckpt") m.checkpointing = true;
+    else if (part == "fence") m.fence = true;
     else if (part == "seq") m.sequence = parallel::SequenceParallel::kMegatron;
     else if (part == "a2a") m.sequence = parallel::SequenceParallel::kAllToAll;
     else if (part.size() > 1 && part[0] == 'x') m.x = std::stoi(part.substr(1));
@@ -85,10 +91,17 @@ std::unique_ptr<Trainer> make(const Mode& m, const std::shared_ptr<coll::Communi
   plan.sequence_parallel = m.sequence;
   plan.pipeline.stages = m.pipe;
   plan.pipeline.micro_batches = m.pipe > 1 ? static_cast<int>(std::min<int64_t>(2 * m.pipe, kRows)) : 1;
+  plan.fence.enabled = m.fence;
+  plan.fence.compression = false;
   TrainerOptions o;
   o.seed = 1 + static_cast<uint64_t>(comm->rank());
   o.num_threads = 1;
-  return parallel::make_parallel_trainer(test::tp_model(m.model, kRows), test::tp_optimizer(), o, plan, comm);
+  // A pipeline's stages come from world rank 0: the other ranks have no model to give.
+  const bool receives = m.pipe > 1 && comm->rank() != 0;
+  return parallel::make_parallel_trainer(receives ? Graph() : test::tp_model(m.model, kRows), test::tp_optimizer(), o,
+                                         plan, comm, nullptr, [&](const std::string& text) {
+                                           if (m.fence) std::printf("%s", text.c_str());
+                                         });
 }
 
 // The same grid and batches without activation checkpointing: the checkpointed run `with` must
@@ -164,8 +177,12 @@ int run_kill(const Mode& m, const std::shared_ptr<coll::Communicator>& comm) {
 int main(int argc, char** argv) {
   const std::string name = argc > 1 ? argv[1] : "gpt";
   try {
-    const Mode m = parse(name);
+    Mode m = parse(name);
     transport::JobEnv env = transport::detect_job_env();
+    if (m.fence) {
+      m.pipe = env.world;
+      m.y = 1;
+    }
     auto store = transport::connect_job_store(env, std::chrono::milliseconds(30000));
     coll::CommOptions co;
     co.timeout = std::chrono::milliseconds(5000);
