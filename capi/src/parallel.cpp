@@ -8,6 +8,7 @@
 
 #include "capi/src/handles.h"
 #include "core/parallel/auto_plan.h"
+#include "core/parallel/comm_probe.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/device_comm.h"
 #include "core/parallel/parallel_trainer.h"
@@ -24,20 +25,37 @@ struct cohort_plan {
 namespace {
 constexpr const char* kPlan = "plan";
 
-// cohort_plan_options.pipeline_cuts: node names separated by commas; NULL or "" = none (balanced).
-std::vector<std::string> split_cuts(const char* text) {
-  std::vector<std::string> cuts;
-  if (text == nullptr || text[0] == '\0') return cuts;
+// A comma-separated list (cohort_plan_options.pipeline_cuts, pipeline_keep); NULL or "" = none.
+std::vector<std::string> split_list(const char* text, const char* field) {
+  std::vector<std::string> items;
+  if (text == nullptr || text[0] == '\0') return items;
   const std::string all = text;
   for (size_t begin = 0;;) {
     const size_t end = all.find(',', begin);
-    cuts.push_back(all.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
-    COHORT_CHECK(!cuts.back().empty(), Status::kInvalidPlan, "plan: pipeline_cuts '", all, "' has an empty name (cut ",
-                 cuts.size(), ")");
+    items.push_back(all.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
+    COHORT_CHECK(!items.back().empty(), Status::kInvalidPlan, "plan: ", field, " '", all, "' has an empty entry (",
+                 items.size(), ")");
     if (end == std::string::npos) break;
     begin = end + 1;
   }
-  return cuts;
+  return items;
+}
+
+std::vector<double> parse_keep(const char* text) {
+  std::vector<double> keep;
+  for (const std::string& item : split_list(text, "pipeline keep")) {
+    size_t used = 0;
+    double k = 0;
+    try {
+      k = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    COHORT_CHECK(used == item.size(), Status::kInvalidPlan, "plan: pipeline keep '", text, "': '", item,
+                 "' is not a number");
+    keep.push_back(k);  // validate() checks the range and the count
+  }
+  return keep;
 }
 
 parallel::PlanConfig to_config(const cohort_plan_options& o) {
@@ -49,6 +67,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   const bool has_sequence = o.size >= offsetof(cohort_plan_options, sequence_parallel) + sizeof(int32_t);
   const bool has_pipeline = o.size >= offsetof(cohort_plan_options, pipeline_cuts) + sizeof(const char*);
   const bool has_auto = o.size >= offsetof(cohort_plan_options, memory_limit_bytes) + sizeof(double);
+  const bool has_fence = o.size >= offsetof(cohort_plan_options, pipeline_keep) + sizeof(const char*);
   parallel::PlanConfig c;
   if (enum_int(o.preset) != COHORT_PRESET_NONE) {
     int p = enum_int(o.preset);
@@ -87,12 +106,20 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
     if (o.pipeline_chunks != 0) c.pipeline.chunks = o.pipeline_chunks;
     if (o.micro_batches != 0) c.pipeline.micro_batches = o.micro_batches;
     c.pipeline.schedule = static_cast<parallel::PipelineSchedule>(o.pipeline_schedule);  // validated
-    c.pipeline.cuts = split_cuts(o.pipeline_cuts);
+    c.pipeline.cuts = split_list(o.pipeline_cuts, "pipeline_cuts");
   }
   if (has_auto) {
     c.automatic = o.automatic != 0;
     c.auto_trials = o.auto_trials;                // validated: [0, 64]
     c.memory_limit_bytes = o.memory_limit_bytes;  // validated: >= 0
+  }
+  if (has_fence) {
+    c.fence.enabled = o.fence != 0;
+    c.fence.compression = o.fence_compression_off == 0;
+    COHORT_CHECK(o.fence_min_keep >= 0 && o.fence_min_keep <= 1, Status::kInvalidPlan, "plan: fence_min_keep = ",
+                 o.fence_min_keep, " must be in [0, 1] (0: the default, ", parallel::FenceConfig().min_keep, ")");
+    if (o.fence_min_keep > 0) c.fence.min_keep = o.fence_min_keep;
+    c.pipeline.keep = parse_keep(o.pipeline_keep);
   }
   parallel::validate(c);
   return c;
@@ -114,6 +141,10 @@ void write_layout(const parallel::PlanConfig& c, cohort_plan_options& o) {
   o.pipeline_schedule = static_cast<int32_t>(c.pipeline.schedule);
   o.pipeline_cuts = nullptr;  // balanced: the planner priced the balanced cuts
   o.automatic = 0;
+  if (o.size >= offsetof(cohort_plan_options, pipeline_keep) + sizeof(const char*)) {
+    o.fence = 0;
+    o.pipeline_keep = nullptr;
+  }
 }
 
 // Text into a caller's buffer, cut to fit and NUL-terminated; *needed_out the whole size.
@@ -183,6 +214,7 @@ COHORT_API cohort_plan_options cohort_plan_options_default(void) {
   o.pipeline_stages = o.pipeline_chunks = o.micro_batches = 1;
   o.pipeline_schedule = COHORT_PIPELINE_1F1B;
   o.pipeline_cuts = nullptr;
+  o.pipeline_keep = nullptr;
   return o;
 }
 
@@ -207,10 +239,13 @@ COHORT_API cohort_status cohort_trainer_create_parallel(const cohort_graph* grap
                                                         const cohort_trainer_options* options,
                                                         cohort_trainer** trainer_out) {
   return guard("cohort_trainer_create_parallel", [&] {
-    const Graph& g = checked(graph, "graph", "graph")->graph;
     const optim::OptimizerConfig& oc = checked(optimizer, "optimizer", "optimizer")->config;
     const parallel::PlanConfig& pc = checked(plan, kPlan, "plan")->config;
     std::shared_ptr<transport::coll::Communicator> c = checked(comm, "comm", "comm")->comm;
+    // Under pipeline stages only world rank 0 reads the graph: the others may pass none.
+    const bool pipeline = pc.pipeline.stages > 1 || pc.fence.enabled;
+    static const Graph kNone;
+    const Graph& g = graph == nullptr && pipeline && c->rank() != 0 ? kNone : checked(graph, "graph", "graph")->graph;
     check_not_null(trainer_out, "trainer_out");
     TrainerOptions o = trainer_options_from(options);
     COHORT_CHECK(!pc.automatic, Status::kInvalidPlan,
@@ -262,6 +297,9 @@ COHORT_API cohort_status cohort_plan_choose(const cohort_plan_options* options, 
     // Every check above and in to_config is the same on every rank: a refusal comes before the
     // first collective, on all of them alike.
     parallel::PlanConfig requested = to_config(*options);
+    COHORT_CHECK(!requested.fence.enabled, Status::kInvalidPlan,
+                 "plan: fence and automatic both choose the layout: a fence plan is resolved by "
+                 "cohort_trainer_create_parallel (it measures the links), not by cohort_plan_choose");
     requested.automatic = true;
     std::string text;
     const parallel::PlanConfig chosen = parallel::choose_plan(g, requested, *c, oc, to, &text);
@@ -326,6 +364,23 @@ COHORT_API cohort_status cohort_trainer_load_parallel_checkpoint(cohort_trainer*
     checkpoint::CheckpointExtra extra;
     checkpoint::load_checkpoint(*trainer->trainer, p, &extra);
     apply_loaded_checkpoint_extra(*trainer, std::move(extra));
+  });
+}
+
+COHORT_API cohort_status cohort_comm_probe_links(cohort_comm* comm, double* bytes_per_second_out,
+                                                 double* latency_seconds_out, size_t cells, char* report,
+                                                 size_t report_size, size_t* report_needed_out) {
+  return guard("cohort_comm_probe_links", [&] {
+    std::shared_ptr<transport::coll::Communicator> c = checked(comm, "comm", "comm")->comm;
+    const size_t need = static_cast<size_t>(c->size()) * static_cast<size_t>(c->size());
+    COHORT_CHECK((bytes_per_second_out == nullptr && latency_seconds_out == nullptr) || cells >= need,
+                 Status::kInvalidArgument, "cells is ", cells, ", a matrix of ", c->size(), " ranks needs ", need);
+    COHORT_CHECK(report != nullptr || report_size == 0, Status::kInvalidArgument, "report is NULL but report_size is ",
+                 report_size);
+    const parallel::LinkMatrix m = parallel::probe_links(*c);
+    if (bytes_per_second_out) std::copy(m.bytes_per_second.begin(), m.bytes_per_second.end(), bytes_per_second_out);
+    if (latency_seconds_out) std::copy(m.latency_seconds.begin(), m.latency_seconds.end(), latency_seconds_out);
+    copy_text_truncated(m.describe(), report, report_size, report_needed_out);
   });
 }
 

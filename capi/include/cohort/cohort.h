@@ -35,7 +35,7 @@ extern "C" {
 
 /* The ABI version this header describes: major * 10000 + minor * 100 + patch. A library with the
  * same major version accepts every call a program compiled against this header makes. */
-#define COHORT_ABI_VERSION 200
+#define COHORT_ABI_VERSION 201
 #define COHORT_VERSION_MAJOR 0
 #define COHORT_VERSION_MINOR 2
 #define COHORT_VERSION_PATCH 0
@@ -680,6 +680,20 @@ COHORT_API cohort_status cohort_comm_send(cohort_comm* comm, const void* buf, si
 COHORT_API cohort_status cohort_comm_recv(cohort_comm* comm, void* buf, size_t count, cohort_dtype dtype,
                                           int32_t peer, cohort_work** work_out);
 
+/* The links between every pair of comm's ranks: a collective (every rank calls it at the same
+ * point; repeat it whenever the links may have changed). Pairs measure in rounds of disjoint
+ * pairs: a small message's round trip (latency) and a large one growing while it takes under
+ * 50 ms (bandwidth), the whole probe bounded to about 20 s. bytes_per_second_out and
+ * latency_seconds_out (each of `cells` doubles, cells >= size * size; either may be NULL) receive
+ * the symmetric matrices row-major, the diagonal 0. report (capacity report_size; may be NULL
+ * when 0) receives the matrix as text (Mbit/s and ms), NUL-terminated and cut to fit;
+ * *report_needed_out (may be NULL) the whole text's size with its NUL. Returns OK;
+ * INVALID_HANDLE; INVALID_ARGUMENT (cells below size * size with an output given, report NULL
+ * with report_size > 0); PEER_FAILED or TIMEOUT. */
+COHORT_API cohort_status cohort_comm_probe_links(cohort_comm* comm, double* bytes_per_second_out,
+                                                 double* latency_seconds_out, size_t cells, char* report,
+                                                 size_t report_size, size_t* report_needed_out);
+
 /* Waits until the operation finishes: COHORT_OK, its failure, or COHORT_ERR_TIMEOUT when
  * timeout_ms (>= 0; -1 = the communicator's own deadline) passes first — the work is still
  * valid then and may be waited on again. Once it returns COHORT_OK or a failure, the buffers
@@ -892,13 +906,41 @@ typedef struct cohort_plan_options {
    * default): the host's physical memory over the communicator's ranks (every rank on one host).
    * INVALID_PLAN naming memory_limit_bytes when negative. */
   double memory_limit_bytes;
+  /* Added after memory_limit_bytes, with geo-distributed training (read only when size covers
+   * them; cohort_abi_version() 201 and later).
+   * fence: nonzero = OP-Fence — the communicator's ranks become one pipeline (a stage per rank;
+   * tensor_x/y/z and data_parallel must be 1, pipeline_stages is ignored, pipeline_chunks must be
+   * 1 and pipeline_cuts / pipeline_keep NULL) whose rank order, cuts and compression
+   * cohort_trainer_create_parallel chooses from the links it measures between every pair of
+   * ranks (cohort_comm_probe_links) and each rank's measured compute: ranks grouped by bandwidth
+   * stay neighbours, and the slowest of (a stage's compute, a cut's transfer) is made as fast as
+   * the model's cut points allow. cohort_trainer_pipeline_stages then holds the link matrix and
+   * the partition (stage, rank, cluster, nodes, compute, bytes to the next stage, keep, link, the
+   * cut's time). micro_batches and pipeline_schedule apply as given. Every rank takes the whole
+   * batch. */
+  int32_t fence;
+  /* fence: nonzero turns compression off. Otherwise a cut whose transfer would be the pipeline's
+   * bottleneck sends only the top-k entries (by magnitude) of its activations, k from its link so
+   * that the transfer takes as long as the slowest stage's compute (at least fence_min_keep of
+   * them); the gradients come back at the same entries (exact for what went forward, no error
+   * feedback). */
+  int32_t fence_compression_off;
+  /* The smallest share of entries a compressed cut keeps, in (0, 1]; 0 = the default 0.01.
+   * INVALID_PLAN naming fence_min_keep outside [0, 1] (0 taken as the default). */
+  double fence_min_keep;
+  /* Per cut of a pipeline, the share of its activations' entries sent (their top-k by magnitude),
+   * comma-separated, one per cut (pipeline_stages * pipeline_chunks - 1), each in (0, 1]: "1,0.1"
+   * compresses the second cut of three stages to a tenth. NULL or "" (the default): no cut
+   * compressed. INVALID_PLAN naming pipeline keep for a bad count or value. */
+  const char* pipeline_keep;
 } cohort_plan_options;
 /* preset NONE, data_parallel 0, mode DDP, tau 1, outer lr 1, momentum 0, no Nesterov, no
  * penalty (constant 1), no clip, ZeRO stage 0, bucket_bytes 25 MiB, tensor_x = tensor_y =
  * tensor_z = 1 (no tensor parallelism), overlap on, overlap_steps 0 (= 1), outer_bits 0 (= 32),
  * pipeline_stages = pipeline_chunks = micro_batches = 1 (no pipeline), pipeline_schedule
  * COHORT_PIPELINE_1F1B, pipeline_cuts NULL (balanced), automatic 0, auto_trials 0,
- * memory_limit_bytes 0 (the host's memory over the ranks). */
+ * memory_limit_bytes 0 (the host's memory over the ranks), fence 0, fence_compression_off 0,
+ * fence_min_keep 0 (= 0.01), pipeline_keep NULL. */
 COHORT_API cohort_plan_options cohort_plan_options_default(void);
 
 typedef struct cohort_plan cohort_plan;
@@ -941,7 +983,12 @@ COHORT_API cohort_status cohort_plan_destroy(cohort_plan* plan);
  * point), so one rank or another grid loads them, each rank keeping its blocks; the outer state
  * of local SGD / co2 in them is still per rank and loads only under the same grid.
  * A plan with automatic 1 is INVALID_PLAN naming cohort_plan_choose (resolve it first); a plan
- * predicted to need more than memory_limit_bytes per rank is INVALID_PLAN with the numbers. */
+ * predicted to need more than memory_limit_bytes per rank is INVALID_PLAN with the numbers.
+ * With pipeline stages (pipeline_stages > 1, or fence) world rank 0 alone reads graph: it cuts
+ * the model and sends every rank its stages and the model's description as verified graph files
+ * (a rank refuses a corrupt or mismatched one: CORRUPT), so the other ranks may pass graph NULL
+ * and need no model of their own; an error of rank 0's (a plan the graph cannot take) is
+ * returned by every rank, with rank 0's status and message. */
 COHORT_API cohort_status cohort_trainer_create_parallel(const cohort_graph* graph, const cohort_optimizer* optimizer,
                                                         const cohort_plan* plan, cohort_comm* comm,
                                                         const cohort_trainer_options* options,
