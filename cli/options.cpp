@@ -180,8 +180,29 @@ const std::map<std::string, Setter>& setters() {
        }},
       {"--plan",
        [](Options& o, const std::string& f, const std::string& v) {
-         if (v != "auto") throw UsageError(f + " must be auto (the planner chooses the layout), got '" + v + "'");
+         if (v != "auto" && v != "fence")
+           throw UsageError(f + " must be auto (the planner chooses the layout) or fence (one pipeline over the "
+                                "measured links), got '" + v + "'");
          o.plan = v;
+       }},
+      {"--fence-compression", int_in(&Options::fence_compression, 0, 1)},
+      {"--fence-min-keep", number(&Options::fence_min_keep, "in (0, 1]", [](double x) { return x > 0 && x <= 1; })},
+      {"--pipeline-keep",
+       [](Options& o, const std::string& f, const std::string& v) {
+         // Shares separated by commas, each in (0, 1]; the plan checks their count against the cuts.
+         size_t at = 0;
+         while (true) {
+           const size_t end = v.find(',', at);
+           const std::string item = v.substr(at, end == std::string::npos ? std::string::npos : end - at);
+           char* stop = nullptr;
+           const double k = item.empty() ? 0 : std::strtod(item.c_str(), &stop);
+           if (item.empty() || *stop != '\0' || !(k > 0 && k <= 1))
+             throw UsageError(f + " expects shares in (0, 1] separated by commas, one per cut (e.g. 1,0.1), got '" +
+                              v + "'");
+           if (end == std::string::npos) break;
+           at = end + 1;
+         }
+         o.pipeline_keep = v;
        }},
       {"--auto-trials", int_in(&Options::auto_trials, 0, 64)},
       {"--memory-limit", number(&Options::memory_limit_mib, "> 0 (MiB a rank may use)", positive)},
@@ -225,9 +246,12 @@ const char* usage_text() {
          "         [--activation-checkpointing]  (gpt: recompute each block's activations in backward)\n"
          "         [--sequence-parallel megatron|all-to-all]  (gpt with --tensor / --grid Y > 1: tokens split over Y)\n"
          "         [--pipeline N [--schedule gpipe|1f1b|interleaved] [--pipeline-chunks V (interleaved)]\n"
-         "          [--pipeline-cuts NODE,NODE,...]]  (pipeline parallelism: the model cut into N stages)\n"
+         "          [--pipeline-cuts NODE,NODE,...] [--pipeline-keep K,K,...]]  (pipeline parallelism: the model\n"
+         "          cut into N stages; --pipeline-keep: per cut, the share of activations sent, top-k)\n"
          "         [--micro-batches M]  (each rank's batch cut into M micro-batches; M must divide --batch)\n"
          "         [--plan auto [--auto-trials K]]  (the planner chooses the layout: no layout flags with it)\n"
+         "         [--plan fence [--fence-compression 0|1] [--fence-min-keep K]]  (geo-distributed: the world one\n"
+         "          pipeline cut to the measured links; --micro-batches and --schedule gpipe|1f1b apply)\n"
          "         [--memory-limit MIB]  (memory a rank may use: auto passes over layouts above it, others fail)\n";
 }
 
@@ -281,7 +305,14 @@ const char* usage_notes() {
          "the fastest measured); each of the D data replicas then trains global / D rows a step (its Z ranks\n"
          "slices of them). --memory-limit MIB is the memory a rank may use (default: the host's memory over\n"
          "the ranks): auto passes over layouts predicted to need more, and fails naming memory_limit_bytes\n"
-         "when none fits; a plan given by the flags that needs more fails before training.\n";
+         "when none fits; a plan given by the flags that needs more fails before training.\n"
+         "--plan fence (with --parallel) makes the world one pipeline for machines joined by uneven links: the\n"
+         "ranks measure the links between every pair (a few seconds), rank 0 groups ranks of similar\n"
+         "bandwidth, chains the groups so that neighbouring stages share the fastest links, and cuts the\n"
+         "model so that the slowest of a stage's compute and a cut's transfer is fastest; a cut that would\n"
+         "still be slowest sends only the top-k of its activations (at least --fence-min-keep of them,\n"
+         "default 0.01; --fence-compression 0 sends everything). Rank 0 prints the link matrix and the\n"
+         "partition. Every rank reads the same --batch rows; use --micro-batches to keep the stages busy.\n";
 }
 
 Options parse_train_options(int argc, char** argv, int first) {
@@ -332,27 +363,33 @@ void check_parallel_flags(const Options& o) {
               o.parallel == "diloco" || o.parallel == "co2",
           "unknown --parallel '" + o.parallel + "' (expected sync, localsgd, slowmo, diloco or co2)");
   require(o.plan.empty() || !o.parallel.empty(),
-          "--plan auto needs --parallel (sync, localsgd, slowmo, diloco or co2: the mode the chosen layout's "
+          "--plan " + o.plan + " needs --parallel (sync, localsgd, slowmo, diloco or co2: the mode the chosen layout's "
           "data replicas train in; --parallel sync without a launcher runs one rank)");
+  require((o.fence_compression == 1 && !o.fence_min_keep) || o.plan == "fence",
+          "--fence-compression and --fence-min-keep need --plan fence");
+  require(o.pipeline_keep.empty() || o.pipeline > 1, "--pipeline-keep applies to --pipeline N with N > 1");
   require(!o.memory_limit_mib || !o.parallel.empty(), "--memory-limit needs --parallel (it is a field of the "
                                                        "parallel plan)");
-  require(!o.auto_trials || !o.plan.empty(), "--auto-trials needs --plan auto");
+  require(!o.auto_trials || o.plan == "auto", "--auto-trials needs --plan auto");
   if (!o.plan.empty()) {
+    // fence chooses the stages, their order and cuts, and keeps the micro-batches and schedule.
+    const bool fence = o.plan == "fence";
     std::string given;
     const std::pair<const char*, bool> layout_flags[] = {
         {"--pipeline", o.pipeline > 1},
         {"--pipeline-chunks", o.pipeline_chunks > 1},
-        {"--schedule", !o.schedule.empty()},
+        {"--schedule", !fence && !o.schedule.empty()},
         {"--pipeline-cuts", !o.pipeline_cuts.empty()},
-        {"--micro-batches", o.micro_batches > 1},
+        {"--micro-batches", !fence && o.micro_batches > 1},
         {"--tensor / --grid", o.tensor_degree() > 1},
         {"--zero", o.zero > 0},
         {"--activation-checkpointing", o.activation_checkpointing},
         {"--sequence-parallel", !o.sequence_parallel.empty()}};
     for (const auto& [flag, on] : layout_flags)
       if (on) given += std::string(given.empty() ? "" : ", ") + flag;
-    require(given.empty(), "--plan auto chooses the layout itself: drop " + given +
-                               " (or drop --plan auto to give the layout by the flags)");
+    require(given.empty(), "--plan " + o.plan + " chooses the layout itself: drop " + given + " (or drop --plan " +
+                               o.plan + " to give the layout by the flags)");
+    require(!fence || o.schedule != "interleaved", "--plan fence runs one stage per rank: --schedule gpipe or 1f1b");
   }
   require(o.zero == 0 || !o.parallel.empty(), "--zero needs --parallel (and several ranks)");
   const bool local_steps = !o.parallel.empty() && o.parallel != "sync";
@@ -382,7 +419,7 @@ void check_parallel_flags(const Options& o) {
           "--pipeline, --pipeline-chunks, --schedule, --pipeline-cuts and --micro-batches need --parallel (sync, "
           "localsgd, slowmo, diloco or co2: they are fields of the parallel plan; --parallel sync without a "
           "launcher runs one rank)");
-  require(o.pipeline > 1 || (o.pipeline_chunks == 1 && o.schedule.empty() && o.pipeline_cuts.empty()),
+  require(o.pipeline > 1 || o.plan == "fence" || (o.pipeline_chunks == 1 && o.schedule.empty() && o.pipeline_cuts.empty()),
           "--pipeline-chunks, --schedule and --pipeline-cuts apply to --pipeline N with N > 1");
   require(o.pipeline_chunks == 1 || o.schedule == "interleaved",
           "--pipeline-chunks " + std::to_string(o.pipeline_chunks) +
@@ -412,6 +449,7 @@ void copy_layout(const Options& from, Options& to) {
   to.micro_batches = from.micro_batches;
   to.schedule = from.schedule;
   to.pipeline_cuts = from.pipeline_cuts;
+  to.pipeline_keep = from.pipeline_keep;
   to.zero = from.zero;
   to.activation_checkpointing = from.activation_checkpointing;
   to.sequence_parallel = from.sequence_parallel;

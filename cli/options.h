@@ -89,8 +89,13 @@ struct Options {
   // global batch --batch x world; Task then puts the chosen layout here, with batch the rows each
   // rank reads (the global batch over the data replicas and the Z ranks): copy_layout. "" = the
   // layout as given by the flags.
+  // --plan fence (cohort_plan_options::fence): the world one pipeline whose rank order, cuts and
+  // compression are chosen from the measured links; Task sets pipeline to the world's size.
   std::string plan;
   std::optional<int64_t> auto_trials;        // --plan auto: time the best K predicted layouts (0..64)
+  int64_t fence_compression = 1;             // --plan fence: 0 turns top-k on slow cuts off
+  std::optional<double> fence_min_keep;      // --plan fence: the smallest share a cut keeps, (0, 1]
+  std::string pipeline_keep;                 // per cut, the share of entries sent ("" = all)
   std::optional<double> memory_limit_mib;    // cohort_plan_options::memory_limit_bytes, in MiB
   uint64_t seed = 1;
   // Hidden flags for tests/parity: initial weights from a file, every step's batch to a file,

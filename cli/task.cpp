@@ -48,7 +48,11 @@ void check(cohort_status status, const char* what) {
 
 Task::Task(const Options& options) : o_(options), text_(options.data == "brown") {
   join_ranks();
-  if (!o_.plan.empty()) choose_plan();
+  if (o_.plan == "auto") choose_plan();
+  if (o_.plan == "fence") {
+    o_.pipeline = world_;  // one stage per rank, every rank reading the same rows
+    set_data_ranks();
+  }
   open_data();
   build_model();
   create_trainer();
@@ -285,6 +289,10 @@ cohort_plan_options Task::plan_options() const {
                            : o_.schedule == "1f1b" ? COHORT_PIPELINE_1F1B
                                                    : COHORT_PIPELINE_INTERLEAVED;
   po.pipeline_cuts = o_.pipeline_cuts.empty() ? nullptr : o_.pipeline_cuts.c_str();
+  po.pipeline_keep = o_.pipeline_keep.empty() ? nullptr : o_.pipeline_keep.c_str();
+  po.fence = o_.plan == "fence" ? 1 : 0;
+  po.fence_compression_off = o_.fence_compression == 0 ? 1 : 0;
+  po.fence_min_keep = o_.fence_min_keep.value_or(0.0);
   // --memory-limit: auto passes over layouts above it; a given (or chosen) layout above it fails.
   po.memory_limit_bytes = o_.memory_limit_mib ? *o_.memory_limit_mib * (1 << 20) : 0.0;
   return po;

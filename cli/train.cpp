@@ -396,7 +396,7 @@ int run_train(Options o) {
                 static_cast<long long>(*o.batch), task.world(), o.device == "cuda" ? " on the GPU" : "",
                 o.parallel.empty() ? "" : ", ",
                 o.parallel.empty() ? "" : (o.parallel + (o.parallel == "sync" ? "" : " tau " + std::to_string(*o.tau)) +
-                                           (o.plan.empty() ? "" : " plan auto: data " +
+                                           (o.plan.empty() ? "" : " plan " + o.plan + ": data " +
                                                                         std::to_string(task.world() / o.model_degree())) +
                                            (o.zero > 0 ? " zero " + std::to_string(o.zero) : "") +
                                            grid_text(o) +
