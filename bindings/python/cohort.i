@@ -235,6 +235,7 @@ PYC_SEQUENCE_IN(double, pyc_read_doubles)
 %ignore cohort_comm_barrier;
 %ignore cohort_comm_send;
 %ignore cohort_comm_recv;
+%ignore cohort_comm_probe_links;
 %ignore cohort_work_wait;
 %ignore cohort_work_test;
 %ignore cohort_work_destroy;
@@ -245,6 +246,7 @@ PYC_SEQUENCE_IN(double, pyc_read_doubles)
 /* A string the plan copies: passed to pyc_plan_create for the call's duration, not stored in
  * the SWIG struct (whose setter would keep a copy nobody frees). */
 %ignore cohort_plan_options::pipeline_cuts;
+%ignore cohort_plan_options::pipeline_keep;
 %ignore cohort_plan_create;
 %ignore cohort_trainer_pipeline_stages;
 %ignore cohort_plan_choose;
@@ -288,10 +290,13 @@ cohort_status pyc_graph_create_mlp(const cohort_model_mlp_options* options, cons
   return cohort_graph_create_mlp(&o, graph_out);
 }
 
-/* cohort_plan_create with pipeline_cuts given apart (None: NULL, the estimator's cuts). */
-cohort_status pyc_plan_create(const cohort_plan_options* options, const char* pipeline_cuts, cohort_plan** plan_out) {
+/* cohort_plan_create with pipeline_cuts and pipeline_keep given apart (None: NULL — the
+ * estimator's cuts, no cut compressed). */
+cohort_status pyc_plan_create(const cohort_plan_options* options, const char* pipeline_cuts, const char* pipeline_keep,
+                              cohort_plan** plan_out) {
   cohort_plan_options o = options ? *options : cohort_plan_options_default();
   o.pipeline_cuts = pipeline_cuts;
+  o.pipeline_keep = pipeline_keep;
   return cohort_plan_create(&o, plan_out);
 }
 
@@ -330,6 +335,7 @@ cohort_status pyc_plan_choose(const cohort_plan_options* options, const cohort_g
   const size_t capacity = (size_t)1 << 18;
   cohort_plan_options o = options ? *options : cohort_plan_options_default();
   o.pipeline_cuts = NULL;
+  o.pipeline_keep = NULL;
   *text_out = NULL;
   char* text = (char*)malloc(capacity);
   if (text == NULL) return COHORT_ERR_OUT_OF_MEMORY;
@@ -341,6 +347,76 @@ cohort_status pyc_plan_choose(const cohort_plan_options* options, const cohort_g
   }
   *text_out = text;
   return COHORT_OK;
+}
+
+%}
+
+/* cohort_comm_probe_links: returns (bandwidth, latency, report) — two size x size nested lists
+ * (bytes per second, seconds; symmetric, diagonal 0) and the matrix as text. */
+%{
+typedef struct pyc_links {
+  double* matrices; /* bandwidth then latency, ranks * ranks each */
+  int32_t ranks;
+  char* text;
+} pyc_links;
+
+static PyObject* pyc_matrix_list(const double* m, int32_t n) {
+  PyObject* rows = PyList_New(n);
+  for (int32_t i = 0; rows != NULL && i < n; ++i) {
+    PyObject* row = PyList_New(n);
+    if (row == NULL) {
+      Py_CLEAR(rows);
+      break;
+    }
+    PyList_SET_ITEM(rows, i, row);
+    for (int32_t j = 0; j < n; ++j) {
+      PyObject* x = PyFloat_FromDouble(m[(size_t)i * (size_t)n + (size_t)j]);
+      if (x == NULL) {
+        Py_CLEAR(rows);
+        return NULL;
+      }
+      PyList_SET_ITEM(row, j, x);
+    }
+  }
+  return rows;
+}
+%}
+%typemap(in, numinputs=0) pyc_links* links_out (pyc_links links) {
+  memset(&links, 0, sizeof links);
+  $1 = &links;
+}
+%typemap(argout) pyc_links* links_out {
+  size_t cells = (size_t)$1->ranks * (size_t)$1->ranks;
+  PyObject* bandwidth = pyc_matrix_list($1->matrices, $1->ranks);
+  PyObject* latency = bandwidth ? pyc_matrix_list($1->matrices + cells, $1->ranks) : NULL;
+  PyObject* report = latency ? PyUnicode_DecodeUTF8($1->text, (Py_ssize_t)strlen($1->text), "replace") : NULL;
+  PyObject* links_tuple = report ? PyTuple_Pack(3, bandwidth, latency, report) : NULL;
+  Py_XDECREF(bandwidth);
+  Py_XDECREF(latency);
+  Py_XDECREF(report);
+  if (links_tuple == NULL) SWIG_fail;
+  $result = SWIG_Python_AppendOutput($result, links_tuple);
+}
+%typemap(freearg) pyc_links* links_out { /* $1 is set before any argument is converted */
+  free($1->matrices);
+  free($1->text);
+}
+%inline %{
+cohort_status pyc_comm_probe_links(cohort_comm* comm, pyc_links* links_out) {
+  int32_t rank = 0, size = 0;
+  if (cohort_comm_rank(comm, &rank, &size) != COHORT_OK) /* the probe's own error, naming it */
+    return cohort_comm_probe_links(comm, NULL, NULL, 0, NULL, 0, NULL);
+  const size_t cells = (size_t)size * (size_t)size;
+  /* A collective: the report cannot be asked for twice, so the buffer holds the whole text
+   * (about 18 characters a cell) with room to spare; a longer one is cut. */
+  const size_t capacity = 4096 + 32 * (cells + (size_t)size);
+  links_out->matrices = (double*)calloc(2 * cells, sizeof(double));
+  links_out->text = (char*)calloc(capacity, 1);
+  if (links_out->matrices == NULL || links_out->text == NULL) return COHORT_ERR_OUT_OF_MEMORY;
+  cohort_status st = cohort_comm_probe_links(comm, links_out->matrices, links_out->matrices + cells, cells,
+                                             links_out->text, capacity, NULL);
+  if (st == COHORT_OK) links_out->ranks = size;
+  return st;
 }
 
 cohort_status pyc_graph_create_cnn(const cohort_model_cnn_options* options, const int64_t* widths,

@@ -172,6 +172,14 @@ class Comm(Handle):
     def recv(self, buf, peer, dtype=None, async_op=False):
         return self._run(_capi.PYC_RECV, None, buf, dtype, "sum", peer, async_op)
 
+    def probe_links(self):
+        """The links between every pair of ranks (cohort_comm_probe_links): a collective — every
+        rank calls it at the same point — bounded to about 20 s. Returns (bandwidth, latency,
+        report): size x size nested lists of floats, bytes per second and seconds (symmetric, the
+        diagonal 0), and the matrix as text (Mbit/s and ms). PeerFailedError or TimeoutError when
+        a rank fails during it."""
+        return _capi.pyc_comm_probe_links(self._handle)
+
 
 class Plan(Handle):
     """How a model is spread over a communicator's ranks (cohort_plan), validated when made.
@@ -194,7 +202,20 @@ class Plan(Handle):
     pipeline_cuts (the first node of stages 1.., a str "a,b" or a sequence of names; None = balanced by
     the workload estimator), automatic (1: the layout is the planner's to choose — resolve it with
     Plan.choose first; a Trainer refuses it), auto_trials (Plan.choose: time the K best predicted
-    layouts, 0..64), memory_limit_bytes (what a rank may use; 0 = the host's memory over the ranks)."""
+    layouts, 0..64), memory_limit_bytes (what a rank may use; 0 = the host's memory over the ranks).
+
+    Geo-distributed pipelines, keyword only: fence (True: OP-Fence — the communicator's ranks become
+    one pipeline, a stage per rank, whose rank order, cuts and compression the Trainer chooses from
+    the links it measures between the ranks and their compute; tensor_x/y/z and data_parallel must
+    be 1 (else UnsupportedError), pipeline_chunks 1, no pipeline_cuts or pipeline_keep),
+    fence_compression (False: fence never compresses a cut; else a cut whose transfer would be the
+    bottleneck sends only its top-k entries), fence_min_keep (the smallest share of entries a
+    compressed cut keeps, in (0, 1]; None = 0.01), pipeline_keep (per cut of a pipeline, the share
+    of its activations' entries sent, top-k by magnitude, each in (0, 1]: a sequence of floats, one
+    per cut — pipeline_stages x pipeline_chunks - 1 of them — or a str "1,0.1"; None = no cut
+    compressed). InvalidPlanError naming fence_min_keep or "pipeline keep" for a bad value or count.
+    With pipeline stages (pipeline_stages > 1, or fence) the Trainer of ranks other than world
+    rank 0 may be made with graph None: rank 0 sends them their stages."""
 
     __slots__ = ()
     _destroy = staticmethod(_capi.cohort_plan_destroy)
@@ -204,27 +225,33 @@ class Plan(Handle):
               "activation_checkpointing", "sequence_parallel", "pipeline_stages", "pipeline_chunks", "micro_batches",
               "pipeline_schedule", "automatic", "auto_trials", "memory_limit_bytes")
 
-    def __init__(self, preset="none", pipeline_cuts=None, **options):
+    def __init__(self, preset="none", pipeline_cuts=None, *, fence=False, fence_compression=True, fence_min_keep=None,
+                 pipeline_keep=None, **options):
         o = _capi.cohort_plan_options_default()
         o.preset = int(as_enum(Preset, preset))
         set_options(o, self.FIELDS, options, {"mode": SyncMode}, "Plan")
+        _set_fence(o, fence, fence_compression, fence_min_keep)
         if pipeline_cuts is not None and not isinstance(pipeline_cuts, str):
             pipeline_cuts = ",".join(pipeline_cuts)
-        super().__init__(_capi.pyc_plan_create(o, pipeline_cuts))
+        if pipeline_keep is not None and not isinstance(pipeline_keep, str):
+            pipeline_keep = ",".join(repr(float(k)) for k in pipeline_keep)
+        super().__init__(_capi.pyc_plan_create(o, pipeline_cuts, pipeline_keep))
 
     @classmethod
-    def choose(cls, graph, optimizer, comm, preset="none", *, seed=0, num_threads=0, device="cpu", **options):
+    def choose(cls, graph, optimizer, comm, preset="none", *, seed=0, num_threads=0, device="cpu", fence=False,
+               fence_compression=True, fence_min_keep=None, **options):
         """Chooses the layout of an automatic plan (cohort_plan_choose): a collective over `comm` —
         every rank calls it with the same arguments — that probes the links, ranks the layouts that
         fit with the planner's model (world rank 0 decides) and, with auto_trials K > 0, times a few
         steps of the K best (with `optimizer` and the trainer settings seed, num_threads, device).
         `graph` is the model at the GLOBAL batch: every data replica's rows together. Options as
-        Plan's (automatic is implied; pipeline_cuts, a layout field, is not taken).
+        Plan's (automatic is implied; pipeline_cuts and pipeline_keep, layout fields, are not taken;
+        fence, which chooses the layout itself, is InvalidPlanError).
 
         Returns (options, report): options, the keyword arguments of the concrete Plan — preset and
         every field as given except the layout (data_parallel, tensor_x/y/z, sequence_parallel,
         pipeline_stages, pipeline_chunks, micro_batches, pipeline_schedule, zero_stage,
-        activation_checkpointing), which is the chosen one, automatic 0 — and report, the text world
+        activation_checkpointing), which is the chosen one, automatic 0, fence False — and report, the text world
         rank 0 prints ("" on the other ranks). Each rank then trains the graph at the global batch /
         (D x tensor_z) rows, D = comm.size / (pipeline_stages x tensor_x x tensor_y x tensor_z).
         InvalidPlanError naming memory_limit_bytes when no layout fits, naming the field for a bad
@@ -232,6 +259,7 @@ class Plan(Handle):
         o = _capi.cohort_plan_options_default()
         o.preset = int(as_enum(Preset, preset))
         set_options(o, cls.FIELDS, options, {"mode": SyncMode}, "Plan.choose")
+        _set_fence(o, fence, fence_compression, fence_min_keep)
         o.automatic = 1
         to = _capi.cohort_trainer_options_default()
         to.seed, to.num_threads = int(seed), int(num_threads)
@@ -242,4 +270,14 @@ class Plan(Handle):
         for field in cls.FIELDS:
             result[field] = getattr(chosen, field)
         result["mode"] = SyncMode(chosen.mode)
+        result["fence"] = bool(chosen.fence)
+        result["fence_compression"] = not chosen.fence_compression_off
+        result["fence_min_keep"] = chosen.fence_min_keep or None
         return result, report
+
+
+def _set_fence(o, fence, fence_compression, fence_min_keep):
+    """Plan's fence keywords onto a cohort_plan_options (None for fence_min_keep: 0, the default)."""
+    o.fence = int(bool(fence))
+    o.fence_compression_off = 0 if fence_compression else 1
+    o.fence_min_keep = 0.0 if fence_min_keep is None else float(fence_min_keep)

@@ -72,7 +72,8 @@ class Trainer(Handle):
     """Trains one model (cohort_trainer). With plan and comm it is data-parallel over the
     communicator (cohort_trainer_create_parallel: collective, every rank makes it in the same
     order); step() then takes this rank's shard of the batch. The graph, optimizer, plan and
-    communicator may be closed afterwards.
+    communicator may be closed afterwards. With a pipeline plan (pipeline_stages > 1, or fence)
+    graph may be None on ranks other than world rank 0, which sends them their stages.
 
     device ("cpu" or "cuda", or a cohort.Device) is where parameters, gradients, optimizer state
     and the steps' work live; batches and results stay in host memory either way. "cuda" raises
@@ -93,12 +94,14 @@ class Trainer(Handle):
         elif plan is None or comm is None:
             raise TypeError("Trainer: a data-parallel trainer needs both plan= and comm=")
         else:
-            handle = _capi.cohort_trainer_create_parallel(graph._handle, optimizer._handle, plan._handle,
-                                                          comm._handle, options)
+            handle = _capi.cohort_trainer_create_parallel(None if graph is None else graph._handle,
+                                                          optimizer._handle, plan._handle, comm._handle, options)
         super().__init__(handle)
-        self._declared = graph._declared()  # name -> (dtype, shape) as the graph declares it
+        # name -> (dtype, shape) as the graph declares it; without a graph (a pipeline rank that
+        # got its stage from rank 0) every buffer keeps its own shape
+        self._declared = {} if graph is None else graph._declared()
         self._graph = graph  # asked about names not seen yet, while it is open
-        self._outputs = tuple(graph._outputs)
+        self._outputs = () if graph is None else tuple(graph._outputs)
 
     def _learn(self, names):
         for name in names:

@@ -232,11 +232,51 @@ class ErrorTest(unittest.TestCase):
             options, report = cohort.Plan.choose(self.graph, self.optimizer, comm, "ddp")
             self.assertIn("auto plan: chose", report)
             self.assertEqual(options["automatic"], 0)
+            self.assertEqual((options["fence"], options["fence_compression"], options["fence_min_keep"]),
+                             (False, True, None))
             with cohort.Plan(**options) as plan, cohort.Trainer(self.graph, self.optimizer, plan=plan, comm=comm) as t:
                 self.assertGreater(t.step(x=self.x, y=self.y), 0.0)
         cohort.Plan("ddp", activation_checkpointing=1).close()  # a model without blocks: refused by the trainer
         with cohort.Plan("ddp") as plan:
             self.assertFalse(plan.closed)
+
+    def test_fence_plans_and_link_probe(self):
+        # pipeline_keep: one share per cut, each in (0, 1]; a bad one is InvalidPlanError naming
+        # "pipeline keep". A sequence of floats or a str.
+        cohort.Plan(pipeline_stages=2, pipeline_keep=[0.1]).close()
+        cohort.Plan(pipeline_stages=3, pipeline_keep="1,0.1").close()
+        cohort.Plan(pipeline_stages=2, pipeline_keep=None).close()
+        self.assertFails(cohort.InvalidPlanError, "pipeline keep of cut 0 is 1.5", cohort.Plan, pipeline_stages=2,
+                         pipeline_keep=[1.5])
+        self.assertFails(cohort.InvalidPlanError, "pipeline keep of cut 1 is 0", cohort.Plan, pipeline_stages=3,
+                         pipeline_keep=(0.5, 0))
+        self.assertFails(cohort.InvalidPlanError, "pipeline keep gives 2 ratio(s)", cohort.Plan, pipeline_stages=2,
+                         pipeline_keep=[0.5, 0.5])
+        self.assertFails(cohort.InvalidPlanError, "pipeline keep", cohort.Plan, pipeline_stages=2, pipeline_keep="x")
+        self.assertRaises(ValueError, cohort.Plan, pipeline_stages=2, pipeline_keep=["half"])  # float("half")
+        # fence: the whole world one pipeline, so no tensor or data axes; its minimum keep in [0, 1].
+        cohort.Plan(fence=True).close()
+        cohort.Plan(fence=True, fence_compression=False, fence_min_keep=0.05).close()
+        self.assertFails(cohort.UnsupportedError, "fence makes the whole world one pipeline", cohort.Plan, fence=True,
+                         tensor_y=2)
+        self.assertFails(cohort.InvalidPlanError, "plan: fence_min_keep = 2", cohort.Plan, fence=True,
+                         fence_min_keep=2.0)
+        self.assertFails(cohort.InvalidPlanError, "fence chooses the stages", cohort.Plan, fence=True,
+                         pipeline_stages=2, pipeline_keep=[0.5])
+        self.assertFails(cohort.InvalidPlanError, "fence and automatic", cohort.Plan, fence=True, automatic=1)
+        with cohort.Comm.from_env() as comm:
+            self.assertFails(cohort.InvalidPlanError, "fence and automatic", cohort.Plan.choose, self.graph,
+                             self.optimizer, comm, fence=True)
+            # World rank 0 reads the graph of a pipeline plan: None there is refused (other ranks may pass None).
+            with cohort.Plan(pipeline_stages=2) as plan:
+                self.assertFails(cohort.InvalidHandleError, "cohort_trainer_create_parallel: graph is NULL",
+                                 cohort.Trainer, None, self.optimizer, plan=plan, comm=comm)
+            # The link probe of a world of one: nothing to measure, a 1 x 1 zero matrix.
+            bandwidth, latency, report = comm.probe_links()
+            self.assertEqual((bandwidth, latency), ([[0.0]], [[0.0]]))
+            self.assertIn("links, Mbit/s (latency ms):", report)
+            self.assertIn("rank 0", report)
+        self.assertFails(cohort.InvalidHandleError, "cohort_comm_probe_links: comm is NULL", comm.probe_links)
 
     def test_corrupt_checkpoint(self):
         with tempfile.TemporaryDirectory() as tmp:
