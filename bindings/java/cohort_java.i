@@ -138,6 +138,7 @@ COHORT_ARRAY(char, size_t, jbyteArray, byte[], jbyte, Byte)
 %apply (const double* ARRAY_IN, int32_t COUNT) { (const double* values, int32_t count) };
 %apply (int32_t* ARRAY_OUT, int32_t COUNT) { (int32_t* outputs_out, int32_t max_outputs) };
 %apply (int64_t* ARRAY_OUT, int32_t COUNT) { (int64_t* shape_out, int32_t max_rank) };
+%apply (double* ARRAY_OUT, int32_t COUNT) { (double* links_out, int32_t links_capacity) };
 %apply (char* ARRAY_OUT, size_t COUNT) { (char* buf, size_t buf_size),
                                          (char* reason_out, size_t reason_capacity),
                                          (char* report, size_t report_size) };
@@ -551,6 +552,9 @@ COHORT_STATS(cohort_op_attr_info)
 /* A string the plan copies: passed to cohortj_plan_create for the call, not kept in the struct
  * (whose generated setter would hold a copy nobody frees). */
 %ignore cohort_plan_options::pipeline_cuts;
+%ignore cohort_plan_options::pipeline_keep;
+/* Two matrices sharing one count: cohortj_comm_probe_links takes them as one Java array. */
+%ignore cohort_comm_probe_links;
 %ignore cohort_model_cnn_options::widths;
 %ignore cohort_model_cnn_options::num_stages;
 
@@ -678,12 +682,23 @@ static cohort_status cohortj_graph_create_cnn(const cohort_model_cnn_options* op
   return cohort_graph_create_cnn(&o, graph_out);
 }
 
-/* cohort_plan_create with pipeline_cuts given apart (null: NULL, the estimator's cuts). */
+/* cohort_plan_create with pipeline_cuts and pipeline_keep given apart (null: NULL — the
+ * estimator's cuts, no cut compressed). */
 static cohort_status cohortj_plan_create(const cohort_plan_options* options, const char* pipeline_cuts,
-                                         cohort_plan** plan_out) {
+                                         const char* pipeline_keep, cohort_plan** plan_out) {
   cohort_plan_options o = options != NULL ? *options : cohort_plan_options_default();
   o.pipeline_cuts = pipeline_cuts;
+  o.pipeline_keep = pipeline_keep;
   return cohort_plan_create(&o, plan_out);
+}
+
+/* cohort_comm_probe_links with both matrices in one array: the bandwidths in its first half,
+ * the latencies in its second (cells = half its length; null: neither). */
+static cohort_status cohortj_comm_probe_links(cohort_comm* comm, double* links_out, int32_t links_capacity,
+                                              char* report, size_t report_size, size_t* report_needed_out) {
+  const size_t cells = links_capacity > 0 ? (size_t)links_capacity / 2 : 0;
+  return cohort_comm_probe_links(comm, links_out, links_out != NULL ? links_out + cells : NULL, cells, report,
+                                 report_size, report_needed_out);
 }
 
 /* The ABI version of the header this binding was compiled against. */

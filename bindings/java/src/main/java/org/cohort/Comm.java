@@ -1,7 +1,9 @@
 package org.cohort;
 
 import java.nio.Buffer;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.IdentityHashMap;
 import java.util.List;
@@ -43,6 +45,13 @@ public final class Comm extends Handle {
       return status == Status.OK;
     }
   }
+
+  /**
+   * {@link #probeLinks}'s result: size x size matrices, symmetric with a zero diagonal, of each
+   * link's bandwidth (bytes per second) and latency (seconds), and the matrix as text (Mbit/s and
+   * ms) to print.
+   */
+  public record Links(double[][] bytesPerSecond, double[][] latencySeconds, String report) {}
 
   /** The number of ranks, read once: it never changes. */
   private final int size;
@@ -162,6 +171,29 @@ public final class Comm extends Handle {
     int[] n = new int[1];
     CohortException.check(CohortC.cohort_comm_rank(ptr(), rank, n));
     return n[0];
+  }
+
+  /**
+   * Measures the links between every pair of ranks ({@code cohort_comm_probe_links}): a collective
+   * — every rank calls it at the same point — bounded to about 20 s. PEER_FAILED or TIMEOUT when
+   * a rank fails meanwhile.
+   */
+  public Links probeLinks() {
+    final int cells = size * size;
+    double[] both = new double[2 * cells]; // bandwidths, then latencies
+    // A collective cannot be asked again: room for the whole text (about 18 characters a cell).
+    byte[] report = new byte[4096 + 32 * (cells + size)];
+    long[] needed = new long[1];
+    CohortException.check(CohortC.cohortj_comm_probe_links(ptr(), both, report, needed));
+    double[][] bandwidth = new double[size][];
+    double[][] latency = new double[size][];
+    for (int i = 0; i < size; i++) {
+      bandwidth[i] = Arrays.copyOfRange(both, i * size, (i + 1) * size);
+      latency[i] = Arrays.copyOfRange(both, cells + i * size, cells + (i + 1) * size);
+    }
+    int length = 0;
+    while (length < report.length && report[length] != 0) length++;
+    return new Links(bandwidth, latency, new String(report, 0, length, StandardCharsets.UTF_8));
   }
 
   /**

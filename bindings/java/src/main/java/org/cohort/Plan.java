@@ -83,7 +83,7 @@ public final class Plan extends Handle {
      * The options to make the plan from: every field as given except the layout (data-parallel
      * degree, tensor grid, sequence parallelism, pipeline stages, chunks, micro-batches and
      * schedule, ZeRO stage, activation checkpointing), which is the chosen one; pipeline cuts null
-     * (balanced), automatic false.
+     * (balanced), pipeline keep null, automatic false, fence false.
      */
     public PlanOptions options() {
       return options;
@@ -106,8 +106,9 @@ public final class Plan extends Handle {
    * optimizer} and {@code trainerOptions}. {@code globalGraph} is the model at the GLOBAL batch,
    * every data replica's rows together; each rank then trains it at global / (D x tensorZ) rows,
    * D = comm size / (pipelineStages x tensorX x tensorY x tensorZ). {@code options.automatic} is
-   * not read: this always chooses. INVALID_PLAN naming memory_limit_bytes when no layout fits,
-   * naming the field for a bad option.
+   * not read: this always chooses; pipeline cuts and keep are not taken, nor is fence (which
+   * chooses the layout itself: the result has it false; INVALID_PLAN with automatic set too).
+   * INVALID_PLAN naming memory_limit_bytes when no layout fits, naming the field for a bad option.
    */
   public static Choice choose(PlanOptions options, Graph globalGraph, Optimizer optimizer, Comm comm,
       TrainerOptions trainerOptions) {
@@ -132,7 +133,7 @@ public final class Plan extends Handle {
   private static long createFrom(PlanOptions options) {
     cohort_plan_options o = options.toNative();
     try {
-      return create(out -> CohortC.cohortj_plan_create(o, options.pipelineCuts(), out));
+      return create(out -> CohortC.cohortj_plan_create(o, options.pipelineCuts(), options.pipelineKeepText(), out));
     } finally {
       o.delete();
     }

@@ -5,8 +5,8 @@ package org.cohort;
  * Starts at C's defaults: preset NONE, the whole communicator data-parallel, mode DDP, tau 1,
  * outer lr 1, no momentum, no Nesterov, no staleness penalty (constant 1), no clip, ZeRO stage 0,
  * 25 MiB buckets, no tensor parallelism (grid 1 x 1 x 1), no pipeline (1 stage, 1 chunk, 1
- * micro-batch, schedule 1F1B, cuts chosen by the estimator). A preset other than NONE sets the mode
- * and every outer setting itself.
+ * micro-batch, schedule 1F1B, cuts chosen by the estimator, no cut compressed), no fence. A preset
+ * other than NONE sets the mode and every outer setting itself.
  */
 public final class PlanOptions {
   private Plan.Preset preset;
@@ -38,6 +38,10 @@ public final class PlanOptions {
   private boolean automatic;
   private int autoTrials;
   private double memoryLimitBytes;
+  private boolean fence;
+  private boolean fenceCompression;
+  private double fenceMinKeep;
+  private double[] pipelineKeep;
 
   public PlanOptions() {
     cohort_plan_options d = CohortC.cohort_plan_options_default();
@@ -48,7 +52,10 @@ public final class PlanOptions {
     }
   }
 
-  /** The options of a native struct ({@link Plan#choose}'s result); pipeline_cuts is not read. */
+  /**
+   * The options of a native struct ({@link Plan#choose}'s result); pipeline_cuts and pipeline_keep
+   * are not read.
+   */
   static PlanOptions of(cohort_plan_options d) {
     PlanOptions o = new PlanOptions();
     o.read(d);
@@ -56,7 +63,7 @@ public final class PlanOptions {
   }
 
   private void read(cohort_plan_options d) {
-    {  // every field but pipeline_cuts, a string the struct does not own
+    {  // every field but pipeline_cuts and pipeline_keep, strings the struct does not own
       preset = Plan.Preset.of(d.getPreset());
       dataParallel = d.getData_parallel();
       mode = Plan.Mode.of(d.getMode());
@@ -86,6 +93,10 @@ public final class PlanOptions {
       automatic = d.getAutomatic() != 0;
       autoTrials = d.getAuto_trials();
       memoryLimitBytes = d.getMemory_limit_bytes();
+      fence = d.getFence() != 0;
+      fenceCompression = d.getFence_compression_off() == 0;
+      fenceMinKeep = d.getFence_min_keep();
+      pipelineKeep = null;
     }
   }
 
@@ -369,6 +380,76 @@ public final class PlanOptions {
     return memoryLimitBytes;
   }
 
+  /**
+   * OP-Fence: the communicator's ranks become one pipeline, a stage per rank, whose rank order,
+   * cuts and top-k compression the trainer chooses from the links it measures between the ranks
+   * ({@link Comm#probeLinks}) and their compute. The tensor grid and the data-parallel degree must
+   * be 1 (UNSUPPORTED otherwise), pipeline chunks 1, and the pipeline cuts and keep unset
+   * (INVALID_PLAN); pipeline stages is ignored. Ranks other than world rank 0 may make their
+   * trainer with a null graph ({@link Trainer#createParallel}).
+   */
+  public PlanOptions fence(boolean value) {
+    fence = value;
+    return this;
+  }
+
+  public boolean fence() {
+    return fence;
+  }
+
+  /**
+   * Fence: whether a cut whose transfer would be the pipeline's bottleneck sends only the top-k
+   * entries of its activations (true, the default) or everything (false).
+   */
+  public PlanOptions fenceCompression(boolean value) {
+    fenceCompression = value;
+    return this;
+  }
+
+  public boolean fenceCompression() {
+    return fenceCompression;
+  }
+
+  /**
+   * Fence: the smallest share of entries a compressed cut keeps, in (0, 1]; 0 (the default) =
+   * 0.01. INVALID_PLAN naming fence_min_keep outside [0, 1].
+   */
+  public PlanOptions fenceMinKeep(double value) {
+    fenceMinKeep = value;
+    return this;
+  }
+
+  public double fenceMinKeep() {
+    return fenceMinKeep;
+  }
+
+  /**
+   * Per cut of a pipeline, the share of its activations' entries sent (their top-k by
+   * magnitude), one per cut (pipelineStages x pipelineChunks - 1), each in (0, 1]: {@code
+   * pipelineKeep(1, 0.1)} compresses the second cut of three stages to a tenth. None (the
+   * default, or null): no cut compressed. A bad count or value is INVALID_PLAN naming pipeline keep.
+   */
+  public PlanOptions pipelineKeep(double... keep) {
+    pipelineKeep = keep == null || keep.length == 0 ? null : keep.clone();
+    return this;
+  }
+
+  /** The keep shares per cut, or null when none is compressed. */
+  public double[] pipelineKeep() {
+    return pipelineKeep == null ? null : pipelineKeep.clone();
+  }
+
+  /** pipelineKeep as cohort_plan_options.pipeline_keep: "1.0,0.1", or null. */
+  String pipelineKeepText() {
+    if (pipelineKeep == null) return null;
+    StringBuilder text = new StringBuilder();
+    for (double k : pipelineKeep) {
+      if (text.length() > 0) text.append(',');
+      text.append(k); // Double.toString: "0.1", "1.0E-4", "NaN", "Infinity" — C's strtod reads each
+    }
+    return text.toString();
+  }
+
   public Plan.Preset preset() {
     return preset;
   }
@@ -447,6 +528,9 @@ public final class PlanOptions {
     o.setAutomatic(automatic ? 1 : 0);
     o.setAuto_trials(autoTrials);
     o.setMemory_limit_bytes(memoryLimitBytes);
+    o.setFence(fence ? 1 : 0);
+    o.setFence_compression_off(fenceCompression ? 0 : 1);
+    o.setFence_min_keep(fenceMinKeep);
     return o;
   }
 }

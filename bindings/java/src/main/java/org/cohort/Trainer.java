@@ -41,7 +41,9 @@ public final class Trainer extends Handle {
    * broadcast to every rank, so every rank of comm must call this (in the same order as its other
    * collectives). Steps then feed this rank's shard of the batch. Graph, optimizer, plan and comm
    * may be closed afterwards. PEER_FAILED or TIMEOUT (now or from a later step) mean this trainer
-   * and the communicator must be closed.
+   * and the communicator must be closed. With a pipeline plan (pipeline stages > 1, or {@link
+   * PlanOptions#fence}) only world rank 0 reads the graph and sends every rank its stages: the
+   * other ranks may pass a null graph.
    */
   public static Trainer createParallel(
       Graph graph, Optimizer optimizer, Plan plan, Comm comm, TrainerOptions options) {

@@ -155,6 +155,57 @@ class ErrorsTest {
   }
 
   @Test
+  void fencePlansAndLinkProbe() {
+    PlanOptions d = new PlanOptions();
+    assertEquals(false, d.fence());
+    assertEquals(true, d.fenceCompression());
+    assertEquals(0.0, d.fenceMinKeep());
+    assertEquals(null, d.pipelineKeep());
+    assertEquals(null, new PlanOptions().pipelineKeep(new double[0]).pipelineKeep()); // none compressed
+    // Pipeline keep: one share per cut, each in (0, 1]; INVALID_PLAN naming "pipeline keep".
+    new Plan(new PlanOptions().pipelineStages(2).pipelineKeep(0.1)).close();
+    new Plan(new PlanOptions().pipelineStages(3).pipelineKeep(1, 1e-4)).close();
+    TestSupport.expectError(Status.INVALID_PLAN,
+        () -> new Plan(new PlanOptions().pipelineStages(2).pipelineKeep(1.5)).close(), "cohort_plan_create",
+        "pipeline keep of cut 0 is 1.5");
+    TestSupport.expectError(Status.INVALID_PLAN,
+        () -> new Plan(new PlanOptions().pipelineStages(2).pipelineKeep(Double.NaN)).close(), "cohort_plan_create",
+        "pipeline keep");
+    TestSupport.expectError(Status.INVALID_PLAN,
+        () -> new Plan(new PlanOptions().pipelineStages(2).pipelineKeep(0.5, 0.5)).close(), "cohort_plan_create",
+        "pipeline keep gives 2 ratio(s)");
+    // Fence: the world one pipeline, so no tensor or data axes; its minimum keep in [0, 1].
+    new Plan(new PlanOptions().fence(true)).close();
+    new Plan(new PlanOptions().fence(true).fenceCompression(false).fenceMinKeep(0.05)).close();
+    TestSupport.expectError(Status.UNSUPPORTED, () -> new Plan(new PlanOptions().fence(true).tensor(1, 2, 1)).close(),
+        "cohort_plan_create", "fence makes the whole world one pipeline");
+    TestSupport.expectError(Status.INVALID_PLAN, () -> new Plan(new PlanOptions().fence(true).fenceMinKeep(2)).close(),
+        "cohort_plan_create", "plan: fence_min_keep = 2");
+    TestSupport.expectError(Status.INVALID_PLAN,
+        () -> new Plan(new PlanOptions().fence(true).pipelineStages(2).pipelineKeep(0.5)).close(), "cohort_plan_create",
+        "fence chooses the stages");
+    TestSupport.expectError(Status.INVALID_PLAN, () -> new Plan(new PlanOptions().fence(true).automatic(true)).close(),
+        "cohort_plan_create", "fence and automatic");
+    Comm closed;
+    try (Comm comm = Comm.fromEnv(); Optimizer sgd = new Optimizer(OptimizerOptions.sgd(0.1));
+         Plan pipeline = new Plan(new PlanOptions().pipelineStages(2))) {
+      closed = comm;
+      // World rank 0 reads a pipeline plan's graph: null there is refused (other ranks may pass null).
+      TestSupport.expectError(Status.INVALID_HANDLE,
+          () -> Trainer.createParallel(null, sgd, pipeline, comm, new TrainerOptions()).close(),
+          "cohort_trainer_create_parallel", "graph is NULL");
+      // A world of one: nothing to measure, a 1 x 1 zero matrix.
+      Comm.Links links = comm.probeLinks();
+      assertEquals(1, links.bytesPerSecond().length);
+      assertEquals(0.0, links.bytesPerSecond()[0][0]);
+      assertEquals(0.0, links.latencySeconds()[0][0]);
+      assertTrue(links.report().startsWith("links, Mbit/s (latency ms):"), links.report());
+      assertTrue(links.report().contains("rank 0"), links.report());
+    }
+    TestSupport.expectError(Status.INVALID_HANDLE, closed::probeLinks, "cohort_comm_probe_links: comm is NULL");
+  }
+
+  @Test
   void planChooseResolvesAutomaticPlans() {
     assertEquals(false, new PlanOptions().automatic());
     assertEquals(0, new PlanOptions().autoTrials());
@@ -175,12 +226,18 @@ class ErrorsTest {
       TestSupport.expectError(Status.INVALID_PLAN,
           () -> Plan.choose(new PlanOptions().memoryLimitBytes(1024), g, sgd, comm, new TrainerOptions()),
           "cohort_plan_choose", "memory_limit_bytes");
+      TestSupport.expectError(Status.INVALID_PLAN,
+          () -> Plan.choose(new PlanOptions().automatic(true).fence(true), g, sgd, comm, new TrainerOptions()),
+          "cohort_plan_choose", "fence and automatic");
       // A world of one: the layout is one rank's; rank 0's report names the choice.
       Plan.Choice choice = Plan.choose(new PlanOptions().preset(Plan.Preset.DDP).automatic(true).bucketBytes(1 << 20),
           g, sgd, comm, new TrainerOptions());
       assertTrue(choice.report().contains("auto plan: chose"), choice.report());
       PlanOptions chosen = choice.options();
       assertEquals(false, chosen.automatic());
+      assertEquals(false, chosen.fence());
+      assertEquals(true, chosen.fenceCompression());
+      assertEquals(null, chosen.pipelineKeep());
       assertEquals(Plan.Preset.DDP, chosen.preset());
       assertEquals(1 << 20, chosen.bucketBytes());
       assertEquals(1, chosen.pipelineStages());
