@@ -63,6 +63,17 @@ impl ReduceOp {
     }
 }
 
+/// [`Comm::probe_links`]'s result: size x size matrices, symmetric with a zero diagonal.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Links {
+    /// Each link's bandwidth, bytes per second; `bytes_per_second[i][j]` between ranks i and j.
+    pub bytes_per_second: Vec<Vec<f64>>,
+    /// Each link's one-way latency, seconds.
+    pub latency_seconds: Vec<Vec<f64>>,
+    /// The matrix as text to print (Mbit/s and ms).
+    pub report: String,
+}
+
 /// A communicator: this rank's membership of a group of ranks.
 pub struct Comm {
     raw: NonNull<sys::cohort_comm>,
@@ -159,6 +170,44 @@ impl Comm {
         } else {
             None
         }
+    }
+
+    /// Measures the links between every pair of ranks (cohort_comm_probe_links): a collective —
+    /// every rank calls it at the same point — bounded to about 20 s. PEER_FAILED or TIMEOUT
+    /// when a rank fails meanwhile.
+    pub fn probe_links(&self) -> Result<Links> {
+        let n = self.size.max(0) as usize;
+        let cells = n * n;
+        let mut bandwidth = vec![0.0f64; cells];
+        let mut latency = vec![0.0f64; cells];
+        // A collective cannot be asked again: room for the whole text (about 18 bytes a cell).
+        let mut report = vec![0u8; 4096 + 32 * (cells + n)];
+        // SAFETY: live handle; each matrix holds `cells` doubles and report report.len() bytes.
+        check(unsafe {
+            sys::cohort_comm_probe_links(
+                self.as_raw(),
+                bandwidth.as_mut_ptr(),
+                latency.as_mut_ptr(),
+                cells,
+                report.as_mut_ptr().cast(),
+                report.len(),
+                std::ptr::null_mut(),
+            )
+        })?;
+        let end = report.iter().position(|&b| b == 0).unwrap_or(report.len());
+        report.truncate(end);
+        let rows = |m: Vec<f64>| -> Vec<Vec<f64>> {
+            if n == 0 {
+                Vec::new()
+            } else {
+                m.chunks(n).map(|row| row.to_vec()).collect()
+            }
+        };
+        Ok(Links {
+            bytes_per_second: rows(bandwidth),
+            latency_seconds: rows(latency),
+            report: String::from_utf8_lossy(&report).into_owned(),
+        })
     }
 
     /// Fails every pending and later operation and tells the peers; returns at once.

@@ -98,7 +98,7 @@ mod settings;
 mod tensor;
 mod trainer;
 
-pub use comm::{Comm, CommOptions, ReduceOp, Scope, Work};
+pub use comm::{Comm, CommOptions, Links, ReduceOp, Scope, Work};
 pub use data::{Dataset, Sampler, SamplerOptions, Split};
 pub use device::{device_usable, Device};
 pub use error::{check, Error, Result, Status};

@@ -113,13 +113,27 @@ pub struct PlanOptions {
     /// (INVALID_PLAN naming memory_limit_bytes when none fits), a trainer refuses a plan that
     /// does. 0: the host's memory over the ranks. Negative: INVALID_PLAN.
     pub memory_limit_bytes: f64,
+    /// OP-Fence: the communicator's ranks become one pipeline, a stage per rank, whose rank
+    /// order, cuts and top-k compression the trainer chooses from the links it measures between
+    /// the ranks ([`Comm::probe_links`]) and their compute. The tensor grid and data_parallel
+    /// must be 1 (UNSUPPORTED otherwise), pipeline_chunks 1, and no pipeline cuts or keep
+    /// (INVALID_PLAN); pipeline_stages is ignored. Ranks other than world rank 0 may make their
+    /// trainer without a graph ([`Trainer::new_parallel_without_graph`]).
+    pub fence: bool,
+    /// fence: whether a cut whose transfer would be the pipeline's bottleneck sends only the
+    /// top-k entries of its activations (true, the default) or everything (false).
+    pub fence_compression: bool,
+    /// fence: the smallest share of entries a compressed cut keeps, in (0, 1]; 0 = the default
+    /// 0.01. INVALID_PLAN naming fence_min_keep outside [0, 1].
+    pub fence_min_keep: f64,
 }
 
 impl Default for PlanOptions {
     /// Preset None, the whole communicator, DDP, tau 1, outer lr 1, no momentum, no penalty
     /// (constant 1), no clip, ZeRO stage 0, 25 MiB buckets, no tensor parallelism (grid 1 x 1 x 1),
     /// no pipeline (1 stage, 1 chunk, 1 micro-batch, schedule 1F1B), not automatic, no trials,
-    /// memory limit 0 (the host's memory over the ranks).
+    /// memory limit 0 (the host's memory over the ranks), no fence (compression on, minimum keep
+    /// 0 = 0.01).
     fn default() -> PlanOptions {
         // SAFETY: never fails.
         PlanOptions::from_raw(&unsafe { sys::cohort_plan_options_default() })
@@ -127,7 +141,7 @@ impl Default for PlanOptions {
 }
 
 impl PlanOptions {
-    /// Every field but pipeline_cuts (a pointer the struct does not own).
+    /// Every field but pipeline_cuts and pipeline_keep (pointers the struct does not own).
     fn from_raw(raw: &sys::cohort_plan_options) -> PlanOptions {
         use sys::cohort_plan_preset as P;
         use sys::cohort_sync_mode as M;
@@ -171,6 +185,9 @@ impl PlanOptions {
             automatic: raw.automatic != 0,
             auto_trials: raw.auto_trials,
             memory_limit_bytes: raw.memory_limit_bytes,
+            fence: raw.fence != 0,
+            fence_compression: raw.fence_compression_off == 0,
+            fence_min_keep: raw.fence_min_keep,
         }
     }
 
@@ -218,6 +235,9 @@ impl PlanOptions {
         raw.automatic = i32::from(self.automatic);
         raw.auto_trials = self.auto_trials;
         raw.memory_limit_bytes = self.memory_limit_bytes;
+        raw.fence = i32::from(self.fence);
+        raw.fence_compression_off = i32::from(!self.fence_compression);
+        raw.fence_min_keep = self.fence_min_keep;
         raw
     }
 }
@@ -243,12 +263,27 @@ impl Plan {
     /// for the wrong number of names or an empty one; a name that is no node, or where no stage
     /// can begin, when the trainer is made.
     pub fn with_pipeline_cuts(options: &PlanOptions, cuts: &[&str]) -> Result<Plan> {
+        Plan::with_pipeline(options, cuts, &[])
+    }
+
+    /// Like [`Plan::with_pipeline_cuts`], with the share of each cut's activation entries sent
+    /// (their top-k by magnitude; the gradients come back at the same entries): one per cut
+    /// (pipeline_stages x pipeline_chunks - 1), each in (0, 1] — `&[1.0, 0.1]` compresses the
+    /// second cut of three stages to a tenth; empty = no cut compressed. INVALID_PLAN naming
+    /// pipeline keep for the wrong count or a value outside (0, 1].
+    pub fn with_pipeline(options: &PlanOptions, cuts: &[&str], keep: &[f64]) -> Result<Plan> {
         let mut raw = options.to_raw();
         let joined = c_string(&cuts.join(","), "pipeline_cuts")?;
         if !cuts.is_empty() {
             raw.pipeline_cuts = joined.as_ptr();
         }
-        // The plan copies the names: `joined` outlives the call.
+        // Rust's shortest round-trip text of each share ("0.1", "NaN", "inf"), which strtod reads.
+        let shares: Vec<String> = keep.iter().map(|k| k.to_string()).collect();
+        let keep_text = c_string(&shares.join(","), "pipeline_keep")?;
+        if !keep.is_empty() {
+            raw.pipeline_keep = keep_text.as_ptr();
+        }
+        // The plan copies both lists: `joined` and `keep_text` outlive the call.
         create!(Plan, |out| sys::cohort_plan_create(&raw, &mut out))
     }
 
@@ -258,10 +293,12 @@ impl Plan {
     /// auto_trials K > 0, times a few steps of the K best with `optimizer` and `trainer_options`.
     /// `global_graph` is the model at the GLOBAL batch, every data replica's rows together; each
     /// rank then trains it at global / (D x tensor_z) rows, D = comm size / (pipeline_stages x
-    /// tensor_x x tensor_y x tensor_z). `options.automatic` is not read: this always chooses.
+    /// tensor_x x tensor_y x tensor_z). `options.automatic` is not read: this always chooses;
+    /// nor is `options.fence` taken (it chooses the layout itself: the result has it false;
+    /// INVALID_PLAN with `automatic` set too).
     ///
     /// Returns the options to make the plan from — every field as given except the layout, which
-    /// is the chosen one, automatic false — and world rank 0's report (the probe, the ranked
+    /// is the chosen one, automatic and fence false — and world rank 0's report (the probe, the ranked
     /// layouts, the choice; empty on the other ranks). INVALID_PLAN naming memory_limit_bytes
     /// when no layout fits, naming the field for a bad option.
     pub fn choose(
@@ -336,7 +373,8 @@ impl Trainer {
     /// its other collectives). `step` then takes this rank's shard of the batch. The trainer
     /// keeps the communicator's engine alive, so `comm` may be dropped afterwards.
     /// INVALID_PLAN when the plan does not fit the communicator; PEER_FAILED or TIMEOUT from the
-    /// broadcast.
+    /// broadcast. Under a pipeline plan (pipeline_stages > 1, or fence) only world rank 0 reads
+    /// `graph`; the other ranks may use [`Trainer::new_parallel_without_graph`].
     pub fn new_parallel(
         graph: &Graph,
         optimizer: &Optimizer,
@@ -347,6 +385,29 @@ impl Trainer {
         let raw = options.to_raw();
         create!(Trainer, |out| sys::cohort_trainer_create_parallel(
             graph.as_raw(),
+            optimizer.as_raw(),
+            plan.as_raw(),
+            comm.as_raw(),
+            &raw,
+            &mut out
+        ))
+    }
+
+    /// [`Trainer::new_parallel`] on a rank other than world rank 0 under a pipeline plan
+    /// (pipeline_stages > 1, or fence): world rank 0, which calls new_parallel with the model,
+    /// cuts it and sends this rank its stages, so this rank needs no graph of its own (a corrupt
+    /// or mismatched stage is CORRUPT; rank 0's error, such as a plan the graph cannot take, is
+    /// returned here too). On world rank 0, or without pipeline stages: INVALID_HANDLE naming
+    /// graph.
+    pub fn new_parallel_without_graph(
+        optimizer: &Optimizer,
+        plan: &Plan,
+        comm: &Comm,
+        options: &TrainerOptions,
+    ) -> Result<Trainer> {
+        let raw = options.to_raw();
+        create!(Trainer, |out| sys::cohort_trainer_create_parallel(
+            std::ptr::null(),
             optimizer.as_raw(),
             plan.as_raw(),
             comm.as_raw(),

@@ -501,6 +501,108 @@ fn registered_memory_mistakes() {
 }
 
 #[test]
+fn fence_plans_and_link_probe() {
+    let d = PlanOptions::default();
+    assert_eq!((d.fence, d.fence_compression, d.fence_min_keep), (false, true, 0.0));
+    // Pipeline keep: one share per cut, each in (0, 1]; INVALID_PLAN naming "pipeline keep".
+    let two = PlanOptions { pipeline_stages: 2, ..d };
+    Plan::with_pipeline(&two, &[], &[0.1]).expect("one share for the one cut of two stages");
+    Plan::with_pipeline(&PlanOptions { pipeline_stages: 3, ..d }, &[], &[1.0, 1e-4])
+        .expect("two cuts");
+    Plan::with_pipeline(&two, &["fc2"], &[]).expect("no shares: no cut compressed");
+    expect_error(
+        Plan::with_pipeline(&two, &[], &[1.5]),
+        Status::InvalidPlan,
+        &["cohort_plan_create", "pipeline keep of cut 0 is 1.5"],
+    );
+    expect_error(
+        Plan::with_pipeline(&two, &[], &[f64::NAN]),
+        Status::InvalidPlan,
+        &["pipeline keep"],
+    );
+    expect_error(
+        Plan::with_pipeline(&two, &[], &[0.5, 0.5]),
+        Status::InvalidPlan,
+        &["pipeline keep gives 2 ratio(s)"],
+    );
+    // Fence: the world one pipeline, so no tensor or data axes; its minimum keep in [0, 1].
+    let fence = PlanOptions { fence: true, ..d };
+    Plan::new(&fence).expect("fence alone");
+    Plan::new(&PlanOptions { fence_compression: false, fence_min_keep: 0.05, ..fence })
+        .expect("fence settings");
+    expect_error(
+        Plan::new(&PlanOptions { tensor_y: 2, ..fence }),
+        Status::Unsupported,
+        &["cohort_plan_create", "fence makes the whole world one pipeline"],
+    );
+    expect_error(
+        Plan::new(&PlanOptions { fence_min_keep: 2.0, ..fence }),
+        Status::InvalidPlan,
+        &["plan: fence_min_keep = 2"],
+    );
+    expect_error(
+        Plan::with_pipeline(&PlanOptions { pipeline_stages: 2, ..fence }, &[], &[0.5]),
+        Status::InvalidPlan,
+        &["fence chooses the stages"],
+    );
+    expect_error(
+        Plan::new(&PlanOptions { automatic: true, ..fence }),
+        Status::InvalidPlan,
+        &["fence and automatic"],
+    );
+    let comm = Comm::from_env(&CommOptions::default()).unwrap();
+    let optimizer = common::adamw(1e-2);
+    // World rank 0 reads a pipeline plan's graph: it cannot go without (other ranks may).
+    expect_error(
+        Trainer::new_parallel_without_graph(
+            &optimizer,
+            &Plan::new(&two).unwrap(),
+            &comm,
+            &TrainerOptions::default(),
+        ),
+        Status::InvalidHandle,
+        &["cohort_trainer_create_parallel", "graph is NULL"],
+    );
+    // A world of one: nothing to measure, a 1 x 1 zero matrix.
+    let links = comm.probe_links().unwrap();
+    assert_eq!((links.bytes_per_second, links.latency_seconds), (vec![vec![0.0]], vec![vec![0.0]]));
+    assert!(links.report.starts_with("links, Mbit/s (latency ms):"), "{}", links.report);
+    assert!(links.report.contains("rank 0"), "{}", links.report);
+    // The C call's own argument checks (safe code always passes room for size x size cells).
+    let mut cell = [0.0f64; 1];
+    // SAFETY: live handle; `cell` holds the one double the call is told of (0 here).
+    let status = unsafe {
+        sys::cohort_comm_probe_links(
+            comm.as_raw(),
+            cell.as_mut_ptr(),
+            ptr::null_mut(),
+            0,
+            ptr::null_mut(),
+            0,
+            ptr::null_mut(),
+        )
+    };
+    expect_error(
+        check(status),
+        Status::InvalidArgument,
+        &["cohort_comm_probe_links", "cells is 0"],
+    );
+    // SAFETY: live handle; no output is written (NULL report with a size is refused).
+    let status = unsafe {
+        sys::cohort_comm_probe_links(
+            comm.as_raw(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+            0,
+            ptr::null_mut(),
+            8,
+            ptr::null_mut(),
+        )
+    };
+    expect_error(check(status), Status::InvalidArgument, &["report is NULL"]);
+}
+
+#[test]
 fn automatic_plans_are_chosen_before_a_trainer_is_made() {
     let d = PlanOptions::default();
     assert_eq!((d.automatic, d.auto_trials, d.memory_limit_bytes), (false, 0, 0.0));
@@ -542,6 +644,12 @@ fn automatic_plans_are_chosen_before_a_trainer_is_made() {
     let (chosen, report) = Plan::choose(&auto, &graph, &optimizer, &comm, &on_cpu).unwrap();
     assert!(report.contains("auto plan: chose"), "{}", report);
     assert!(!chosen.automatic);
+    assert_eq!((chosen.fence, chosen.fence_compression), (false, true));
+    expect_error(
+        Plan::choose(&PlanOptions { fence: true, ..auto }, &graph, &optimizer, &comm, &on_cpu),
+        Status::InvalidPlan,
+        &["cohort_plan_choose", "fence and automatic"],
+    );
     assert_eq!((chosen.preset, chosen.bucket_bytes), (Preset::Ddp, 1 << 20));
     assert_eq!((chosen.pipeline_stages, chosen.tensor_x * chosen.tensor_y * chosen.tensor_z), (1, 1));
     let plan = Plan::new(&chosen).unwrap();
