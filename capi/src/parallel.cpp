@@ -26,15 +26,15 @@ namespace {
 constexpr const char* kPlan = "plan";
 
 // A comma-separated list (cohort_plan_options.pipeline_cuts, pipeline_keep); NULL or "" = none.
-std::vector<std::string> split_list(const char* text, const char* field) {
+std::vector<std::string> split_list(const char* text, const char* field, const char* item) {
   std::vector<std::string> items;
   if (text == nullptr || text[0] == '\0') return items;
   const std::string all = text;
   for (size_t begin = 0;;) {
     const size_t end = all.find(',', begin);
     items.push_back(all.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
-    COHORT_CHECK(!items.back().empty(), Status::kInvalidPlan, "plan: ", field, " '", all, "' has an empty entry (",
-                 items.size(), ")");
+    COHORT_CHECK(!items.back().empty(), Status::kInvalidPlan, "plan: ", field, " '", all, "' has an empty ", item,
+                 " (cut ", items.size(), ")");
     if (end == std::string::npos) break;
     begin = end + 1;
   }
@@ -43,7 +43,7 @@ std::vector<std::string> split_list(const char* text, const char* field) {
 
 std::vector<double> parse_keep(const char* text) {
   std::vector<double> keep;
-  for (const std::string& item : split_list(text, "pipeline keep")) {
+  for (const std::string& item : split_list(text, "pipeline keep", "share")) {
     size_t used = 0;
     double k = 0;
     try {
@@ -106,7 +106,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
     if (o.pipeline_chunks != 0) c.pipeline.chunks = o.pipeline_chunks;
     if (o.micro_batches != 0) c.pipeline.micro_batches = o.micro_batches;
     c.pipeline.schedule = static_cast<parallel::PipelineSchedule>(o.pipeline_schedule);  // validated
-    c.pipeline.cuts = split_list(o.pipeline_cuts, "pipeline_cuts");
+    c.pipeline.cuts = split_list(o.pipeline_cuts, "pipeline_cuts", "name");
   }
   if (has_auto) {
     c.automatic = o.automatic != 0;
