@@ -291,6 +291,65 @@ TEST_F(CapiParallel, PipelineThatDoesNotFitIsAnInvalidPlan) {
   EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
 }
 
+// The fence fields, pipeline keep and the link probe on one rank: each bad value named, a fence
+// plan refused by cohort_plan_choose and, on one rank, by the trainer (a pipeline needs two), the
+// probe's matrix 1 x 1 and its argument checks; a caller built before the fields is not read.
+TEST_F(CapiParallel, FenceFieldsAndTheLinkProbe) {
+  cohort_plan_options o = cohort_plan_options_default();
+  EXPECT_EQ(o.fence, 0);
+  EXPECT_EQ(o.fence_compression_off, 0);
+  EXPECT_EQ(o.fence_min_keep, 0.0);
+  EXPECT_EQ(o.pipeline_keep, nullptr);
+  cohort_plan* plan = nullptr;
+  o.pipeline_stages = 3;
+  o.pipeline_keep = "1,1.5";
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: pipeline keep of cut 1 is 1.5, expected (0, 1]");
+  o.pipeline_keep = "0.5";
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN,
+                "plan: pipeline keep gives 1 ratio(s); 3 stages have 2 cut(s)");
+  o.pipeline_keep = "0.5,x";
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: pipeline keep '0.5,x': 'x' is not a number");
+  o.pipeline_keep = "0.5,";
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: pipeline keep '0.5,' has an empty share (cut 2)");
+  o.pipeline_keep = "0.5,0.25";
+  ASSERT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+  o = cohort_plan_options_default();
+  o.fence = 1;
+  o.tensor_y = 2;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_UNSUPPORTED, "plan: fence makes the whole world one pipeline");
+  o.tensor_y = 1;
+  o.fence_min_keep = 1.5;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: fence_min_keep = 1.5 must be in [0, 1]");
+  o.fence_min_keep = 0;
+  char report[64];
+  cohort_plan_options chosen;
+  EXPECT_STATUS(cohort_plan_choose(&o, graph_, optimizer_, nullptr, comm_, &chosen, report, sizeof report, nullptr),
+                COHORT_ERR_INVALID_PLAN, "plan: fence and automatic both choose the layout");
+  ASSERT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
+  cohort_trainer* t = nullptr;
+  EXPECT_STATUS(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &t), COHORT_ERR_INVALID_PLAN,
+                "plan: fence needs at least 2 ranks, the world has 1");
+  EXPECT_EQ(t, nullptr);
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+  o.size = offsetof(cohort_plan_options, fence);  // a caller built before the fields: not read
+  o.fence_min_keep = 7;
+  ASSERT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+  double bw[1] = {-1}, lat[1] = {-1};
+  size_t needed = 0;
+  EXPECT_EQ(cohort_comm_probe_links(comm_, bw, lat, 1, report, sizeof report, &needed), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(bw[0], 0.0);
+  EXPECT_EQ(lat[0], 0.0);
+  EXPECT_GT(needed, 1u);
+  EXPECT_STATUS(cohort_comm_probe_links(comm_, bw, nullptr, 0, nullptr, 0, nullptr), COHORT_ERR_INVALID_ARGUMENT,
+                "cells is 0, a matrix of 1 ranks needs 1");
+  EXPECT_STATUS(cohort_comm_probe_links(comm_, nullptr, nullptr, 0, nullptr, 8, nullptr), COHORT_ERR_INVALID_ARGUMENT,
+                "report is NULL but report_size is 8");
+  EXPECT_STATUS(cohort_comm_probe_links(nullptr, nullptr, nullptr, 0, nullptr, 0, nullptr), COHORT_ERR_INVALID_HANDLE,
+                "comm is NULL");
+}
+
 // Micro-batches on one rank (gradient accumulation): the same updates as one batch within fp32
 // rounding, and the trainer's statistics report them; the pipeline fields of the stats are
 // written only when the caller's size covers them.
