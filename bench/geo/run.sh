@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Geo-distributed training over uneven links (core/parallel/fence.h): 4 ranks in network
 # namespaces as two sites (bench/netns/netns.sh --sites; default {0,1} and {2,3}), links inside
-# a site at --intra, between the sites at each rate of --inter, the CNN on Fashion-MNIST and the
-# GPT on Brown, at equal samples (the same steps of the same global batch) for:
+# a site at --intra, between the sites at each rate of --inter, the CNN on Fashion-MNIST and a GPT
+# on Brown (4 blocks, width 128, context 64), at equal samples (the same steps of the same global batch) for:
 #   sync       data parallelism, DDP (every rank --batch B, global 4B)
 #   co2        co2, tau --tau (the same)
 #   pipe       a pipeline of 4 stages cut by compute alone, ranks in their numbered order
@@ -71,9 +71,9 @@ echo "geo: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc --all) cores, load $(cut -d
   "sites $SITES, intra $INTRA, global batch $global, $MICRO micro-batches, co2 tau $TAU"
 for model in "${MODEL_LIST[@]}"; do
   if [[ "$model" == cnn ]]; then
-    steps=$CNN_STEPS; extra=(--eval-examples 2000)
+    steps=$CNN_STEPS; sizes=()
   else
-    steps=$GPT_STEPS; extra=(--eval-examples 256)
+    steps=$GPT_STEPS; sizes=(--layers 4 --width 128 --heads 4 --context 64)
   fi
   for inter in "${INTER_LIST[@]}"; do
     for mode in "${MODE_LIST[@]}"; do
@@ -88,9 +88,15 @@ for model in "${MODEL_LIST[@]}"; do
       name="$model-$inter-$mode"
       rc=0
       rm -f "$OUT/$name.jsonl"
+      rm -f "$OUT/$name.eval.jsonl" "$OUT/$name".ckpt*
       "$NETNS" run "$RANKS" --sites "$SITES" --intra "$INTRA" --inter "$inter" --timeout "$TIMEOUT" --name geo -- \
-        "$CLI" train --model "$model" --steps "$steps" --threads 1 --seed 1 --eval-every "$steps" "${extra[@]}" \
-        --log-every 10 --metrics "$OUT/$name.jsonl" "${args[@]}" >"$OUT/$name.log" 2>&1 || rc=$?
+        "$CLI" train --model "$model" --steps "$steps" --threads 1 --seed 1 --no-eval "${sizes[@]}" \
+        --log-every 10 --save "$OUT/$name.ckpt" --metrics "$OUT/$name.jsonl" "${args[@]}" >"$OUT/$name.log" 2>&1 || rc=$?
+      # The final model evaluated on the whole test / validation split by one process outside the
+      # namespaces (checkpoints hold the whole model under any layout): over an 8 Mbit/s pipeline
+      # the evaluation alone would take minutes.
+      ((rc == 0)) && { "$CLI" train --model "$model" --steps "$steps" --threads 2 "${sizes[@]}" "${args[@]: -2}" \
+        --resume "$OUT/$name.ckpt.rank0" --metrics "$OUT/$name.eval.jsonl" >>"$OUT/$name.log" 2>&1 || rc=$?; }
       ((rc == 0)) || { tail -5 "$OUT/$name.log" >&2; echo "run.sh: $name failed with code $rc" >&2; }
       echo "run.sh: $name done (code $rc)" >&2
     done
@@ -108,6 +114,9 @@ def run(model, inter, mode):
         return None
     lines = [json.loads(l) for l in open(path) if l.strip()]
     key = "eval_accuracy" if model == "cnn" else "eval_nats_per_byte"
+    evaluated = path[:-len(".jsonl")] + ".eval.jsonl"
+    if os.path.exists(evaluated):
+        lines += [json.loads(l) for l in open(evaluated) if l.strip()]
     final, evals, last = None, 0.0, None
     steps = 0
     for l in lines:
@@ -141,8 +150,17 @@ for model in models.split(","):
         for mode in ("fence-topk", "fence"):
             log = os.path.join(out, "%s-%s-%s.log" % (model, inter, mode))
             if os.path.exists(log):
-                part = [l.split("] ", 1)[1].rstrip() for l in open(log)
-                        if l.startswith("[rank 0] ") and ("fence:" in l or "stage " in l or "links" in l or "  rank" in l or l.startswith("[rank 0] rank ") or "Mbit" in l)]
+                # Rank 0's lines from the link matrix to the bottleneck.
+                part, on = [], False
+                for l in open(log):
+                    if not l.startswith("[rank 0] "):
+                        continue
+                    text = l.split("] ", 1)[1].rstrip()
+                    on = on or text.startswith("links, Mbit/s")
+                    if on:
+                        part.append(text)
+                    if text.startswith("fence: bottleneck"):
+                        break
                 if part:
                     print("\n%s's partition (rank 0):\n```\n%s\n```" % (mode, "\n".join(part)))
                 break

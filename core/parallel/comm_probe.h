@@ -65,8 +65,12 @@ CommTable probe_communication(transport::coll::Communicator& world, const ProbeO
 // which the disjoint pairs of a round measure at once. A pair's lower rank leads a ping-pong: a
 // small message `repetitions` times (its median round trip, halved, is the latency), then a large
 // one growing x4 from first_large_bytes while a round trip stays under target_seconds (up to
-// max_bytes; never past budget_seconds of the whole probe): bandwidth = the large message's bytes
-// over its one-way time less the latency. The leader tells its peer the next size or the end
+// max_bytes; never past budget_seconds of the whole probe); then the leader streams six messages
+// of a quarter of that size back to back and the peer times their arrivals, leaving the first
+// two out (a shaped link's token bucket lets a burst through at line rate after an idle spell,
+// and a ping-pong idles each direction half the time): bandwidth = the bytes of the later
+// messages over the time between their arrivals, or the round trip's rate where that is lower
+// (a fast link whose arrivals the peer sees in a bunch). The leader tells its peer the next size or the end
 // before each exchange, so the two never disagree. Every rank gets the whole matrix.
 struct LinkProbeOptions {
   size_t small_bytes = 64;
