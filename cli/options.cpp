@@ -311,7 +311,7 @@ const char* usage_notes() {
          "bandwidth, chains the groups so that neighbouring stages share the fastest links, and cuts the\n"
          "model so that the slowest of a stage's compute and a cut's transfer is fastest; a cut that would\n"
          "still be slowest sends only the top-k of its activations (at least --fence-min-keep of them,\n"
-         "default 0.01; --fence-compression 0 sends everything). Rank 0 prints the link matrix and the\n"
+         "default 0.1; --fence-compression 0 sends everything). Rank 0 prints the link matrix and the\n"
          "partition. Every rank reads the same --batch rows; use --micro-batches to keep the stages busy.\n";
 }
 

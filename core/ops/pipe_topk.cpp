@@ -116,6 +116,15 @@ Attrs reversed(const Attrs& f) {
   return pipe_attrs(f.get_string("reverse_axis"), f.get_string("axis"), f.get_int("peer"));
 }
 
+// The backward of a send at `idx` (pipe_send_topk, pipe_send_at): the peer's gradient values at
+// idx arrive over the reverse axis and are scattered into input 0's shape.
+void receive_gradient_at(BackwardContext& b, ValueId idx) {
+  Attrs a = reversed(b.attrs());
+  a.set("shape", b.input_type(0).shape);
+  a.set("dtype", static_cast<int64_t>(b.input_type(0).dtype));
+  b.set_grad_input(0, b.add1("pipe_recv_at", {idx}, a));
+}
+
 // Dim 0 is the batch (Graph::with_batch); idx and the message follow from the new shape.
 void rebatch_shape(Attrs& a, int64_t batch) {
   std::vector<int64_t> shape = a.get_ints("shape");
@@ -162,12 +171,7 @@ OpSchema pipe_send_topk_op() {
     k.outputs[0].fill(0.0f);
     k.pending = c.send(packed, static_cast<size_t>(count) * (sizeof(int32_t) + elem), coll::DataType::kU8, peer_of(k));
   };
-  s.backward = [](BackwardContext& b) {
-    Attrs a = reversed(b.attrs());
-    a.set("shape", b.input_type(0).shape);
-    a.set("dtype", static_cast<int64_t>(b.input_type(0).dtype));
-    b.set_grad_input(0, b.add1("pipe_recv_at", {b.output(1)}, a));
-  };
+  s.backward = [](BackwardContext& b) { receive_gradient_at(b, b.output(1)); };
   return s;
 }
 
@@ -234,12 +238,7 @@ OpSchema pipe_send_at_op() {
     k.outputs[0].fill(0.0f);
     k.pending = c.send(message.raw(), static_cast<size_t>(count), comm_type(g), peer_of(k));
   };
-  s.backward = [](BackwardContext& b) {
-    Attrs a = reversed(b.attrs());
-    a.set("shape", b.input_type(0).shape);
-    a.set("dtype", static_cast<int64_t>(b.input_type(0).dtype));
-    b.set_grad_input(0, b.add1("pipe_recv_at", {b.input(1)}, a));
-  };
+  s.backward = [](BackwardContext& b) { receive_gradient_at(b, b.input(1)); };
   return s;
 }
 

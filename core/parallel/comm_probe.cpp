@@ -359,19 +359,24 @@ LinkMatrix probe_links(coll::Communicator& world, const LinkProbeOptions& option
 
 std::vector<double> measure_compute_scales(coll::Communicator& world) {
   const int n = world.size();
-  std::vector<float> alone(static_cast<size_t>(n), 0.0f);
-  for (int r = 0; r < n; ++r) {
-    world.barrier()->wait();
-    if (world.rank() == r) {
-      std::vector<double> t;
-      for (int k = 0; k < 3; ++k) t.push_back(compute_once());
-      alone[static_cast<size_t>(r)] = static_cast<float>(median(t));
-    }
+  // World rank 0 alone (the others wait in the barrier), then every rank at once.
+  float alone = 0;
+  world.barrier()->wait();
+  if (world.rank() == 0) {
+    std::vector<double> t;
+    for (int k = 0; k < 3; ++k) t.push_back(compute_once());
+    alone = static_cast<float>(median(t));
   }
-  std::vector<float> all(alone.size(), 0.0f);
-  world.all_reduce(alone.data(), all.data(), alone.size(), coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
+  world.broadcast(&alone, 1, coll::DataType::kF32, 0)->wait();
+  std::vector<float> together(static_cast<size_t>(n), 0.0f);
+  world.barrier()->wait();
+  std::vector<double> t;
+  for (int k = 0; k < 3; ++k) t.push_back(compute_once());
+  together[static_cast<size_t>(world.rank())] = static_cast<float>(median(t));
+  std::vector<float> all(together.size(), 0.0f);
+  world.all_reduce(together.data(), all.data(), together.size(), coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
   std::vector<double> scales;
-  for (float t : all) scales.push_back(all[0] > 0 ? t / all[0] : 1.0);
+  for (float x : all) scales.push_back(alone > 0 ? x / alone : 1.0);
   return scales;
 }
 

@@ -100,8 +100,10 @@ struct LinkMatrix {
 // non-positive target or budget.
 LinkMatrix probe_links(transport::coll::Communicator& world, const LinkProbeOptions& options = {});
 
-// How long each rank takes for the same fixed arithmetic, alone (the others wait in a barrier),
-// relative to world rank 0: 1 everywhere on identical, idle hosts; 2 for a rank half as fast. A
+// How long each rank takes for the same fixed arithmetic while every rank computes at once,
+// relative to world rank 0 alone (where the workload estimator's timings come from): 1 on
+// identical idle hosts with a core per rank; 2 for a rank half as fast, or for ranks sharing a
+// core two by two (4 ranks on this 2-core host: stages computing at once take turns). A
 // collective; every rank gets the whole vector.
 std::vector<double> measure_compute_scales(transport::coll::Communicator& world);
 

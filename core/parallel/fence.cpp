@@ -110,7 +110,15 @@ std::string FenceChoice::describe(const Graph& model, const LinkMatrix& links) c
   }
   std::snprintf(line, sizeof line, "fence: bottleneck %.3f ms per micro-batch (slowest stage %.3f ms)\n", bottleneck * 1e3,
                 compute_bottleneck * 1e3);
-  return out + line;
+  out += line;
+  // The same partition as plan fields (rank order aside): --pipeline-cuts and --pipeline-keep.
+  std::string cuts, keeps;
+  for (size_t s = 1; s < count; ++s) {
+    cuts += str_cat(s > 1 ? "," : "", model.nodes()[stages.begin[s]].name);
+    std::snprintf(line, sizeof line, "%s%.4g", s > 1 ? "," : "", keep[s - 1]);
+    keeps += line;
+  }
+  return out + "fence: cuts " + cuts + " keep " + keeps + "\n";
 }
 
 namespace {

@@ -73,7 +73,10 @@ struct PipelineConfig {
 struct FenceConfig {
   bool enabled = false;
   bool compression = true;   // top-k on cuts whose transfer would be the pipeline's bottleneck
-  double min_keep = 0.01;    // the smallest share of an activation a cut may send
+  // The smallest share of an activation a cut may send. Measured (README, geo): the CNN trained 100
+  // steps through a cut keeping 0.1 of its entries ends within 0.4 points of the whole cut's
+  // accuracy, at 0.05 5 points below; below the floor the cut stays slower than the stages.
+  double min_keep = 0.1;
   // Ranks are one cluster while every link between them is at least 1 / cluster_ratio of the
   // fastest link among them.
   double cluster_ratio = 4.0;

@@ -210,7 +210,7 @@ class Plan(Handle):
     be 1 (else UnsupportedError), pipeline_chunks 1, no pipeline_cuts or pipeline_keep),
     fence_compression (False: fence never compresses a cut; else a cut whose transfer would be the
     bottleneck sends only its top-k entries), fence_min_keep (the smallest share of entries a
-    compressed cut keeps, in (0, 1]; None = 0.01), pipeline_keep (per cut of a pipeline, the share
+    compressed cut keeps, in (0, 1]; None = 0.1), pipeline_keep (per cut of a pipeline, the share
     of its activations' entries sent, top-k by magnitude, each in (0, 1]: a sequence of floats, one
     per cut — pipeline_stages x pipeline_chunks - 1 of them — or a str "1,0.1"; None = no cut
     compressed). InvalidPlanError naming fence_min_keep or "pipeline keep" for a bad value or count.

@@ -124,7 +124,7 @@ pub struct PlanOptions {
     /// top-k entries of its activations (true, the default) or everything (false).
     pub fence_compression: bool,
     /// fence: the smallest share of entries a compressed cut keeps, in (0, 1]; 0 = the default
-    /// 0.01. INVALID_PLAN naming fence_min_keep outside [0, 1].
+    /// 0.1. INVALID_PLAN naming fence_min_keep outside [0, 1].
     pub fence_min_keep: f64,
 }
 
@@ -382,15 +382,7 @@ impl Trainer {
         comm: &Comm,
         options: &TrainerOptions,
     ) -> Result<Trainer> {
-        let raw = options.to_raw();
-        create!(Trainer, |out| sys::cohort_trainer_create_parallel(
-            graph.as_raw(),
-            optimizer.as_raw(),
-            plan.as_raw(),
-            comm.as_raw(),
-            &raw,
-            &mut out
-        ))
+        Self::create_parallel(graph.as_raw(), optimizer, plan, comm, options)
     }
 
     /// [`Trainer::new_parallel`] on a rank other than world rank 0 under a pipeline plan
@@ -405,9 +397,20 @@ impl Trainer {
         comm: &Comm,
         options: &TrainerOptions,
     ) -> Result<Trainer> {
+        Self::create_parallel(std::ptr::null(), optimizer, plan, comm, options)
+    }
+
+    // new_parallel and new_parallel_without_graph: `graph` is a live graph's handle or null.
+    fn create_parallel(
+        graph: *const sys::cohort_graph,
+        optimizer: &Optimizer,
+        plan: &Plan,
+        comm: &Comm,
+        options: &TrainerOptions,
+    ) -> Result<Trainer> {
         let raw = options.to_raw();
         create!(Trainer, |out| sys::cohort_trainer_create_parallel(
-            std::ptr::null(),
+            graph,
             optimizer.as_raw(),
             plan.as_raw(),
             comm.as_raw(),

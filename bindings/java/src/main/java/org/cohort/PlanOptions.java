@@ -412,7 +412,7 @@ public final class PlanOptions {
 
   /**
    * Fence: the smallest share of entries a compressed cut keeps, in (0, 1]; 0 (the default) =
-   * 0.01. INVALID_PLAN naming fence_min_keep outside [0, 1].
+   * 0.1. INVALID_PLAN naming fence_min_keep outside [0, 1].
    */
   public PlanOptions fenceMinKeep(double value) {
     fenceMinKeep = value;
