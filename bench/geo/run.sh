@@ -105,7 +105,7 @@ for model in "${MODEL_LIST[@]}"; do
       elif ((rc == 0)); then
         cuts=$(grep -o "^\[rank 0\] stage [1-9][0-9]*: nodes [0-9]*-[0-9]* '[^']*'" "$OUT/$name.log" | sed "s/.*'\(.*\)'/\1/" |
           tail -n $((RANKS - 1)) | paste -sd, -)
-        keep=$(grep -o "^\[rank 0\] fence: cuts [^ ]* keep [^ ]*" "$OUT/$name.log" | tail -1 | sed 's/.* keep //')
+        keep=$(grep -o "^\[rank 0\] fence: cuts [^ ]* keep [^ ]*" "$OUT/$name.log" | tail -1 | sed 's/.* keep //' || true)
         env -u UCX_TLS "$COHORT_RUN" -n "$RANKS" -- "$CLI" train --model "$model" --steps "$steps" --threads 1 "${sizes[@]}" \
           --parallel sync --pipeline "$RANKS" --micro-batches "$MICRO" --batch "$global" --pipeline-cuts "$cuts" \
           ${keep:+--pipeline-keep "$keep"} --resume "$OUT/$name.ckpt" --metrics "$OUT/$name.eval.jsonl" \

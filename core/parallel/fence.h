@@ -59,7 +59,8 @@ struct FenceChoice {
 // (greedily past that), each cluster's ranks in ascending order; for each, the cut minimises the
 // bottleneck, cuts priced with the keep ratios a cut would get against the compute-only optimum
 // when config.compression (the ratios are then chosen again against the chosen partition's
-// slowest stage). kInvalidPlan when the model has fewer cut points than ranks - 1, or a stage
+// slowest stage) — unless the best partition sending every cut whole is within 5% as fast: then
+// that one. kInvalidPlan when the model has fewer cut points than ranks - 1, or a stage
 // would hold no parameter.
 FenceChoice choose_fence(const Graph& model, const std::vector<double>& node_seconds, const LinkMatrix& links,
                          const std::vector<double>& compute_scales, const FenceConfig& config);

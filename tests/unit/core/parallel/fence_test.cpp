@@ -121,6 +121,22 @@ TEST(Fence, CompressionBringsASlowCutDownToTheSlowestStage) {
   EXPECT_GT(plain.bottleneck, 3 * f.bottleneck) << plain.describe(gpt, links) << f.describe(gpt, links);
 }
 
+// Entries are dropped only where that buys more than 5% of the bottleneck.
+TEST(Fence, CompressionOnlyWhereItPaysMoreThanAFewPercent) {
+  const Graph gpt = deep_gpt();
+  FenceConfig whole_only;
+  whole_only.compression = false;
+  const double compute = choose_fence(gpt, flat_costs(gpt, 1e-3), two_sites(1.25e9), {1, 1, 1, 1}, whole_only).bottleneck;
+  const double bytes = pipeline_cut_sizes(gpt)[pipeline_cut_points(gpt)[0]].bytes;
+  auto keeps_at = [&](double slower) {  // the slow cut sent whole takes `slower` x the compute bound
+    const LinkMatrix links = two_sites(bytes / (slower * compute - 1e-4), {0, 0, 1, 1}, 1e-4);
+    return choose_fence(gpt, flat_costs(gpt, 1e-3), links, {1, 1, 1, 1}, FenceConfig()).keep;
+  };
+  const std::vector<double> near = keeps_at(1.03), far = keeps_at(1.5);
+  EXPECT_EQ(near, (std::vector<double>{1, 1, 1}));
+  EXPECT_LT(*std::min_element(far.begin(), far.end()), 1.0);
+}
+
 TEST(Fence, ASlowerRankGetsLessWork) {
   const Graph gpt = deep_gpt();
   LinkMatrix one_site = two_sites(1.25e9, {0, 0});
