@@ -21,11 +21,7 @@ GridAxes make_grid(coll::Communicator& world, const PlanConfig& plan) {
   const int model = plan.model_degree();
   const std::vector<int> dims = {world.size() / model, plan.pipeline.stages, plan.tensor.x, plan.tensor.y,
                                  plan.tensor.z};
-  // This rank's grid position: its index in the plan's rank order.
-  int position = world.rank();
-  if (!plan.rank_order.empty())
-    position = static_cast<int>(std::find(plan.rank_order.begin(), plan.rank_order.end(), world.rank()) -
-                                plan.rank_order.begin());
+  const int position = grid_position(plan, world.rank());
   const std::vector<int> at = coll::grid_coordinates(position, dims);
   const char* names[] = {"data", "pipe", "x", "y", "z"};
   GridAxes g;
@@ -132,25 +128,8 @@ std::vector<StagePackage> make_stage_packages(const Graph& model, const PlanConf
                                               const std::vector<double>& compute_scales) {
   PlanConfig plan = requested;
   const Graph micro = micro_batch_model(model, plan.pipeline.micro_batches);
-  std::string report;
-  if (plan.fence.enabled) {
-    const FenceChoice f = choose_fence(micro, estimate_node_seconds(micro), *links, compute_scales, plan.fence);
-    plan.fence.enabled = false;
-    plan.data_parallel = 1;
-    plan.pipeline.stages = world_size;
-    plan.rank_order = f.rank_order;
-    plan.pipeline.cuts.clear();
-    for (size_t s = 1; s < f.stages.begin.size(); ++s) plan.pipeline.cuts.push_back(micro.nodes()[f.stages.begin[s]].name);
-    if (std::any_of(f.keep.begin(), f.keep.end(), [](double k) { return k < 1; })) plan.pipeline.keep = f.keep;
-    report = links->describe() + f.describe(micro, *links);
-  }
-  validate_for_world(plan, world_size);
-  const PipelineConfig& pp = plan.pipeline;
-  const int stage_count = pp.stages * pp.chunks;
   // The tensor rewrite of each position (the same nodes in the same order at every position: the
   // cut is chosen on the first and holds for all).
-  const int model_ranks = plan.model_degree();
-  const std::vector<int> dims = {world_size / model_ranks, pp.stages, plan.tensor.x, plan.tensor.y, plan.tensor.z};
   std::map<std::vector<int>, TensorParallelGraph> parts;
   auto part_at = [&](int x, int y, int z) -> const TensorParallelGraph& {
     const std::vector<int> key = {x, y, z};
@@ -164,18 +143,35 @@ std::vector<StagePackage> make_stage_packages(const Graph& model, const PlanConf
     return parts.emplace(key, std::move(tp)).first->second;
   };
   const Graph& first = part_at(0, 0, 0).graph;
+  std::vector<double> node_seconds;  // first's, estimated once: by fence here, else before the cut
+  std::string report;
+  if (plan.fence.enabled) {
+    node_seconds = estimate_node_seconds(first);  // first is micro: a fence plan has no tensor axes
+    const FenceChoice f = choose_fence(first, node_seconds, *links, compute_scales, plan.fence);
+    plan.fence.enabled = false;
+    plan.data_parallel = 1;
+    plan.pipeline.stages = world_size;
+    plan.rank_order = f.rank_order;
+    plan.pipeline.cuts.clear();
+    for (size_t s = 1; s < f.stages.begin.size(); ++s) plan.pipeline.cuts.push_back(first.nodes()[f.stages.begin[s]].name);
+    if (std::any_of(f.keep.begin(), f.keep.end(), [](double k) { return k < 1; })) plan.pipeline.keep = f.keep;
+    report = links->describe() + f.describe(first, *links);
+  }
+  validate_for_world(plan, world_size);
+  const PipelineConfig& pp = plan.pipeline;
+  const int stage_count = pp.stages * pp.chunks;
+  const std::vector<int> dims = {world_size / plan.model_degree(), pp.stages, plan.tensor.x, plan.tensor.y,
+                                 plan.tensor.z};
   // Whether the model takes the stages at all, before timing anything.
   (void)cut_pipeline_stages(first, stage_count, std::vector<double>(first.nodes().size(), 1.0), pp.cuts);
   check_plan_memory(model, plan, world_size, options);
-  const PipelineStages stages = cut_pipeline_stages(first, stage_count, estimate_node_seconds(first), pp.cuts);
+  if (node_seconds.empty()) node_seconds = estimate_node_seconds(first);
+  const PipelineStages stages = cut_pipeline_stages(first, stage_count, node_seconds, pp.cuts);
   report += stages.describe(first);
   std::vector<StagePackage> out(static_cast<size_t>(world_size));
   std::map<std::vector<int>, PipelineGraph> built;  // by (pipe, x, y, z): data replicas share them
   for (int r = 0; r < world_size; ++r) {
-    int position = r;
-    if (!plan.rank_order.empty())
-      position = static_cast<int>(std::find(plan.rank_order.begin(), plan.rank_order.end(), r) - plan.rank_order.begin());
-    const std::vector<int> at = coll::grid_coordinates(position, dims);
+    const std::vector<int> at = coll::grid_coordinates(grid_position(plan, r), dims);
     const std::vector<int> key = {at[1], at[2], at[3], at[4]};
     const TensorParallelGraph& tp = part_at(at[2], at[3], at[4]);
     auto it = built.find(key);
@@ -215,11 +211,8 @@ std::unique_ptr<Trainer> make_pipeline_trainer(const Graph& model, const optim::
   if (world->rank() == 0) {
     try {
       all = make_stage_packages(model, plan, n, options, &links, scales);
-    } catch (const Error& e) {
-      StagePackage failed;
-      failed.error = e.what();
-      failed.status = static_cast<int>(e.status());
-      all.assign(static_cast<size_t>(n), failed);
+    } catch (const std::exception& e) {  // any failure: the other ranks wait in the exchange
+      all.assign(static_cast<size_t>(n), failed_stage_package(e));
     }
   }
   StagePackage mine = exchange_stage_packages(*world, world->rank() == 0 ? &all : nullptr);

@@ -154,6 +154,12 @@ void validate(const PlanConfig& p) {
                "plan: ZeRO stage 3 with pipeline stages or micro-batches is not implemented (TODO(#28)); use stage 1 or 2");
 }
 
+int grid_position(const PlanConfig& plan, int world_rank) {
+  if (plan.rank_order.empty()) return world_rank;
+  return static_cast<int>(std::find(plan.rank_order.begin(), plan.rank_order.end(), world_rank) -
+                          plan.rank_order.begin());
+}
+
 const char* schedule_name(PipelineSchedule s) {
   switch (s) {
     case PipelineSchedule::kGPipe: return "gpipe";

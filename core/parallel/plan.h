@@ -175,4 +175,8 @@ void validate(const PlanConfig& plan);
 // fields and numbers; a product below the world size is kUnsupported: no other axis exists).
 void validate_for_world(const PlanConfig& plan, int world_size);
 
+// World rank `world_rank`'s position in the plan's grid: its index in rank_order (the rank itself
+// when rank_order is empty). The plan must fit the world (validate_for_world).
+int grid_position(const PlanConfig& plan, int world_rank);
+
 }  // namespace cohort::parallel

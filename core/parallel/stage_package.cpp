@@ -28,6 +28,14 @@ std::vector<std::string> strings(const flatbuffers::Vector<flatbuffers::Offset<f
 
 }  // namespace
 
+StagePackage failed_stage_package(const std::exception& e) {
+  StagePackage p;
+  p.error = e.what();
+  const auto* error = dynamic_cast<const Error*>(&e);
+  p.status = static_cast<int>(error ? error->status() : Status::kInternal);
+  return p;
+}
+
 std::vector<uint8_t> encode_stage_package(const StagePackage& p) {
   flatbuffers::FlatBufferBuilder b;
   std::vector<uint8_t> model, stage;
@@ -129,12 +137,8 @@ StagePackage exchange_stage_packages(coll::Communicator& world, const std::vecto
     std::vector<std::vector<uint8_t>> all;
     try {
       for (const StagePackage& p : *packages) all.push_back(encode_stage_package(p));
-    } catch (const Error& e) {
-      all.clear();
-      StagePackage failed;
-      failed.error = e.what();
-      failed.status = static_cast<int>(e.status());
-      for (int r = 0; r < n; ++r) all.push_back(encode_stage_package(failed));
+    } catch (const std::exception& e) {
+      all.assign(static_cast<size_t>(n), encode_stage_package(failed_stage_package(e)));
     }
     std::vector<coll::WorkPtr> sends;
     std::vector<int64_t> sizes(static_cast<size_t>(n));

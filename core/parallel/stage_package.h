@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,10 @@ struct StagePackage {
   std::vector<std::string> recompute;
   std::string stages;  // the partition's description
 };
+
+// The package carrying world rank 0's failure to every rank: its message, and its status (an
+// Error's; kInternal for any other exception).
+StagePackage failed_stage_package(const std::exception& e);
 
 std::vector<uint8_t> encode_stage_package(const StagePackage& package);
 
