@@ -8,10 +8,9 @@ mod common;
 use std::ptr;
 
 use cohort::{
-    check, device_usable, sys, Activation, Attrs, Comm, CommOptions, DType, Dataset, Device, Error,
-    GptOptions, Graph, Initializer, MlpOptions, Optimizer, OptimizerOptions, Plan, PlanOptions,
-    Preset, ReduceOp, Sampler, SamplerOptions, Split, Status, SyncMode, Tensor, TensorMut, Trainer,
-    TrainerOptions,
+    check, device_usable, sys, Attrs, Comm, CommOptions, DType, Dataset, Device, Error, GptOptions,
+    Graph, Initializer, Optimizer, OptimizerOptions, Plan, PlanOptions, Preset, ReduceOp, Sampler,
+    SamplerOptions, Split, Status, SyncMode, Tensor, TensorMut, Trainer, TrainerOptions,
 };
 use common::{batch, trainer, Lcg, CLASSES, FEATURES};
 
@@ -339,14 +338,7 @@ fn bad_options_name_the_field() {
 fn devices_and_why_they_cannot_be_used() {
     assert_eq!(device_usable(Device::Cpu).unwrap(), (true, String::new()));
     assert_eq!(TrainerOptions::default().device, Device::Cpu);
-    let graph = Graph::mlp(&MlpOptions {
-        batch: 8,
-        in_features: FEATURES as i64,
-        hidden: vec![4],
-        classes: CLASSES as i64,
-        activation: Activation::Relu,
-    })
-    .unwrap();
+    let graph = common::mlp(8, 4);
     let optimizer = common::adamw(1e-2);
     let (x, y) = batch(&mut Lcg(1), 8);
     let inputs = [Tensor::new("x", &x, &[8, FEATURES as i64]), Tensor::new("y", &y, &[8])];
@@ -616,14 +608,7 @@ fn automatic_plans_are_chosen_before_a_trainer_is_made() {
         Status::InvalidPlan,
         &["plan: memory_limit_bytes = -1"],
     );
-    let graph = Graph::mlp(&MlpOptions {
-        batch: 8,
-        in_features: FEATURES as i64,
-        hidden: vec![4],
-        classes: CLASSES as i64,
-        activation: Activation::Relu,
-    })
-    .unwrap();
+    let graph = common::mlp(8, 4);
     let optimizer = common::adamw(1e-2);
     let comm = Comm::from_env(&CommOptions::default()).unwrap();
     let on_cpu = TrainerOptions { seed: 1, ..TrainerOptions::default() };
