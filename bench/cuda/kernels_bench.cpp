@@ -90,6 +90,47 @@ void bench_gemm(kc::Blas& blas, const char* mode, DType type, bool tf32, int64_t
   g_alloc->free(C);
 }
 
+// The GPT-2 output head's three products at [8192 tokens, 768] x a 50257-row vocabulary, laid out
+// as the graph issues them (forward logits = h wte^T, dh = dlogits wte, dwte = dlogits^T h): rows
+// of 50257 bf16 values are off 16-byte boundaries, so cuBLAS alone runs slow kernels; printed with
+// gemm staging off and on (kernels/cuda/gemm.h), and at a 50304 vocabulary (aligned) as the floor.
+void bench_head_gemms(DType type, bool tf32, double peak) {
+  const int64_t T = 8192, C = 768;
+  for (const int64_t V : {int64_t{50257}, int64_t{50304}}) {
+    void* h = random_buffer(T * C, type, 1);
+    void* w = random_buffer(V * C, type, 2);
+    void* logits = random_buffer(T * V, type, 3);
+    void* out = random_buffer(V * C, type, 4);
+    struct Product {
+      const char* name;
+      std::function<void(kc::Blas&)> run;
+    };
+    const Product products[] = {
+        {"fwd  h wte^T", [&](kc::Blas& b) { b.gemm(type, false, true, T, V, C, 1.0f, h, C, w, C, 0.0f, logits, V); }},
+        {"dh   dlogits wte", [&](kc::Blas& b) { b.gemm(type, false, false, T, C, V, 1.0f, logits, V, w, C, 0.0f, out, C); }},
+        {"dwte dlogits^T h", [&](kc::Blas& b) { b.gemm(type, true, false, V, C, T, 1.0f, logits, V, h, C, 0.0f, out, C); }},
+    };
+    for (const Product& p : products) {
+      double ms[2];
+      for (int staged = 0; staged < 2; ++staged) {
+        kc::Blas blas;
+        blas.set_allow_tf32(tf32);
+        if (!staged) blas.set_staging({0.0, 0.0, 0});
+        ms[staged] = median_ms([&] { p.run(blas); });
+      }
+      const double tf = 2.0 * T * V * C / 1e12;
+      std::printf("head gemm %-4s V %5lld %-17s unstaged %7.3f ms %6.1f TFLOP/s  staged %7.3f ms %6.1f TFLOP/s  %.2fx\n",
+                  tf32 ? "tf32" : kc::dtype_name(type), (long long)V, p.name, ms[0], tf / (ms[0] * 1e-3), ms[1],
+                  tf / (ms[1] * 1e-3), ms[0] / ms[1]);
+    }
+    g_alloc->free(h);
+    g_alloc->free(w);
+    g_alloc->free(logits);
+    g_alloc->free(out);
+  }
+  (void)peak;
+}
+
 void report_bw(const char* name, double ms, double bytes, double copy_gbs) {
   const double gbs = bytes / (ms * 1e-3) / 1e9;
   std::printf("%-44s %8.3f ms  %7.0f GB/s  %.2f of memcpy\n", name, ms, gbs, gbs / copy_gbs);
@@ -143,6 +184,9 @@ int main(int argc, char** argv) {
     bench_gemm(blas, "tf32", DType::kF32, true, s.M, s.N, s.K, peak);
   }
   bench_gemm(blas, "fp32", DType::kF32, false, 4096, 4096, 4096, peak);
+  alloc.release_all();
+  bench_head_gemms(DType::kBF16, false, peak);
+  bench_head_gemms(DType::kF32, true, peak);
   alloc.release_all();
   bench_fused(copy_gbs);
   alloc.release_all();

@@ -38,6 +38,7 @@
 #include "core/base/error.h"
 #include "core/device/cuda_context.h"
 #include "core/device/device.h"
+#include "core/exec/profile.h"
 #include "core/exec/trainer.h"
 #include "core/models/gpt.h"
 
@@ -214,6 +215,8 @@ int main(int argc, char** argv) {
     }
     float loss = 0;
     for (int s = 0; s < a.warmup; ++s) loss = trainer.step(in);
+    OpProfile::reset();  // COHORT_PROFILE: the timed steps only (the warm-up's plans and compiles out)
+    const uint64_t staged_before = cuda_context().blas.staged_products();
     std::vector<double> rates;
     for (int r = 0; r < a.rounds; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -234,6 +237,8 @@ int main(int argc, char** argv) {
                 c.dtype == DType::kBF16 ? "bf16 (fp32 master)" : a.tf32 ? "fp32/TF32" : "fp32", tps,
                 1e3 * c.batch * c.context / tps, 100.0 * mfu, a.peak_tflops, loss, device_peak_gib,
                 static_cast<double>(st.peak_activation_bytes) / (1u << 30));
+    std::printf("cohort gemm staging: %.1f products a step copied through aligned buffers (kernels/cuda/gemm.h)\n",
+                static_cast<double>(cuda_context().blas.staged_products() - staged_before) / (a.rounds * a.steps));
     std::fflush(stdout);  // before the anchors' output, however long they take
     if (!a.torch) return 0;
     for (const std::string mode : {"eager_tf32", "eager_bf16", "compile_bf16"}) {

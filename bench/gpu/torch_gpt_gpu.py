@@ -11,7 +11,9 @@ torch has it, so each anchor is a fast path PyTorch users get. One MODE per run:
 Prints one line of key=value results: mode, tokens_per_s (median over ROUNDS rounds of STEPS
 steps), max_memory_gib (torch.cuda.max_memory_allocated from before the first step: parameters,
 gradients, optimizer state and activations), warmup_s (the warm-up steps, compilation included),
-torch, device. A line starting "skipped:" when the mode cannot run here.
+torch, device. A line starting "skipped:" when the mode cannot run here. With COHORT_TORCH_PROFILE=N
+in the environment, N more steps run under torch.profiler afterwards and the CUDA kernels' time
+table goes to stderr (where PyTorch's step spends its device time, to set beside COHORT_PROFILE).
 
 usage: torch_gpt_gpu.py BATCH CONTEXT LAYERS WIDTH HEADS VOCAB WARMUP STEPS ROUNDS TF32 MODE
 """
@@ -84,6 +86,16 @@ def main():
             step()
         rates.append(B * T * steps / (time.perf_counter() - t0))
     peak = torch.cuda.max_memory_allocated() / 2**30
+    profile_steps = int(os.environ.get("COHORT_TORCH_PROFILE", "0"))
+    if profile_steps > 0:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(profile_steps):
+                step()
+            torch.cuda.synchronize()
+        print(f"torch profile: {mode}, {profile_steps} steps", file=sys.stderr)
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=40, max_name_column_width=70),
+              file=sys.stderr)
     print(f"mode={mode} tokens_per_s={statistics.median(rates):.1f} max_memory_gib={peak:.2f} "
           f"warmup_s={warmup_s:.1f} torch={torch.__version__} "
           f"device={torch.cuda.get_device_name(0).replace(' ', '_')} tf32={tf32}")

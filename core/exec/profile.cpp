@@ -48,6 +48,12 @@ void OpProfile::add(const std::string& op, double seconds) {
   ++e.calls;
 }
 
+void OpProfile::reset() {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  t.ops.clear();
+}
+
 std::string OpProfile::report() {
   Table& t = table();
   std::vector<std::pair<std::string, Entry>> rows;

@@ -13,6 +13,8 @@ class OpProfile {
   static bool enabled();
   // Adds one run of `op` that took `seconds`.
   static void add(const std::string& op, double seconds);
+  // Forgets what was recorded so far (a benchmark's warm-up steps).
+  static void reset();
   // The table as text ("" when nothing was recorded).
   static std::string report();
 };

@@ -5,7 +5,9 @@
 
 #include "kernels/cuda/cublas_api.h"
 
+#include <algorithm>
 #include <climits>
+#include <cstdint>
 
 #include "core/base/error.h"
 
@@ -42,6 +44,42 @@ Types types_for(DType type, bool allow_tf32) {
   if (type == DType::kBF16) return {CUDA_R_16BF, CUBLAS_COMPUTE_32F};
   return {CUDA_R_32F, allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
 }
+
+size_t element_bytes(DType type) { return type == DType::kBF16 ? 2 : 4; }
+
+// Every row of a stored matrix starts on a 16-byte boundary (one row: only its start counts).
+bool rows_aligned(const void* p, int64_t ld, int64_t rows, size_t es) {
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return rows <= 1 || (static_cast<size_t>(ld) * es) % 16 == 0;
+}
+
+// A staged block's leading dimension: its columns rounded up to 128 bytes.
+int64_t padded_ld(int64_t cols, size_t es) {
+  const int64_t q = static_cast<int64_t>(128 / es);
+  return (cols + q - 1) / q * q;
+}
+
+size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// One operand of a staged product: op(X) is [p, q] over the dims dp, dq (0 = M, 1 = N, 2 = K),
+// stored transposed when `trans` (rows q, cols p).
+struct Operand {
+  const char* base;
+  int64_t ld;
+  bool trans, staged;
+  int dp, dq;
+  size_t offset = 0;  // of its region in the staging buffer
+  // Stored rows and columns of the block op(X)[p0 : p0 + pn, q0 : q0 + qn].
+  int64_t rows(int64_t pn, int64_t qn) const { return trans ? qn : pn; }
+  int64_t cols(int64_t pn, int64_t qn) const { return trans ? pn : qn; }
+  const char* at(int64_t p0, int64_t q0, size_t es) const {
+    const int64_t r = trans ? q0 : p0, c = trans ? p0 : q0;
+    return base + (r * ld + c) * static_cast<int64_t>(es);
+  }
+  size_t bytes(int64_t pn, int64_t qn, size_t es) const {
+    return round_up_256(static_cast<size_t>(rows(pn, qn)) * static_cast<size_t>(padded_ld(cols(pn, qn), es)) * es);
+  }
+};
 }  // namespace
 
 Blas::Blas(cudaStream_t stream, bool allow_tf32) : stream_(stream), allow_tf32_(allow_tf32) {
@@ -62,11 +100,31 @@ Blas::Blas(cudaStream_t stream, bool allow_tf32) : stream_(stream), allow_tf32_(
 Blas::~Blas() {
   if (handle_) (void)cublas().destroy(h(handle_));
   if (workspace_) (void)cudaFree(workspace_);
+  if (stage_) (void)cudaFree(stage_);
 }
 
 void Blas::set_stream(cudaStream_t stream) {
+  // The staging buffer is ordered on one stream: let the old one finish with it first.
+  if (stage_ && stream != stream_) COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   COHORT_CUBLAS_CHECK(cublas().set_stream(h(handle_), stream));
   stream_ = stream;
+}
+
+void* Blas::staging_buffer(size_t bytes) {
+  if (bytes <= stage_bytes_) return stage_;
+  if (stage_) {
+    COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    COHORT_CUDA_CHECK(cudaFree(stage_));
+    stage_ = nullptr;
+    stage_bytes_ = 0;
+  }
+  if (cudaMalloc(&stage_, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // out of memory: the product runs unstaged
+    stage_ = nullptr;
+    return nullptr;
+  }
+  stage_bytes_ = bytes;
+  return stage_;
 }
 
 void Blas::gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
@@ -74,6 +132,122 @@ void Blas::gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, in
                 void* C, int64_t ldc) {
   check_dims(trans_a, trans_b, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
+  if (K > 0 && staging_.budget_bytes > 0) {
+    const size_t es = element_bytes(type);
+    const bool stage_a = !rows_aligned(A, lda, trans_a ? K : M, es);
+    const bool stage_b = !rows_aligned(B, ldb, trans_b ? N : K, es);
+    const bool stage_c = !rows_aligned(C, ldc, M, es);
+    if (stage_a || stage_b || stage_c) {
+      const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+      const double copied = static_cast<double>(es) *
+                            ((stage_a ? static_cast<double>(M) * K : 0.0) + (stage_b ? static_cast<double>(K) * N : 0.0) +
+                             (stage_c ? static_cast<double>(M) * N * (beta != 0.0f ? 2 : 1) : 0.0));
+      if (flops >= staging_.min_flops && flops >= staging_.flops_per_byte * copied &&
+          staged_gemm(type, trans_a, trans_b, M, N, K, alpha, A, lda, stage_a, B, ldb, stage_b, beta, C, ldc,
+                      stage_c)) {
+        ++staged_products_;
+        return;
+      }
+    }
+  }
+  raw_gemm(type, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+bool Blas::staged_gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                       float alpha, const void* A, int64_t lda, bool stage_a, const void* B,
+                       int64_t ldb, bool stage_b, float beta, void* C, int64_t ldc, bool stage_c) {
+  const size_t es = element_bytes(type);
+  const int64_t extent[3] = {M, N, K};
+  Operand ops[3] = {{static_cast<const char*>(A), lda, trans_a, stage_a, 0, 2},
+                    {static_cast<const char*>(B), ldb, trans_b, stage_b, 2, 1},
+                    {static_cast<const char*>(C), ldc, false, stage_c, 0, 1}};
+  // Staging bytes when dim d is cut into chunks of `len`.
+  auto need = [&](int d, int64_t len) {
+    size_t total = 0;
+    for (const Operand& o : ops)
+      if (o.staged) total += o.bytes(o.dp == d ? len : extent[o.dp], o.dq == d ? len : extent[o.dq], es);
+    return total;
+  };
+  // The dim and chunk length with the fewest chunks within the budget (chunks of 16 keep the
+  // unstaged operands' sub-blocks 16-byte aligned; ties go to M, then N, then K).
+  int best = -1;
+  int64_t best_len = 0, best_chunks = 0;
+  for (int d = 0; d < 3; ++d) {
+    const int64_t e = extent[d];
+    int64_t len = 0;
+    if (need(d, e) <= staging_.budget_bytes) {
+      len = e;
+    } else if (e > 16 && need(d, 16) <= staging_.budget_bytes) {
+      int64_t lo = 1, hi = (e - 1) / 16;  // in units of 16, need(lo * 16) fits
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo + 1) / 2;
+        if (need(d, mid * 16) <= staging_.budget_bytes) lo = mid;
+        else hi = mid - 1;
+      }
+      len = lo * 16;
+    }
+    if (len == 0) continue;
+    const int64_t chunks = (e + len - 1) / len;
+    if (best < 0 || chunks < best_chunks) {
+      best = d;
+      best_len = len;
+      best_chunks = chunks;
+    }
+  }
+  if (best < 0) return false;
+  size_t total = 0;
+  for (Operand& o : ops) {
+    if (!o.staged) continue;
+    o.offset = total;
+    total += o.bytes(o.dp == best ? best_len : extent[o.dp], o.dq == best ? best_len : extent[o.dq], es);
+  }
+  char* stage = static_cast<char*>(staging_buffer(total));
+  if (!stage) return false;
+
+  auto copy = [&](void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64_t rows, int64_t cols) {
+    COHORT_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_ld) * es, src, static_cast<size_t>(src_ld) * es,
+                                        static_cast<size_t>(cols) * es, static_cast<size_t>(rows),
+                                        cudaMemcpyDeviceToDevice, stream_));
+  };
+  const int64_t e = extent[best];
+  for (int64_t d0 = 0; d0 < e; d0 += best_len) {
+    const int64_t len = std::min(best_len, e - d0);
+    int64_t start[3] = {0, 0, 0}, size[3] = {M, N, K};
+    start[best] = d0;
+    size[best] = len;
+    const bool first = d0 == 0, last = d0 + len >= e;
+    const float chunk_beta = best == 2 && !first ? 1.0f : beta;
+    const void* ptr[3];
+    int64_t ld[3];
+    for (int i = 0; i < 3; ++i) {
+      const Operand& o = ops[i];
+      const int64_t p0 = start[o.dp], q0 = start[o.dq], pn = size[o.dp], qn = size[o.dq];
+      const char* src = o.at(p0, q0, es);
+      if (!o.staged) {
+        ptr[i] = src;
+        ld[i] = o.ld;
+        continue;
+      }
+      const bool chunked = o.dp == best || o.dq == best;  // else the whole operand, staged once
+      const int64_t rows = o.rows(pn, qn), cols = o.cols(pn, qn);
+      ptr[i] = stage + o.offset;
+      ld[i] = padded_ld(cols, es);
+      const bool is_c = i == 2;
+      const bool copy_in = is_c ? (beta != 0.0f && (chunked || first)) : (chunked || first);
+      if (copy_in) copy(stage + o.offset, ld[i], src, o.ld, rows, cols);
+    }
+    raw_gemm(type, trans_a, trans_b, size[0], size[1], size[2], alpha, ptr[0], ld[0], ptr[1], ld[1], chunk_beta,
+             const_cast<void*>(ptr[2]), ld[2]);
+    const Operand& c = ops[2];
+    if (c.staged && (best != 2 || last))
+      copy(const_cast<char*>(c.at(start[0], start[1], es)), c.ld, ptr[2], ld[2], size[0], size[1]);
+  }
+  return true;
+}
+
+void Blas::raw_gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                    float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta,
+                    void* C, int64_t ldc) {
   const Types t = types_for(type, allow_tf32_);
   // Column-major view: C^T [N, M] = op(B)^T [N, K] * op(A)^T [K, M].
   COHORT_CUBLAS_CHECK(cublas().gemm_ex(h(handle_), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,

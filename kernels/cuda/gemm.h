@@ -7,6 +7,15 @@
 // (fp32 math, or TF32 tensor cores when allowed) or kBF16 (bf16 in and out, fp32 accumulation).
 // Row-major is mapped onto column-major cuBLAS as C^T = op(B)^T op(A)^T: the operands swap and
 // each keeps its own transpose flag.
+//
+// Misaligned operands are staged. cuBLAS runs its tensor-core kernels (TMA on Hopper) only on
+// matrices whose rows start on 16-byte boundaries; a leading dimension such as a vocabulary of
+// 50257 bf16 values sends it to kernels several times slower (a GPT-2 step's three output-head
+// products took 20 of its 39 ms on an H200). gemm() therefore copies a misaligned operand into a
+// padded buffer (cudaMemcpy2DAsync) when the product is large enough to pay for the copy, in chunks
+// along M, N or K so the buffer stays within a budget (64 MiB by default, kept like the workspace),
+// and copies a staged C back. The results equal an unstaged product's up to the order of the
+// K-chunk sums.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +38,20 @@ class Blas {
   void set_allow_tf32(bool allow) { allow_tf32_ = allow; }
   bool allow_tf32() const { return allow_tf32_; }
 
+  // When gemm() stages misaligned operands: products of at least `min_flops` (2 M N K) whose
+  // flops are at least `flops_per_byte` times the bytes copied, through at most `budget_bytes` of
+  // staging memory (chunks of at least 16 rows or columns; a budget too small for that, or 0,
+  // turns staging off). Tests set small values to make every case stage.
+  struct Staging {
+    double min_flops = 6.7e7;
+    double flops_per_byte = 128;
+    size_t budget_bytes = size_t{64} << 20;
+  };
+  void set_staging(const Staging& staging) { staging_ = staging; }
+  const Staging& staging() const { return staging_; }
+  // Products that went through staging since construction (for tests and benchmarks).
+  uint64_t staged_products() const { return staged_products_; }
+
   void gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
             const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
             int64_t ldc);
@@ -41,8 +64,21 @@ class Blas {
                     int64_t stride_c);
 
  private:
+  void raw_gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
+                int64_t ldc);
+  // Runs the product through staged copies; false when the staging budget cannot hold a chunk.
+  bool staged_gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                   float alpha, const void* A, int64_t lda, bool stage_a, const void* B, int64_t ldb,
+                   bool stage_b, float beta, void* C, int64_t ldc, bool stage_c);
+  void* staging_buffer(size_t bytes);
+
   void* handle_ = nullptr;  // cublasHandle_t
   void* workspace_ = nullptr;
+  void* stage_ = nullptr;  // staging memory, grown on demand up to the budget
+  size_t stage_bytes_ = 0;
+  Staging staging_;
+  uint64_t staged_products_ = 0;
   cudaStream_t stream_ = nullptr;
   bool allow_tf32_ = false;
 };

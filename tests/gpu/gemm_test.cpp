@@ -1,6 +1,8 @@
 // kernels/cuda/gemm against the row-major reference: every transpose pair, padded leading
 // dimensions, beta 0 over a poisoned C and beta != 0, and strided batches with a shared operand;
-// fp32 (1e-5), TF32 (1e-3) and bf16 (1e-2).
+// fp32 (1e-5), TF32 (1e-3) and bf16 (1e-2). The padded leading dimensions are misaligned (rows
+// off 16-byte boundaries), so the same cases run again with staging forced (Blas::Staging): whole
+// operands, and chunks along M, N or K within a small budget, C copied in for beta != 0.
 #include "kernels/cuda/gemm.h"
 
 #include "tests/gpu/harness.h"
@@ -18,7 +20,7 @@ struct Case {
   bool share_b;  // stride_b = 0
 };
 
-void run_case(Env& env, kc::Blas& blas, DType type, bool tf32, const Case& k) {
+void run_case(Env& env, kc::Blas& blas, DType type, bool tf32, const Case& k, const char* tag = "") {
   const int64_t lda = (k.ta ? k.M : k.K) + 3, ldb = (k.tb ? k.K : k.N) + 1, ldc = k.N + 2;
   const int64_t a_rows = k.ta ? k.K : k.M, b_rows = k.tb ? k.N : k.K;
   const int64_t sa = a_rows * lda, sb = k.share_b ? 0 : b_rows * ldb, sc = k.M * ldc;
@@ -49,12 +51,12 @@ void run_case(Env& env, kc::Blas& blas, DType type, bool tf32, const Case& k) {
         want.push_back(ref[i * sc + r * ldc + j]);
       }
   }
-  char what[96];
-  std::snprintf(what, sizeof what, "%s%s %c%c b%lld %lldx%lldx%lld beta%.1f%s",
+  char what[128];
+  std::snprintf(what, sizeof what, "%s%s %c%c b%lld %lldx%lldx%lld beta%.1f%s%s",
                 kc::dtype_name(type), tf32 ? "/tf32" : "", k.ta ? 'T' : 'N', k.tb ? 'T' : 'N',
                 static_cast<long long>(k.batch), static_cast<long long>(k.M),
                 static_cast<long long>(k.N), static_cast<long long>(k.K), k.beta,
-                k.share_b ? " sharedB" : "");
+                k.share_b ? " sharedB" : "", tag);
   expect_close(env.ctx, what, got, want, tf32 ? kTolTf32 : tol_for(type));
 }
 }  // namespace
@@ -74,6 +76,31 @@ void test_gemm(Env& env) {
     }
     run_case(env, blas, m.type, m.tf32, {false, true, 4, 64, 48, 80, 0.125f, 0.0f, true});
     run_case(env, blas, m.type, m.tf32, {false, false, 1, 256, 384, 512, 1.0f, 0.0f, false});
+  }
+
+  // Staging forced: every misaligned product is copied through padded buffers.
+  struct Forced {
+    size_t budget;
+    const char* tag;
+  };
+  const Forced forced[] = {{size_t{1} << 20, " staged whole"}, {size_t{32} << 10, " staged in chunks"}};
+  for (const Forced& f : forced) {
+    kc::Blas staged;
+    staged.set_staging({0.0, 0.0, f.budget});
+    for (const Mode& m : modes) {
+      for (int t = 0; t < 4; ++t) {
+        const bool ta = t & 1, tb = t & 2;
+        const uint64_t before = staged.staged_products();
+        run_case(env, staged, m.type, m.tf32, {ta, tb, 1, 67, 45, 33, 0.7f, 0.0f, false}, f.tag);
+        run_case(env, staged, m.type, m.tf32, {ta, tb, 1, 70, 90, 41, 1.0f, 0.5f, false}, f.tag);
+        // M and N too small to cut: chunks along K accumulate into C (copied in for beta 0.5).
+        run_case(env, staged, m.type, m.tf32, {ta, tb, 1, 12, 10, 700, 1.0f, 0.5f, false}, f.tag);
+        char what[96];
+        std::snprintf(what, sizeof what, "gemm%s %s %c%c went through staging", f.tag, kc::dtype_name(m.type),
+                      ta ? 'T' : 'N', tb ? 'T' : 'N');
+        expect_true(env.ctx, what, staged.staged_products() == before + 3);
+      }
+    }
   }
 }
 

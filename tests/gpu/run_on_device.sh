@@ -5,11 +5,15 @@
 #   tests      gpu_kernels_test (fixed and fresh seed), the operator harness on the device
 #              (core_ops_test *CudaMatchesTheCpu*), gpu_ops/executor/trainer tests, NCCL, and
 #              dp_rank ddp-cuda / co2-cuda at 2 ranks: run side by side (correctness only)
-#   sanitizer  compute-sanitizer memcheck and racecheck over the attention kernels
+#   sanitizer  compute-sanitizer memcheck over the attention kernels and gemm (staging
+#              included), racecheck over attention
 #   kernels    bench_cuda_kernels and torch_anchor.py (PyTorch's matmul and SDPA, same shapes)
 #   gpt        bench_gpu_gpt fp32/TF32 with PyTorch's eager anchors, then bf16 without anchors
-#   compile    bench_gpu_gpt bf16 against every anchor, torch.compile included (minutes)
+#   compile    bench_gpu_gpt bf16 against every anchor, torch.compile included (minutes; runs
+#              right after the tests, before the other benchmarks)
 #   train      cohort train --model gpt --device cuda, f32 and bf16, 200 steps on Brown
+#   profile    bench_gpu_gpt's step, bf16 and fp32/TF32, with COHORT_PROFILE=1 (device time per
+#              operator: the executor waits for each node), a few steps, no anchors
 # Benchmarks run one at a time after the tests; the whole run keeps to COHORT_DEVICE_BUDGET seconds
 # (default 540), cutting the limits of what comes last. Logs go to $OUT/logs.tar.gz (the machine returns
 # at most 8 files); the summary prints last. Usage: tests/gpu/run_on_device.sh [STAGE...]
@@ -67,10 +71,18 @@ if want tests; then
       UCX_TLS=self,sm OMP_NUM_THREADS=1 run "dp-$mode.log" 120 "$b/cohort-run" -n 2 -- "$b/dp_rank" "$mode-cuda"
     done ) &
   if want sanitizer; then
-    ( run memcheck.log 200 compute-sanitizer --tool memcheck "$b/gpu_kernels_test" 7 attention,attention_cudnn
+    ( run memcheck.log 200 compute-sanitizer --tool memcheck "$b/gpu_kernels_test" 7 attention,attention_cudnn,gemm
       COHORT_GPU_TEST_QUICK=1 run racecheck.log 200 compute-sanitizer --tool racecheck "$b/gpu_kernels_test" 7 attention ) &
   fi
   wait
+fi
+if want compile; then
+  run gpt-bf16-anchors.log 560 "$b/bench_gpu_gpt" --dtype bf16 --torch-timeout 300 \
+    --torch-script "$root/bench/gpu/torch_gpt_gpu.py"
+fi
+if want profile; then
+  COHORT_PROFILE=1 run profile-bf16.log 90 "$b/bench_gpu_gpt" --dtype bf16 --no-torch --warmup 2 --steps 5 --rounds 1
+  COHORT_PROFILE=1 run profile-f32.log 90 "$b/bench_gpu_gpt" --no-torch --warmup 2 --steps 5 --rounds 1
 fi
 if want kernels; then
   run bench-kernels.log 150 "$b/bench_cuda_kernels" 989
@@ -80,10 +92,6 @@ if want gpt; then
   run gpt-f32.log 300 "$b/bench_gpu_gpt" --no-compile --torch-timeout 150 \
     --torch-script "$root/bench/gpu/torch_gpt_gpu.py"
   run gpt-bf16.log 120 "$b/bench_gpu_gpt" --dtype bf16 --no-torch
-fi
-if want compile; then
-  run gpt-bf16-anchors.log 560 "$b/bench_gpu_gpt" --dtype bf16 --torch-timeout 300 \
-    --torch-script "$root/bench/gpu/torch_gpt_gpu.py"
 fi
 if want train; then
   run train-f32.log 150 "$b/cohort" train --model gpt --device cuda --steps 200 --eval-every 0
@@ -103,11 +111,14 @@ show dp-ddp.log "max \||reduced|error|rc="
 show dp-co2.log "max \||reduced|error|rc="
 show memcheck.log "ERROR SUMMARY|rc="
 show racecheck.log "RACECHECK SUMMARY|rc="
+show bench-kernels.log "^head gemm" 12
 show bench-kernels.log "attention|layernorm|xent|cross|gemm|rc=" 40
 show torch-anchor.log "ratio|x |met|rc=" 30
 show gpt-f32.log "cohort|torch|ratio|peak|rc=" 12
 show gpt-bf16.log "cohort|peak|error|rc=" 6
 show gpt-bf16-anchors.log "cohort|torch|ratio|peak|rc=" 12
+show profile-bf16.log "^ |cohort|error|rc=" 30
+show profile-f32.log "^ |cohort|error|rc=" 30
 show train-f32.log "loss|error|rc=" 4
 show train-bf16.log "loss|error|rc=" 4
 tar -C "$out" -czf "$out/logs.tar.gz" logs && rm -rf "$logs"

@@ -22,5 +22,15 @@ TEST(OpProfile, ReportListsOperatorsLargestFirstWithTheirShare) {
   EXPECT_NE(r.find("total"), std::string::npos);
 }
 
+TEST(OpProfile, ResetForgetsWhatWasRecorded) {
+  OpProfile::add("test_op_before_reset", 0.004);
+  OpProfile::reset();
+  EXPECT_EQ(OpProfile::report(), "");
+  OpProfile::add("test_op_after_reset", 0.001);
+  const std::string r = OpProfile::report();
+  EXPECT_EQ(r.find("test_op_before_reset"), std::string::npos) << r;
+  EXPECT_NE(r.find("test_op_after_reset"), std::string::npos) << r;
+}
+
 }  // namespace
 }  // namespace cohort
