@@ -8,6 +8,7 @@
 // and print the ratios to PyTorch's scaled_dot_product_attention on the same shapes.
 // Times are the median of 20 event-timed repetitions after 3 warm-ups, on random inputs.
 // Usage: bench_cuda_kernels [peak_bf16_tflops] [--attention (attention rows only)]
+//        [--gemm (the GPT-2 output head's products only, gemm staging off and on)]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -143,9 +144,10 @@ void bench_attention_tf32();        // below
 
 int main(int argc, char** argv) {
   double peak = 989.0;
-  bool attention_only = false;
+  bool attention_only = false, gemm_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--attention") == 0) attention_only = true;
+    else if (std::strcmp(argv[i], "--gemm") == 0) gemm_only = true;
     else peak = std::atof(argv[i]);
   }
   if (kc::device_count() == 0) {
@@ -159,6 +161,11 @@ int main(int argc, char** argv) {
   g_alloc = &alloc;
   if (attention_only) {
     bench_attention();
+    return 0;
+  }
+  if (gemm_only) {  // the output head's products only (a quick device check of gemm staging)
+    bench_head_gemms(DType::kBF16, false, peak);
+    bench_head_gemms(DType::kF32, true, peak);
     return 0;
   }
   const size_t copy_bytes = size_t{1} << 30;
