@@ -9,6 +9,7 @@
 // Times are the median of 20 event-timed repetitions after 3 warm-ups, on random inputs.
 // Usage: bench_cuda_kernels [peak_bf16_tflops] [--attention (attention rows only)]
 //        [--gemm (the GPT-2 output head's products only, gemm staging off and on)]
+//        [--quick (the head's products and the fused kernels' bandwidth)]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -144,10 +145,11 @@ void bench_attention_tf32();        // below
 
 int main(int argc, char** argv) {
   double peak = 989.0;
-  bool attention_only = false, gemm_only = false;
+  bool attention_only = false, gemm_only = false, quick = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--attention") == 0) attention_only = true;
     else if (std::strcmp(argv[i], "--gemm") == 0) gemm_only = true;
+    else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else peak = std::atof(argv[i]);
   }
   if (kc::device_count() == 0) {
@@ -180,6 +182,13 @@ int main(int argc, char** argv) {
   alloc.free(dst);
   alloc.release_all();
 
+  if (quick) {  // the output head's products and the fused kernels' bandwidth, nothing else
+    bench_head_gemms(DType::kBF16, false, peak);
+    bench_head_gemms(DType::kF32, true, peak);
+    alloc.release_all();
+    bench_fused(copy_gbs);
+    return 0;
+  }
   kc::Blas blas;
   struct Shape {
     int64_t M, N, K;

@@ -4,6 +4,8 @@
 #include "kernels/cuda/gemm.h"
 
 #include "kernels/cuda/cublas_api.h"
+#include "kernels/cuda/conv.h"
+#include "kernels/cuda/shape_ops.h"
 
 #include <algorithm>
 #include <climits>
@@ -161,33 +163,34 @@ bool Blas::staged_gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_
   Operand ops[3] = {{static_cast<const char*>(A), lda, trans_a, stage_a, 0, 2},
                     {static_cast<const char*>(B), ldb, trans_b, stage_b, 2, 1},
                     {static_cast<const char*>(C), ldc, false, stage_c, 0, 1}};
+  // Chunks along K add their products into C. A bf16 C would be rounded once a chunk, so bf16
+  // products add them in an fp32 [M, N] buffer instead and round once at the end; that takes a
+  // C written whole (beta 0, contiguous, unstaged), else K is cut only when it goes whole.
+  const bool bf16 = type == DType::kBF16;
+  const bool sum_in_f32 = bf16 && beta == 0.0f && !stage_c && ldc == N && (N * 4) % 16 == 0;
+  const size_t f32_bytes = round_up_256(static_cast<size_t>(M) * static_cast<size_t>(N) * 4);
   // Staging bytes when dim d is cut into chunks of `len`.
   auto need = [&](int d, int64_t len) {
     size_t total = 0;
     for (const Operand& o : ops)
       if (o.staged) total += o.bytes(o.dp == d ? len : extent[o.dp], o.dq == d ? len : extent[o.dq], es);
+    if (d == 2 && len < K && bf16) total += f32_bytes;
     return total;
   };
-  // The dim and chunk length within the budget: first a dim along every staged operand's stored
-  // columns (each copy's rows are then 16 elements a chunk: cudaMemcpy2DAsync ran a 50257-wide
-  // bf16 row block at 0.2 TB/s on an H200, 16-aligned widths of the same rows at 1.6), then the
-  // fewest chunks (chunks of 16 keep the unstaged operands' sub-blocks 16-byte aligned; ties go
-  // to M, then N, then K).
+  // The dim and chunk length within the budget: first a dim whose chunks still make products of
+  // at least 2^21 outputs (a wave of 128 x 128 tiles on a large GPU: cutting the output head's dh
+  // along M left 36 tiles a chunk), then the fewest chunks (chunks of 16 keep the unstaged
+  // operands' sub-blocks 16-byte aligned; ties go to M, then N, then K).
   int best = -1;
   int64_t best_len = 0, best_chunks = 0;
-  bool best_narrow = false;
+  bool best_busy = false;
   for (int d = 0; d < 3; ++d) {
-    bool narrow = true;  // d cuts every staged operand's stored rows into narrower copies
-    for (const Operand& o : ops)
-      if (o.staged && (o.trans ? o.dp : o.dq) != d) narrow = false;
     const int64_t e = extent[d];
     int64_t len = 0;
-    // Whole, unless that would copy rows of a width off 16 elements (then the widest multiple
-    // of 16 that fits, and the rest as a last chunk).
-    if (need(d, e) <= staging_.budget_bytes && (!narrow || e % 16 == 0 || e < 16)) {
+    if (need(d, e) <= staging_.budget_bytes) {
       len = e;
-    } else if (e > 16 && need(d, 16) <= staging_.budget_bytes) {
-      int64_t lo = 1, hi = narrow ? e / 16 : (e - 1) / 16;  // in units of 16, need(lo * 16) fits
+    } else if (e > 16 && need(d, 16) <= staging_.budget_bytes && !(d == 2 && bf16 && !sum_in_f32)) {
+      int64_t lo = 1, hi = (e - 1) / 16;  // in units of 16, need(lo * 16) fits
       while (lo < hi) {
         const int64_t mid = lo + (hi - lo + 1) / 2;
         if (need(d, mid * 16) <= staging_.budget_bytes) lo = mid;
@@ -197,27 +200,30 @@ bool Blas::staged_gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_
     }
     if (len == 0) continue;
     const int64_t chunks = (e + len - 1) / len;
-    if (best < 0 || (narrow && !best_narrow) || (narrow == best_narrow && chunks < best_chunks)) {
+    const bool busy = (d == 0 ? len : M) * (d == 1 ? len : N) >= (int64_t{1} << 21);
+    if (best < 0 || (busy && !best_busy) || (busy == best_busy && chunks < best_chunks)) {
       best = d;
       best_len = len;
       best_chunks = chunks;
-      best_narrow = narrow;
+      best_busy = busy;
     }
   }
   if (best < 0) return false;
+  const bool f32_sums = best == 2 && best_chunks > 1 && bf16;
   size_t total = 0;
   for (Operand& o : ops) {
     if (!o.staged) continue;
     o.offset = total;
     total += o.bytes(o.dp == best ? best_len : extent[o.dp], o.dq == best ? best_len : extent[o.dq], es);
   }
+  const size_t f32_offset = total;
+  if (f32_sums) total += f32_bytes;
   char* stage = static_cast<char*>(staging_buffer(total));
   if (!stage) return false;
 
   auto copy = [&](void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64_t rows, int64_t cols) {
-    COHORT_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_ld) * es, src, static_cast<size_t>(src_ld) * es,
-                                        static_cast<size_t>(cols) * es, static_cast<size_t>(rows),
-                                        cudaMemcpyDeviceToDevice, stream_));
+    copy_rows(dst, static_cast<size_t>(dst_ld) * es, src, static_cast<size_t>(src_ld) * es,
+              static_cast<size_t>(cols) * es, rows, stream_);
   };
   const int64_t e = extent[best];
   for (int64_t d0 = 0; d0 < e; d0 += best_len) {
@@ -246,6 +252,12 @@ bool Blas::staged_gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_
       const bool copy_in = is_c ? (beta != 0.0f && (chunked || first)) : (chunked || first);
       if (copy_in) copy(stage + o.offset, ld[i], src, o.ld, rows, cols);
     }
+    if (f32_sums) {
+      raw_gemm(type, trans_a, trans_b, size[0], size[1], size[2], alpha, ptr[0], ld[0], ptr[1], ld[1], chunk_beta,
+               stage + f32_offset, N, /*c_f32=*/true);
+      if (last) narrow_from_f32(type, reinterpret_cast<const float*>(stage + f32_offset), C, M * N, stream_);
+      continue;
+    }
     raw_gemm(type, trans_a, trans_b, size[0], size[1], size[2], alpha, ptr[0], ld[0], ptr[1], ld[1], chunk_beta,
              const_cast<void*>(ptr[2]), ld[2]);
     const Operand& c = ops[2];
@@ -257,14 +269,15 @@ bool Blas::staged_gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_
 
 void Blas::raw_gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                     float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta,
-                    void* C, int64_t ldc) {
+                    void* C, int64_t ldc, bool c_f32) {
   const Types t = types_for(type, allow_tf32_);
+  const cudaDataType_t c_type = c_f32 ? CUDA_R_32F : t.data;
   // Column-major view: C^T [N, M] = op(B)^T [N, K] * op(A)^T [K, M].
   COHORT_CUBLAS_CHECK(cublas().gemm_ex(h(handle_), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                    trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, to_int(N, "N"),
                                    to_int(M, "M"), to_int(K, "K"), &alpha, B, t.data,
                                    to_int(ldb, "ldb"), A, t.data, to_int(lda, "lda"), &beta, C,
-                                   t.data, to_int(ldc, "ldc"), t.compute, CUBLAS_GEMM_DEFAULT));
+                                   c_type, to_int(ldc, "ldc"), t.compute, CUBLAS_GEMM_DEFAULT));
 }
 
 void Blas::gemm_batched(DType type, bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N,

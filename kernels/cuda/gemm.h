@@ -12,10 +12,10 @@
 // matrices whose rows start on 16-byte boundaries; a leading dimension such as a vocabulary of
 // 50257 bf16 values sends it to kernels several times slower (a GPT-2 step's three output-head
 // products took 20 of its 39 ms on an H200). gemm() therefore copies a misaligned operand into a
-// padded buffer (cudaMemcpy2DAsync) when the product is large enough to pay for the copy, in chunks
+// padded buffer (copy_rows, shape_ops.h) when the product is large enough to pay for the copy, in chunks
 // along M, N or K so the buffer stays within a budget (64 MiB by default, kept like the workspace),
-// and copies a staged C back. The results equal an unstaged product's up to the order of the
-// K-chunk sums.
+// and copies a staged C back; chunks along K of a bf16 product add up in an fp32 buffer and C is
+// rounded once. The results equal an unstaged product's up to the order of the K-chunk sums.
 #pragma once
 
 #include <cstdint>
@@ -64,9 +64,10 @@ class Blas {
                     int64_t stride_c);
 
  private:
+  // c_f32: C is fp32 whatever `type` is (bf16 A and B with fp32 sums, staging's K chunks).
   void raw_gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                 const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
-                int64_t ldc);
+                int64_t ldc, bool c_f32 = false);
   // Runs the product through staged copies; false when the staging budget cannot hold a chunk.
   bool staged_gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                    float alpha, const void* A, int64_t lda, bool stage_a, const void* B, int64_t ldb,

@@ -5,6 +5,8 @@
 // every part's row and pointer allow, one thread per word, all parts in one launch.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "core/base/error.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/shape_ops.h"
@@ -180,6 +182,70 @@ void copy_parts(const char* fn, bool is_split, const std::vector<void*>& ptrs, c
     default: launch_parts<uint8_t>(is_split, t, parts, outer, whole, stream); break;
   }
 }
+
+// copy_rows: one thread per 16-byte-aligned segment of a dst row (blockIdx.y walks the rows).
+// The segment's source bytes start `off` bytes past an aligned address: two aligned loads and a
+// funnel shift per 4-byte word. Loads are vectorised only where both lie inside the source row
+// (the row's first and last segments may not: they go 2 bytes at a time, as do the row's ends
+// outside whole segments).
+__device__ __forceinline__ uint32_t word_of(const uint4& a, const uint4& b, int j) {
+  uint32_t r = a.x;
+  r = j == 1 ? a.y : r;
+  r = j == 2 ? a.z : r;
+  r = j == 3 ? a.w : r;
+  r = j == 4 ? b.x : r;
+  r = j == 5 ? b.y : r;
+  r = j == 6 ? b.z : r;
+  r = j == 7 ? b.w : r;
+  return r;
+}
+
+__global__ void copy_rows_kernel(char* dst, size_t dst_pitch, const char* src, size_t src_pitch, size_t width,
+                                 int64_t rows) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    char* d = dst + r * dst_pitch;
+    const char* s = src + r * src_pitch;
+    const uintptr_t d0 = reinterpret_cast<uintptr_t>(d), d_end = d0 + width;
+    const uintptr_t body = (d0 + 15) & ~uintptr_t{15}, body_end = d_end & ~uintptr_t{15};
+    const int64_t segments = body_end > body ? static_cast<int64_t>((body_end - body) / 16) : 0;
+    const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x, step = int64_t{gridDim.x} * blockDim.x;
+    if (first == 0) {  // the ends outside whole segments, 2 bytes at a time
+      const uintptr_t head_end = segments > 0 ? body : d_end;
+      for (uintptr_t a = d0; a < head_end; a += 2)
+        *reinterpret_cast<uint16_t*>(a) = *reinterpret_cast<const uint16_t*>(s + (a - d0));
+      if (segments > 0)
+        for (uintptr_t a = body_end; a < d_end; a += 2)
+          *reinterpret_cast<uint16_t*>(a) = *reinterpret_cast<const uint16_t*>(s + (a - d0));
+    }
+    for (int64_t k = first; k < segments; k += step) {
+      const uintptr_t a = body + 16 * k;
+      const char* from = s + (a - d0);
+      const uintptr_t f = reinterpret_cast<uintptr_t>(from), off = f & 15, base = f - off;
+      uint4 out;
+      if (off == 0) {
+        out = *reinterpret_cast<const uint4*>(from);
+      } else if (base >= reinterpret_cast<uintptr_t>(s) && base + 32 <= reinterpret_cast<uintptr_t>(s) + width) {
+        const uint4 v0 = *reinterpret_cast<const uint4*>(base), v1 = *reinterpret_cast<const uint4*>(base + 16);
+        const int q = static_cast<int>(off >> 2), shift = static_cast<int>(off & 3) * 8;
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t lo = word_of(v0, v1, q + i);
+          w[i] = shift ? __funnelshift_r(lo, word_of(v0, v1, q + i + 1), shift) : lo;
+        }
+        out = make_uint4(w[0], w[1], w[2], w[3]);
+      } else {
+        uint16_t h[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) h[i] = reinterpret_cast<const uint16_t*>(from)[i];
+        out = make_uint4(h[0] | uint32_t{h[1]} << 16, h[2] | uint32_t{h[3]} << 16, h[4] | uint32_t{h[5]} << 16,
+                         h[6] | uint32_t{h[7]} << 16);
+      }
+      *reinterpret_cast<uint4*>(a) = out;
+    }
+  }
+}
+
 }  // namespace
 
 void transpose(const void* x, const std::vector<int64_t>& in_shape, const std::vector<int64_t>& perm,
@@ -226,6 +292,22 @@ void concat(const std::vector<const void*>& parts, const std::vector<int64_t>& e
 void split(const void* x, const std::vector<int64_t>& extents, int64_t outer, int64_t inner,
            size_t elem_size, const std::vector<void*>& parts, cudaStream_t stream) {
   copy_parts("cuda split", true, parts, extents, outer, inner, elem_size, const_cast<void*>(x), stream);  // x only read
+}
+
+void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, int64_t rows,
+               cudaStream_t stream) {
+  const auto odd = [](uintptr_t v) { return (v & 1) != 0; };
+  COHORT_CHECK(!odd(reinterpret_cast<uintptr_t>(dst)) && !odd(reinterpret_cast<uintptr_t>(src)) && !odd(dst_pitch) &&
+                   !odd(src_pitch) && !odd(width) && rows >= 0 && width <= dst_pitch && width <= src_pitch,
+               Status::kInvalidArgument, "cuda copy_rows: addresses, pitches and width must be even and width <= "
+               "each pitch (width ", width, ", pitches ", dst_pitch, " and ", src_pitch, ")");
+  if (rows == 0 || width == 0) return;
+  const int64_t segments = static_cast<int64_t>(width / 16) + 1;
+  const unsigned gx = static_cast<unsigned>(std::min<int64_t>((segments + kThreads - 1) / kThreads, 65535));
+  const unsigned gy = static_cast<unsigned>(std::min<int64_t>(rows, 65535));
+  copy_rows_kernel<<<dim3(gx, gy), kThreads, 0, stream>>>(static_cast<char*>(dst), dst_pitch,
+                                                            static_cast<const char*>(src), src_pitch, width, rows);
+  COHORT_CUDA_CHECK_LAUNCH("copy_rows_kernel");
 }
 
 }  // namespace cohort::kernels::cuda

@@ -118,6 +118,12 @@ void layernorm_case(Env& env, DType t, int64_t rows, int64_t C) {
   std::vector<double> rsum(rdx);
   for (int64_t i = 0; i < n; ++i) rsum[i] += add[i];
   expect_close(c, label("layernorm dx + dx_add", t, rows, C).c_str(), Buffers::download(dx_sum, n, t), rsum, tol);
+  // dx_add with the parameter sums (the one-pass kernel where it applies).
+  kc::layernorm_backward(t, dx_in, dg, mean, rstd, ddy, dadd, dx_sum, dgamma, dbeta, ws, rows, C, nullptr);
+  expect_close(c, label("layernorm dx + dx_add with dgamma", t, rows, C).c_str(), Buffers::download(dx_sum, n, t),
+               rsum, tol);
+  expect_close(c, label("layernorm dbeta with dx_add", t, rows, C).c_str(), Buffers::download(dbeta, C, t), rdb,
+               param_tol);
   // In place: dx over dy gives the same dx and parameter sums.
   kc::layernorm_backward(t, dx_in, dg, mean, rstd, ddy, nullptr, ddy, dgamma, dbeta, ws, rows, C, nullptr);
   expect_close(c, label("layernorm dx in place", t, rows, C).c_str(), Buffers::download(ddy, n, t),
@@ -200,8 +206,12 @@ void test_elementwise(Env& env) {
 
 void test_layernorm(Env& env) {
   for (DType t : kTypes) {
-    layernorm_case(env, t, 1000, 768);
-    layernorm_case(env, t, 7, 50);
+    layernorm_case(env, t, 1000, 768);  // the one-pass kernel: 3 (bf16) or 6 (f32) vectors a lane
+    layernorm_case(env, t, 7, 50);      // C off the vector width: two passes
+    layernorm_case(env, t, 300, 512);   // one pass: 2 (bf16) or 4 (f32) vectors a lane
+    layernorm_case(env, t, 13, 1024);   // one pass at its widest: 4 (bf16) or 8 (f32) vectors a lane
+    layernorm_case(env, t, 5, 1032);    // past the one pass's width: two passes
+    layernorm_case(env, t, 33, 136);    // one pass, lanes past the row's last vector idle
   }
 }
 

@@ -5,9 +5,11 @@
 #   tests      gpu_kernels_test (fixed and fresh seed), the operator harness on the device
 #              (core_ops_test *CudaMatchesTheCpu*), gpu_ops/executor/trainer tests, NCCL, and
 #              dp_rank ddp-cuda / co2-cuda at 2 ranks: run side by side (correctness only)
-#   sanitizer  compute-sanitizer memcheck over the attention kernels and gemm (staging
-#              included), racecheck over attention
+#   sanitizer  compute-sanitizer memcheck over the attention, gemm (staging included) and
+#              layer-norm kernels, racecheck over attention
 #   kernels    bench_cuda_kernels and torch_anchor.py (PyTorch's matmul and SDPA, same shapes)
+#   quick      bench_cuda_kernels --quick (the output head's products with gemm staging off and
+#              on, the fused kernels' bandwidth) instead of the whole of `kernels`
 #   gpt        bench_gpu_gpt fp32/TF32 with PyTorch's eager anchors, then bf16 without anchors
 #   compile    bench_gpu_gpt bf16 against every anchor, torch.compile included (minutes; runs
 #              right after the tests, before the other benchmarks)
@@ -71,7 +73,7 @@ if want tests; then
       UCX_TLS=self,sm OMP_NUM_THREADS=1 run "dp-$mode.log" 120 "$b/cohort-run" -n 2 -- "$b/dp_rank" "$mode-cuda"
     done ) &
   if want sanitizer; then
-    ( run memcheck.log 200 compute-sanitizer --tool memcheck "$b/gpu_kernels_test" 7 attention,attention_cudnn,gemm
+    ( run memcheck.log 200 compute-sanitizer --tool memcheck "$b/gpu_kernels_test" 7 attention,attention_cudnn,gemm,layernorm
       COHORT_GPU_TEST_QUICK=1 run racecheck.log 200 compute-sanitizer --tool racecheck "$b/gpu_kernels_test" 7 attention ) &
   fi
   wait
@@ -83,6 +85,9 @@ fi
 if want profile; then
   COHORT_PROFILE=1 run profile-bf16.log 90 "$b/bench_gpu_gpt" --dtype bf16 --no-torch --warmup 2 --steps 5 --rounds 1
   COHORT_PROFILE=1 run profile-f32.log 90 "$b/bench_gpu_gpt" --no-torch --warmup 2 --steps 5 --rounds 1
+fi
+if want quick; then
+  run bench-quick.log 90 "$b/bench_cuda_kernels" 989 --quick
 fi
 if want kernels; then
   run bench-kernels.log 150 "$b/bench_cuda_kernels" 989
@@ -112,6 +117,7 @@ show dp-co2.log "max \||reduced|error|rc="
 show memcheck.log "ERROR SUMMARY|rc="
 show racecheck.log "RACECHECK SUMMARY|rc="
 show bench-kernels.log "^head gemm" 12
+show bench-quick.log "head gemm|layernorm|xent|adamw|memcpy|bias|rc=" 30
 show bench-kernels.log "attention|layernorm|xent|cross|gemm|rc=" 40
 show torch-anchor.log "ratio|x |met|rc=" 30
 show gpt-f32.log "cohort|torch|ratio|peak|rc=" 12
