@@ -207,6 +207,7 @@ cohort_graph* Task::make_graph(int64_t batch) const {
     m.width = *o_.width;
     m.heads = *o_.heads;
     m.dtype = o_.dtype == "bf16" ? COHORT_BF16 : COHORT_F32;
+    m.recompute_gelu = o_.device == "cuda" ? 1 : 0;  // memory over elementwise passes on a GPU
     check(cohort_graph_create_gpt(&m, &graph), "building the gpt");
   }
   return graph;

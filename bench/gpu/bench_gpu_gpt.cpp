@@ -17,7 +17,7 @@
 //
 // Usage: bench_gpu_gpt [--batch 8] [--context 1024] [--layers 12] [--width 768] [--heads 12]
 //          [--vocab 50257] [--steps 10] [--rounds 3] [--warmup 3] [--tf32 1] [--dtype f32|bf16] [--peak 989]
-//          [--no-torch] [--no-compile] [--torch-timeout S] [--python python3]
+//          [--no-torch] [--no-compile] [--keep-gelu] [--torch-timeout S] [--python python3]
 //          [--torch-script PATH (default: this source tree's bench/gpu/torch_gpt_gpu.py)]
 #include <poll.h>
 #include <signal.h>
@@ -64,10 +64,15 @@ Args parse(int argc, char** argv) {
   a.gpt.width = 768;
   a.gpt.heads = 12;
   a.gpt.vocab = 50257;
+  a.gpt.recompute_gelu = true;  // as cohort train --device cuda builds it
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
     if (f == "--no-torch" || f == "--no-compile") {
       (f == "--no-torch" ? a.torch : a.compile) = false;
+      continue;
+    }
+    if (f == "--keep-gelu") {  // the MLP keeps gelu(h) and gelu'(h) for backward (the CPU's way)
+      a.gpt.recompute_gelu = false;
       continue;
     }
     if (i + 1 >= argc) throw Error(Status::kInvalidArgument, f + " needs a value");

@@ -76,6 +76,8 @@ models::GptConfig to_config(const cohort_model_gpt_options& o) {
                  " is not COHORT_F32 or COHORT_BF16");
     c.dtype = d == COHORT_BF16 ? DType::kBF16 : DType::kF32;
   }
+  if (o.size >= offsetof(cohort_model_gpt_options, recompute_gelu) + sizeof(o.recompute_gelu))
+    c.recompute_gelu = o.recompute_gelu != 0;
   return c;
 }
 
@@ -137,6 +139,7 @@ COHORT_API cohort_model_gpt_options cohort_model_gpt_options_default(void) {
   o.dropout = 0.0;
   o.eps = 1e-5;
   o.dtype = COHORT_F32;
+  o.recompute_gelu = 0;
   return o;
 }
 

@@ -46,7 +46,9 @@ ValueId add_block(Graph& g, const GptConfig& c, int64_t l, ValueId x) {
 
   h = add_layernorm(g, p + ".ln_2", x, C, c.eps);
   h = add_linear(g, p + ".mlp.c_fc", h, C, 4 * C, true, lin);                   // (B, T, 4C)
-  h = add_linear(g, p + ".mlp.c_proj", h, 4 * C, C, true, proj, "gelu_linear");  // of gelu(h)
+  Attrs mlp;
+  if (c.recompute_gelu) mlp.set("recompute", int64_t{1});
+  h = add_linear(g, p + ".mlp.c_proj", h, 4 * C, C, true, proj, "gelu_linear", mlp);  // of gelu(h)
   h = maybe_dropout(g, c, p + ".mlp.dropout", h, 2 * l + 2);
   return add_binary(g, "add", p + ".residual_2", x, h);
 }

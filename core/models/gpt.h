@@ -32,6 +32,11 @@ struct GptConfig {
   // f32, or bf16: bf16 parameters and activations (math in fp32 inside the kernels); the optimizer
   // keeps an fp32 master copy of each parameter (mixed precision).
   DType dtype = DType::kF32;
+  // The MLP's backward recomputes gelu(h) and gelu'(h) from h instead of keeping both through
+  // forward (gelu_linear's recompute attr): [B, T, 4C] less kept a layer, two elementwise passes
+  // more. What a GPU wants (cohort train and bench_gpu_gpt turn it on with --device cuda); the
+  // CPU keeps them (the passes cost it more than the memory).
+  bool recompute_gelu = false;
 };
 
 // Throws kInvalidArgument naming the first bad field ("gpt: heads (3) must divide width (256)").

@@ -45,14 +45,14 @@ DType param_dtype(const Graph& g, ValueId x) {
 }  // namespace
 
 ValueId add_linear(Graph& g, const std::string& prefix, ValueId x, int64_t in, int64_t out, bool bias,
-                   const LinearInit& init, const std::string& op) {
+                   const LinearInit& init, const std::string& op, const Attrs& attrs) {
   ValueId w = g.add_parameter(prefix + ".weight", param_dtype(g, x), {out, in}, init.weight);
   std::vector<ValueId> inputs = {x, w};
   if (bias) {
     Initializer b = init.torch_bias ? torch_default_bias_init(in) : init.bias;
     inputs.push_back(g.add_parameter(prefix + ".bias", param_dtype(g, x), {out}, b));
   }
-  return g.add_op(op, prefix, inputs, Attrs()).at(0);
+  return g.add_op(op, prefix, inputs, attrs).at(0);
 }
 
 ValueId add_conv(Graph& g, const std::string& prefix, ValueId x, int64_t in, int64_t out, int64_t kernel,

@@ -28,9 +28,10 @@ struct LinearInit {
 
 // y = x W^T + b with W "<prefix>.weight" [out, in] and, when `bias`, b "<prefix>.bias" [out].
 // op "gelu_linear" makes it y = gelu(x) W^T + b in one operator (a transformer MLP's activation and
-// down-projection, whose backward is cheaper fused).
+// down-projection, whose backward is cheaper fused); `attrs` go to the operator.
 ValueId add_linear(Graph& g, const std::string& prefix, ValueId x, int64_t in, int64_t out, bool bias,
-                   const LinearInit& init = LinearInit(), const std::string& op = "linear");
+                   const LinearInit& init = LinearInit(), const std::string& op = "linear",
+                   const Attrs& attrs = Attrs());
 
 // 2-D convolution, weight "<prefix>.weight" [out, in, k, k], PyTorch default init, no bias.
 ValueId add_conv(Graph& g, const std::string& prefix, ValueId x, int64_t in, int64_t out, int64_t kernel,

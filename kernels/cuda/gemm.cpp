@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/base/error.h"
 
@@ -85,6 +87,8 @@ struct Operand {
 }  // namespace
 
 Blas::Blas(cudaStream_t stream, bool allow_tf32) : stream_(stream), allow_tf32_(allow_tf32) {
+  // COHORT_GEMM_STAGING=0 turns staging off (for comparisons, as bench_gpu_gpt's figures were).
+  if (const char* v = std::getenv("COHORT_GEMM_STAGING"); v && std::strcmp(v, "0") == 0) staging_.budget_bytes = 0;
   cublasHandle_t handle = nullptr;
   COHORT_CUBLAS_CHECK(cublas().create(&handle));
   handle_ = handle;

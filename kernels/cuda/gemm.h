@@ -16,6 +16,7 @@
 // along M, N or K so the buffer stays within a budget (64 MiB by default, kept like the workspace),
 // and copies a staged C back; chunks along K of a bf16 product add up in an fp32 buffer and C is
 // rounded once. The results equal an unstaged product's up to the order of the K-chunk sums.
+// COHORT_GEMM_STAGING=0 in the environment turns staging off.
 #pragma once
 
 #include <cstdint>

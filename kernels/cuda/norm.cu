@@ -7,6 +7,8 @@
 // added in warp order into a partial) and a column-parallel finish; the two-pass kernels measured
 // 0.37 of memcpy bandwidth on an H100. RMS norm
 // reuses that shape; group norm (further down) reduces with whole thread blocks.
+#include <cstdlib>
+
 #include "core/base/error.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/norm.h"
@@ -297,7 +299,12 @@ static void layernorm_backward_typed(const T* x, const T* gamma, const float* me
                                      const float* rstd, const T* dy, const T* dx_add, T* dx,
                                      T* dgamma, T* dbeta, float* workspace, int64_t rows, int C,
                                      cudaStream_t stream) {
-  if (layernorm_backward_fits(x, gamma, dy, dx_add, dx, workspace, rows, C)) {
+  // COHORT_LAYERNORM_ONE_PASS=0 keeps the two passes (for comparisons).
+  static const bool one_pass = [] {
+    const char* v = std::getenv("COHORT_LAYERNORM_ONE_PASS");
+    return !(v && v[0] == '0' && v[1] == 0);
+  }();
+  if (one_pass && layernorm_backward_fits(x, gamma, dy, dx_add, dx, workspace, rows, C)) {
     constexpr int N = detail::Vec<T>::kN;
     switch ((C / N + 31) / 32) {  // 16-byte vectors per lane
       case 1: return launch_layernorm_backward_fused<T, 1>(x, gamma, mean, rstd, dy, dx_add, dx, dgamma, dbeta,

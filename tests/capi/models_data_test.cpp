@@ -7,10 +7,12 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -352,6 +354,63 @@ TEST(CapiDataReal, FashionMnistFromDebian) {
 }
 
 // A short training run through the C API: the MLP builder on a synthetic two-class problem.
+// recompute_gelu: the MLP's backward keeps h instead of gelu(h) and gelu'(h): the same losses and
+// parameters (to rounding: gelu is recomputed in the same arithmetic) with less activation memory;
+// an older caller's size gets 0.
+TEST(CapiModels, GptRecomputeGeluKeepsLessForTheSameSteps) {
+  struct Run {
+    float loss[3];
+    std::vector<float> wte;
+    int64_t peak;
+  };
+  auto run = [](int32_t recompute, size_t size) {
+    cohort_model_gpt_options o = cohort_model_gpt_options_default();
+    o.batch = 2, o.context = 16, o.layers = 2, o.width = 32, o.heads = 2;
+    o.recompute_gelu = recompute;
+    o.size = size;
+    cohort_graph* g = nullptr;
+    EXPECT_EQ(cohort_graph_create_gpt(&o, &g), COHORT_OK) << last();
+    cohort_optimizer_options oo = cohort_optimizer_options_default();
+    oo.kind = COHORT_OPTIM_ADAMW;
+    oo.lr = 0.01;
+    cohort_optimizer* opt = nullptr;
+    EXPECT_EQ(cohort_optimizer_create(&oo, &opt), COHORT_OK);
+    cohort_trainer* t = nullptr;
+    EXPECT_EQ(cohort_trainer_create(g, opt, nullptr, &t), COHORT_OK) << last();
+    cohort_optimizer_destroy(opt);
+    cohort_graph_destroy(g);
+    int32_t tokens[32], targets[32];
+    for (int i = 0; i < 32; ++i) tokens[i] = (i * 37) % 256, targets[i] = (i * 37 + 11) % 256;
+    int64_t shape[2] = {2, 16};
+    cohort_tensor_ref in[2] = {{"tokens", COHORT_I32, 2, shape, tokens, sizeof(tokens)},
+                               {"targets", COHORT_I32, 2, shape, targets, sizeof(targets)}};
+    Run r;
+    for (float& l : r.loss) EXPECT_EQ(cohort_trainer_step(t, in, 2, &l), COHORT_OK) << last();
+    r.wte.assign(256 * 32, 0.0f);
+    int64_t ws[2] = {256, 32};
+    cohort_tensor_ref w = {"wte.weight", COHORT_F32, 2, ws, r.wte.data(), r.wte.size() * sizeof(float)};
+    EXPECT_EQ(cohort_trainer_get_parameter(t, &w), COHORT_OK) << last();
+    cohort_trainer_stats st;
+    std::memset(&st, 0, sizeof(st));
+    st.size = sizeof(st);
+    EXPECT_EQ(cohort_trainer_get_stats(t, &st), COHORT_OK);
+    r.peak = st.peak_activation_bytes;
+    cohort_trainer_destroy(t);
+    return r;
+  };
+  const Run keep = run(0, sizeof(cohort_model_gpt_options)), lean = run(1, sizeof(cohort_model_gpt_options));
+  const Run old = run(1, offsetof(cohort_model_gpt_options, recompute_gelu));  // the field unseen: kept
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(lean.loss[i], keep.loss[i], 1e-5f * std::fabs(keep.loss[i])) << "step " << i;
+    EXPECT_EQ(old.loss[i], keep.loss[i]) << "step " << i;
+  }
+  float worst = 0;
+  for (size_t i = 0; i < keep.wte.size(); ++i) worst = std::max(worst, std::fabs(lean.wte[i] - keep.wte[i]));
+  EXPECT_LT(worst, 1e-5f);
+  EXPECT_LT(lean.peak, keep.peak);
+  EXPECT_EQ(old.peak, keep.peak);
+}
+
 TEST(CapiModels, MlpTrainsOnSyntheticData) {
   cohort_model_mlp_options o = cohort_model_mlp_options_default();
   int64_t hidden[1] = {16};

@@ -526,9 +526,14 @@ typedef struct cohort_model_gpt_options {
    * optimizer keeps an fp32 master copy of each parameter and rounds it into the parameter after
    * every step). Read only when `size` covers it; older callers get COHORT_F32. */
   cohort_dtype dtype;
+  /* Nonzero: each MLP's backward recomputes gelu(h) and gelu'(h) from h instead of keeping both
+   * through forward: [batch, context, 4 width] fewer values kept a layer for two elementwise
+   * passes more; what a GPU wants (cohort train --device cuda sets it). Read only when `size`
+   * covers it; older callers get 0. */
+  int32_t recompute_gelu;
 } cohort_model_gpt_options;
 /* batch 8, context 128, vocab 256 (bytes), 4 layers, width 256, 4 heads, tied, dropout 0, eps 1e-5,
- * COHORT_F32. */
+ * COHORT_F32, recompute_gelu 0. */
 COHORT_API cohort_model_gpt_options cohort_model_gpt_options_default(void);
 COHORT_API cohort_status cohort_graph_create_gpt(const cohort_model_gpt_options* options, cohort_graph** graph_out);
 

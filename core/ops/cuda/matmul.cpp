@@ -1,7 +1,7 @@
 // CUDA kernels of the matrix products, through cuBLAS (kernels/cuda/gemm.h): matmul (one
 // operand shared by the batch or equal batches in one batched call; other broadcasts one product
-// per output batch entry), matmul_sum_batch, linear, gelu_linear and
-// matmul_mul. fp32 products use TF32 tensor cores only when the Blas allows it.
+// per output batch entry), matmul_sum_batch, linear, gelu_linear, matmul_mul and
+// matmul_gelu_grad. fp32 products use TF32 tensor cores only when the Blas allows it.
 #include "core/base/error.h"
 #include "core/device/cuda_context.h"
 #include "core/ops/cuda/cuda_ops.h"
@@ -149,6 +149,21 @@ void register_matmul(OpRegistry& r) {
     }
     cuda_context().blas.gemm(type, false, false, M, N, K, 1.0f, a.raw(), K, b.raw(), N, 0.0f, c.raw(), N);
     kcu::binary(kcu::BinaryOp::kMul, type, c.raw(), c.numel(), k.inputs[2].raw(), c.numel(), c.raw(), compute_stream());
+  });
+
+  // (a [..., K], b [K, N], x [..., N]) -> (a b) * gelu'(x): gelu_linear's input gradient when
+  // backward recomputes instead of keeping gelu'(x).
+  set_cuda_kernel(r, "matmul_gelu_grad", "TTT>T", [](KernelContext& k) {
+    const Tensor &a = k.inputs[0], &b = k.inputs[1], &c = k.outputs[0];
+    const kcu::DType type = storage_type(a, "matmul_gelu_grad");
+    const int64_t K = a.shape().back(), N = b.dim(1), M = rows_of(a);
+    if (c.numel() == 0) return;
+    if (K == 0) {
+      kcu::fill(type, c.raw(), 0.0f, c.numel(), compute_stream());
+      return;
+    }
+    cuda_context().blas.gemm(type, false, false, M, N, K, 1.0f, a.raw(), K, b.raw(), N, 0.0f, c.raw(), N);
+    kcu::gelu_backward(type, k.inputs[2].raw(), nullptr, c.raw(), c.raw(), c.numel(), 1, compute_stream());
   });
 }
 

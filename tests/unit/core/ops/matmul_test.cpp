@@ -133,17 +133,22 @@ void add_matmul_cases(std::vector<OpCase>& out) {
   }
   // gelu_linear: outputs checked {0} use the fused backward (matmul_mul); {0, 1} the path where
   // gelu(x) feeds something else too; the last case compares the saved a and gelu'(x) themselves.
-  struct GeluLin { const char* label; Shape x; int64_t N; bool bias; std::vector<int> checked; bool grad; };
+  // recompute = 1: backward keeps x and recomputes gelu(x) and gelu'(x) (matmul_gelu_grad).
+  struct GeluLin { const char* label; Shape x; int64_t N; bool bias; std::vector<int> checked; bool grad; int recompute; };
   const GeluLin gls[] = {
-      {"2d", {5, 6}, 4, true, {0}, true},
-      {"3d_nobias", {2, 3, 7}, 5, false, {0}, true},
-      {"also_uses_gelu", {4, 5}, 3, true, {0, 1}, true},
-      {"saved_outputs", {3, 9}, 2, true, {0, 1, 2}, false},
+      {"2d", {5, 6}, 4, true, {0}, true, 0},
+      {"3d_nobias", {2, 3, 7}, 5, false, {0}, true, 0},
+      {"also_uses_gelu", {4, 5}, 3, true, {0, 1}, true, 0},
+      {"saved_outputs", {3, 9}, 2, true, {0, 1, 2}, false, 0},
+      {"recompute_2d", {5, 6}, 4, true, {0}, true, 1},
+      {"recompute_3d_nobias", {2, 3, 7}, 5, false, {0}, true, 1},
+      {"recompute_also_uses_gelu", {4, 5}, 3, true, {0, 1}, true, 1},
   };
   for (const GeluLin& l : gls) {
     OpCase c;
     c.op = "gelu_linear";
     c.label = l.label;
+    if (l.recompute) c.attrs.set("recompute", int64_t{1});
     c.inputs = {{l.x, DType::kF32, -4.0, 4.0}, {{l.N, l.x.back()}}};
     if (l.bias) c.inputs.push_back({{l.N}});
     c.reference = gelu_linear_ref;
