@@ -13,6 +13,8 @@
 #   gpt        bench_gpu_gpt fp32/TF32 with PyTorch's eager anchors, then bf16 without anchors
 #   compile    bench_gpu_gpt bf16 against every anchor, torch.compile included (minutes; runs
 #              right after the tests, before the other benchmarks)
+#   ablate     bench_gpu_gpt bf16 without anchors with each newer path turned off in turn (gemm
+#              staging, the one-pass layer-norm backward, the MLP's gelu recompute), and fp32/TF32
 #   train      cohort train --model gpt --device cuda, f32 and bf16, 200 steps on Brown
 #   profile    bench_gpu_gpt's step, bf16 and fp32/TF32, with COHORT_PROFILE=1 (device time per
 #              operator: the executor waits for each node), a few steps, no anchors
@@ -98,6 +100,13 @@ if want gpt; then
     --torch-script "$root/bench/gpu/torch_gpt_gpu.py"
   run gpt-bf16.log 120 "$b/bench_gpu_gpt" --dtype bf16 --no-torch
 fi
+if want ablate; then
+  run ablate-all.log 40 "$b/bench_gpu_gpt" --dtype bf16 --no-torch
+  COHORT_GEMM_STAGING=0 run ablate-staging.log 40 "$b/bench_gpu_gpt" --dtype bf16 --no-torch
+  COHORT_LAYERNORM_ONE_PASS=0 run ablate-layernorm.log 40 "$b/bench_gpu_gpt" --dtype bf16 --no-torch
+  run ablate-gelu.log 40 "$b/bench_gpu_gpt" --dtype bf16 --no-torch --keep-gelu
+  run ablate-f32.log 40 "$b/bench_gpu_gpt" --no-torch
+fi
 if want train; then
   run train-f32.log 150 "$b/cohort" train --model gpt --device cuda --steps 200 --eval-every 0
   run train-bf16.log 150 "$b/cohort" train --model gpt --device cuda --dtype bf16 --steps 200 --eval-every 0
@@ -125,6 +134,7 @@ show gpt-bf16.log "cohort|peak|error|rc=" 6
 show gpt-bf16-anchors.log "cohort|torch|ratio|peak|rc=" 12
 show profile-bf16.log "^ |cohort|error|rc=" 30
 show profile-f32.log "^ |cohort|error|rc=" 30
+for f in ablate-all ablate-staging ablate-layernorm ablate-gelu ablate-f32; do show $f.log "cohort gpt|error|rc=" 3; done
 show train-f32.log "loss|error|rc=" 4
 show train-bf16.log "loss|error|rc=" 4
 tar -C "$out" -czf "$out/logs.tar.gz" logs && rm -rf "$logs"
