@@ -1,13 +1,14 @@
 // Layer norm kernels (Ba, Kiros, Hinton 2016, eq. 4). Forward and dx: one warp per row, lanes
 // striding over C, warp-shuffle reductions; the row's re-reads hit L1/L2. Parameter gradients:
 // a column-parallel kernel sums fixed chunks of rows into a workspace, and a second kernel adds
-// the chunk partials in chunk order, so dgamma/dbeta do not depend on scheduling. Where rows are
-// 16-byte aligned and C <= 1024, the backward is one pass instead (layernorm_backward_fused: x and
-// dy read once with 16-byte loads, kept in registers for dx, the parameter sums of 16 rows a block
-// added in warp order into a partial) and a column-parallel finish; the two-pass kernels measured
-// 0.37 of memcpy bandwidth on an H100. RMS norm
+// the chunk partials in chunk order, so dgamma/dbeta do not depend on scheduling. For fp32 rows
+// that are 16-byte aligned with C <= 1024 the backward is one pass instead (layernorm_backward_fused:
+// x and dy read once with 16-byte loads, kept in registers for dx, the parameter sums of 16 rows a
+// block added in warp order into a partial) and a column-parallel finish: 0.46 of memcpy bandwidth
+// against the two passes' 0.35 on an H200 (bf16 keeps the two passes: see layernorm_backward_typed). RMS norm
 // reuses that shape; group norm (further down) reduces with whole thread blocks.
 #include <cstdlib>
+#include <type_traits>
 
 #include "core/base/error.h"
 #include "kernels/cuda/common.cuh"
@@ -304,7 +305,11 @@ static void layernorm_backward_typed(const T* x, const T* gamma, const float* me
     const char* v = std::getenv("COHORT_LAYERNORM_ONE_PASS");
     return !(v && v[0] == '0' && v[1] == 0);
   }();
-  if (one_pass && layernorm_backward_fits(x, gamma, dy, dx_add, dx, workspace, rows, C)) {
+  // fp32 only: on an H200 at [32768, 768] the one pass took 0.155 ms against the two passes'
+  // 0.204 in fp32, but 0.145 against 0.118 in bf16 (2048 blocks, each ending in a block-wide
+  // reduction of 2 C floats: bound by that, not by bandwidth). TODO(#26): fewer blocks walking
+  // more rows each, measured on a device, before bf16 takes it.
+  if (one_pass && std::is_same_v<T, float> && layernorm_backward_fits(x, gamma, dy, dx_add, dx, workspace, rows, C)) {
     constexpr int N = detail::Vec<T>::kN;
     switch ((C / N + 31) / 32) {  // 16-byte vectors per lane
       case 1: return launch_layernorm_backward_fused<T, 1>(x, gamma, mean, rstd, dy, dx_add, dx, dgamma, dbeta,

@@ -133,8 +133,9 @@ void test_gemm(Env& env) {
         run_case(env, staged, m.type, m.tf32, {ta, tb, 1, 67, 45, 33, 0.7f, 0.0f, false}, f.tag);
         run_case(env, staged, m.type, m.tf32, {ta, tb, 1, 70, 90, 41, 1.0f, 0.5f, false}, f.tag);
         // M and N too small to cut: chunks along K add into C (fp32 C copied in for beta 0.5; a bf16
-        // one would round at every chunk, so K is cut there only as below).
-        run_case(env, staged, m.type, m.tf32, {ta, tb, 1, 12, 10, 700, 1.0f, 0.5f, false}, f.tag);
+        // one would round at every chunk, so K is cut there only as below, and this product, too
+        // large to stage whole in 32 KiB, runs unstaged).
+        run_case(env, staged, m.type, m.tf32, {ta, tb, 1, 12, 10, 1400, 1.0f, 0.5f, false}, f.tag);
         // bf16 chunks along K adding up in fp32 (beta 0, C contiguous and aligned: [12, 8]).
         run_case(env, staged, m.type, m.tf32, {ta, tb, 1, 12, 8, 700, 1.0f, 0.0f, false}, f.tag, 0);
         const bool chunks = f.budget < (size_t{1} << 20);
