@@ -235,7 +235,7 @@ const char* usage_text() {
          "         [--weight-decay W] [--clip NORM (0: off)] [--hidden H (mlp only)]\n"
          "         [--layers L] [--width C] [--heads H] [--context T] (gpt only)\n"
          "         [--eval-every N] [--eval-examples N (with --eval-every)] [--log-every N] [--metrics FILE.jsonl]\n"
-         "         [--save PATH] [--save-every N] [--resume PATH] [--threads N (0: the default)] [--seed S] [--quiet]\n"
+         "         [--save PATH] [--save-every N] [--resume PATH] [--threads N (0: the cores of the process's CPU affinity)] [--seed S] [--quiet]\n"
          "         [--device cpu|cuda] [--dtype f32|bf16 (gpt only)]\n"
          "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N|auto (not sync)]]  (under a launcher, below)\n"
          "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco 0-1; co2 none)\n"

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <regex>
@@ -165,6 +167,74 @@ TEST(CohortRun, ThreeRanksGetPrefixesAndEnvironment) {
   }
 }
 
+// The CPUs of each rank's "cpus=..." line, by rank.
+std::vector<std::vector<int>> cpus_by_rank(const std::string& out, int ranks, std::vector<std::string>* waits) {
+  std::vector<std::vector<int>> cpus(static_cast<size_t>(ranks));
+  waits->assign(static_cast<size_t>(ranks), "");
+  std::regex line(R"(\[rank (\d+)\] cpus=([0-9,]*) wait=(\w+)\n)");
+  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) {
+    const size_t r = std::stoul((*it)[1]);
+    if (r >= cpus.size()) continue;
+    std::string list = (*it)[2];
+    for (size_t pos = 0; pos < list.size();) {
+      const size_t comma = list.find(',', pos);
+      cpus[r].push_back(std::stoi(list.substr(pos, comma - pos)));
+      pos = comma == std::string::npos ? list.size() : comma + 1;
+    }
+    (*waits)[r] = (*it)[3];
+  }
+  return cpus;
+}
+
+std::vector<int> my_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+// --bind cores (the default): the ranks split the launcher's CPUs between them, each its own
+// share, so OpenMP's default thread count (the affinity's size) adds up to the cores; with more
+// ranks than CPUs each gets one, shared, and waits passively. --bind none: every rank all of them.
+TEST(CohortRun, RanksRunOnTheirOwnShareOfTheCores) {
+  const std::vector<int> all = my_cpus();
+  ASSERT_FALSE(all.empty());
+  const int n = static_cast<int>(std::min<size_t>(all.size(), 4));
+  std::vector<std::string> waits;
+  {
+    Launch run({"-n", std::to_string(n), "--", RANK_PROBE_BIN, "cpus"});
+    ASSERT_EQ(run.finish(30s), 0) << run.out() << run.err();
+    const auto cpus = cpus_by_rank(run.out(), n, &waits);
+    std::vector<int> seen;
+    for (int r = 0; r < n; ++r) {
+      EXPECT_FALSE(cpus[static_cast<size_t>(r)].empty()) << run.out();
+      EXPECT_EQ(waits[static_cast<size_t>(r)], "unset") << "ranks that do not share a CPU may spin";
+      seen.insert(seen.end(), cpus[static_cast<size_t>(r)].begin(), cpus[static_cast<size_t>(r)].end());
+    }
+    std::sort(seen.begin(), seen.end());
+    EXPECT_EQ(seen, all) << "the shares split the launcher's CPUs, each CPU once:\n" << run.out();
+  }
+  {
+    const int many = static_cast<int>(all.size()) + 1;
+    Launch run({"-n", std::to_string(many), "--", RANK_PROBE_BIN, "cpus"});
+    ASSERT_EQ(run.finish(30s), 0) << run.out() << run.err();
+    const auto cpus = cpus_by_rank(run.out(), many, &waits);
+    for (int r = 0; r < many; ++r) {
+      EXPECT_EQ(cpus[static_cast<size_t>(r)].size(), 1u) << run.out();
+      EXPECT_EQ(waits[static_cast<size_t>(r)], "PASSIVE") << run.out();
+    }
+  }
+  {
+    Launch run({"--bind", "none", "-n", "2", "--", RANK_PROBE_BIN, "cpus"});
+    ASSERT_EQ(run.finish(30s), 0) << run.out() << run.err();
+    const auto cpus = cpus_by_rank(run.out(), 2, &waits);
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(cpus[static_cast<size_t>(r)], all) << run.out();
+  }
+}
+
 TEST(CohortRun, RanksJoinTheStoreOfRankZero) {
   Launch run({"-n", "3", "--token", "given-token", "--", RANK_PROBE_BIN, "store"});
   ASSERT_EQ(run.finish(30s), 0) << run.out() << run.err();
@@ -266,6 +336,7 @@ TEST(CohortRun, BadCommandLinesExitWithTwo) {
       {"-n", "2", "--nnodes", "2", "--node-rank", "2", "--master", "h:1", "--token", "t", "--",
        "true"},
       {"-n", "2", "--master", "nohostport", "--", "true"},
+      {"-n", "2", "--bind", "sockets", "--", "true"},
   };
   for (const auto& args : bad) {
     Launch run(args);

@@ -5,6 +5,8 @@
 //                    30 s) to be stopped
 //   lines N          print N lines, each in two writes split mid-line
 //   trap             report SIGTERM when it arrives; print "ready" and wait (at most 30 s)
+//   cpus             print the CPUs the rank may run on and its OMP_WAIT_POLICY
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -88,6 +90,17 @@ int main(int argc, char** argv) {
           return 1;
         }
       }
+      return 0;
+    }
+    if (mode == "cpus") {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+      std::string list;
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &set)) list += (list.empty() ? "" : ",") + std::to_string(c);
+      const char* wait = std::getenv("OMP_WAIT_POLICY");
+      std::printf("cpus=%s wait=%s\n", list.c_str(), wait ? wait : "unset");
       return 0;
     }
     if (mode == "trap") {

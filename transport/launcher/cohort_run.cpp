@@ -1,11 +1,14 @@
 // cohort-run: starts N local ranks of a program, like torchrun. It gives each rank the
 // COHORT_* variables that detect_job_env() reads (a fresh random job token and a free master
-// port unless given), prefixes their output with "[rank R] ", and stops the whole job when one
-// rank fails. Exit codes: 0 all ranks succeeded, 2 bad command line, else the failure's code.
+// port unless given), prefixes their output with "[rank R] ", binds each to its share of the
+// cores (unless --bind none), and stops the whole job when one rank fails. Exit codes: 0 all ranks succeeded, 2 bad command line, else the failure's code.
 #include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <vector>
 #include <exception>
 #include <string>
 
@@ -47,6 +50,27 @@ int free_port(const std::string& host) {
   return port;
 }
 
+// The CPUs this process may run on, ascending (empty when the kernel will not say).
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+// Local rank `local` of `n`: a contiguous share of `cpus` (sizes differing by at most one), or,
+// with more ranks than CPUs, one CPU shared round robin.
+std::vector<int> share_of(const std::vector<int>& cpus, int local, int n) {
+  const int c = static_cast<int>(cpus.size());
+  if (c == 0) return {};
+  if (n >= c) return {cpus[static_cast<size_t>(local % c)]};
+  const int begin = local * c / n, end = (local + 1) * c / n;
+  return std::vector<int>(cpus.begin() + begin, cpus.begin() + end);
+}
+
 launcher::SuperviseConfig make_config(launcher::RunOptions& o) {
   if (o.master_host.empty()) o.master_host = "127.0.0.1";
   if (o.master_port == 0) o.master_port = free_port(o.master_host);
@@ -54,6 +78,10 @@ launcher::SuperviseConfig make_config(launcher::RunOptions& o) {
   launcher::SuperviseConfig config;
   config.command = o.command;
   config.grace_s = o.grace_s;
+  const std::vector<int> cpus = o.bind_cores ? allowed_cpus() : std::vector<int>();
+  // Ranks sharing a CPU wait for work passively: a spinning OpenMP thread would take the CPU from
+  // the rank it shares it with (the user's own OMP_WAIT_POLICY stays).
+  const bool shared = !cpus.empty() && o.nproc > static_cast<int>(cpus.size()) && !std::getenv("OMP_WAIT_POLICY");
   for (int local = 0; local < o.nproc; ++local) {
     int rank = o.node_rank * o.nproc + local;
     config.ranks.push_back({rank,
@@ -65,7 +93,9 @@ launcher::SuperviseConfig make_config(launcher::RunOptions& o) {
                              {"COHORT_NNODES", std::to_string(o.nnodes)},
                              {"COHORT_MASTER_ADDR", o.master_host},
                              {"COHORT_MASTER_PORT", std::to_string(o.master_port)},
-                             {"COHORT_JOB_TOKEN", o.token}}});
+                             {"COHORT_JOB_TOKEN", o.token}},
+                            share_of(cpus, local, o.nproc)});
+    if (shared) config.ranks.back().env.emplace_back("OMP_WAIT_POLICY", "PASSIVE");
   }
   return config;
 }

@@ -10,7 +10,7 @@ namespace cohort::transport::launcher {
 
 const char* const kUsage =
     "usage: cohort-run -n N [--nnodes M --node-rank K --master HOST:PORT] [--token T] "
-    "[--grace SECONDS] -- PROGRAM [ARGS...]";
+    "[--grace SECONDS] [--bind cores|none] -- PROGRAM [ARGS...]";
 
 namespace {
 
@@ -92,6 +92,10 @@ RunOptions parse_run_options(int argc, char** argv) {
       if (text.empty() || *end != '\0' || !(o.grace_s > 0 && o.grace_s <= 3600)) {
         throw UsageError("--grace needs seconds in (0, 3600], got '" + text + "'");
       }
+    } else if (a == "--bind") {
+      const std::string how = value(a);
+      if (how != "cores" && how != "none") throw UsageError("--bind needs cores or none, got '" + how + "'");
+      o.bind_cores = how == "cores";
     } else if (!a.empty() && a[0] == '-') {
       throw UsageError("unknown option '" + a + "'");
     } else {

@@ -16,6 +16,10 @@ struct RunOptions {
   int master_port = 0;
   std::string token;     // empty: generated (single node only)
   double grace_s = 3.0;  // from SIGTERM to SIGKILL when stopping ranks
+  // --bind cores (default): each local rank runs on its own share of the cores cohort-run may use
+  // (its CPU affinity), so a rank's math threads (OpenMP's default follows the affinity) never
+  // oversubscribe them; --bind none leaves every rank the launcher's whole affinity.
+  bool bind_cores = true;
   bool help = false;
   std::vector<std::string> command;  // PROGRAM ARGS...
 };

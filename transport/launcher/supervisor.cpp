@@ -5,6 +5,7 @@
 #include "transport/launcher/supervisor.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -168,6 +169,13 @@ void Supervisor::exec_child(const RankSpec& spec, int out_w, int err_w, pid_t pa
   sigprocmask(SIG_SETMASK, &saved_mask_, nullptr);
   if (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0) _exit(127);
   for (const auto& [name, value] : spec.env) setenv(name.c_str(), value.c_str(), 1);
+  if (!spec.cpus.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int cpu : spec.cpus) CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0)  // not fatal: the rank runs unbound
+      dprintf(2, "cohort-run: rank %d runs unbound: sched_setaffinity: %s\n", spec.rank, std::strerror(errno));
+  }
   std::vector<char*> argv;
   for (const std::string& a : config_.command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);

@@ -11,6 +11,7 @@ namespace cohort::transport::launcher {
 struct RankSpec {
   int rank;
   std::vector<std::pair<std::string, std::string>> env;  // added to the inherited environment
+  std::vector<int> cpus;  // the CPUs the rank may run on (sched_setaffinity); empty: inherited
 };
 
 struct SuperviseConfig {

@@ -82,8 +82,10 @@ typedef void (*cohort_log_fn)(int level, const char* message, void* user);
 COHORT_API cohort_status cohort_set_log_callback(cohort_log_fn fn, void* user);
 /* Lines above `level` (0..3) are dropped. Returns INVALID_ARGUMENT for other values. */
 COHORT_API cohort_status cohort_set_log_level(int level);
-/* Threads used by this process's CPU math (oneDNN and cohort's loops). With several ranks on one
- * machine give each rank cores/ranks threads. n >= 1, else INVALID_ARGUMENT. Process-wide. */
+/* Threads used by this process's CPU math (oneDNN and cohort's loops). Without a call: as many as
+ * the cores the process may run on (its CPU affinity), so ranks bound to their share of a host's
+ * cores never oversubscribe it (cohort-run binds each local rank to its share; so does mpirun
+ * with binding). n >= 1, else INVALID_ARGUMENT. Process-wide. */
 COHORT_API cohort_status cohort_set_num_threads(int n);
 
 /* ---- element types ------------------------------------------------------------------------ */
