@@ -622,7 +622,9 @@ std::vector<int32_t> layout_of(const cohort_plan_options& o) {
 TEST_F(CapiParallel, PlanChooseAgreesAndTrains) {
   int32_t rank = 0, world = 1;
   ASSERT_EQ(cohort_comm_rank(comm_, &rank, &world), COHORT_OK);
-  if (const char* expected = std::getenv("COHORT_WORLD_SIZE")) EXPECT_EQ(world, std::atoi(expected));  // cohort-run's
+  if (const char* expected = std::getenv("COHORT_WORLD_SIZE")) {
+    EXPECT_EQ(world, std::atoi(expected));  // cohort-run's
+  }
   const int64_t global = 4 * world;
   cohort_graph* global_graph = mlp_at(global);
   ASSERT_NE(global_graph, nullptr);
