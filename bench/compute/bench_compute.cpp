@@ -5,6 +5,13 @@
 // here) and the peak memory of a training step. cohort is driven through the public C API only.
 //
 //   bench_compute [--rounds R] [--steps N] [--warmup W] [--python PATH] [--no-torch] [--ab]
+//   bench_compute --scaling [--sizes gpt:4x256x128,gpt:6x384x256,gpt:4x768x128,cnn] [--threads 1,2,..]
+//
+// --scaling (#31): for each model (gpt:LAYERSxWIDTHxCONTEXT, heads = width / 64, batch 8; cnn: the
+// Fashion-MNIST CNN, batch 32) and each thread count (default 1 to the cores of the process's CPU
+// affinity), cohort and both PyTorch configurations with that many threads, rounds interleaved as
+// below; prints items/s, cohort / the faster PyTorch, and each one's parallel efficiency
+// (items/s at N threads / (N x items/s at 1 thread)).
 //
 // --ab, for trying a change to the library: between invocations the box's load moves the figure
 // by 5-8%, more than most single changes gain. This mode builds two trainers, the first with
@@ -28,6 +35,7 @@
 #include <fcntl.h>
 #include <omp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,6 +60,9 @@ struct Args {
   std::string python = "/usr/bin/python3";
   bool torch = true;
   bool ab = false;
+  bool scaling = false;
+  std::string sizes = "gpt:4x256x128,gpt:6x384x256,gpt:4x768x128,cnn";
+  std::vector<int> threads;  // empty: 1 .. the cores of the CPU affinity
 };
 
 void check(cohort_status s, const char* what) {
@@ -85,19 +96,39 @@ bool reset_peak_rss() {
   return static_cast<bool>(f);
 }
 
-// The GPT trainer, random tokens, and the memory it took.
+// A model to time: the GPT (tokens) or the CNN (images), batch and shape as given.
+struct Shape {
+  bool cnn = false;
+  int64_t B = kB, T = kT, L = kL, C = kC, H = kH;
+  int64_t items_per_step() const { return cnn ? B : B * T; }
+  std::string name() const {
+    if (cnn) return "cnn B" + std::to_string(B);
+    return "gpt " + std::to_string(L) + "x" + std::to_string(C) + " T" + std::to_string(T) + " B" + std::to_string(B);
+  }
+};
+
+// The trainer, random inputs, and the memory it took.
 struct Gpt {
+  Shape shape_;
   cohort_trainer* trainer = nullptr;
   std::vector<int32_t> tokens, targets;
-  int64_t shape[2] = {kB, kT};
+  std::vector<float> images;
+  int64_t shape[4] = {kB, kT, 0, 0};
+  int64_t label_shape[1] = {0};
   cohort_tensor_ref refs[2];
   int64_t params = 0;
 
-  Gpt() {
-    cohort_model_gpt_options m = cohort_model_gpt_options_default();
-    m.batch = kB, m.context = kT, m.layers = kL, m.width = kC, m.heads = kH;
+  explicit Gpt(const Shape& sh = Shape()) : shape_(sh) {
     cohort_graph* g = nullptr;
-    check(cohort_graph_create_gpt(&m, &g), "gpt");
+    if (sh.cnn) {
+      cohort_model_cnn_options m = cohort_model_cnn_options_default();
+      m.batch = sh.B;
+      check(cohort_graph_create_cnn(&m, &g), "cnn");
+    } else {
+      cohort_model_gpt_options m = cohort_model_gpt_options_default();
+      m.batch = sh.B, m.context = sh.T, m.layers = sh.L, m.width = sh.C, m.heads = sh.H;
+      check(cohort_graph_create_gpt(&m, &g), "gpt");
+    }
     check(cohort_graph_stats(g, nullptr, nullptr, nullptr, &params), "stats");
     cohort_optimizer_options o = cohort_optimizer_options_default();
     o.kind = COHORT_OPTIM_ADAMW, o.lr = 1e-4, o.weight_decay = 0.1;
@@ -107,7 +138,19 @@ struct Gpt {
     cohort_optimizer_destroy(opt);
     cohort_graph_destroy(g);
     std::mt19937 rng(0);
-    tokens.resize(kB * kT), targets.resize(kB * kT);
+    if (sh.cnn) {
+      images.resize(static_cast<size_t>(sh.B * 28 * 28));
+      targets.resize(static_cast<size_t>(sh.B));
+      for (auto& v : images) v = static_cast<float>(rng() % 256) / 255.0f;
+      for (auto& t : targets) t = static_cast<int32_t>(rng() % 10);
+      shape[0] = sh.B, shape[1] = 1, shape[2] = 28, shape[3] = 28;
+      label_shape[0] = sh.B;
+      refs[0] = {"x", COHORT_F32, 4, shape, images.data(), images.size() * 4};
+      refs[1] = {"y", COHORT_I32, 1, label_shape, targets.data(), targets.size() * 4};
+      return;
+    }
+    shape[0] = sh.B, shape[1] = sh.T;
+    tokens.resize(static_cast<size_t>(sh.B * sh.T)), targets.resize(static_cast<size_t>(sh.B * sh.T));
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = rng() % 256, targets[i] = rng() % 256;
     refs[0] = {"tokens", COHORT_I32, 2, shape, tokens.data(), tokens.size() * 4};
     refs[1] = {"targets", COHORT_I32, 2, shape, targets.data(), targets.size() * 4};
@@ -117,7 +160,7 @@ struct Gpt {
   double tokens_per_s(int steps) {
     const double t0 = now();
     for (int i = 0; i < steps; ++i) step();
-    return static_cast<double>(kB * kT * steps) / (now() - t0);
+    return static_cast<double>(shape_.items_per_step() * steps) / (now() - t0);
   }
 };
 
@@ -141,26 +184,30 @@ struct TorchResult {
   double tokens_per_s() const { return median(rounds); }
 };
 
-// One PyTorch configuration as a worker process (torch_gpt.py ... serve): it warms up (await_ready
+// One PyTorch configuration as a worker process (torch_model.py ... serve): it warms up (await_ready
 // waits for that), then times one round per "round" line we send. Every wait on it is bounded (kWaitSeconds); a worker
 // that does not answer in time, or dies, is killed and its figures stay empty.
 class TorchWorker {
  public:
   static constexpr int kWaitSeconds = 300;
 
-  TorchWorker(const Args& a, const char* coretype) : name_(coretype ? coretype : "as installed") {
+  TorchWorker(const Args& a, const char* coretype, const Shape& sh = Shape(), int threads = 1)
+      : name_(coretype ? coretype : "as installed") {
     int to_child[2], from_child[2];
     if (pipe2(to_child, O_CLOEXEC) != 0) return;
     if (pipe2(from_child, O_CLOEXEC) != 0) {
       close(to_child[0]), close(to_child[1]);
       return;
     }
-    const std::string script = COHORT_BENCH_DIR "/torch_gpt.py";
-    const std::vector<std::string> args = {a.python, script, std::to_string(kB), std::to_string(kT),
-                                           std::to_string(kL), std::to_string(kC), std::to_string(kH),
-                                           std::to_string(a.warmup), std::to_string(a.steps), "serve"};
+    const std::string script = COHORT_BENCH_DIR "/torch_model.py";
+    std::vector<std::string> args = {a.python, script, "--threads", std::to_string(threads)};
+    if (sh.cnn) args.push_back("--cnn");
+    for (int64_t v : {sh.B, sh.T, sh.L, sh.C, sh.H}) args.push_back(std::to_string(v));
+    for (const std::string& v : {std::to_string(a.warmup), std::to_string(a.steps), std::string("serve")})
+      args.push_back(v);
     // The child's arguments and environment are built here: after fork only exec-safe calls.
-    std::vector<std::string> env = {"OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1", "OMP_WAIT_POLICY=passive"};
+    const std::string n = std::to_string(threads);
+    std::vector<std::string> env = {"OMP_NUM_THREADS=" + n, "OPENBLAS_NUM_THREADS=" + n, "OMP_WAIT_POLICY=passive"};
     if (coretype) env.push_back(std::string("OPENBLAS_CORETYPE=") + coretype);
     for (char** e = environ; *e; ++e) {
       const std::string kv = *e, key = kv.substr(0, kv.find('=') + 1);
@@ -270,8 +317,18 @@ Args parse(int argc, char** argv) {
     else if (f == "--python" && has) a.python = argv[++i];
     else if (f == "--no-torch") a.torch = false;
     else if (f == "--ab") a.ab = true;
-    else {
-      std::fprintf(stderr, "usage: bench_compute [--rounds R] [--steps N] [--warmup W] [--python P] [--no-torch] [--ab]\n");
+    else if (f == "--scaling") a.scaling = true;
+    else if (f == "--sizes" && has) a.sizes = argv[++i];
+    else if (f == "--threads" && has) {
+      const std::string list = argv[++i];
+      for (size_t pos = 0; pos < list.size();) {
+        const size_t comma = list.find(',', pos);
+        a.threads.push_back(std::max(1, std::atoi(list.substr(pos, comma - pos).c_str())));
+        pos = comma == std::string::npos ? list.size() : comma + 1;
+      }
+    } else {
+      std::fprintf(stderr, "usage: bench_compute [--rounds R] [--steps N] [--warmup W] [--python P] [--no-torch] [--ab]\n"
+                           "       bench_compute --scaling [--sizes gpt:LxCxT,...,cnn] [--threads 1,2,...] [...]\n");
       std::exit(2);
     }
   }
@@ -279,6 +336,9 @@ Args parse(int argc, char** argv) {
 }
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+// OpenBLAS's SkylakeX kernels need AVX-512 (without it the anchor dies of an illegal instruction).
+bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
 
 // --ab: trainers A (COHORT_AB=0) and B (COHORT_AB=1), alternating rounds.
 int run_ab(const Args& a) {
@@ -304,10 +364,87 @@ int run_ab(const Args& a) {
   return 0;
 }
 
+Shape parse_shape(const std::string& spec) {
+  Shape sh;
+  if (spec == "cnn") {
+    sh.cnn = true;
+    sh.B = 32;
+    return sh;
+  }
+  long long L = 0, C = 0, T = 0;
+  if (std::sscanf(spec.c_str(), "gpt:%lldx%lldx%lld", &L, &C, &T) != 3 || L < 1 || C < 64 || C % 64 || T < 1) {
+    std::fprintf(stderr, "bench_compute: size '%s' is not cnn or gpt:LAYERSxWIDTHxCONTEXT (width a multiple of 64)\n",
+                 spec.c_str());
+    std::exit(2);
+  }
+  sh.L = L, sh.C = C, sh.T = T, sh.H = C / 64;
+  return sh;
+}
+
+int affinity_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
+}
+
+// --scaling: every size at every thread count, cohort and the two PyTorch configurations
+// interleaved per round; then each one's parallel efficiency.
+int run_scaling(const Args& a) {
+  std::vector<int> threads = a.threads;
+  if (threads.empty())
+    for (int t = 1; t <= affinity_cores(); ++t) threads.push_back(t);
+  std::vector<Shape> shapes;
+  for (size_t pos = 0; pos < a.sizes.size();) {
+    const size_t comma = a.sizes.find(',', pos);
+    shapes.push_back(parse_shape(a.sizes.substr(pos, comma - pos)));
+    pos = comma == std::string::npos ? a.sizes.size() : comma + 1;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  std::printf("bench_compute --scaling: %d rounds of %d steps per figure, medians; items are tokens (gpt) or "
+              "images (cnn); torch = the faster of OpenBLAS as installed and SkylakeX\n",
+              a.rounds, a.steps);
+  std::printf("%-22s %7s %12s %12s %7s %9s %9s\n", "model", "threads", "cohort/s", "torch/s", "ratio", "eff cohort",
+              "eff torch");
+  for (const Shape& sh : shapes) {
+    double ours1 = 0, torch1 = 0;
+    for (int t : threads) {
+      check(cohort_set_num_threads(t), "threads");
+      omp_set_num_threads(t);
+      Gpt model(sh);
+      for (int i = 0; i < a.warmup; ++i) model.step();
+      std::vector<std::unique_ptr<TorchWorker>> workers;
+      if (a.torch) {
+        workers.push_back(std::make_unique<TorchWorker>(a, nullptr, sh, t));
+        if (has_avx512()) workers.push_back(std::make_unique<TorchWorker>(a, "SkylakeX", sh, t));
+        for (auto& w : workers) w->await_ready();
+      }
+      std::vector<double> ours;
+      const int players = 1 + static_cast<int>(workers.size());
+      for (int r = 0; r < a.rounds; ++r)
+        for (int k = 0; k < players; ++k) {
+          const int who = (r + k) % players;
+          if (who == 0) ours.push_back(model.tokens_per_s(a.steps));
+          else workers[static_cast<size_t>(who - 1)]->round();
+        }
+      double theirs = 0;
+      for (auto& w : workers) theirs = std::max(theirs, w->finish().tokens_per_s());
+      const double mine = median(ours);
+      if (t == 1) ours1 = mine, torch1 = theirs;
+      auto eff = [&](double v, double one) { return one > 0 && v > 0 ? v / (t * one) : 0.0; };
+      std::printf("%-22s %7d %12.0f %12.0f %6.2fx %9.2f %9.2f\n", sh.name().c_str(), t, mine, theirs,
+                  theirs > 0 ? mine / theirs : 0.0, eff(mine, ours1), eff(theirs, torch1));
+      std::fflush(stdout);
+    }
+  }
+  std::printf("targets (#31): ratio >= 1.5x at 1 and 2 threads for every size; cohort's efficiency at 2 threads >= 0.85\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
+  if (a.scaling) return run_scaling(a);
   check(cohort_set_num_threads(1), "threads");
   omp_set_num_threads(1);
   if (a.ab) return run_ab(a);
@@ -320,7 +457,8 @@ int main(int argc, char** argv) {
   if (a.torch) {
     signal(SIGPIPE, SIG_IGN);  // a worker that died makes our next write fail, not kill us
     workers.push_back(std::make_unique<TorchWorker>(a, nullptr));
-    workers.push_back(std::make_unique<TorchWorker>(a, "SkylakeX"));
+    if (has_avx512()) workers.push_back(std::make_unique<TorchWorker>(a, "SkylakeX"));
+    else std::printf("torch (OPENBLAS_CORETYPE=SkylakeX) skipped: this CPU has no AVX-512 (its kernels would not run)\n");
     for (auto& w : workers) w->await_ready();
   }
   // Round r runs cohort and the workers in an order rotated by r.
@@ -336,7 +474,10 @@ int main(int argc, char** argv) {
   st.size = sizeof st;
   check(cohort_trainer_get_stats(gpt.trainer, &st), "stats");
   TorchResult installed, skx;
-  if (a.torch) installed = workers[0]->finish(), skx = workers[1]->finish();
+  if (a.torch) {
+    installed = workers[0]->finish();
+    if (workers.size() > 1) skx = workers[1]->finish();
+  }
   const double peak = sgemm_peak_gflops();
 
   // Model FLOPs (PaLM appendix B): 6 N per token for the weights (wte counts: it is the tied

@@ -1,12 +1,15 @@
 #!/usr/bin/python3
-"""PyTorch anchor for bench_compute: trains the mirror of cohort's GPT (tests/parity/models.py)
-with AdamW on random tokens and prints one line of key=value results.
+"""PyTorch anchor for bench_compute: trains the mirror of cohort's GPT or CNN (tests/parity/
+models.py) with AdamW on random tokens or images and prints one line of key=value results.
 
 Memory is the process's resident-set peak delta: /proc/self/clear_refs resets VmHWM after torch
 is imported, then VmHWM - VmRSS(before the model) covers parameters, gradients, AdamW state,
 activations and allocator slack. (tracemalloc cannot see torch's C++ allocations.)
 
-usage: torch_gpt.py BATCH CONTEXT LAYERS WIDTH HEADS WARMUP_STEPS TIMED_STEPS ROUNDS|serve
+usage: torch_model.py [--threads N] [--cnn] BATCH CONTEXT LAYERS WIDTH HEADS WARMUP_STEPS TIMED_STEPS
+                      ROUNDS|serve
+(--cnn: the CNN on [BATCH, 1, 28, 28] images, CONTEXT .. HEADS ignored; items are images, printed
+as tokens_per_s all the same. --threads: torch.set_num_threads, default 1.)
 
 With ROUNDS it times that many rounds and prints the median. With "serve" (how bench_compute runs
 it, so that its rounds interleave with cohort's and both see the same load on the box) it prints
@@ -33,10 +36,21 @@ def status_kib(field):
 
 
 def main():
-    B, T, L, C, H, warm, timed = (int(a) for a in sys.argv[1:8])
-    serve = sys.argv[8] == "serve"
-    rounds = 0 if serve else int(sys.argv[8])
-    torch.set_num_threads(1)
+    args = sys.argv[1:]
+    threads, cnn = 1, False
+    while args and args[0].startswith("--"):
+        if args[0] == "--threads":
+            threads = int(args[1])
+            args = args[2:]
+        elif args[0] == "--cnn":
+            cnn = True
+            args = args[1:]
+        else:
+            sys.exit(f"unknown option {args[0]}")
+    B, T, L, C, H, warm, timed = (int(a) for a in args[0:7])
+    serve = args[7] == "serve"
+    rounds = 0 if serve else int(args[7])
+    torch.set_num_threads(threads)
     torch.manual_seed(0)
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -45,10 +59,16 @@ def main():
     except OSError:
         hwm_ok = False
     base = status_kib("VmRSS")
-    model = models.Gpt(256, T, L, C, H)
+    if cnn:
+        model = models.Cnn()
+        tokens = torch.rand(B, 1, 28, 28)
+        targets = torch.randint(0, 10, (B,))
+        T = 1  # items per sequence: one image
+    else:
+        model = models.Gpt(256, T, L, C, H)
+        tokens = torch.randint(0, 256, (B, T))
+        targets = torch.randint(0, 256, (B, T))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
-    tokens = torch.randint(0, 256, (B, T))
-    targets = torch.randint(0, 256, (B, T))
 
     def step():
         opt.zero_grad(set_to_none=True)
