@@ -364,6 +364,20 @@ int run_ab(const Args& a) {
   return 0;
 }
 
+// a.rounds rounds, round r running cohort and the workers in an order rotated by r; cohort's
+// items/s of each round.
+std::vector<double> interleave(const Args& a, Gpt& model, std::vector<std::unique_ptr<TorchWorker>>& workers) {
+  std::vector<double> ours;
+  const int players = 1 + static_cast<int>(workers.size());
+  for (int r = 0; r < a.rounds; ++r)
+    for (int k = 0; k < players; ++k) {
+      const int who = (r + k) % players;
+      if (who == 0) ours.push_back(model.tokens_per_s(a.steps));
+      else workers[static_cast<size_t>(who - 1)]->round();
+    }
+  return ours;
+}
+
 Shape parse_shape(const std::string& spec) {
   Shape sh;
   if (spec == "cnn") {
@@ -418,14 +432,7 @@ int run_scaling(const Args& a) {
         if (has_avx512()) workers.push_back(std::make_unique<TorchWorker>(a, "SkylakeX", sh, t));
         for (auto& w : workers) w->await_ready();
       }
-      std::vector<double> ours;
-      const int players = 1 + static_cast<int>(workers.size());
-      for (int r = 0; r < a.rounds; ++r)
-        for (int k = 0; k < players; ++k) {
-          const int who = (r + k) % players;
-          if (who == 0) ours.push_back(model.tokens_per_s(a.steps));
-          else workers[static_cast<size_t>(who - 1)]->round();
-        }
+      const std::vector<double> ours = interleave(a, model, workers);
       double theirs = 0;
       for (auto& w : workers) theirs = std::max(theirs, w->finish().tokens_per_s());
       const double mine = median(ours);
@@ -452,7 +459,6 @@ int main(int argc, char** argv) {
   const int64_t base_kib = status_kib("VmRSS");
   Gpt gpt;
   for (int i = 0; i < a.warmup; ++i) gpt.step();
-  std::vector<double> ours;
   std::vector<std::unique_ptr<TorchWorker>> workers;  // as installed, SkylakeX
   if (a.torch) {
     signal(SIGPIPE, SIG_IGN);  // a worker that died makes our next write fail, not kill us
@@ -461,14 +467,7 @@ int main(int argc, char** argv) {
     else std::printf("torch (OPENBLAS_CORETYPE=SkylakeX) skipped: this CPU has no AVX-512 (its kernels would not run)\n");
     for (auto& w : workers) w->await_ready();
   }
-  // Round r runs cohort and the workers in an order rotated by r.
-  const int players = 1 + static_cast<int>(workers.size());
-  for (int r = 0; r < a.rounds; ++r)
-    for (int k = 0; k < players; ++k) {
-      const int who = (r + k) % players;
-      if (who == 0) ours.push_back(gpt.tokens_per_s(a.steps));
-      else workers[static_cast<size_t>(who - 1)]->round();
-    }
+  const std::vector<double> ours = interleave(a, gpt, workers);
   const double our_rss = rss ? static_cast<double>(status_kib("VmHWM") - base_kib) * 1024.0 : -1;
   cohort_trainer_stats st{};
   st.size = sizeof st;

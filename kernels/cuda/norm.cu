@@ -77,6 +77,21 @@ __global__ void layernorm_dx_kernel(const T* x, const T* gamma, const float* mea
   }
 }
 
+// In a (32 x 8) block, the 8 threads of a column add their sums g and b in threadIdx.y order;
+// true on row 0, whose g and b then hold the column's totals. Every thread of the block calls it.
+__device__ __forceinline__ bool sum_over_y(float& g, float& b) {
+  __shared__ float sg[8][33], sb[8][33];
+  sg[threadIdx.y][threadIdx.x] = g;
+  sb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y != 0) return false;
+  for (int k = 1; k < 8; ++k) {
+    g += sg[k][threadIdx.x];
+    b += sb[k][threadIdx.x];
+  }
+  return true;
+}
+
 // Block (32 x 8 threads) = 32 columns x one chunk of kRowChunk rows; rows split over threadIdx.y
 // then combined in y order through shared memory. part: [chunks, 2, C].
 // kStats false: only the dy column sums (the bias gradient of sum_rows); x, mean, rstd unused.
@@ -84,7 +99,6 @@ __global__ void layernorm_dx_kernel(const T* x, const T* gamma, const float* mea
 template <typename T, bool kStats>
 __global__ void layernorm_param_partials(const T* x, const float* mean, const float* rstd,
                                          const T* dy, float* part, int64_t rows, int C) {
-  __shared__ float sg[8][33], sb[8][33];
   const int c = blockIdx.x * 32 + threadIdx.x;
   const int64_t r0 = int64_t{blockIdx.y} * kRowChunk;
   const int64_t r1 = r0 + kRowChunk < rows ? r0 + kRowChunk : rows;
@@ -96,14 +110,7 @@ __global__ void layernorm_param_partials(const T* x, const float* mean, const fl
       b += d;
     }
   }
-  sg[threadIdx.y][threadIdx.x] = g;
-  sb[threadIdx.y][threadIdx.x] = b;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    for (int k = 1; k < 8; ++k) {
-      g += sg[k][threadIdx.x];
-      b += sb[k][threadIdx.x];
-    }
+  if (sum_over_y(g, b) && c < C) {
     part[(int64_t{blockIdx.y} * 2) * C + c] = g;
     part[(int64_t{blockIdx.y} * 2 + 1) * C + c] = b;
   }
@@ -212,7 +219,6 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
 // threadIdx.y (chunk y, y + 8, ...) and the 8 sums added in y order.
 template <typename P>
 __global__ void layernorm_param_finish_wide(const float* part, P* dgamma, P* dbeta, int chunks, int C) {
-  __shared__ float sg[8][33], sb[8][33];
   const int c = blockIdx.x * 32 + threadIdx.x;
   float g = 0.0f, b = 0.0f;
   if (c < C) {
@@ -221,14 +227,7 @@ __global__ void layernorm_param_finish_wide(const float* part, P* dgamma, P* dbe
       b += part[(int64_t{k} * 2 + 1) * C + c];
     }
   }
-  sg[threadIdx.y][threadIdx.x] = g;
-  sb[threadIdx.y][threadIdx.x] = b;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    for (int k = 1; k < 8; ++k) {
-      g += sg[k][threadIdx.x];
-      b += sb[k][threadIdx.x];
-    }
+  if (sum_over_y(g, b) && c < C) {
     if (dgamma) dgamma[c] = detail::from_float<P>(g);
     if (dbeta) dbeta[c] = detail::from_float<P>(b);
   }
@@ -247,6 +246,23 @@ void launch_layernorm_backward_fused(const T* x, const T* gamma, const float* me
                                                                                static_cast<int>(blocks), C);
     COHORT_CUDA_CHECK_LAUNCH("layernorm_param_finish_wide");
   }
+}
+
+// Launches the one pass with kVecs = vecs (16-byte vectors a lane, kFirst .. 8); false past 8.
+template <int kFirst, typename T>
+bool launch_layernorm_backward_fused_for(int vecs, const T* x, const T* gamma, const float* mean, const float* rstd,
+                                         const T* dy, const T* dx_add, T* dx, T* dgamma, T* dbeta, float* workspace,
+                                         int64_t rows, int C, cudaStream_t stream) {
+  if (vecs == kFirst) {
+    launch_layernorm_backward_fused<T, kFirst>(x, gamma, mean, rstd, dy, dx_add, dx, dgamma, dbeta, workspace, rows,
+                                               C, stream);
+    return true;
+  }
+  if constexpr (kFirst < 8) {
+    return launch_layernorm_backward_fused_for<kFirst + 1>(vecs, x, gamma, mean, rstd, dy, dx_add, dx, dgamma, dbeta,
+                                                           workspace, rows, C, stream);
+  }
+  return false;
 }
 
 // The fused pass applies: every row 16-byte aligned, C within the registers' reach, and both
@@ -309,32 +325,11 @@ static void layernorm_backward_typed(const T* x, const T* gamma, const float* me
   // 0.204 in fp32, but 0.145 against 0.118 in bf16 (2048 blocks, each ending in a block-wide
   // reduction of 2 C floats: bound by that, not by bandwidth). TODO(#26): fewer blocks walking
   // more rows each, measured on a device, before bf16 takes it.
-  if (one_pass && std::is_same_v<T, float> && layernorm_backward_fits(x, gamma, dy, dx_add, dx, workspace, rows, C)) {
-    constexpr int N = detail::Vec<T>::kN;
-    switch ((C / N + 31) / 32) {  // 16-byte vectors per lane
-      case 1: return launch_layernorm_backward_fused<T, 1>(x, gamma, mean, rstd, dy, dx_add, dx, dgamma, dbeta,
-                                                           workspace, rows, C, stream);
-      case 2: return launch_layernorm_backward_fused<T, 2>(x, gamma, mean, rstd, dy, dx_add, dx, dgamma, dbeta,
-                                                           workspace, rows, C, stream);
-      case 3: return launch_layernorm_backward_fused<T, 3>(x, gamma, mean, rstd, dy, dx_add, dx, dgamma, dbeta,
-                                                           workspace, rows, C, stream);
-      case 4: return launch_layernorm_backward_fused<T, 4>(x, gamma, mean, rstd, dy, dx_add, dx, dgamma, dbeta,
-                                                           workspace, rows, C, stream);
-      default: break;
-    }
-    if constexpr (N == 4) {  // fp32 rows past 512 columns
-      switch ((C / N + 31) / 32) {
-        case 5: return launch_layernorm_backward_fused<T, 5>(x, gamma, mean, rstd, dy, dx_add, dx, dgamma, dbeta,
-                                                             workspace, rows, C, stream);
-        case 6: return launch_layernorm_backward_fused<T, 6>(x, gamma, mean, rstd, dy, dx_add, dx, dgamma, dbeta,
-                                                             workspace, rows, C, stream);
-        case 7: return launch_layernorm_backward_fused<T, 7>(x, gamma, mean, rstd, dy, dx_add, dx, dgamma, dbeta,
-                                                             workspace, rows, C, stream);
-        case 8: return launch_layernorm_backward_fused<T, 8>(x, gamma, mean, rstd, dy, dx_add, dx, dgamma, dbeta,
-                                                             workspace, rows, C, stream);
-        default: break;
-      }
-    }
+  if constexpr (std::is_same_v<T, float>) {
+    if (one_pass && layernorm_backward_fits(x, gamma, dy, dx_add, dx, workspace, rows, C) &&
+        launch_layernorm_backward_fused_for<1>((C / detail::Vec<T>::kN + 31) / 32, x, gamma, mean, rstd, dy, dx_add,
+                                               dx, dgamma, dbeta, workspace, rows, C, stream))
+      return;
   }
   // Parameter sums first: they read dy, which dx may overwrite.
   if (dgamma || dbeta) {

@@ -115,6 +115,23 @@ void linear_into(kcu::DType type, const void* x, const Tensor& w, const Tensor* 
   if (K > 0) cuda_context().blas.gemm(type, false, true, M, N, K, 1.0f, x, K, w.raw(), K, bias ? 1.0f : 0.0f, y, N);
 }
 
+// (a [..., K], b [K, N], third [..., N]) -> c = a b, then `then(type, third, c)` in place: the
+// shared shape of matmul_mul and matmul_gelu_grad.
+template <typename Then>
+void product_then(KernelContext& k, const char* name, Then then) {
+  const Tensor &a = k.inputs[0], &b = k.inputs[1];
+  Tensor& c = k.outputs[0];
+  const kcu::DType type = storage_type(a, name);
+  const int64_t K = a.shape().back(), N = b.dim(1), M = rows_of(a);
+  if (c.numel() == 0) return;
+  if (K == 0) {
+    kcu::fill(type, c.raw(), 0.0f, c.numel(), compute_stream());
+    return;
+  }
+  cuda_context().blas.gemm(type, false, false, M, N, K, 1.0f, a.raw(), K, b.raw(), N, 0.0f, c.raw(), N);
+  then(type, k.inputs[2], c);
+}
+
 }  // namespace
 
 void register_matmul(OpRegistry& r) {
@@ -139,31 +156,17 @@ void register_matmul(OpRegistry& r) {
 
   // (a [..., K], b [K, N], m [..., N]) -> (a b) * m.
   set_cuda_kernel(r, "matmul_mul", "TTT>T", [](KernelContext& k) {
-    const Tensor &a = k.inputs[0], &b = k.inputs[1], &c = k.outputs[0];
-    const kcu::DType type = storage_type(a, "matmul_mul");
-    const int64_t K = a.shape().back(), N = b.dim(1), M = rows_of(a);
-    if (c.numel() == 0) return;
-    if (K == 0) {
-      kcu::fill(type, c.raw(), 0.0f, c.numel(), compute_stream());
-      return;
-    }
-    cuda_context().blas.gemm(type, false, false, M, N, K, 1.0f, a.raw(), K, b.raw(), N, 0.0f, c.raw(), N);
-    kcu::binary(kcu::BinaryOp::kMul, type, c.raw(), c.numel(), k.inputs[2].raw(), c.numel(), c.raw(), compute_stream());
+    product_then(k, "matmul_mul", [](kcu::DType type, const Tensor& m, Tensor& c) {
+      kcu::binary(kcu::BinaryOp::kMul, type, c.raw(), c.numel(), m.raw(), c.numel(), c.raw(), compute_stream());
+    });
   });
 
   // (a [..., K], b [K, N], x [..., N]) -> (a b) * gelu'(x): gelu_linear's input gradient when
   // backward recomputes instead of keeping gelu'(x).
   set_cuda_kernel(r, "matmul_gelu_grad", "TTT>T", [](KernelContext& k) {
-    const Tensor &a = k.inputs[0], &b = k.inputs[1], &c = k.outputs[0];
-    const kcu::DType type = storage_type(a, "matmul_gelu_grad");
-    const int64_t K = a.shape().back(), N = b.dim(1), M = rows_of(a);
-    if (c.numel() == 0) return;
-    if (K == 0) {
-      kcu::fill(type, c.raw(), 0.0f, c.numel(), compute_stream());
-      return;
-    }
-    cuda_context().blas.gemm(type, false, false, M, N, K, 1.0f, a.raw(), K, b.raw(), N, 0.0f, c.raw(), N);
-    kcu::gelu_backward(type, k.inputs[2].raw(), nullptr, c.raw(), c.raw(), c.numel(), 1, compute_stream());
+    product_then(k, "matmul_gelu_grad", [](kcu::DType type, const Tensor& x, Tensor& c) {
+      kcu::gelu_backward(type, x.raw(), nullptr, c.raw(), c.raw(), c.numel(), 1, compute_stream());
+    });
   });
 }
 
