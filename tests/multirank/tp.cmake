@@ -55,3 +55,28 @@ tp_test(gpt-y2-a2a 4 shm)
 # model (every pipeline test above runs them so too).
 tp_test(gpt-fence 4 tcp)
 tp_test(mlp-fence 2 shm)
+
+# A rank that only receives its model (#29): world rank 0 runs tp_rank, which cuts the model and
+# sends the stages; every other rank runs stage_receiver, a C program with no model of its own
+# (graph NULL), fed the same batches. Rank 0's parameters are checked against one process. The
+# world is one pipeline in each (stage_receiver's plan: its stages = the world).
+add_executable(stage_receiver stage_receiver.c)
+target_link_libraries(stage_receiver PRIVATE cohort m)
+function(receiver_test mode model n tls extra)
+  if(tls STREQUAL "shm")
+    set(ucx_tls "self,sm")
+  else()
+    set(ucx_tls "tcp")
+  endif()
+  set(name multirank.tp.${mode}.receiver.n${n}.${tls})
+  add_test(NAME ${name} COMMAND cohort-run -n ${n} -- sh -c
+           "if [ \"$COHORT_RANK\" = 0 ]; then exec \"$0\" ${mode}; else exec \"$1\" ${model} ${extra}; fi"
+           $<TARGET_FILE:tp_rank> $<TARGET_FILE:stage_receiver>)
+  set_tests_properties(${name} PROPERTIES LABELS multirank TIMEOUT 120
+                       ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
+                       FAIL_REGULAR_EXPRESSION "MISMATCH|failed"
+                       RESOURCE_LOCK cores)
+endfunction()
+receiver_test(gpt-p2-y1 gpt 2 shm "")
+receiver_test(mlp-p2-y1 mlp 2 tcp "")
+receiver_test(gpt-fence gpt 4 tcp fence)
