@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/conv.h"
+#include "kernels/cuda/gemm_staging.h"
 #include "kernels/cuda/shape_ops.h"
 
 #include <algorithm>
@@ -12,7 +13,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <tuple>
 
 #include "core/base/error.h"
 
@@ -58,33 +58,6 @@ bool rows_aligned(const void* p, int64_t ld, int64_t rows, size_t es) {
   return rows <= 1 || (static_cast<size_t>(ld) * es) % 16 == 0;
 }
 
-// A staged block's leading dimension: its columns rounded up to 128 bytes.
-int64_t padded_ld(int64_t cols, size_t es) {
-  const int64_t q = static_cast<int64_t>(128 / es);
-  return (cols + q - 1) / q * q;
-}
-
-size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-// One operand of a staged product: op(X) is [p, q] over the dims dp, dq (0 = M, 1 = N, 2 = K),
-// stored transposed when `trans` (rows q, cols p).
-struct Operand {
-  const char* base;
-  int64_t ld;
-  bool trans, staged;
-  int dp, dq;
-  size_t offset = 0;  // of its region in the staging buffer
-  // Stored rows and columns of the block op(X)[p0 : p0 + pn, q0 : q0 + qn].
-  int64_t rows(int64_t pn, int64_t qn) const { return trans ? qn : pn; }
-  int64_t cols(int64_t pn, int64_t qn) const { return trans ? pn : qn; }
-  const char* at(int64_t p0, int64_t q0, size_t es) const {
-    const int64_t r = trans ? q0 : p0, c = trans ? p0 : q0;
-    return base + (r * ld + c) * static_cast<int64_t>(es);
-  }
-  size_t bytes(int64_t pn, int64_t qn, size_t es) const {
-    return round_up_256(static_cast<size_t>(rows(pn, qn)) * static_cast<size_t>(padded_ld(cols(pn, qn), es)) * es);
-  }
-};
 }  // namespace
 
 Blas::Blas(cudaStream_t stream, bool allow_tf32) : stream_(stream), allow_tf32_(allow_tf32) {
@@ -166,116 +139,62 @@ void Blas::gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, in
 bool Blas::staged_gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                        float alpha, const void* A, int64_t lda, bool stage_a, const void* B,
                        int64_t ldb, bool stage_b, float beta, void* C, int64_t ldc, bool stage_c) {
+  namespace st = staging;
   const size_t es = element_bytes(type);
-  const int64_t extent[3] = {M, N, K};
-  Operand ops[3] = {{static_cast<const char*>(A), lda, trans_a, stage_a, 0, 2},
-                    {static_cast<const char*>(B), ldb, trans_b, stage_b, 2, 1},
-                    {static_cast<const char*>(C), ldc, false, stage_c, 0, 1}};
-  // Chunks along K add their products into C. A bf16 C would be rounded once a chunk, so bf16
-  // products add them in an fp32 [M, N] buffer instead and round once at the end; that takes a
-  // C written whole (beta 0, contiguous, unstaged), else K is cut only when it goes whole.
-  const bool bf16 = type == DType::kBF16;
-  const bool sum_in_f32 = bf16 && beta == 0.0f && !stage_c && ldc == N && (N * 4) % 16 == 0;
-  const size_t f32_bytes = round_up_256(static_cast<size_t>(M) * static_cast<size_t>(N) * 4);
-  // Staging bytes when dim d is cut into chunks of `len`.
-  auto need = [&](int d, int64_t len) {
-    size_t total = 0;
-    for (const Operand& o : ops)
-      if (o.staged) total += o.bytes(o.dp == d ? len : extent[o.dp], o.dq == d ? len : extent[o.dq], es);
-    if (d == 2 && len < K && bf16) total += f32_bytes;
-    return total;
-  };
-  // The dim and chunk length within the budget: first one that leaves every chunk's N a multiple
-  // of 16 bytes but the last (cutting N itself, when N is not), then one whose chunks still make
-  // products of at least 2^21 outputs (a wave of 128 x 128 tiles on a large GPU: cutting the
-  // output head's dh along M left 36 tiles a chunk), then the fewest chunks (chunks of 16 keep the
-  // unstaged operands' sub-blocks 16-byte aligned; ties go to M, then N, then K).
-  const bool n_aligned = (static_cast<size_t>(N) * es) % 16 == 0;
-  int best = -1;
-  int64_t best_len = 0, best_chunks = 0;
-  bool best_busy = false, best_n = false;
-  for (int d = 0; d < 3; ++d) {
-    const int64_t e = extent[d];
-    int64_t len = 0;
-    if (need(d, e) <= staging_.budget_bytes) {
-      len = e;
-    } else if (e > 16 && need(d, 16) <= staging_.budget_bytes && !(d == 2 && bf16 && !sum_in_f32)) {
-      int64_t lo = 1, hi = (e - 1) / 16;  // in units of 16, need(lo * 16) fits
-      while (lo < hi) {
-        const int64_t mid = lo + (hi - lo + 1) / 2;
-        if (need(d, mid * 16) <= staging_.budget_bytes) lo = mid;
-        else hi = mid - 1;
-      }
-      len = lo * 16;
-    }
-    if (len == 0) continue;
-    const int64_t chunks = (e + len - 1) / len;
-    const bool busy = (d == 0 ? len : M) * (d == 1 ? len : N) >= (int64_t{1} << 21);
-    const bool n_ok = n_aligned || (d == 1 && len < e);
-    const auto key = [](bool n, bool b, int64_t c) { return std::make_tuple(!n, !b, c); };
-    if (best < 0 || key(n_ok, busy, chunks) < key(best_n, best_busy, best_chunks)) {
-      best = d;
-      best_len = len;
-      best_chunks = chunks;
-      best_busy = busy;
-      best_n = n_ok;
-    }
-  }
-  if (best < 0) return false;
-  const bool f32_sums = best == 2 && best_chunks > 1 && bf16;
-  size_t total = 0;
-  for (Operand& o : ops) {
-    if (!o.staged) continue;
-    o.offset = total;
-    total += o.bytes(o.dp == best ? best_len : extent[o.dp], o.dq == best ? best_len : extent[o.dq], es);
-  }
-  const size_t f32_offset = total;
-  if (f32_sums) total += f32_bytes;
-  char* stage = static_cast<char*>(staging_buffer(total));
+  st::Operand ops[3];
+  st::make_operands(trans_a, trans_b, stage_a, stage_b, stage_c, ops);
+  const st::Plan plan = st::plan(M, N, K, es, type == DType::kBF16, ops, beta, ldc, staging_.budget_bytes);
+  if (plan.dim < 0) return false;
+  char* stage = static_cast<char*>(staging_buffer(plan.bytes));
   if (!stage) return false;
 
+  const char* base[3] = {static_cast<const char*>(A), static_cast<const char*>(B), static_cast<const char*>(C)};
+  const int64_t lds[3] = {lda, ldb, ldc};
+  // Operand i's stored block op(X)[p0 .., q0 ..].
+  auto at = [&](int i, int64_t p0, int64_t q0) {
+    const int64_t r = ops[i].trans ? q0 : p0, c = ops[i].trans ? p0 : q0;
+    return base[i] + (r * lds[i] + c) * static_cast<int64_t>(es);
+  };
   auto copy = [&](void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64_t rows, int64_t cols) {
     copy_rows(dst, static_cast<size_t>(dst_ld) * es, src, static_cast<size_t>(src_ld) * es,
               static_cast<size_t>(cols) * es, rows, stream_);
   };
-  const int64_t e = extent[best];
-  for (int64_t d0 = 0; d0 < e; d0 += best_len) {
-    const int64_t len = std::min(best_len, e - d0);
+  const int64_t extent[3] = {M, N, K}, e = extent[plan.dim];
+  for (int64_t d0 = 0; d0 < e; d0 += plan.len) {
+    const int64_t len = std::min(plan.len, e - d0);
     int64_t start[3] = {0, 0, 0}, size[3] = {M, N, K};
-    start[best] = d0;
-    size[best] = len;
+    start[plan.dim] = d0;
+    size[plan.dim] = len;
     const bool first = d0 == 0, last = d0 + len >= e;
-    const float chunk_beta = best == 2 && !first ? 1.0f : beta;
+    const float chunk_beta = plan.dim == 2 && !first ? 1.0f : beta;
     const void* ptr[3];
     int64_t ld[3];
     for (int i = 0; i < 3; ++i) {
-      const Operand& o = ops[i];
-      const int64_t p0 = start[o.dp], q0 = start[o.dq], pn = size[o.dp], qn = size[o.dq];
-      const char* src = o.at(p0, q0, es);
+      const st::Operand& o = ops[i];
+      const int64_t pn = size[o.dp], qn = size[o.dq];
+      const char* src = at(i, start[o.dp], start[o.dq]);
       if (!o.staged) {
         ptr[i] = src;
-        ld[i] = o.ld;
+        ld[i] = lds[i];
         continue;
       }
-      const bool chunked = o.dp == best || o.dq == best;  // else the whole operand, staged once
+      const bool chunked = o.dp == plan.dim || o.dq == plan.dim;  // else the whole operand, staged once
       const int64_t rows = o.rows(pn, qn), cols = o.cols(pn, qn);
-      ptr[i] = stage + o.offset;
-      ld[i] = padded_ld(cols, es);
-      const bool is_c = i == 2;
-      const bool copy_in = is_c ? (beta != 0.0f && (chunked || first)) : (chunked || first);
-      if (copy_in) copy(stage + o.offset, ld[i], src, o.ld, rows, cols);
+      ptr[i] = stage + plan.offset[i];
+      ld[i] = st::padded_ld(cols, es);
+      const bool copy_in = i == 2 ? (beta != 0.0f && (chunked || first)) : (chunked || first);
+      if (copy_in) copy(stage + plan.offset[i], ld[i], src, lds[i], rows, cols);
     }
-    if (f32_sums) {
+    if (plan.f32_sums) {
       raw_gemm(type, trans_a, trans_b, size[0], size[1], size[2], alpha, ptr[0], ld[0], ptr[1], ld[1], chunk_beta,
-               stage + f32_offset, N, /*c_f32=*/true);
-      if (last) narrow_from_f32(type, reinterpret_cast<const float*>(stage + f32_offset), C, M * N, stream_);
+               stage + plan.f32_offset, N, /*c_f32=*/true);
+      if (last) narrow_from_f32(type, reinterpret_cast<const float*>(stage + plan.f32_offset), C, M * N, stream_);
       continue;
     }
     raw_gemm(type, trans_a, trans_b, size[0], size[1], size[2], alpha, ptr[0], ld[0], ptr[1], ld[1], chunk_beta,
              const_cast<void*>(ptr[2]), ld[2]);
-    const Operand& c = ops[2];
-    if (c.staged && (best != 2 || last))
-      copy(const_cast<char*>(c.at(start[0], start[1], es)), c.ld, ptr[2], ld[2], size[0], size[1]);
+    if (ops[2].staged && (plan.dim != 2 || last))
+      copy(const_cast<char*>(at(2, start[0], start[1])), ldc, ptr[2], ld[2], size[0], size[1]);
   }
   return true;
 }

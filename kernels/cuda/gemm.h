@@ -13,7 +13,8 @@
 // 50257 bf16 values sends it to kernels several times slower (a GPT-2 step's three output-head
 // products took 20 of its 39 ms on an H200). gemm() therefore copies a misaligned operand into a
 // padded buffer (copy_rows, shape_ops.h) when the product is large enough to pay for the copy, in chunks
-// along M, N or K so the buffer stays within a budget (64 MiB by default, kept like the workspace),
+// along M, N or K (gemm_staging.h chooses) so the buffer stays within a budget (64 MiB by default,
+// kept like the workspace),
 // and copies a staged C back; chunks along K of a bf16 product add up in an fp32 buffer and C is
 // rounded once. The results equal an unstaged product's up to the order of the K-chunk sums.
 // COHORT_GEMM_STAGING=0 in the environment turns staging off.
