@@ -1,6 +1,10 @@
-// oneDNN convolution on plain NCHW / (G)OIHW buffers. Plain layouts let us hand our tensors to
-// oneDNN without reorders; oneDNN then picks its gemm-based implementation. Its primitive cache
-// makes the per-call primitive construction cheap next to a convolution's work.
+// oneDNN convolution on plain NCHW / (G)OIHW buffers. Each primitive is created with its layouts
+// left to oneDNN (format `any`), which picks its direct convolution on blocked layouts (nChw8c
+// on AVX2), and the plain buffers are reordered into and out of those around the call: on plain
+// layouts oneDNN runs its gemm-based convolution instead, which on the CNN's shapes (N 32, 16-64
+// channels, 28 x 28 to 7 x 7, 1 thread, AMD EPYC AVX2) took 1.5-1.9x as long as blocked + both
+// reorders. Its primitive cache makes the per-call primitive construction cheap next to a
+// convolution's work.
 #include "kernels/cpu/conv.h"
 
 #include <vector>
@@ -15,19 +19,29 @@ using dnnl::memory;
 using tag = memory::format_tag;
 using dt = memory::data_type;
 
+// src, weights and dst as our buffers hold them (plain) and as a primitive may choose them (any).
 struct ConvDescs {
   memory::desc src, weights, bias, dst;
+  memory::desc any_src, any_weights, any_dst;
   memory::dims strides, dilates, pad_l, pad_r;
 };
 
 ConvDescs describe(const Conv2dGeometry& g, bool with_bias) {
   ConvDescs d;
-  d.src = memory::desc({g.N, g.C, g.H, g.W}, dt::f32, tag::nchw);
-  d.dst = memory::desc({g.N, g.O, g.OH, g.OW}, dt::f32, tag::nchw);
-  if (g.groups == 1)
-    d.weights = memory::desc({g.O, g.C, g.KH, g.KW}, dt::f32, tag::oihw);
-  else  // [O, C/G, KH, KW] is goihw's memory order with O split as [G, O/G]
-    d.weights = memory::desc({g.groups, g.O / g.groups, g.C / g.groups, g.KH, g.KW}, dt::f32, tag::goihw);
+  const memory::dims src = {g.N, g.C, g.H, g.W}, dst = {g.N, g.O, g.OH, g.OW};
+  d.src = memory::desc(src, dt::f32, tag::nchw);
+  d.dst = memory::desc(dst, dt::f32, tag::nchw);
+  memory::dims weights;
+  if (g.groups == 1) {
+    weights = {g.O, g.C, g.KH, g.KW};
+    d.weights = memory::desc(weights, dt::f32, tag::oihw);
+  } else {  // [O, C/G, KH, KW] is goihw's memory order with O split as [G, O/G]
+    weights = {g.groups, g.O / g.groups, g.C / g.groups, g.KH, g.KW};
+    d.weights = memory::desc(weights, dt::f32, tag::goihw);
+  }
+  d.any_src = memory::desc(src, dt::f32, tag::any);
+  d.any_dst = memory::desc(dst, dt::f32, tag::any);
+  d.any_weights = memory::desc(weights, dt::f32, tag::any);
   if (with_bias) d.bias = memory::desc({g.O}, dt::f32, tag::x);
   d.strides = {g.stride[0], g.stride[1]};
   d.dilates = {g.dilation[0] - 1, g.dilation[1] - 1};  // oneDNN counts the gaps
@@ -39,15 +53,36 @@ ConvDescs describe(const Conv2dGeometry& g, bool with_bias) {
 dnnl::convolution_forward::primitive_desc forward_pd(const ConvDescs& d, bool with_bias) {
   auto& eng = dnnl_engine();
   if (with_bias)
-    return {{dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, d.src, d.weights, d.bias,
-             d.dst, d.strides, d.dilates, d.pad_l, d.pad_r},
+    return {{dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, d.any_src, d.any_weights,
+             d.bias, d.any_dst, d.strides, d.dilates, d.pad_l, d.pad_r},
             eng};
-  return {{dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, d.src, d.weights, d.dst,
-           d.strides, d.dilates, d.pad_l, d.pad_r},
+  return {{dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, d.any_src, d.any_weights,
+           d.any_dst, d.strides, d.dilates, d.pad_l, d.pad_r},
           eng};
 }
 
 memory wrap(const memory::desc& md, const void* p) { return memory(md, dnnl_engine(), const_cast<void*>(p)); }
+
+// Our plain input buffer p in the layout `want`: wrapped as it is when the layouts agree, else
+// reordered into a buffer of its own.
+memory input(const memory::desc& want, const memory::desc& plain, const void* p) {
+  memory m = wrap(plain, p);
+  if (want == plain) return m;
+  memory w(want, dnnl_engine());
+  dnnl::reorder(m, w).execute(dnnl_stream(), m, w);
+  return w;
+}
+
+// The buffer a primitive writes its output to in the layout `want`: our plain buffer p itself,
+// or one of its own that finish() reorders into p.
+struct Output {
+  memory plain, wanted;
+  Output(const memory::desc& want, const memory::desc& plain_desc, void* p)
+      : plain(wrap(plain_desc, p)), wanted(want == plain_desc ? plain : memory(want, dnnl_engine())) {}
+  void finish() {
+    if (wanted.get() != plain.get()) dnnl::reorder(wanted, plain).execute(dnnl_stream(), wanted, plain);
+  }
+};
 
 }  // namespace
 
@@ -55,10 +90,13 @@ void conv2d_forward(const Conv2dGeometry& g, const float* x, const float* weight
   dnnl_call("convolution forward", [&] {
     ConvDescs d = describe(g, bias != nullptr);
     auto pd = forward_pd(d, bias != nullptr);
-    std::unordered_map<int, memory> args = {
-        {DNNL_ARG_SRC, wrap(d.src, x)}, {DNNL_ARG_WEIGHTS, wrap(d.weights, weight)}, {DNNL_ARG_DST, wrap(d.dst, y)}};
+    Output out(pd.dst_desc(), d.dst, y);
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, input(pd.src_desc(), d.src, x)},
+                                            {DNNL_ARG_WEIGHTS, input(pd.weights_desc(), d.weights, weight)},
+                                            {DNNL_ARG_DST, out.wanted}};
     if (bias) args[DNNL_ARG_BIAS] = wrap(d.bias, bias);
     dnnl::convolution_forward(pd).execute(dnnl_stream(), args);
+    out.finish();
     dnnl_stream().wait();
   });
 }
@@ -67,13 +105,16 @@ void conv2d_backward_data(const Conv2dGeometry& g, const float* dy, const float*
   dnnl_call("convolution backward data", [&] {
     ConvDescs d = describe(g, false);
     auto hint = forward_pd(d, false);
-    dnnl::convolution_backward_data::primitive_desc pd(
-        {dnnl::algorithm::convolution_direct, d.src, d.weights, d.dst, d.strides, d.dilates, d.pad_l, d.pad_r},
-        dnnl_engine(), hint);
-    dnnl::convolution_backward_data(pd).execute(
-        dnnl_stream(),
-        {{DNNL_ARG_DIFF_DST, wrap(d.dst, dy)}, {DNNL_ARG_WEIGHTS, wrap(d.weights, weight)},
-         {DNNL_ARG_DIFF_SRC, wrap(d.src, dx)}});
+    dnnl::convolution_backward_data::primitive_desc pd({dnnl::algorithm::convolution_direct, d.any_src,
+                                                        d.any_weights, d.any_dst, d.strides, d.dilates, d.pad_l,
+                                                        d.pad_r},
+                                                       dnnl_engine(), hint);
+    Output out(pd.diff_src_desc(), d.src, dx);
+    dnnl::convolution_backward_data(pd).execute(dnnl_stream(),
+                                                {{DNNL_ARG_DIFF_DST, input(pd.diff_dst_desc(), d.dst, dy)},
+                                                 {DNNL_ARG_WEIGHTS, input(pd.weights_desc(), d.weights, weight)},
+                                                 {DNNL_ARG_DIFF_SRC, out.wanted}});
+    out.finish();
     dnnl_stream().wait();
   });
 }
@@ -82,13 +123,16 @@ void conv2d_backward_weights(const Conv2dGeometry& g, const float* x, const floa
   dnnl_call("convolution backward weights", [&] {
     ConvDescs d = describe(g, false);
     auto hint = forward_pd(d, false);
-    dnnl::convolution_backward_weights::primitive_desc pd(
-        {dnnl::algorithm::convolution_direct, d.src, d.weights, d.dst, d.strides, d.dilates, d.pad_l, d.pad_r},
-        dnnl_engine(), hint);
-    dnnl::convolution_backward_weights(pd).execute(
-        dnnl_stream(),
-        {{DNNL_ARG_SRC, wrap(d.src, x)}, {DNNL_ARG_DIFF_DST, wrap(d.dst, dy)},
-         {DNNL_ARG_DIFF_WEIGHTS, wrap(d.weights, dweight)}});
+    dnnl::convolution_backward_weights::primitive_desc pd({dnnl::algorithm::convolution_direct, d.any_src,
+                                                           d.any_weights, d.any_dst, d.strides, d.dilates,
+                                                           d.pad_l, d.pad_r},
+                                                          dnnl_engine(), hint);
+    Output out(pd.diff_weights_desc(), d.weights, dweight);
+    dnnl::convolution_backward_weights(pd).execute(dnnl_stream(),
+                                                   {{DNNL_ARG_SRC, input(pd.src_desc(), d.src, x)},
+                                                    {DNNL_ARG_DIFF_DST, input(pd.diff_dst_desc(), d.dst, dy)},
+                                                    {DNNL_ARG_DIFF_WEIGHTS, out.wanted}});
+    out.finish();
     dnnl_stream().wait();
   });
 }
