@@ -119,7 +119,9 @@ void Blas::gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, in
     // An output row length off 16 bytes is slow even at an aligned ldc (cuBLAS's contiguous
     // extent: [8192, 50257] bf16 logits took 8.3 ms staged whole rows at a padded ldc on an H200,
     // 0.87 ms at 50304 columns): such a C is staged too, and cut along N below.
-    const bool stage_c = !rows_aligned(C, ldc, M, es) || (static_cast<size_t>(N) * es) % 16 != 0;
+    const bool c_misaligned = !rows_aligned(C, ldc, M, es);
+    const bool odd_rows = (static_cast<size_t>(N) * es) % 16 != 0;
+    const bool stage_c = c_misaligned || odd_rows;
     if (stage_a || stage_b || stage_c) {
       const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
       const double copied = static_cast<double>(es) *
@@ -127,7 +129,7 @@ void Blas::gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, in
                              (stage_c ? static_cast<double>(M) * N * (beta != 0.0f ? 2 : 1) : 0.0));
       if (flops >= staging_.min_flops && flops >= staging_.flops_per_byte * copied &&
           staged_gemm(type, trans_a, trans_b, M, N, K, alpha, A, lda, stage_a, B, ldb, stage_b, beta, C, ldc,
-                      stage_c)) {
+                      stage_c, !(stage_a || stage_b || c_misaligned))) {
         ++staged_products_;
         return;
       }
@@ -138,13 +140,16 @@ void Blas::gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, in
 
 bool Blas::staged_gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                        float alpha, const void* A, int64_t lda, bool stage_a, const void* B,
-                       int64_t ldb, bool stage_b, float beta, void* C, int64_t ldc, bool stage_c) {
+                       int64_t ldb, bool stage_b, float beta, void* C, int64_t ldc, bool stage_c,
+                       bool only_row_length) {
   namespace st = staging;
   const size_t es = element_bytes(type);
   st::Operand ops[3];
   st::make_operands(trans_a, trans_b, stage_a, stage_b, stage_c, ops);
   const st::Plan plan = st::plan(M, N, K, es, type == DType::kBF16, ops, beta, ldc, staging_.budget_bytes);
   if (plan.dim < 0) return false;
+  // Staged only for C's row length: worth it only where the chunks along N come out aligned.
+  if (only_row_length && !(plan.dim == 1 && plan.len < N)) return false;
   char* stage = static_cast<char*>(staging_buffer(plan.bytes));
   if (!stage) return false;
 

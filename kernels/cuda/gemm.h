@@ -71,9 +71,11 @@ class Blas {
                 const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
                 int64_t ldc, bool c_f32 = false);
   // Runs the product through staged copies; false when the staging budget cannot hold a chunk.
+  // only_row_length: nothing is misaligned but C's row length (N), which staging mends only by
+  // cutting N into aligned chunks (else it runs unstaged).
   bool staged_gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                    float alpha, const void* A, int64_t lda, bool stage_a, const void* B, int64_t ldb,
-                   bool stage_b, float beta, void* C, int64_t ldc, bool stage_c);
+                   bool stage_b, float beta, void* C, int64_t ldc, bool stage_c, bool only_row_length);
   void* staging_buffer(size_t bytes);
 
   void* handle_ = nullptr;  // cublasHandle_t
