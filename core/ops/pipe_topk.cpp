@@ -40,9 +40,18 @@ int64_t topk_count(int64_t numel, double keep) {
   return std::min(numel, std::max<int64_t>(1, static_cast<int64_t>(k)));
 }
 
+bool topk_bitmap(int64_t numel, int64_t k) { return (numel + 31) / 32 < k; }
+
+size_t topk_index_bytes(int64_t numel, int64_t k) {
+  return static_cast<size_t>(topk_bitmap(numel, k) ? (numel + 31) / 32 : k) * sizeof(int32_t);
+}
+
+double topk_index_bytes_per_entry(double keep) { return std::min(4.0 * keep, 1.0 / 8.0); }
+
 size_t topk_message_bytes(int64_t numel, double keep, DType dtype) {
   check_message_dtype(dtype);
-  return static_cast<size_t>(topk_count(numel, keep)) * (sizeof(int32_t) + dtype_size(dtype));
+  const int64_t k = topk_count(numel, keep);
+  return topk_index_bytes(numel, k) + static_cast<size_t>(k) * dtype_size(dtype);
 }
 
 size_t topk_gradient_bytes(int64_t numel, double keep, DType dtype) {
@@ -163,13 +172,16 @@ OpSchema pipe_send_topk_op() {
     const Tensor& x = k.inputs[0];
     Tensor& idx = k.outputs[1];
     Tensor& message = k.outputs[2];  // the send buffer (an output: alive while the send is in flight)
-    const int64_t count = idx.numel();
-    const size_t elem = dtype_size(x.dtype());
-    int32_t* packed = message.data<int32_t>();
-    cpu::topk_select(x.raw(), elem, x.numel(), count, packed, packed + count);
-    std::memcpy(idx.raw(), packed, static_cast<size_t>(count) * sizeof(int32_t));
+    const int64_t count = idx.numel(), n = x.numel();
+    const size_t elem = dtype_size(x.dtype()), index_bytes = topk_index_bytes(n, count);
+    char* packed = static_cast<char*>(message.raw());
+    cpu::topk_select(x.raw(), elem, n, count, idx.data<int32_t>(), packed + index_bytes);
+    if (topk_bitmap(n, count))
+      cpu::indices_to_bitmap(idx.data<int32_t>(), count, n, reinterpret_cast<uint32_t*>(packed));
+    else
+      std::memcpy(packed, idx.raw(), index_bytes);
     k.outputs[0].fill(0.0f);
-    k.pending = c.send(packed, static_cast<size_t>(count) * (sizeof(int32_t) + elem), coll::DataType::kU8, peer_of(k));
+    k.pending = c.send(packed, index_bytes + static_cast<size_t>(count) * elem, coll::DataType::kU8, peer_of(k));
   };
   s.backward = [](BackwardContext& b) { receive_gradient_at(b, b.output(1)); };
   return s;
@@ -196,16 +208,25 @@ OpSchema pipe_recv_topk_op() {
     coll::Communicator& c = pipe_comm(k, "pipe_recv_topk");
     Tensor y = k.outputs[0], idx = k.outputs[1], message = k.outputs[2];
     const int64_t count = idx.numel();
-    const size_t elem = dtype_size(y.dtype());
+    const size_t elem = dtype_size(y.dtype()), index_bytes = topk_index_bytes(y.numel(), count);
     const int peer = peer_of(k);
-    k.pending = c.recv(message.raw(), static_cast<size_t>(count) * (sizeof(int32_t) + elem), coll::DataType::kU8, peer);
+    k.pending = c.recv(message.raw(), index_bytes + static_cast<size_t>(count) * elem, coll::DataType::kU8, peer);
     const std::string axis = k.attrs.get_string("axis");
-    k.on_complete = [y, idx, message, count, elem, peer, axis]() mutable {
-      const int32_t* packed = message.data<int32_t>();
-      check_indices(packed, count, y.numel(), Status::kCorrupt,
-                    str_cat("pipe_recv_topk: the message from peer ", peer, " of grid axis '", axis, "'"));
-      std::memcpy(idx.raw(), packed, static_cast<size_t>(count) * sizeof(int32_t));
-      cpu::scatter_at(packed + count, elem, packed, count, y.raw(), y.numel());
+    k.on_complete = [y, idx, message, count, elem, index_bytes, peer, axis]() mutable {
+      const char* packed = static_cast<const char*>(message.raw());
+      const std::string what = str_cat("pipe_recv_topk: the message from peer ", peer, " of grid axis '", axis, "'");
+      const int64_t n = y.numel();
+      if (topk_bitmap(n, count)) {
+        const int64_t marked =
+            cpu::bitmap_to_indices(reinterpret_cast<const uint32_t*>(packed), n, idx.data<int32_t>(), count);
+        COHORT_CHECK(marked == count, Status::kCorrupt, what, ": its bitmap marks ", marked < 0 ? "an entry" : "",
+                     marked < 0 ? str_cat(" at or past ", n) : str_cat(marked, " entries"), ", expected ", count,
+                     " of ", n);
+      } else {
+        std::memcpy(idx.raw(), packed, index_bytes);
+        check_indices(idx.data<int32_t>(), count, n, Status::kCorrupt, what);
+      }
+      cpu::scatter_at(packed + index_bytes, elem, idx.data<int32_t>(), count, y.raw(), n);
     };
   };
   s.backward = [](BackwardContext& b) {

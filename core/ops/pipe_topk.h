@@ -2,12 +2,16 @@
 // the wire, as pure functions: the operators size their messages with them, so a planner that
 // prices a compressed cut with them is exact. No communicator, graph or tensor needed.
 //
-// Forward message (one per micro-batch and edge): k int32 flat indices, ascending, then the k
-// values in the activation's dtype (f32 or bf16), packed without padding:
-//   bytes [0, 4k)                      int32 idx[k]
-//   bytes [4k, 4k + k * dtype_size)    values[k]
-// Backward message: the k values of the gradient at those indices, in the same dtype, no indices
-// (both sides hold them from the forward pass).
+// Forward message (one per micro-batch and edge): which entries were kept, then the k values in
+// the activation's dtype (f32 or bf16), in ascending index order, packed without padding:
+//   bytes [0, I)                       the kept entries: k int32 flat indices, ascending (I = 4k),
+//                                      or, when that is smaller, a bitmap of the n entries in
+//                                      32-bit words, entry i at bit i % 32 of word i / 32
+//                                      (I = 4 ceil(n / 32): kept fractions above 1/32)
+//   bytes [I, I + k * dtype_size)      values[k]
+// Both sides know n and k, so both know which form a message has. Backward message: the k values
+// of the gradient at those indices, in the same dtype, no indices (both sides hold them from the
+// forward pass).
 #pragma once
 
 #include <cstddef>
@@ -23,8 +27,17 @@ namespace cohort {
 // int32).
 int64_t topk_count(int64_t numel, double keep);
 
-// Bytes of the forward message of an activation of numel elements of dtype: k * (4 +
-// dtype_size(dtype)). Throws as topk_count, and kInvalidArgument for a dtype other than f32/bf16.
+// Bytes of the kept entries' description in a forward message of k of numel entries: 4k, or
+// the bitmap's 4 ceil(numel / 32) when smaller (topk_bitmap says which).
+size_t topk_index_bytes(int64_t numel, int64_t k);
+bool topk_bitmap(int64_t numel, int64_t k);
+
+// The same per entry of an edge, for pricing a cut: 4 keep bytes, or 1/8 with the bitmap.
+double topk_index_bytes_per_entry(double keep);
+
+// Bytes of the forward message of an activation of numel elements of dtype: topk_index_bytes +
+// k * dtype_size(dtype). Throws as topk_count, and kInvalidArgument for a dtype other than
+// f32/bf16.
 size_t topk_message_bytes(int64_t numel, double keep, DType dtype);
 
 // Bytes of the backward message (the gradient's k values): k * dtype_size(dtype).

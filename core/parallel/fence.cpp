@@ -1,6 +1,8 @@
 // OP-Fence: clusters, the chain of ranks, the cut and its compression (fence.h).
 #include "core/parallel/fence.h"
 
+#include "core/ops/pipe_topk.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -14,7 +16,6 @@ namespace cohort::parallel {
 namespace {
 
 // Bytes of one top-k index on the wire (pipe_send_topk's int32 positions).
-constexpr double kIndexBytes = 4;
 
 double value_bytes(const CutSize& cut) { return cut.entries > 0 ? cut.bytes / cut.entries : 4.0; }
 
@@ -65,13 +66,18 @@ double keep_for_cut(const CutSize& cut, double latency_seconds, double bytes_per
                     double min_keep) {
   if (cut.entries <= 0 || latency_seconds + cut.bytes / bytes_per_second <= target) return 1.0;
   if (target <= latency_seconds) return min_keep;
-  const double k = (target - latency_seconds) * bytes_per_second / (cut.entries * (value_bytes(cut) + kIndexBytes));
+  // The forward message's bytes per entry: keep values, and keep int32 indices or a bitmap's 1/8
+  // byte, whichever is smaller (pipe_topk.h). The largest keep that fits either way.
+  const double per_entry = (target - latency_seconds) * bytes_per_second / cut.entries, v = value_bytes(cut);
+  const double listed = per_entry / (v + 4.0), mapped = (per_entry - 1.0 / 8.0) / v;
+  const double k = mapped > 1.0 / 32.0 ? std::max(listed, mapped) : listed;
   return std::clamp(k, min_keep, 1.0);
 }
 
 double cut_transfer_seconds(const CutSize& cut, double keep, double latency_seconds, double bytes_per_second) {
   if (cut.entries <= 0) return 0.0;
-  const double forward = keep >= 1 ? cut.bytes : keep * cut.entries * (value_bytes(cut) + kIndexBytes);
+  const double forward =
+      keep >= 1 ? cut.bytes : cut.entries * (keep * value_bytes(cut) + topk_index_bytes_per_entry(keep));
   const double backward = keep * cut.bytes;
   return latency_seconds + std::max(forward, backward) / bytes_per_second;
 }

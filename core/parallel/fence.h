@@ -28,16 +28,17 @@ namespace cohort::parallel {
 std::vector<std::vector<int>> cluster_ranks(const LinkMatrix& links, double ratio);
 
 // The share of a cut's entries to send so that its transfer takes no longer than `target`
-// seconds: 1 when latency + bytes / bandwidth already fits; else the k with latency +
-// k * entries * (value bytes + index bytes) / bandwidth = target, clamped to [min_keep, 1]
+// seconds: 1 when latency + bytes / bandwidth already fits; else the largest k with latency +
+// entries * (k * value bytes + index bytes) / bandwidth = target, the index bytes per entry 4k
+// (int32 indices) or 1/8 (a bitmap, the smaller above k = 1/32: pipe_topk.h), clamped to [min_keep, 1]
 // (min_keep when even the latency exceeds target). The way back carries k * entries values and
 // no indices (pipe_send_at), so the forward message, the larger, decides.
 double keep_for_cut(const CutSize& cut, double latency_seconds, double bytes_per_second, double target,
                     double min_keep);
 
 // Seconds of one micro-batch's cut with keep k over a link: the larger of the two directions
-// (a link carries both at once): forward k * entries * (value + index bytes) (all of it, no
-// indices, when k is 1), backward k * entries values.
+// (a link carries both at once): forward entries * (k * value bytes + index bytes per entry, as
+// above) (all of it, no indices, when k is 1), backward k * entries values.
 double cut_transfer_seconds(const CutSize& cut, double keep, double latency_seconds, double bytes_per_second);
 
 struct FenceChoice {

@@ -106,6 +106,27 @@ void scatter_from_tail(void* dense, size_t elem_bytes, const int32_t* idx, int64
     scatter_tail(static_cast<uint16_t*>(dense), idx, k, n);
 }
 
+void indices_to_bitmap(const int32_t* idx, int64_t k, int64_t n, uint32_t* words) {
+  std::memset(words, 0, static_cast<size_t>((n + 31) / 32) * sizeof(uint32_t));
+  for (int64_t j = 0; j < k; ++j) words[idx[j] / 32] |= uint32_t{1} << (idx[j] % 32);
+}
+
+int64_t bitmap_to_indices(const uint32_t* words, int64_t n, int32_t* idx, int64_t k) {
+  const int64_t count_words = (n + 31) / 32;
+  if (n % 32 != 0 && (words[count_words - 1] >> (n % 32)) != 0) return -1;
+  int64_t marked = 0;
+  for (int64_t w = 0; w < count_words; ++w) {
+    uint32_t bits = words[w];
+    while (bits != 0) {
+      const int b = __builtin_ctz(bits);
+      bits &= bits - 1;
+      if (marked < k) idx[marked] = static_cast<int32_t>(w * 32 + b);
+      ++marked;
+    }
+  }
+  return marked;
+}
+
 int64_t first_bad_index(const int32_t* idx, int64_t k, int64_t n) {
   int64_t previous = -1;
   for (int64_t j = 0; j < k; ++j) {

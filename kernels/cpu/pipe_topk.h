@@ -28,6 +28,13 @@ void scatter_at(const void* values, size_t elem_bytes, const int32_t* idx, int64
 // not yet moved (the one of j' > j sits at n - k + j' > idx[j]).
 void scatter_from_tail(void* dense, size_t elem_bytes, const int32_t* idx, int64_t k, int64_t n);
 
+// The bitmap of n entries (ceil(n / 32) words, entry i at bit i % 32 of word i / 32) marking the
+// k strictly ascending idx, and back: bitmap_to_indices writes the marked entries, ascending, to
+// idx (at most k of them) and returns how many are marked, or -1 when a bit past entry n - 1 is
+// set (a corrupt message).
+void indices_to_bitmap(const int32_t* idx, int64_t k, int64_t n, uint32_t* words);
+int64_t bitmap_to_indices(const uint32_t* words, int64_t n, int32_t* idx, int64_t k);
+
 // The first position j at which idx is not strictly ascending within [0, n), or -1 when it is.
 int64_t first_bad_index(const int32_t* idx, int64_t k, int64_t n);
 

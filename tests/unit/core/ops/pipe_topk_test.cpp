@@ -6,6 +6,8 @@
 // unfinished), keep = 1, the attribute and shape checks, graph files and rebatching.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -165,16 +167,23 @@ TEST_P(PipeTopk, KeepOneSendsTheWholeTensor) {
   for (int64_t i = 0; i < 20; ++i) EXPECT_EQ(f.y[static_cast<size_t>(i)], x_value(i)) << i;
 }
 
-// The forward message is exactly topk_message_bytes: k int32 indices, then k values in the
+// The forward message is exactly topk_message_bytes: the kept entries (at keep 0.3 of 20 a
+// bitmap of one word, smaller than 6 int32 indices; at 0.05, one index), then k values in the
 // tensor's dtype; the backward message is exactly topk_gradient_bytes of values at those
 // indices. A raw receive of that many bytes fails on a longer message (truncated) and leaves the
 // last value as the filler on a shorter one.
-TEST_P(PipeTopk, MessagesAreLaidOutAsPipeTopkHSays) {
-  const DType dtype = GetParam();
-  const double keep = 0.3;
+class PipeTopkWire : public ::testing::TestWithParam<std::tuple<DType, double>> {};
+
+TEST_P(PipeTopkWire, MessagesAreLaidOutAsPipeTopkHSays) {
+  const DType dtype = std::get<0>(GetParam());
+  const double keep = std::get<1>(GetParam());
   const int64_t n = shape_numel(kShape), k = topk_count(n, keep);
   const size_t elem = dtype_size(dtype);
-  ASSERT_EQ(topk_message_bytes(n, keep, dtype), static_cast<size_t>(k) * (4 + elem));
+  const bool bitmap = (n + 31) / 32 < k;  // pipe_topk.h: the bitmap where it is smaller
+  ASSERT_EQ(topk_bitmap(n, k), bitmap);
+  const size_t index_bytes = bitmap ? 4 : static_cast<size_t>(4 * k);
+  ASSERT_EQ(topk_index_bytes(n, k), index_bytes);
+  ASSERT_EQ(topk_message_bytes(n, keep, dtype), index_bytes + static_cast<size_t>(k) * elem);
   std::vector<uint8_t> wire(topk_message_bytes(n, keep, dtype), 0xab);
   std::vector<int32_t> sent_idx;
   ct::run_ranks_shared(2, ct::RankSetup(), [&](const std::shared_ptr<coll::UcxCommunicator>& comm) {
@@ -195,11 +204,20 @@ TEST_P(PipeTopk, MessagesAreLaidOutAsPipeTopkHSays) {
       comm->recv(wire.data(), wire.size(), coll::DataType::kU8, 0)->wait();
       std::vector<uint8_t> back(topk_gradient_bytes(n, keep, dtype), 0xab);
       axes.at("pipe_grad", "test").recv(back.data(), back.size(), coll::DataType::kU8, 0)->wait();
-      std::vector<int32_t> idx(static_cast<size_t>(k));
-      std::memcpy(idx.data(), wire.data(), idx.size() * 4);
+      std::vector<int32_t> idx;
+      if (bitmap) {
+        uint32_t word;
+        std::memcpy(&word, wire.data(), 4);
+        for (int i = 0; i < 32; ++i)
+          if (word >> i & 1) idx.push_back(i);
+      } else {
+        idx.resize(static_cast<size_t>(k));
+        std::memcpy(idx.data(), wire.data(), idx.size() * 4);
+      }
+      ASSERT_EQ(static_cast<int64_t>(idx.size()), k);
       for (int64_t j = 0; j < k; ++j) {
         float value, grad;
-        const uint8_t* v = wire.data() + 4 * k + j * static_cast<int64_t>(elem);
+        const uint8_t* v = wire.data() + index_bytes + j * static_cast<int64_t>(elem);
         const uint8_t* gv = back.data() + j * static_cast<int64_t>(elem);
         if (dtype == DType::kF32) {
           std::memcpy(&value, v, 4);
@@ -217,10 +235,21 @@ TEST_P(PipeTopk, MessagesAreLaidOutAsPipeTopkHSays) {
       EXPECT_TRUE(std::is_sorted(idx.begin(), idx.end()));
     }
   });
-  std::vector<int32_t> wire_idx(static_cast<size_t>(k));
-  std::memcpy(wire_idx.data(), wire.data(), wire_idx.size() * 4);
+  std::vector<int32_t> wire_idx;
+  if (bitmap) {
+    uint32_t word;
+    std::memcpy(&word, wire.data(), 4);
+    for (int i = 0; i < 32; ++i)
+      if (word >> i & 1) wire_idx.push_back(i);
+  } else {
+    wire_idx.resize(static_cast<size_t>(k));
+    std::memcpy(wire_idx.data(), wire.data(), wire_idx.size() * 4);
+  }
   EXPECT_EQ(wire_idx, sent_idx);
 }
+
+INSTANTIATE_TEST_SUITE_P(Wire, PipeTopkWire,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16), ::testing::Values(0.3, 0.05)));
 
 // Runs a stage as the trainer runs a chunk: a forward executor for the loss and the values
 // backward reads of forward (kept), a backward executor given those, sends the forward leaves in
@@ -344,8 +373,18 @@ TEST(PipeTopkCount, KIsTheCeilingOfKeepTimesNumelAtLeastOne) {
   EXPECT_EQ(topk_count(10, 1e-9), 1);
   EXPECT_EQ(topk_count(20, 1.0), 20);
   EXPECT_EQ(topk_count(1, 0.01), 1);
-  EXPECT_EQ(topk_message_bytes(30, 0.1, DType::kF32), 24u);
-  EXPECT_EQ(topk_message_bytes(30, 0.1, DType::kBF16), 18u);
+  // 3 of 30: a one-word bitmap (4 bytes) instead of 3 indices (12).
+  EXPECT_EQ(topk_message_bytes(30, 0.1, DType::kF32), 16u);
+  EXPECT_EQ(topk_message_bytes(30, 0.1, DType::kBF16), 10u);
+  // 1 of 30: one index (4 bytes), no smaller than the bitmap.
+  EXPECT_EQ(topk_message_bytes(30, 0.02, DType::kF32), 8u);
+  // 100 of 10000: 400 bytes of indices against a 1252-byte bitmap; 1000: 4000 against 1252.
+  EXPECT_FALSE(topk_bitmap(10000, 100));
+  EXPECT_EQ(topk_index_bytes(10000, 100), 400u);
+  EXPECT_TRUE(topk_bitmap(10000, 1000));
+  EXPECT_EQ(topk_index_bytes(10000, 1000), 1252u);
+  EXPECT_DOUBLE_EQ(topk_index_bytes_per_entry(0.01), 0.04);
+  EXPECT_DOUBLE_EQ(topk_index_bytes_per_entry(0.5), 0.125);
   EXPECT_EQ(topk_gradient_bytes(30, 0.1, DType::kF32), 12u);
   EXPECT_EQ(topk_gradient_bytes(30, 0.1, DType::kBF16), 6u);
   expect_error([] { topk_count(10, 0.0); }, Status::kInvalidArgument,
@@ -411,25 +450,37 @@ TEST(PipeTopkChecks, BadKeepShapeDtypeAndIndicesAreRefusedByName) {
   expect_error([&] { g.add_op("pipe_recv_at", "back", {long_idx}, no_shape); }, Status::kInvalidArgument, "shape");
 }
 
-// A message whose indices are not strictly ascending within the tensor (a corrupt or mismatched
-// peer) is refused before any index is used.
+// A message whose indices are not strictly ascending within the tensor, or whose bitmap marks
+// an entry past it or another count than k (a corrupt or mismatched peer), is refused before any
+// index is used.
 TEST(PipeTopkChecks, AReceivedMessageWithBadIndicesIsRefused) {
-  ct::run_ranks_shared(2, ct::RankSetup(), [&](const std::shared_ptr<coll::UcxCommunicator>& comm) {
-    const CommAxes axes = pipe_axes(comm);
-    const int64_t k = topk_count(20, 0.3);
-    if (comm->rank() == 0) {
-      std::vector<int32_t> message(static_cast<size_t>(2 * k), 0);
-      for (int64_t j = 0; j < k; ++j) message[static_cast<size_t>(j)] = static_cast<int32_t>(j);
-      message[2] = 25;  // beyond the 20 elements
-      comm->send(message.data(), message.size() * 4, coll::DataType::kU8, 1)->wait();
-    } else {
-      Graph g;
-      const std::vector<ValueId> recv = g.add_op("pipe_recv_topk", "recv", {}, recv_attrs(0.3, kShape, DType::kF32));
-      expect_error([&] { run(g, {recv[0]}, {}, axes); }, Status::kCorrupt,
-                   "pipe_recv_topk: the message from peer 0 of grid axis 'pipe': index 2 is 25, expected strictly "
-                   "ascending indices below 20");
-    }
-  });
+  struct Bad {
+    double keep;
+    std::vector<int32_t> head;  // the index block as sent (then zeros for the values)
+    std::string error;
+  };
+  const std::vector<Bad> cases = {
+      {0.05, {25}, "index 0 is 25, expected strictly ascending indices below 20"},
+      {0.3, {static_cast<int32_t>(0x3f | 1u << 25)}, "its bitmap marks an entry at or past 20, expected 6 of 20"},
+      {0.3, {0x1f}, "its bitmap marks 5 entries, expected 6 of 20"},
+  };
+  for (const Bad& bad : cases) {
+    ct::run_ranks_shared(2, ct::RankSetup(), [&](const std::shared_ptr<coll::UcxCommunicator>& comm) {
+      const CommAxes axes = pipe_axes(comm);
+      const int64_t k = topk_count(20, bad.keep);
+      if (comm->rank() == 0) {
+        std::vector<int32_t> message = bad.head;
+        message.resize(message.size() + static_cast<size_t>(k), 0);
+        comm->send(message.data(), message.size() * 4, coll::DataType::kU8, 1)->wait();
+      } else {
+        Graph g;
+        const std::vector<ValueId> recv =
+            g.add_op("pipe_recv_topk", "recv", {}, recv_attrs(bad.keep, kShape, DType::kF32));
+        expect_error([&] { run(g, {recv[0]}, {}, axes); }, Status::kCorrupt,
+                     "pipe_recv_topk: the message from peer 0 of grid axis 'pipe': " + bad.error);
+      }
+    });
+  }
 }
 
 // (5) Graph files keep the four operators with their attributes; shape inference agrees after.

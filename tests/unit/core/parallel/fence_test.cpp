@@ -55,10 +55,15 @@ TEST(Fence, TheKeepRuleMeetsTheTargetOrItsFloor) {
   const CutSize cut{4e6, 1e6};  // 1 M f32 entries
   // 4 MB over 1 GB/s: 4 ms + 1 ms latency fits a 10 ms target: nothing dropped.
   EXPECT_EQ(keep_for_cut(cut, 1e-3, 1e9, 10e-3, 0.01), 1.0);
-  // Over 100 MB/s a 10 ms target leaves 9 ms = 0.9 MB: k entries of 8 bytes (value + index).
+  // Over 100 MB/s a 10 ms target leaves 9 ms = 0.9 MB: a bitmap of 1e6 bits (125 kB) and k
+  // values of 4 bytes (with int32 indices it would be k entries of 8 bytes: 0.1125).
   const double k = keep_for_cut(cut, 1e-3, 1e8, 10e-3, 0.01);
-  EXPECT_NEAR(k, 0.9e6 / 8e6, 1e-12);
+  EXPECT_NEAR(k, (0.9e6 - 1e6 / 8.0) / 4e6, 1e-12);
   EXPECT_NEAR(cut_transfer_seconds(cut, k, 1e-3, 1e8), 10e-3, 1e-12);
+  // Over 10 MB/s: 90 kB, under the bitmap's 125 kB: int32 indices, entries of 8 bytes.
+  const double small = keep_for_cut(cut, 1e-3, 1e7, 10e-3, 0.001);
+  EXPECT_NEAR(small, 0.09e6 / 8e6, 1e-12);
+  EXPECT_NEAR(cut_transfer_seconds(cut, small, 1e-3, 1e7), 10e-3, 1e-12);
   // The floor, and a latency above the target.
   EXPECT_EQ(keep_for_cut(cut, 1e-3, 1e5, 10e-3, 0.05), 0.05);
   EXPECT_EQ(keep_for_cut(cut, 20e-3, 1e9, 10e-3, 0.05), 0.05);

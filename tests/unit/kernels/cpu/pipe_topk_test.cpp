@@ -117,5 +117,34 @@ TEST(PipeTopkKernels, FirstBadIndexFindsDisorderAndRange) {
   EXPECT_EQ(first_bad_index(negative.data(), 2, 8), 0);
 }
 
+// The bitmap form of the kept entries: random sets at sizes around word boundaries go to the
+// bitmap and back unchanged; a bit past the last entry or a count other than k is reported.
+TEST(PipeTopkKernels, BitmapsRoundTripAndReportStrayBits) {
+  std::mt19937 rng(7);
+  for (int64_t n : {1, 31, 32, 33, 64, 65, 1000}) {
+    for (int trial = 0; trial < 5; ++trial) {
+      std::vector<int32_t> all(static_cast<size_t>(n));
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng);
+      const int64_t k = 1 + static_cast<int64_t>(rng() % static_cast<uint32_t>(n));
+      std::vector<int32_t> idx(all.begin(), all.begin() + k);
+      std::sort(idx.begin(), idx.end());
+      std::vector<uint32_t> words(static_cast<size_t>((n + 31) / 32), 0xdeadbeef);
+      indices_to_bitmap(idx.data(), k, n, words.data());
+      std::vector<int32_t> back(static_cast<size_t>(k), -1);
+      ASSERT_EQ(bitmap_to_indices(words.data(), n, back.data(), k), k) << "n " << n;
+      ASSERT_EQ(back, idx) << "n " << n << " k " << k;
+      // One fewer slot than marked: the count still says k, the first k - 1 written.
+      if (k > 1) {
+        EXPECT_EQ(bitmap_to_indices(words.data(), n, back.data(), k - 1), k);
+      }
+      if (n % 32 != 0) {
+        words.back() |= uint32_t{1} << 31;  // past the last entry
+        EXPECT_EQ(bitmap_to_indices(words.data(), n, back.data(), k), -1) << "n " << n;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cohort::kernels::cpu
