@@ -330,5 +330,32 @@ TEST(Fence, RankZerosRefusalReachesEveryRank) {
   });
 }
 
+// A fence plan predicted past a rank's memory is refused on every rank once its cuts are chosen
+// (rank 0 predicts with the stages fence chose and ships the refusal), before anything trains.
+TEST(Fence, APlanPastARanksMemoryIsRefusedEverywhere) {
+  ct::run_ranks_shared(2, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    PlanConfig plan = preset(Preset::kDdp, 1);
+    plan.fence.enabled = true;
+    plan.fence.compression = false;
+    plan.pipeline.micro_batches = 2;
+    plan.memory_limit_bytes = 4096;  // far below the model's parameters and optimizer state
+    TrainerOptions o;
+    o.num_threads = 1;
+    const Graph model = comm->rank() == 0 ? test::tp_model("gpt", 4) : Graph();
+    try {
+      make_parallel_trainer(model, test::tp_optimizer(), o, plan, comm);
+      ADD_FAILURE() << "rank " << comm->rank() << ": a plan past the memory limit was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::kInvalidPlan) << e.what();
+      const std::string what = e.what();
+      EXPECT_NE(what.find("is predicted to need"), std::string::npos) << what;
+      EXPECT_NE(what.find("memory_limit_bytes"), std::string::npos) << what;
+      if (comm->rank() != 0) {
+        EXPECT_NE(what.find("world rank 0: "), std::string::npos) << what;
+      }
+    }
+  });
+}
+
 }  // namespace
 }  // namespace cohort::parallel
