@@ -224,9 +224,9 @@ class Plan(Handle):
     _destroy = staticmethod(_capi.cohort_plan_destroy)
     FIELDS = ("data_parallel", "mode", "tau", "outer_lr", "outer_momentum", "outer_nesterov", "staleness_penalty",
               "penalty_constant", "clip_threshold", "zero_stage", "bucket_bytes", "inner_noise_scaling",
-              "overlap_steps", "outer_bits", "outer_fragments", "tensor_x", "tensor_y", "tensor_z", "tensor_overlap_off",
-              "activation_checkpointing", "sequence_parallel", "pipeline_stages", "pipeline_chunks", "micro_batches",
-              "pipeline_schedule", "automatic", "auto_trials", "memory_limit_bytes")
+              "overlap_steps", "outer_bits", "outer_fragments", "tensor_x", "tensor_y", "tensor_z",
+              "tensor_overlap_off", "activation_checkpointing", "sequence_parallel", "pipeline_stages",
+              "pipeline_chunks", "micro_batches", "pipeline_schedule", "automatic", "auto_trials", "memory_limit_bytes")
 
     def __init__(self, preset="none", pipeline_cuts=None, *, fence=False, fence_compression=True, fence_min_keep=None,
                  pipeline_keep=None, **options):

@@ -246,7 +246,8 @@ fn invalid_plans() {
         Status::InvalidPlan,
         &["plan: outer_fragments = 3 must be <= tau = 2"],
     );
-    Plan::new(&PlanOptions { tau: 4, outer_fragments: 4, ..co2 }).expect("co2 streams over 4 fragments of tau 4");
+    Plan::new(&PlanOptions { tau: 4, outer_fragments: 4, ..co2 })
+        .expect("co2 streams over 4 fragments of tau 4");
     expect_error(
         Plan::new(&PlanOptions {
             mode: SyncMode::Co2,
