@@ -130,6 +130,7 @@ const std::map<std::string, Setter>& setters() {
          if (b != 32 && b != 8 && b != 4) throw UsageError(f + " must be 32, 8 or 4, got " + v);
          o.outer_bits = b;
        }},
+      {"--outer-fragments", int_in(&Options::outer_fragments, 1, 1 << 20)},  // <= tau: apply_defaults
       {"--zero", int_in(&Options::zero, 0, 3)},
       {"--staleness-penalty", int_in(&Options::staleness_penalty, 0, 1)},
       {"--outer-clip", number(&Options::outer_clip, ">= 0 (0: off)", non_negative)},
@@ -240,6 +241,8 @@ const char* usage_text() {
          "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N|auto (not sync)]]  (under a launcher, below)\n"
          "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco 0-1; co2 none)\n"
          "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1] [--noise-scaling 0|1 (adamw)]  (not sync)\n"
+         "         [--outer-fragments F (1..tau)]  (not sync: the outer sync streamed in F fragments, each\n"
+         "          synchronised tau/F steps after the one before, so a sync carries ~1/F of the model)\n"
          "         [--staleness-penalty 0|1] [--outer-clip C] [--overlap N|auto (1..tau)] [--outer-bits 32|8|4]\n"
          "         (co2 only; --tau auto = --overlap auto: chosen from the measured all-reduce and step times)\n"
          "         [--tensor N | --grid XxYxZ]  (mlp and gpt: tensor parallelism over groups of N or X*Y*Z ranks)\n"
@@ -404,9 +407,15 @@ void check_parallel_flags(const Options& o) {
   require((!o.staleness_penalty && !o.outer_clip && !o.overlap && o.outer_bits == 32) || o.parallel == "co2",
           "--staleness-penalty, --outer-clip, --overlap and --outer-bits need --parallel co2");
   require(!o.tau || *o.tau != kAuto || o.parallel == "co2", "--tau auto needs --parallel co2");
+  require(o.outer_fragments == 1 || local_steps,
+          "--outer-fragments needs --parallel localsgd, slowmo, diloco or co2 (sync has no outer synchronisation)");
+  require(o.outer_fragments == 1 || (o.overlap != kAuto && (!o.tau || *o.tau != kAuto) && o.outer_bits == 32),
+          "--outer-fragments with --overlap auto, --tau auto or --outer-bits 8|4 is not supported yet");
   const int64_t tau = o.tau && *o.tau != kAuto ? *o.tau : 8;
   require(!o.overlap || *o.overlap == kAuto || *o.overlap <= tau,
           "--overlap must be in 1..tau (" + std::to_string(tau) + "), got " + std::to_string(o.overlap.value_or(0)));
+  require(o.outer_fragments <= tau, "--outer-fragments must be in 1..tau (" + std::to_string(tau) + "), got " +
+                                        std::to_string(o.outer_fragments));
   require(o.tensor_degree() == 1 || !o.parallel.empty(),
           "--tensor and --grid need --parallel (sync, localsgd, slowmo, diloco or co2: how the model replicas "
           "train)");

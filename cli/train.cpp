@@ -256,6 +256,8 @@ std::string Loop::parallel_fields(cohort_parallel_stats* out) {
          ",\"gradient_bytes\":" + std::to_string(p.gradient_bytes) +
          ",\"optimizer_state_bytes\":" + std::to_string(p.optimizer_state_bytes) +
          ",\"tau\":" + std::to_string(p.tau) + ",\"overlap\":" + std::to_string(p.overlap_steps) +
+         ",\"outer_fragments\":" + std::to_string(p.outer_fragments) +
+         ",\"outer_sync_bytes\":" + std::to_string(p.outer_sync_bytes) +
          ",\"peak_activation_bytes\":" + std::to_string(t.peak_activation_bytes) + pipeline + "}";
 }
 
@@ -292,6 +294,10 @@ void Loop::parallel_summary() {
               p.wait_seconds, p.compute_seconds, static_cast<double>(p.parameter_bytes) * mib,
               static_cast<double>(p.gradient_bytes) * mib, static_cast<double>(p.optimizer_state_bytes) * mib,
               static_cast<double>(last_activation_bytes_) * mib);
+  if (p.outer_fragments > 0)  // the outer synchronisation's peak need: what one of its collectives carries
+    std::printf("%s: outer synchronisation in %lld fragment(s): %lld syncs of at most %.1f KiB from each rank\n",
+                o_.parallel.c_str(), static_cast<long long>(p.outer_fragments), static_cast<long long>(p.outer_syncs),
+                static_cast<double>(p.outer_sync_bytes) / 1024.0);
   if (o_.pipeline > 1)
     std::printf("pipeline: %lld stages, %lld micro-batches (%s) | bubble %.0f%% of rank 0's last step\n",
                 static_cast<long long>(o_.pipeline), static_cast<long long>(o_.micro_batches),

@@ -68,6 +68,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   const bool has_pipeline = o.size >= offsetof(cohort_plan_options, pipeline_cuts) + sizeof(const char*);
   const bool has_auto = o.size >= offsetof(cohort_plan_options, memory_limit_bytes) + sizeof(double);
   const bool has_fence = o.size >= offsetof(cohort_plan_options, pipeline_keep) + sizeof(const char*);
+  const bool has_fragments = o.size >= offsetof(cohort_plan_options, outer_fragments) + sizeof(int32_t);
   parallel::PlanConfig c;
   if (enum_int(o.preset) != COHORT_PRESET_NONE) {
     int p = enum_int(o.preset);
@@ -121,6 +122,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
     if (o.fence_min_keep > 0) c.fence.min_keep = o.fence_min_keep;
     c.pipeline.keep = parse_keep(o.pipeline_keep);
   }
+  if (has_fragments && o.outer_fragments != 0) c.outer_fragments = o.outer_fragments;  // 0: the default, 1
   parallel::validate(c);
   return c;
 }
@@ -345,6 +347,11 @@ COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer*
       stats_out->overlap_steps = s.overlap;
       stats_out->outer_comm_seconds = s.outer_comm_seconds;
       stats_out->step_seconds = s.step_seconds;
+    }
+    if (stats_out->size >= offsetof(cohort_parallel_stats, outer_sync_bytes) + sizeof(int64_t)) {
+      stats_out->outer_fragments = s.outer_fragments;
+      stats_out->outer_syncs = s.outer_syncs;
+      stats_out->outer_sync_bytes = s.outer_sync_bytes;
     }
   });
 }

@@ -75,8 +75,10 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
       }
     }
   } else if (dp->outer_sharded()) {
+    dp->build_fragments(params);  // one: ZeRO 1 steps the whole model's blocks (plan.cpp)
     dp->init_outer_shard(flat);
   } else {
+    dp->build_fragments(params);
     dp->anchor_ = flat;
     dp->round_start_ = flat;
     dp->inflight_ = coll::CommBuffer(comm, flat.size());
@@ -109,7 +111,8 @@ DataParallel::~DataParallel() {
   // A reduction still in flight reads inflight_: let it end before the buffer goes (its
   // failure is reported by the communicator's status, not here; its deadline bounds the wait).
   try {
-    if (inflight_work_) inflight_work_->wait();
+    for (Fragment& fr : fragments_)
+      if (fr.work) fr.work->wait();
     if (timing_work_) timing_work_->wait();
     for (Bucket& b : buckets_) {
       if (b.work) b.work->wait();
@@ -178,12 +181,41 @@ void DataParallel::poll() {
       b.finished = true;
       b.done = now;
     }
-  if (inflight_work_ && !have_result_ && inflight_work_->test()) {
-    stats_.comm_seconds += seconds(now - inflight_launched_);
-    have_result_ = true;
-    inflight_done_at_ = now;
-    inflight_work_.reset();
+  for (Fragment& fr : fragments_)
+    if (fr.work && !fr.have_result && fr.work->test()) {
+      stats_.comm_seconds += seconds(now - fr.launched);
+      fr.have_result = true;
+      fr.done_at = now;
+      fr.work.reset();
+    }
+}
+
+void DataParallel::build_fragments(const std::vector<Tensor>& params) {
+  std::vector<int64_t> numel;
+  for (const Tensor& p : params) numel.push_back(p.numel());
+  const std::vector<size_t> cuts = outer_fragment_cuts(numel, plan_.outer_fragments);  // kInvalidPlan: F > params
+  fragments_.resize(static_cast<size_t>(plan_.outer_fragments));
+  size_t begin = 0;
+  for (size_t f = 0; f < fragments_.size(); ++f) {
+    Fragment& fr = fragments_[f];
+    fr.first = cuts[f];
+    fr.last = cuts[f + 1];
+    fr.begin = begin;
+    for (size_t i = fr.first; i < fr.last; ++i) fr.count += static_cast<size_t>(numel[i]);
+    begin += fr.count;
+    fr.offset = outer_fragment_offset(static_cast<int>(f), plan_.outer_fragments, plan_.tau);
   }
+}
+
+bool DataParallel::any_in_flight() const {
+  for (const Fragment& fr : fragments_)
+    if (fr.work) return true;
+  return false;
+}
+
+int64_t DataParallel::fragment_position(const Fragment& fr) const {
+  const int64_t p = round_pos_ - fr.offset;
+  return p > 0 ? p : p + round_tau_;
 }
 
 DataParallel::Clock::time_point DataParallel::note_wait(Clock::time_point start) {
@@ -208,9 +240,14 @@ void DataParallel::begin_step() {
   // measures travel in the steps' time (an evaluation of several seconds once read as a slow
   // link and raised tau to 490 on the CNN), and the step time below leaves it out.
   step_began_ = Clock::now();
-  if (plan_.mode == SyncMode::kCo2 && inflight_work_ && !have_result_) {
-    inflight_launched_ += step_began_ - last_mark_;
-    poll();  // arrived during the pause: its travel ends where the pause began
+  if (plan_.mode == SyncMode::kCo2) {
+    bool moved = false;
+    for (Fragment& fr : fragments_)
+      if (fr.work && !fr.have_result) {
+        fr.launched += step_began_ - last_mark_;
+        moved = true;
+      }
+    if (moved) poll();  // arrived during the pause: its travel ends where the pause began
   }
   // Buckets left half-done by a step that failed (an error in backward or in a collective):
   // let their reductions end before their buffers are reused. A failed collective leaves the
@@ -312,6 +349,40 @@ void DataParallel::before_update(std::vector<Tensor>& grads) {
   if (!buckets_.empty()) stats_.comm_seconds += seconds(last - first);
 }
 
+// Streaming outer synchronisation (plan.outer_fragments = F; after Streaming DiLoCo, Douillard
+// et al. 2025, arXiv 2501.18512): the rule, derived.
+//
+// The outer rule of outer.cpp is elementwise but for the clip's norm, and so are co2's round end
+// and merge but for the staleness penalty's norms and the finiteness checks. Cut the parameters,
+// in graph order, into F contiguous fragments of about equal bytes (outer_fragment_cuts); every
+// inner step still steps the whole model, but each fragment f runs the outer rule on its own
+// elements only, as its own instance of DiLoCo (localsgd mode) or co2, with rounds of tau steps
+// that end o_f = f tau / F steps into the plan's rounds — at inner step counts n = o_f (mod tau),
+// so fragment f > 0's first round is o_f steps long. Per fragment f, x_f, m_f and y^{(i)}_f
+// being the anchor's, the outer momentum's and rank i's parameters' elements in it:
+//   localsgd:  at its round end, e_f = avg_i (x_f - y^{(i)}_f) is all-reduced (blocking; 1/F of
+//              the model), x_f <- O(x_f, e_f), and every rank sets y_f <- x_f; the other fragments
+//              keep the progress their elements made since their own round ends.
+//   co2:       at its round end, e^{(i)}_f = x_f - y^{(i)}_f is sent and rank i moves y_f to its
+//              guess G^{(i)}_f (from m_f and e^{(i)}_f: end_round_co2); `overlap` steps later the
+//              average has arrived, x_f <- O(x_f, e_f), y_f <- x_f + s_f (y_f - G^{(i)}_f)
+//              (merge_co2), s_f the penalty's factor from the fragment's own gap and progress.
+// Invariant: for every f, x_f and m_f are the same on every rank and follow the unfragmented
+// rule's recursion on the fragment's elements, shifted by o_f steps; between its syncs y^{(i)}_f
+// is x_f plus rank i's progress since (co2: carried over at the merge), as with F = 1. Across
+// fragments only the clip couples them: its norm is the whole momentum's (each fragment's part
+// as its last outer step left it) and its factor scales the stepping fragment's part, so each
+// part is clipped when it steps, as F = 1 clips all of it at once. A fragment whose pseudo-
+// gradient or parameters are not finite drops its own round (the others go on), and a non-finite
+// average skips that fragment's outer step on every rank.
+// Why the offsets: F <= tau, so at most one fragment's average is launched a step; the bytes of a
+// round are the same, but a link carries 1/F of the model every tau / F steps instead of all of
+// it every tau (the peak need is 1/F), and co2 hides each fragment's all-reduce behind `overlap`
+// steps as before (with overlap > tau / F several fragments' averages travel at once, each in
+// its own slice of inflight_). Streaming DiLoCo mixes the arriving global fragment with the
+// local one; here co2's carry-over does that job exactly (DiLoCo's outer step on the anchor, the
+// local steps since added), so no mixing factor enters. F = 1 is one fragment of every parameter
+// with offset 0: the unfragmented code path, bit for bit.
 void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
   if (plan_.mode == SyncMode::kSync) {
     ++stats_.rounds;
@@ -319,13 +390,21 @@ void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
     if (!outer_sharded()) poll();
     ++inner_steps_;
     if (plan_.mode == SyncMode::kCo2) {
-      // The pending merge first (with overlap = tau it falls on the round end, before that
-      // round's pseudo-gradient is taken). Fixed by step counts: the same on every rank.
+      // The pending merges first (with overlap = tau one falls on its fragment's round end,
+      // before that round's pseudo-gradient is taken). Fixed by step counts: the same on every
+      // rank. Fragment 0's round end comes last: it starts the next round (note_round_end), from
+      // which the others' positions count.
       ++round_pos_;
-      if (merge_pending_ && round_pos_ == merge_overlap_) merge_co2(params);
-      if (round_pos_ == round_tau_) end_round_co2(params);
-    } else if (inner_steps_ % plan_.tau == 0) {
-      outer_sharded() ? end_round_sharded(params) : end_round_blocking(params);
+      for (Fragment& fr : fragments_)
+        if (fr.merge_pending && fragment_position(fr) == merge_overlap_) merge_co2(fr, params);
+      for (size_t f = 1; f < fragments_.size(); ++f)
+        if (round_pos_ == fragments_[f].offset) end_round_co2(fragments_[f], params);
+      if (round_pos_ == round_tau_) end_round_co2(fragments_[0], params);
+    } else if (outer_sharded()) {
+      if (inner_steps_ % plan_.tau == 0) end_round_sharded(params);
+    } else {
+      for (Fragment& fr : fragments_)
+        if ((inner_steps_ - fr.offset) % plan_.tau == 0) end_round_blocking(fr, params);
     }
   }
   Clock::time_point now = Clock::now();
@@ -334,27 +413,31 @@ void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
   step_wait_ = 0;
 }
 
-void DataParallel::end_round_blocking(std::vector<Tensor>& params) {
-  // d_k = x_k - avg_i x^{(i)}_{k,tau}: the local pseudo-gradient, averaged (blocking).
-  flatten(params, inflight_.data());
-  for (size_t i = 0; i < numel_; ++i) inflight_[i] = anchor_[i] - inflight_[i];
-  drop_if_not_finite(inflight_.data(), numel_, "the round's pseudo-gradient");
+void DataParallel::end_round_blocking(Fragment& fr, std::vector<Tensor>& params) {
+  // d_k = x_k - avg_i x^{(i)}_{k,tau}: the local pseudo-gradient, averaged (blocking); of
+  // fragment fr's elements (all of them with one fragment).
+  const size_t b = fr.begin, e = fr.begin + fr.count;
+  flatten_range(params, fr.first, fr.last, inflight_.data(), b);
+  for (size_t i = b; i < e; ++i) inflight_[i] = anchor_[i] - inflight_[i];
+  drop_if_not_finite(inflight_.data() + b, fr.count, "the round's pseudo-gradient");
   Clock::time_point start = Clock::now();
-  comm_->all_reduce(inflight_.data(), numel_, coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
+  comm_->all_reduce(inflight_.data() + b, fr.count, coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
   note_blocking(start);
-  outer_step(inflight_.data());
-  unflatten(anchor_.data(), params);
-  round_start_ = anchor_;
-  ++stats_.rounds;
+  ++stats_.outer_syncs;
+  outer_step(inflight_.data(), fr);
+  unflatten_range(anchor_.data(), b, params, fr.first, fr.last);
+  std::copy(anchor_.begin() + static_cast<std::ptrdiff_t>(b), anchor_.begin() + static_cast<std::ptrdiff_t>(e),
+            round_start_.begin() + static_cast<std::ptrdiff_t>(b));
+  if (fr.offset == 0) ++stats_.rounds;
 }
 
-void DataParallel::outer_step(const float* d) {
+void DataParallel::outer_step(const float* d, const Fragment& fr) {
   // The average is the same bytes on every rank: so is the decision to skip a non-finite one
   // (the anchor and the momentum unchanged).
-  if (!outer_finite(d, numel_)) return;
+  if (!outer_finite(d + fr.begin, fr.count)) return;
   std::function<double(double)> model_norm;  // the clip's norm: the whole model's momentum
   if (model_) model_norm = [this](double) { return model_sum_of_squares(outer_.momentum().data()); };
-  stats_.last_momentum_norm = outer_.step(anchor_, d, 1.0, model_norm);
+  stats_.last_momentum_norm = outer_.step(anchor_, d, 1.0, model_norm, fr.begin, fr.count);
 }
 
 // CO2 with the merge: the rule, derived.
@@ -390,54 +473,60 @@ void DataParallel::outer_step(const float* d) {
 // points). h = tau merges on the next round end. At W = 1 it is DiLoCo with the first h steps
 // of each round carried over (alpha 1 and beta 0: plain training).
 // In flight: e^{(i)}_k from a round end until the merge h steps later; nothing in between.
-void DataParallel::end_round_co2(std::vector<Tensor>& params) {
+void DataParallel::end_round_co2(Fragment& fr, std::vector<Tensor>& params) {
+  // Every step below on fragment fr's elements [b, e) only (the whole model with one fragment).
+  const size_t b = fr.begin, e = fr.begin + fr.count;
   // 1. e^{(i)}_k = x_k - y^{(i)}_k, into inflight_ (free: the last merge consumed it).
-  flatten(params, inflight_.data());
-  for (size_t i = 0; i < numel_; ++i) inflight_[i] = anchor_[i] - inflight_[i];
-  drop_if_not_finite(inflight_.data(), numel_, "the round's pseudo-gradient");  // then sent as zeros
+  flatten_range(params, fr.first, fr.last, inflight_.data(), b);
+  for (size_t i = b; i < e; ++i) inflight_[i] = anchor_[i] - inflight_[i];
+  drop_if_not_finite(inflight_.data() + b, fr.count, "the round's pseudo-gradient");  // then sent as zeros
   // 2. The guess G^{(i)}: round k+1 starts there; round_start_ keeps it until the merge.
   const std::vector<float>& m = outer_.momentum();
-  for (size_t i = 0; i < numel_; ++i) round_start_[i] = outer_.guess(anchor_[i], m[i], inflight_[i]);
-  unflatten(round_start_.data(), params);
-  // 3. e^{(i)}_k averaged in the background; nothing touches inflight_ until the merge. With
-  //    outer_bits 8 or 4 the message is its low-bit packing, gathered from every rank.
-  inflight_launched_ = Clock::now();
+  for (size_t i = b; i < e; ++i) round_start_[i] = outer_.guess(anchor_[i], m[i], inflight_[i]);
+  unflatten_range(round_start_.data(), b, params, fr.first, fr.last);
+  // 3. e^{(i)}_k averaged in the background; nothing touches its slice of inflight_ until the
+  //    merge. With outer_bits 8 or 4 (one fragment) the message is its low-bit packing,
+  //    gathered from every rank.
+  fr.launched = Clock::now();
   if (quant_) {
     quant_->pack(inflight_.data(), packed_.data());
-    inflight_work_ = comm_->all_gather(packed_.data(), gathered_.data(), packed_.size(), coll::DataType::kU8);
+    fr.work = comm_->all_gather(packed_.data(), gathered_.data(), packed_.size(), coll::DataType::kU8);
     decoded_ = false;
   } else {
-    inflight_work_ = comm_->all_reduce(inflight_.data(), numel_, coll::DataType::kF32, coll::ReduceOp::kAvg);
+    fr.work = comm_->all_reduce(inflight_.data() + b, fr.count, coll::DataType::kF32, coll::ReduceOp::kAvg);
   }
-  merge_pending_ = true;
-  note_round_end();
+  fr.merge_pending = true;
+  ++stats_.outer_syncs;
+  if (fr.offset == 0) note_round_end();  // fragment 0's round is the plan's
 }
 
-void DataParallel::merge_co2(std::vector<Tensor>& params) {
+void DataParallel::merge_co2(Fragment& fr, std::vector<Tensor>& params) {
+  const size_t b = fr.begin, e = fr.begin + fr.count;
   // 4. e_k: wait for it (CO2's only blocking point; it had h steps to travel), then DiLoCo's
   //    outer step x_{k+1} = O(x_k, e_k).
   double travel = -1;  // how long e_k took to arrive: exact when waited for, else to mid-step; -1 unknown
-  if (inflight_work_) {
+  if (fr.work) {
     Clock::time_point start = Clock::now();
-    inflight_work_->wait();
-    travel = seconds(note_wait(start) - inflight_launched_);
+    fr.work->wait();
+    travel = seconds(note_wait(start) - fr.launched);
     stats_.comm_seconds += travel;
-    inflight_work_.reset();
-  } else if (inflight_done_at_ > inflight_launched_) {
-    travel = std::max(0.0, seconds(inflight_done_at_ - inflight_launched_) - 0.5 * stats_.step_seconds);
+    fr.work.reset();
+  } else if (fr.done_at > fr.launched) {
+    travel = std::max(0.0, seconds(fr.done_at - fr.launched) - 0.5 * stats_.step_seconds);
   }
   if (quant_ && !decoded_) decode_average();
-  have_result_ = false;
-  merge_pending_ = false;
-  outer_step(inflight_.data());  // none when e_k is not finite: x_{k+1} = x_k
+  fr.have_result = false;
+  fr.merge_pending = false;
+  outer_step(inflight_.data(), fr);  // none when e_k is not finite: x_{k+1} = x_k
   // 5. The steps since the guess carried over onto x_{k+1}: y <- x_{k+1} + s (y - G), s the
   //    penalty's factor (1 when off). e_k is spent: inflight_ takes y. Steps that left this
   //    rank's parameters non-finite are dropped: it goes on from x_{k+1}.
-  flatten(params, inflight_.data());
-  if (any_over_model(!std::isfinite(kernels::cpu::sum_of_squares(inflight_.data(), static_cast<int64_t>(numel_))))) {
+  flatten_range(params, fr.first, fr.last, inflight_.data(), b);
+  if (any_over_model(!std::isfinite(kernels::cpu::sum_of_squares(inflight_.data() + b, static_cast<int64_t>(fr.count))))) {
     log(LogLevel::kWarn, "data parallel: this rank's parameters (or a tensor-parallel peer's blocks) hold NaN or Inf at "
                          "the merge; its steps since the round began are dropped and it goes on from the new anchor");
-    std::copy(round_start_.begin(), round_start_.end(), inflight_.data());  // y - G = 0
+    std::copy(round_start_.begin() + static_cast<std::ptrdiff_t>(b), round_start_.begin() + static_cast<std::ptrdiff_t>(e),
+              inflight_.data() + b);  // y - G = 0
   }
   double scale = 1.0;
   if (plan_.outer.staleness_penalty) {  // progress y - G, made at distance x_{k+1} - G
@@ -451,8 +540,8 @@ void DataParallel::merge_co2(std::vector<Tensor>& params) {
       }
     };
     if (!model_) {
-      add(0, numel_);
-    } else {  // the whole model's norms: each replicated parameter counted once over the model axis
+      add(b, fr.count);
+    } else {  // the whole model's norms: each replicated parameter counted once over the model axis (one fragment)
       for (const auto& [offset, count] : norm_ranges_) add(offset, count);
       float sums[2] = {static_cast<float>(gap), static_cast<float>(progress)};
       sum_over_model(sums, 2);
@@ -463,8 +552,8 @@ void DataParallel::merge_co2(std::vector<Tensor>& params) {
   }
   stats_.last_staleness_scale = scale;
   const float s = static_cast<float>(scale);
-  for (size_t i = 0; i < numel_; ++i) round_start_[i] = anchor_[i] + s * (inflight_[i] - round_start_[i]);
-  unflatten(round_start_.data(), params);
+  for (size_t i = b; i < e; ++i) round_start_[i] = anchor_[i] + s * (inflight_[i] - round_start_[i]);
+  unflatten_range(round_start_.data(), b, params, fr.first, fr.last);
   note_merge(travel);
 }
 
@@ -614,17 +703,21 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
   if (shard_optimizer_) return save_shard_state(extra);  // ZeRO: the trainer's optimizer has none
   if (outer_sharded()) return save_outer_shard(extra);
   if (plan_.mode == SyncMode::kSync) return;  // DDP keeps no state beyond the trainer's
-  if (inflight_work_) {
-    // The reduction in flight is waited for and saved as its result: resuming applies it at
-    // the same step (localsgd: round end; co2: merge) as an uninterrupted run would.
-    Clock::time_point start = Clock::now();
-    inflight_work_->wait();
-    stats_.wait_seconds += seconds(Clock::now() - start);
-    stats_.comm_seconds += seconds(Clock::now() - inflight_launched_);
-    inflight_work_.reset();
-    have_result_ = true;
+  bool have_result = false;  // any fragment's
+  for (Fragment& fr : fragments_) {
+    if (fr.work) {
+      // The reduction in flight is waited for and saved as its result: resuming applies it at
+      // the same step (localsgd: round end; co2: merge) as an uninterrupted run would.
+      Clock::time_point start = Clock::now();
+      fr.work->wait();
+      stats_.wait_seconds += seconds(Clock::now() - start);
+      stats_.comm_seconds += seconds(Clock::now() - fr.launched);
+      fr.work.reset();
+      fr.have_result = true;
+    }
+    have_result = have_result || fr.have_result;
   }
-  if (quant_ && have_result_ && !decoded_) decode_average();  // saved as the average it is
+  if (quant_ && have_result && !decoded_) decode_average();  // saved as the average it is
   auto vec = [&](const auto& v) {  // a vector or a CommBuffer
     Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kF32);
     if (!v.empty()) std::memcpy(t.raw(), v.data(), v.size() * sizeof(float));
@@ -637,9 +730,18 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
   extra.tensors["parallel.round_start"] = vec(round_start_);  // co2: the guess, while a merge is pending
   if (plan_.mode == SyncMode::kCo2) save_co2_state(extra);
   extra.tensors["parallel.outer_momentum"] = vec(m);
-  extra.tensors["parallel.reduced"] =  // inflight_ holds numel_ floats outside ZeRO 1
-      have_result_ ? vec(inflight_) : Tensor::zeros({static_cast<int64_t>(numel_)}, DType::kF32);
-  extra.ints["parallel.have_reduced"] = have_result_ ? 1 : 0;
+  // inflight_ holds numel_ floats outside ZeRO 1: the fragments' arrived averages, zeros elsewhere.
+  Tensor reduced = Tensor::zeros({static_cast<int64_t>(numel_)}, DType::kF32);
+  for (const Fragment& fr : fragments_)
+    if (fr.have_result) std::memcpy(reduced.data<float>() + fr.begin, inflight_.data() + fr.begin, fr.count * sizeof(float));
+  extra.tensors["parallel.reduced"] = reduced;
+  extra.ints["parallel.have_reduced"] = have_result ? 1 : 0;
+  // Streaming synchronisation: which fragments hold an average, so a resumed run merges each at
+  // its own step (their positions follow from the step counts).
+  extra.ints["parallel.fragments"] = static_cast<int64_t>(fragments_.size());
+  if (fragments_.size() > 1)
+    for (size_t f = 0; f < fragments_.size(); ++f)
+      extra.ints[str_cat("parallel.fragment_reduced.", f)] = fragments_[f].have_result ? 1 : 0;
   extra.ints["parallel.inner_steps"] = inner_steps_;
   extra.ints["parallel.rounds"] = stats_.rounds;
   extra.ints["parallel.mode"] = static_cast<int64_t>(plan_.mode);
@@ -652,7 +754,7 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
                "data parallel: the checkpoint holds a ZeRO optimizer shard; load it with a ZeRO stage 1-3 "
                "plan, world and rank");
   if (plan_.mode == SyncMode::kSync) return;
-  COHORT_CHECK(!inflight_work_, Status::kInvalidState, "data parallel: cannot load while a reduction is in flight");
+  COHORT_CHECK(!any_in_flight(), Status::kInvalidState, "data parallel: cannot load while a reduction is in flight");
   auto get = [&](const char* name) -> const Tensor& {
     auto it = extra.tensors.find(name);
     COHORT_CHECK(it != extra.tensors.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '", name,
@@ -670,6 +772,11 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
   COHORT_CHECK(ints("parallel.mode") == static_cast<int64_t>(plan_.mode), Status::kInvalidArgument,
                "data parallel: the checkpoint was saved in mode ", ints("parallel.mode"), ", the plan is ",
                mode_name(plan_.mode));
+  // Written before streaming synchronisation: one fragment.
+  const int64_t fragments = extra.ints.count("parallel.fragments") ? ints("parallel.fragments") : 1;
+  COHORT_CHECK(fragments == static_cast<int64_t>(fragments_.size()), Status::kInvalidArgument,
+               "data parallel: the checkpoint's outer state is cut into ", fragments, " fragment(s), the plan's "
+               "outer_fragments = ", fragments_.size());
   std::function<void()> load_co2 = plan_.mode == SyncMode::kCo2 ? load_co2_state(extra) : nullptr;
   const Tensor &a = get("parallel.anchor"), &m = get("parallel.outer_momentum"), &r = get("parallel.reduced"),
                &rs = get("parallel.round_start");
@@ -686,10 +793,18 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
   if (load_co2) load_co2();
   load(m, outer_.momentum());
   std::memcpy(inflight_.data(), r.raw(), numel_ * sizeof(float));  // sized at attach
-  have_result_ = have != 0;
-  merge_pending_ = plan_.mode == SyncMode::kCo2 && have_result_;  // co2 saves a pending merge's average
+  const Clock::time_point now = Clock::now();
+  for (size_t f = 0; f < fragments_.size(); ++f) {
+    Fragment& fr = fragments_[f];
+    if (fragments_.size() == 1) {
+      fr.have_result = have != 0;
+    } else {
+      fr.have_result = ints(str_cat("parallel.fragment_reduced.", f).c_str()) != 0;
+    }
+    fr.merge_pending = plan_.mode == SyncMode::kCo2 && fr.have_result;  // co2 saves a pending merge's average
+    fr.launched = fr.done_at = now;  // its travel time is not this run's to measure
+  }
   decoded_ = true;
-  inflight_launched_ = inflight_done_at_ = Clock::now();  // its travel time is not this run's to measure
   inner_steps_ = steps;
   stats_.rounds = rounds;
 }
@@ -698,6 +813,11 @@ ParallelStats DataParallel::stats() const {
   ParallelStats s = stats_;
   s.tau = plan_.mode == SyncMode::kCo2 ? round_tau_ : plan_.tau;
   s.overlap = plan_.mode == SyncMode::kCo2 ? merge_overlap_ : 0;
+  s.outer_fragments = static_cast<int64_t>(fragments_.size());
+  for (const Fragment& fr : fragments_)  // what one outer collective carries from this rank
+    s.outer_sync_bytes = std::max(s.outer_sync_bytes, static_cast<int64_t>(fr.count * sizeof(float)));
+  if (quant_) s.outer_sync_bytes = static_cast<int64_t>(packed_.size());
+  if (outer_sharded()) s.outer_sync_bytes = static_cast<int64_t>(inflight_.size() * sizeof(float));
   s.hidden_fraction = s.comm_seconds > 0 ? std::clamp(1.0 - s.wait_seconds / s.comm_seconds, 0.0, 1.0) : 1.0;
   fill_memory_stats(s);
   return s;

@@ -2,8 +2,10 @@
 // DDP (bucketed gradient all-reduce overlapping backward), local SGD / SlowMo / DiLoCo (blocking
 // outer step every tau steps) and CO2 (round k's pseudo-gradient reduced while the first
 // `overlap` steps of round k+1 run from a guess, then merged: blocking DiLoCo's outer step on the
-// anchor, the steps taken since carried over — derived at end_round_co2). Everything runs on the
-// training thread; the communicator's progress thread moves the bytes.
+// anchor, the steps taken since carried over — derived at end_round_co2). Local SGD and co2 can
+// stream their outer synchronisation (plan.outer_fragments): the model cut into fragments whose
+// rounds are staggered, each outer all-reduce carrying one fragment — derived above after_update.
+// Everything runs on the training thread; the communicator's progress thread moves the bytes.
 //
 // ZeRO stages 1-3 (sync mode, core/parallel/zero.cpp): each bucket is padded to a multiple
 // of the world and rank r owns block r of every bucket; r keeps optimizer state only for its
@@ -66,6 +68,14 @@ struct ParallelStats {
   int64_t overlap = 0;
   double outer_comm_seconds = 0;
   double step_seconds = 0;
+  // localsgd, co2: the fragments the outer synchronisation is cut into (plan.outer_fragments),
+  // the outer collectives this rank launched (one per fragment's round end), and the most bytes
+  // one of them carries from this rank (the largest fragment, or co2's low-bit message, or
+  // ZeRO 1's padded model): the peak bandwidth the outer synchronisation needs, ~1/F of the
+  // model's bytes.
+  int64_t outer_fragments = 0;
+  int64_t outer_syncs = 0;
+  int64_t outer_sync_bytes = 0;
   int64_t buckets = 0;              // DDP: gradient buckets per step
   // ZeRO 3: bucket all-gathers of parameters, and those launched ahead of the node that first
   // needs them (prefetched; the others block the training thread until they arrive).
@@ -193,10 +203,30 @@ class DataParallel : public StepHook {
   // Waits out a collective a failed step left in flight and drops it; its failure is not
   // thrown here (the communicator's sticky error reaches the next collective).
   static void settle(transport::coll::WorkPtr& work);
-  void end_round_blocking(std::vector<Tensor>& params);
-  // Unsharded local SGD and co2: the outer step with the averaged pseudo-gradient d (numel_
-  // floats), skipped on every rank when d is not finite; the clip's norm is the whole model's.
-  void outer_step(const float* d);
+  // Streaming outer synchronisation (plan.outer_fragments; the rule is the comment above
+  // after_update): fragment f is the parameters [first, last), the flat elements [begin,
+  // begin + count), whose rounds end `offset` steps into the plan's (fragment 0's: 0). Unsharded
+  // local SGD and co2 run every round end, reduction and merge per fragment; with one fragment
+  // (the default) it is the whole model. Each fragment has at most one average in flight, in its
+  // own slice of inflight_.
+  struct Fragment {
+    size_t first = 0, last = 0, begin = 0, count = 0;
+    int64_t offset = 0;
+    transport::coll::WorkPtr work;     // its average in flight (co2)
+    Clock::time_point launched, done_at;  // launched; when poll() saw it arrive
+    bool have_result = false;    // co2: its slice of inflight_ holds the arrived average
+    bool merge_pending = false;  // co2: a round's average not yet merged
+  };
+  std::vector<Fragment> fragments_;
+  void build_fragments(const std::vector<Tensor>& params);
+  bool any_in_flight() const;
+  // co2: steps fragment fr has run of its current round, 1..round_tau_ after a step's increment.
+  int64_t fragment_position(const Fragment& fr) const;
+  void end_round_blocking(Fragment& fr, std::vector<Tensor>& params);
+  // Unsharded local SGD and co2: the outer step with the averaged pseudo-gradient d (indexed like
+  // the flat model) on fragment fr's elements, skipped on every rank when they are not finite;
+  // the clip's norm is the whole model's momentum.
+  void outer_step(const float* d, const Fragment& fr);
   // ZeRO 1 of the outer state (outer_shard.cpp).
   bool outer_sharded() const { return plan_.mode != SyncMode::kSync && plan_.zero_stage >= 1; }
   void init_outer_shard(const std::vector<float>& flat);
@@ -209,8 +239,8 @@ class DataParallel : public StepHook {
   std::vector<float> scalars_;  // sum_over_ranks' reduction buffer
   void save_outer_shard(checkpoint::CheckpointExtra& extra);
   void load_outer_shard(const checkpoint::CheckpointExtra& extra);
-  void end_round_co2(std::vector<Tensor>& params);
-  void merge_co2(std::vector<Tensor>& params);
+  void end_round_co2(Fragment& fr, std::vector<Tensor>& params);
+  void merge_co2(Fragment& fr, std::vector<Tensor>& params);
   // outer_bits 8 or 4: inflight_ = the mean of the gathered messages, summed in rank order.
   void decode_average();
   // co2: the round-end and merge bookkeeping (round shape, overlap auto's timing).
@@ -287,10 +317,6 @@ class DataParallel : public StepHook {
   std::vector<float> anchor_, prev_anchor_, round_start_;
   transport::coll::CommBuffer inflight_, result_;
   size_t outer_block_ = 0;
-  transport::coll::WorkPtr inflight_work_;
-  Clock::time_point inflight_launched_;
-  bool have_result_ = false;    // localsgd: result_ holds a reduced round; co2: inflight_ does
-  bool merge_pending_ = false;  // co2 unsharded: a round's average not yet merged
   // co2 with outer_bits 8 or 4: this rank's message and every rank's, gathered; decoded_: their
   // average is in inflight_ (decode_average).
   std::unique_ptr<Quantizer> quant_;
@@ -310,7 +336,6 @@ class DataParallel : public StepHook {
   static constexpr size_t kTravelHistory = 5;
   std::vector<float> travel_history_;
   double round_compute_mark_ = 0;   // stats_.compute_seconds at the last round end
-  Clock::time_point inflight_done_at_;  // unsharded: when poll() saw the average arrive
   int64_t inner_steps_ = 0;   // inner steps since attach (a round ends every tau)
   // DDP: this step's loss (on_loss) and whether it was already folded into a bucket.
   Tensor loss_;

@@ -34,4 +34,19 @@ inline void unflatten(const float* flat, std::vector<Tensor>& ts) {
   }
 }
 
+// flatten / unflatten of the parameters [first, last) only: `flat` is the whole model's flat
+// buffer (parameter first's values start at its offset there, `begin`).
+inline void flatten_range(const std::vector<Tensor>& ts, size_t first, size_t last, float* flat, size_t begin) {
+  for (size_t i = first; i < last; ++i) {
+    device_copy(flat + begin, Device::kCpu, ts[i].raw(), ts[i].device(), ts[i].nbytes());
+    begin += static_cast<size_t>(ts[i].numel());
+  }
+}
+inline void unflatten_range(const float* flat, size_t begin, std::vector<Tensor>& ts, size_t first, size_t last) {
+  for (size_t i = first; i < last; ++i) {
+    device_copy(ts[i].raw(), ts[i].device(), flat + begin, Device::kCpu, ts[i].nbytes());
+    begin += static_cast<size_t>(ts[i].numel());
+  }
+}
+
 }  // namespace cohort::parallel

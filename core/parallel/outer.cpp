@@ -3,6 +3,7 @@
 // averaged pseudo-gradient, phi the clip threshold, lambda the penalty constant.
 #include "core/parallel/outer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/optim.h"
@@ -10,36 +11,38 @@
 namespace cohort::parallel {
 
 double OuterOptimizer::step(std::vector<float>& anchor, const float* d, double scale,
-                            const std::function<double(double)>& sum_over_ranks) {
-  double m_sq = accumulate(d, anchor.size(), scale);
+                            const std::function<double(double)>& sum_over_ranks, size_t begin, size_t count) {
+  const size_t n = anchor.size();
+  const size_t end = count > n - std::min(begin, n) ? n : begin + count;
+  double m_sq = accumulate(d, n, begin, end, scale);
   if (sum_over_ranks) m_sq = sum_over_ranks(m_sq);  // a shard: ||m||^2 sums over the ranks' shards
   const double m_norm = std::sqrt(m_sq);
-  apply(anchor, d, scale, m_norm);
+  apply(anchor, d, begin, end, scale, m_norm);
   return m_norm;
 }
 
-double OuterOptimizer::accumulate(const float* d, size_t n, double scale) {
+double OuterOptimizer::accumulate(const float* d, size_t n, size_t begin, size_t end, double scale) {
   if (momentum_.size() != n) momentum_.assign(n, 0.0f);
   const float beta = static_cast<float>(config_.momentum);
   const float s = static_cast<float>(scale);
   // m_k = beta * m_{k-1} + s_k * d_k          (s_k: staleness penalty factor, 1 when off)
-  for (size_t i = 0; i < n; ++i) momentum_[i] = beta * momentum_[i] + s * d[i];
+  for (size_t i = begin; i < end; ++i) momentum_[i] = beta * momentum_[i] + s * d[i];
   return kernels::cpu::sum_of_squares(momentum_.data(), static_cast<int64_t>(n));
 }
 
-void OuterOptimizer::apply(std::vector<float>& anchor, const float* d, double scale, double m_norm) {
-  const size_t n = anchor.size();
+void OuterOptimizer::apply(std::vector<float>& anchor, const float* d, size_t begin, size_t end, double scale,
+                           double m_norm) {
   const float beta = static_cast<float>(config_.momentum);
   const float s = static_cast<float>(scale);
   // Outer momentum clipping (CO2 section 3): m_k <- m_k * min(1, phi / ||m_k||_2), phi > 0.
   // The clipped momentum is what is kept and used (the published fork discarded it).
   if (config_.clip_threshold > 0 && m_norm > config_.clip_threshold) {
     const float c = static_cast<float>(config_.clip_threshold / m_norm);
-    for (size_t i = 0; i < n; ++i) momentum_[i] *= c;
+    for (size_t i = begin; i < end; ++i) momentum_[i] *= c;
   }
   // u_k = s_k * d_k + beta * m_k (Nesterov) or u_k = m_k;  anchor_{k+1} = anchor_k - alpha * u_k
   const float alpha = static_cast<float>(config_.lr);
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = begin; i < end; ++i) {
     float u = config_.nesterov ? s * d[i] + beta * momentum_[i] : momentum_[i];
     anchor[i] -= alpha * u;
   }

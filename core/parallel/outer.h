@@ -25,8 +25,13 @@ class OuterOptimizer {
   // When anchor and d are one rank's shard of the model (ZeRO 1 of the outer state),
   // sum_over_ranks turns this shard's sum of squares into the whole model's, so clipping uses
   // the global norm; every rank must then call step at the same point.
+  // With a range [begin, begin + count) of the anchor (streaming outer synchronisation: one
+  // fragment of the model), only that range of the anchor and the momentum is stepped (d is
+  // still indexed like the anchor); the clip's norm stays the whole momentum's, the other
+  // fragments' parts as their own last steps left them, and its factor scales this range only.
   double step(std::vector<float>& anchor, const float* d, double scale,
-              const std::function<double(double)>& sum_over_ranks = {});
+              const std::function<double(double)>& sum_over_ranks = {}, size_t begin = 0,
+              size_t count = static_cast<size_t>(-1));
   // CO2 staleness gap penalty factor for progress d made from a point at distance gap from
   // where it is applied (formula in outer.cpp), from the squared norms gap_sq and d_sq. 1 when
   // the penalty is off.
@@ -47,11 +52,11 @@ class OuterOptimizer {
   const OuterConfig& config() const { return config_; }
 
  private:
-  // step()'s two halves: accumulate updates the momentum with d (n floats) and returns its
-  // (local) sum of squares; apply clips the momentum by m_norm (its whole-model L2 norm) and
-  // moves the anchor.
-  double accumulate(const float* d, size_t n, double scale);
-  void apply(std::vector<float>& anchor, const float* d, double scale, double m_norm);
+  // step()'s two halves: accumulate updates the momentum (n floats) with d over [begin, end)
+  // and returns the whole momentum's (local) sum of squares; apply clips the momentum's
+  // [begin, end) by m_norm (its whole-model L2 norm) and moves the anchor there.
+  double accumulate(const float* d, size_t n, size_t begin, size_t end, double scale);
+  void apply(std::vector<float>& anchor, const float* d, size_t begin, size_t end, double scale, double m_norm);
 
   OuterConfig config_;
   std::vector<float> momentum_;

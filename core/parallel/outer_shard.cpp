@@ -57,6 +57,7 @@ void DataParallel::end_round_sharded(std::vector<Tensor>& params) {
   note_blocking(start);
   unflatten(inflight_.data(), params);
   ++stats_.rounds;
+  ++stats_.outer_syncs;
 }
 
 double DataParallel::sum_over(coll::Communicator& comm, std::vector<float>& buffer, float* values, size_t n) {
@@ -85,7 +86,7 @@ void DataParallel::save_outer_shard(checkpoint::CheckpointExtra& extra) {
 }
 
 void DataParallel::load_outer_shard(const checkpoint::CheckpointExtra& extra) {
-  COHORT_CHECK(!inflight_work_, Status::kInvalidState, "data parallel: cannot load while a reduction is in flight");
+  COHORT_CHECK(!any_in_flight(), Status::kInvalidState, "data parallel: cannot load while a reduction is in flight");
   auto ints = [&](const std::string& name) {
     auto it = extra.ints.find(name);
     COHORT_CHECK(it != extra.ints.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '", name,

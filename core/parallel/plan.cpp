@@ -55,6 +55,24 @@ RoundShape choose_round_shape(double comm_seconds, double step_seconds, int64_t 
   return r;
 }
 
+std::vector<size_t> outer_fragment_cuts(const std::vector<int64_t>& numel, int fragments) {
+  const size_t n = numel.size(), f_count = static_cast<size_t>(fragments);
+  COHORT_CHECK(fragments >= 1 && f_count <= n, Status::kInvalidPlan, "plan: outer_fragments = ", fragments,
+               " must be in [1, ", n, "]: the model has ", n, " parameter(s) and a fragment holds at least one");
+  std::vector<double> prefix(n + 1, 0.0);  // elements before parameter i
+  for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + static_cast<double>(numel[i]);
+  std::vector<size_t> cuts(f_count + 1, 0);
+  cuts[f_count] = n;
+  for (size_t f = 1; f < f_count; ++f) {
+    const double target = prefix[n] * static_cast<double>(f) / static_cast<double>(f_count);
+    size_t best = cuts[f - 1] + 1;  // at least one parameter per fragment, before and after
+    for (size_t c = best; c + (f_count - f) <= n; ++c)
+      if (std::fabs(prefix[c] - target) < std::fabs(prefix[best] - target)) best = c;
+    cuts[f] = best;
+  }
+  return cuts;
+}
+
 const char* mode_name(SyncMode mode) {
   switch (mode) {
     case SyncMode::kSync: return "sync";
@@ -100,6 +118,22 @@ void validate(const PlanConfig& p) {
   COHORT_CHECK(p.zero_stage == 0 || p.mode != SyncMode::kCo2, Status::kUnsupported, "ZeRO stage ", p.zero_stage,
                " of co2's outer state would save nothing: every rank's guess needs the whole anchor and outer "
                "momentum (use stage 0, or diloco with stage 1)");
+  COHORT_CHECK(p.outer_fragments >= 1, Status::kInvalidPlan, "plan: outer_fragments = ", p.outer_fragments,
+               " must be >= 1 (1: the whole model synchronised at once)");
+  if (p.outer_fragments > 1) {
+    COHORT_CHECK(p.mode != SyncMode::kSync, Status::kUnsupported, "plan: outer_fragments = ", p.outer_fragments,
+                 " applies to the outer synchronisation of localsgd / co2; sync averages gradients every step");
+    COHORT_CHECK(p.outer_fragments <= p.tau, Status::kInvalidPlan, "plan: outer_fragments = ", p.outer_fragments,
+                 " must be <= tau = ", p.tau, ": fragment f is synchronised f * tau / F steps into each round, "
+                 "so each fragment needs a step of its own");
+    COHORT_CHECK(!p.overlap_auto && p.outer_bits == 32 && p.zero_stage == 0 && p.model_degree() == 1,
+                 Status::kUnsupported, "plan: outer_fragments = ", p.outer_fragments,
+                 " is not implemented with overlap auto, outer_bits 8 / 4, ZeRO 1 of the outer state or tensor / "
+                 "pipeline axes yet (TODO(#30)); it has ",
+                 p.overlap_auto ? "overlap auto" : p.outer_bits != 32 ? str_cat("outer_bits ", p.outer_bits)
+                                                  : p.zero_stage != 0 ? str_cat("zero_stage ", p.zero_stage)
+                                                                      : str_cat("model degree ", p.model_degree()));
+  }
   validate_tensor_grid(p);
   COHORT_CHECK(p.auto_trials >= 0 && p.auto_trials <= 64, Status::kInvalidPlan, "plan: auto_trials = ", p.auto_trials,
                " must be in [0, 64]");

@@ -97,6 +97,13 @@ struct PlanConfig {
   // co2: bits per value of the pseudo-gradient each rank sends: 32 (fp32, all-reduced) or 8 / 4
   // (block-scaled integers, all-gathered and averaged in fp32 by every rank: quantize.h).
   int outer_bits = 32;
+  // localsgd, co2: streaming outer synchronisation (after Streaming DiLoCo, Douillard et al.
+  // 2025, arXiv 2501.18512). The parameters are cut, in graph order, into this many contiguous
+  // fragments of about equal bytes (outer_fragment_cuts); fragment f runs its own rounds of tau
+  // steps, offset f * tau / F steps into each round (outer_fragment_offset), so each outer
+  // all-reduce carries about 1/F of the model. 1 = the whole model at once. The rule is derived
+  // above DataParallel::after_update (data_parallel.cpp).
+  int outer_fragments = 1;
   OuterConfig outer;
   int zero_stage = 0;                // 0..3 with kSync; localsgd: 0 or 1 (outer state sharded); co2: 0
   // localsgd, co2 with an AdamW inner optimizer: each rank normalises its local steps by the
@@ -165,10 +172,22 @@ struct RoundShape {
 RoundShape choose_round_shape(double comm_seconds, double step_seconds, int64_t overlap, int64_t tau_floor,
                               int64_t round_pos);
 
+// Streaming outer synchronisation: the F + 1 parameter indices that cut parameters of the given
+// element counts, in order, into F contiguous non-empty fragments balanced by bytes (cut f is
+// the parameter boundary nearest to f/F of the model's elements, kept strictly increasing with
+// room left for the fragments after it). 1 <= F <= numel.size(). And fragment f's offset into
+// each round: f * tau / F steps (rounded down; distinct while F <= tau).
+std::vector<size_t> outer_fragment_cuts(const std::vector<int64_t>& numel, int fragments);
+inline int64_t outer_fragment_offset(int fragment, int fragments, int64_t tau) {
+  return static_cast<int64_t>(fragment) * tau / fragments;
+}
+
 // Throws kInvalidPlan naming the first bad field (unknown mode, tau < 1, negative lr, momentum
 // or threshold, momentum >= 1, data_parallel < 0, bucket_bytes 0, unknown ZeRO stage, co2's
-// overlap outside [1, tau]) and kUnsupported for stages 2-3 outside the sync mode (localsgd
-// takes stage 1: its outer state sharded) and for any stage under co2.
+// overlap outside [1, tau], outer_fragments < 1 or > tau) and kUnsupported for stages 2-3 outside the sync mode (localsgd
+// takes stage 1: its outer state sharded), for any stage under co2, and for outer_fragments > 1
+// outside localsgd / co2 or with what has no fragmented form yet (overlap auto, outer_bits 8 / 4,
+// ZeRO 1 of the outer state, tensor or pipeline axes).
 void validate(const PlanConfig& plan);
 // validate() plus the fit with a world of `world_size` ranks: the tensor degree x*y*z and the
 // data-parallel degree must divide it and their product equal it (kInvalidPlan naming the

@@ -527,6 +527,72 @@ TEST_F(CapiParallel, Co2TrainerStepsReportsAndResumes) {
   EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
 }
 
+TEST_F(CapiParallel, OuterFragmentsValidateTrainReportAndResume) {
+  cohort_plan_options o = cohort_plan_options_default();
+  EXPECT_EQ(o.outer_fragments, 0);  // = 1
+  o.preset = COHORT_PRESET_CO2;
+  o.tau = 4;
+  cohort_plan *plan = nullptr, *older = nullptr;
+  o.outer_fragments = -1;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: outer_fragments = -1 must be >= 1");
+  o.outer_fragments = 5;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: outer_fragments = 5 must be <= tau = 4");
+  o.outer_fragments = 2;
+  o.outer_bits = 8;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_UNSUPPORTED, "it has outer_bits 8");
+  o.outer_bits = 0;
+  o.preset = COHORT_PRESET_DDP;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_UNSUPPORTED, "plan: outer_fragments = 2 applies to");
+  o.size = offsetof(cohort_plan_options, outer_fragments);  // a caller built before the field: not read
+  EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
+  // More fragments than the MLP's 4 parameters: refused where the model is known.
+  o = cohort_plan_options_default();
+  o.preset = COHORT_PRESET_CO2;
+  o.tau = 8;
+  o.outer_fragments = 5;
+  ASSERT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
+  cohort_trainer* t = nullptr;
+  EXPECT_STATUS(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &t), COHORT_ERR_INVALID_PLAN,
+                "plan: outer_fragments = 5 must be in [1, 4]");
+  EXPECT_EQ(t, nullptr);
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+  // Two fragments: they train, report the syncs and their size, and resume bit for bit.
+  o.tau = 4;
+  o.outer_fragments = 2;
+  o.overlap_steps = 3;  // both fragments' averages in flight at once
+  ASSERT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
+  cohort_trainer *a = nullptr, *b = nullptr;
+  ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &a), COHORT_OK)
+      << cohort_last_error();
+  for (int k = 0; k < 6; ++k) step(a, k);  // the averages of fragment 0 (step 4) and 1 (step 6) pending
+  std::string path = ::testing::TempDir() + "cohort_parallel_fragments.ckpt";
+  ASSERT_EQ(cohort_trainer_save_parallel_checkpoint(a, path.c_str()), COHORT_OK) << cohort_last_error();
+  for (int k = 6; k < 12; ++k) step(a, k);
+  cohort_parallel_stats s{};
+  s.size = sizeof s;
+  ASSERT_EQ(cohort_trainer_get_parallel_stats(a, &s), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(s.outer_fragments, 2);
+  EXPECT_EQ(s.outer_syncs, 6);  // fragment 0 at steps 4, 8, 12; fragment 1 at 2, 6, 10
+  EXPECT_EQ(s.outer_sync_bytes, 8 * 6 * 4);  // fc1.weight alone; fc1.bias and fc2 are 35 floats
+  EXPECT_EQ(s.rounds, 3);
+  ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &b), COHORT_OK);
+  ASSERT_EQ(cohort_trainer_load_parallel_checkpoint(b, path.c_str()), COHORT_OK) << cohort_last_error();
+  for (int k = 6; k < 12; ++k) step(b, k);
+  EXPECT_EQ(weight(a), weight(b));  // bit for bit
+  // A caller built before the stats' fields: they stay as they were.
+  cohort_parallel_stats old{};
+  old.size = offsetof(cohort_parallel_stats, outer_fragments);
+  old.outer_syncs = -7;
+  ASSERT_EQ(cohort_trainer_get_parallel_stats(a, &old), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(old.outer_syncs, -7);
+  EXPECT_EQ(old.rounds, 3);
+  std::remove(path.c_str());
+  EXPECT_EQ(cohort_trainer_destroy(b), COHORT_OK);
+  EXPECT_EQ(cohort_trainer_destroy(a), COHORT_OK);
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+}
+
 TEST_F(CapiParallel, ZeroTrainerMatchesDdpAndReportsMemory) {
   for (int32_t stage : {2, 3}) {
     SCOPED_TRACE(stage);

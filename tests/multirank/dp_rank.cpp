@@ -35,9 +35,14 @@
 //   dp_rank co2-nanmerge   the same, poisoned one step after a round end: co2's merge meets the
 //                        NaN and drops the rank's steps since its guess (it goes on from the new
 //                        anchor); its round end then sends its finite progress
+//   dp_rank diloco-f2 | co2-f4 | co2-clip-f4 | co2-f4-resume | co2-f4-kill | ...   any mode with
+//                        "-f<F>" in its name: streaming outer synchronisation over F fragments
+//                        (tau 4), against the reference's fragmented rule; the stats must count
+//                        F fragments, every fragment's syncs and a per-sync size below the model's
 // Each rank initialises with a different seed: attach must broadcast rank 0's weights.
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -61,6 +66,10 @@ namespace {
 constexpr int64_t kTau = 3;
 constexpr int64_t kSteps = 5 * kTau + 2;  // ends mid-round
 int64_t g_hidden = 16;  // 8192 in the -wide modes
+int g_fragments = 1;    // "-f<F>": plan.outer_fragments, with rounds of kFragmentTau steps
+constexpr int64_t kFragmentTau = 4;
+// The plan's tau (the step counts of the runs stay multiples of kTau's).
+int64_t plan_tau() { return g_fragments > 1 ? kFragmentTau : kTau; }
 
 // -nan / -nanparam: what the last rank meets, and when.
 enum class Poison { kNone, kBatch, kParams };
@@ -86,18 +95,18 @@ void poison_parameters(int64_t step, int rank, int world, Trainer& t) {
   test::dp_set_flat(t, flat);
 }
 
-parallel::PlanConfig plan_for(std::string mode) {
+parallel::PlanConfig plan_for_mode(std::string mode) {
   using parallel::Preset;
   for (int stage : {1, 2, 3}) {  // "-zeroN": ZeRO stage N (1 only for the outer modes)
     const std::string zero = "-zero" + std::to_string(stage);
     if (mode.size() > zero.size() && mode.compare(mode.size() - zero.size(), zero.size(), zero) == 0) {
-      parallel::PlanConfig p = plan_for(mode.substr(0, mode.size() - zero.size()));
+      parallel::PlanConfig p = plan_for_mode(mode.substr(0, mode.size() - zero.size()));
       p.zero_stage = stage;
       return p;
     }
   }
   if (mode == "diloco-clip") {
-    parallel::PlanConfig p = parallel::preset(Preset::kDiLoCo, kTau);
+    parallel::PlanConfig p = parallel::preset(Preset::kDiLoCo, plan_tau());
     p.outer.clip_threshold = 0.05;  // below the momentum norm of this model: clipping binds
     return p;
   }
@@ -107,23 +116,29 @@ parallel::PlanConfig plan_for(std::string mode) {
     p.bucket_bytes = g_hidden > 16 ? 64 << 10 : 256;
     return p;
   }
-  if (mode == "localsgd") return parallel::preset(Preset::kLocalSgd, kTau);
-  if (mode == "slowmo") return parallel::preset(Preset::kSlowMo, kTau);
-  if (mode == "diloco") return parallel::preset(Preset::kDiLoCo, kTau);
+  if (mode == "localsgd") return parallel::preset(Preset::kLocalSgd, plan_tau());
+  if (mode == "slowmo") return parallel::preset(Preset::kSlowMo, plan_tau());
+  if (mode == "diloco") return parallel::preset(Preset::kDiLoCo, plan_tau());
   // co2: the preset (DiLoCo's Nesterov outer optimizer) merging 2 steps into each round of 3 (so
   // under ZeRO 1 the block step and the merge fall on different steps); -plain averages (lr 1,
   // no momentum) and merges after 1 step; -heavy has heavy-ball momentum (the guess exact);
   // -late merges on the next round end (overlap = tau); -penalty and -clip switch those on.
-  parallel::PlanConfig p = parallel::preset(Preset::kCo2, kTau);
+  parallel::PlanConfig p = parallel::preset(Preset::kCo2, plan_tau());
   p.overlap = 2;
   if (mode == "co2-plain") p.outer.lr = 1, p.outer.momentum = 0, p.outer.nesterov = false, p.overlap = 1;
   if (mode == "co2-heavy") p.outer.lr = 0.5, p.outer.momentum = 0.8, p.outer.nesterov = false;
-  if (mode == "co2-late") p.overlap = kTau;
+  if (mode == "co2-late") p.overlap = plan_tau();
   if (mode == "co2-auto") p.overlap_auto = true;
   if (mode == "co2-8bit") p.outer_bits = 8;
   if (mode == "co2-4bit") p.outer_bits = 4;
   if (mode == "co2-penalty") p.outer.staleness_penalty = true;
   if (mode == "co2-clip") p.outer.clip_threshold = 0.05;  // below this model's momentum norm: binds
+  return p;
+}
+
+parallel::PlanConfig plan_for(const std::string& mode) {
+  parallel::PlanConfig p = plan_for_mode(mode);
+  p.outer_fragments = g_fragments;
   return p;
 }
 
@@ -133,6 +148,27 @@ std::unique_ptr<Trainer> make_trainer(int rank, Device device = Device::kCpu) {
   o.num_threads = 1;
   o.device = device;
   return std::make_unique<Trainer>(test::dp_model(test::kShard, g_hidden), test::dp_inner_optimizer(), o);
+}
+
+// The outer synchronisation's stats: F fragments; one sync per fragment's round end (fragment f's
+// at step counts f tau / F mod tau); a sync's bytes those of the largest fragment, under the
+// whole model's when F > 1.
+bool fragment_stats_hold(const parallel::PlanConfig& plan, const parallel::ParallelStats& st,
+                         const std::vector<Tensor>& params) {
+  int64_t syncs = 0, model_bytes = 0;
+  for (int f = 0; f < plan.outer_fragments; ++f)
+    for (int64_t n = 1; n <= kSteps; ++n) syncs += (n - f * plan.tau / plan.outer_fragments) % plan.tau == 0;
+  for (const Tensor& p : params) model_bytes += p.nbytes();
+  const bool smaller = plan.outer_fragments == 1 ? st.outer_sync_bytes == model_bytes
+                                                 : st.outer_sync_bytes > 0 && st.outer_sync_bytes < model_bytes;
+  if (st.outer_fragments == plan.outer_fragments && st.outer_syncs == syncs && (smaller || plan.outer_bits < 32 ||
+                                                                                 plan.zero_stage > 0))
+    return true;
+  std::printf("outer stats: %lld fragments (plan %d), %lld syncs (expected %lld), %lld B a sync (model %lld B)\n",
+              static_cast<long long>(st.outer_fragments), plan.outer_fragments, static_cast<long long>(st.outer_syncs),
+              static_cast<long long>(syncs), static_cast<long long>(st.outer_sync_bytes),
+              static_cast<long long>(model_bytes));
+  return false;
 }
 
 // *skipped: the steps the reference skipped for NaN or Inf on this rank.
@@ -207,10 +243,13 @@ int run_compare(const std::string& mode, std::shared_ptr<coll::Communicator> com
   }
   parallel::ParallelStats st = dp->stats();
   std::printf("rank %d/%d %s: max |param - reference| = %.3g; rounds %lld, compute %.4f s, comm %.4f s, wait %.4f s, "
-              "hidden %.2f, buckets %lld, last penalty scale %.3f, last outer momentum norm %.3g\n",
+              "hidden %.2f, buckets %lld, last penalty scale %.3f, last outer momentum norm %.3g, outer fragments "
+              "%lld, outer syncs %lld, %lld B a sync\n",
               comm->rank(), comm->size(), mode.c_str(), diff, static_cast<long long>(st.rounds), st.compute_seconds,
               st.comm_seconds, st.wait_seconds, st.hidden_fraction, static_cast<long long>(st.buckets),
-              st.last_staleness_scale, st.last_momentum_norm);
+              st.last_staleness_scale, st.last_momentum_norm, static_cast<long long>(st.outer_fragments),
+              static_cast<long long>(st.outer_syncs), static_cast<long long>(st.outer_sync_bytes));
+  if (plan.mode != parallel::SyncMode::kSync && !fragment_stats_hold(plan, st, trainer->parameters())) return 1;
   if (plan.mode == parallel::SyncMode::kSync && st.buckets < 2) return 1;
   // Wide: the buckets / the pseudo-gradient are in registered memory, reduced in place where
   // the ranks share memory.
@@ -351,6 +390,13 @@ int run_kill(const std::string& mode, std::shared_ptr<coll::Communicator> comm) 
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "co2";
+  const size_t frag = mode.find("-f");  // "-f<F>": F fragments
+  if (frag != std::string::npos && frag + 2 < mode.size() && std::isdigit(static_cast<unsigned char>(mode[frag + 2]))) {
+    size_t end = frag + 2;
+    while (end < mode.size() && std::isdigit(static_cast<unsigned char>(mode[end]))) ++end;
+    g_fragments = std::stoi(mode.substr(frag + 2, end - frag - 2));
+    mode.erase(frag, end - frag);
+  }
   for (auto [tail, poison] : {std::pair{"-nanparam", Poison::kParams}, std::pair{"-nanmerge", Poison::kParams},
                               std::pair{"-nan", Poison::kBatch}}) {
     const std::string t = tail;

@@ -189,7 +189,10 @@ class Plan(Handle):
     penalty_constant, clip_threshold, zero_stage (0..3), bucket_bytes, inner_noise_scaling (localsgd,
     co2 with AdamW: local steps normalised for the group's averaged gradient), overlap_steps (co2:
     steps a round's average travels before its merge, 0 = 1, -1 = chosen from measured times),
-    outer_bits (co2: 32, or 8 / 4 for block-scaled low-bit pseudo-gradients; 0 = 32), tensor_x, tensor_y,
+    outer_bits (co2: 32, or 8 / 4 for block-scaled low-bit pseudo-gradients; 0 = 32), outer_fragments
+    (localsgd, co2: the outer synchronisation streamed over that many fragments of the parameters, fragment
+    f synchronised f * tau / F steps into each round, each all-reduce ~1/F of the model; 0 or 1 = the whole
+    model at once, at most tau), tensor_x, tensor_y,
     tensor_z (AxoNN's tensor grid; tensor_y alone is Megatron's 1D tensor parallelism: each rank trains
     its part of the model, and the ranks of one tensor group step on the same rows, except that the Z
     ranks each step on their own), tensor_overlap_off, activation_checkpointing (recompute each
@@ -221,9 +224,9 @@ class Plan(Handle):
     _destroy = staticmethod(_capi.cohort_plan_destroy)
     FIELDS = ("data_parallel", "mode", "tau", "outer_lr", "outer_momentum", "outer_nesterov", "staleness_penalty",
               "penalty_constant", "clip_threshold", "zero_stage", "bucket_bytes", "inner_noise_scaling",
-              "overlap_steps", "outer_bits", "tensor_x", "tensor_y", "tensor_z", "tensor_overlap_off",
-              "activation_checkpointing", "sequence_parallel", "pipeline_stages", "pipeline_chunks", "micro_batches",
-              "pipeline_schedule", "automatic", "auto_trials", "memory_limit_bytes")
+              "overlap_steps", "outer_bits", "outer_fragments", "tensor_x", "tensor_y", "tensor_z",
+              "tensor_overlap_off", "activation_checkpointing", "sequence_parallel", "pipeline_stages",
+              "pipeline_chunks", "micro_batches", "pipeline_schedule", "automatic", "auto_trials", "memory_limit_bytes")
 
     def __init__(self, preset="none", pipeline_cuts=None, *, fence=False, fence_compression=True, fence_min_keep=None,
                  pipeline_keep=None, **options):

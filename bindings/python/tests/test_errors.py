@@ -186,6 +186,11 @@ class ErrorTest(unittest.TestCase):
         self.assertFails(cohort.InvalidPlanError, "outer bits = 6", cohort.Plan, "co2", tau=2, outer_bits=6)
         self.assertFails(cohort.InvalidPlanError, "outer bits = 8", cohort.Plan, "diloco", tau=2, outer_bits=8)
         cohort.Plan("co2", tau=2, outer_bits=4).close()
+        self.assertFails(cohort.InvalidPlanError, "plan: outer_fragments = 3 must be <= tau = 2", cohort.Plan, "co2",
+                         tau=2, outer_fragments=3)
+        self.assertFails(cohort.UnsupportedError, "plan: outer_fragments = 2 applies to", cohort.Plan, "ddp",
+                         outer_fragments=2)
+        cohort.Plan("diloco", tau=4, outer_fragments=4).close()
         self.assertFails(cohort.InvalidPlanError, "plan: tensor_y = 0 must be in 1..65536", cohort.Plan, tensor_y=0)
         self.assertFails(cohort.InvalidPlanError, "plan: tensor_z = 0 must be in 1..65536", cohort.Plan, tensor_z=0)
         cohort.Plan(tensor_x=2, tensor_y=2, tensor_z=2).close()  # AxoNN's 3D grid (fitted to a world later)

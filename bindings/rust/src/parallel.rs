@@ -70,6 +70,12 @@ pub struct PlanOptions {
     /// co2: bits per value of the pseudo-gradient each rank sends: 32 (0 means 32), 8 or 4
     /// (block-scaled integers averaged in fp32).
     pub outer_bits: i32,
+    /// localsgd, co2: streaming outer synchronisation — the parameters cut, in graph order, into
+    /// this many fragments of about equal bytes, fragment f synchronised f * tau / F steps into
+    /// each round, so each outer all-reduce carries about 1/F of the model. 0 or 1: the whole
+    /// model at once. InvalidPlan below 0 or above tau; Unsupported above 1 under DDP, overlap
+    /// auto, outer bits 8 / 4, ZeRO or a tensor / pipeline axis.
+    pub outer_fragments: i32,
     /// The tensor grid (AxoNN's X, Y, Z axes), ranks per axis, >= 1. Each rank trains its part
     /// of the model (split layers hold blocks): a split layer's weight is cut over X along its
     /// in-features and over Y along its out-features (tensor_y alone is Megatron's 1D), and its
@@ -172,6 +178,7 @@ impl PlanOptions {
             inner_noise_scaling: raw.inner_noise_scaling != 0,
             overlap_steps: raw.overlap_steps,
             outer_bits: raw.outer_bits,
+            outer_fragments: raw.outer_fragments,
             tensor_x: raw.tensor_x,
             tensor_y: raw.tensor_y,
             tensor_z: raw.tensor_z,
@@ -222,6 +229,7 @@ impl PlanOptions {
         raw.inner_noise_scaling = i32::from(self.inner_noise_scaling);
         raw.overlap_steps = self.overlap_steps;
         raw.outer_bits = self.outer_bits;
+        raw.outer_fragments = self.outer_fragments;
         raw.tensor_x = self.tensor_x;
         raw.tensor_y = self.tensor_y;
         raw.tensor_z = self.tensor_z;

@@ -242,6 +242,13 @@ fn invalid_plans() {
     expect_error(Plan::new(&PlanOptions { overlap_steps: 3, ..co2 }), Status::InvalidPlan, &["overlap"]);
     Plan::new(&PlanOptions { tau: 4, overlap_steps: -1, outer_bits: 4, ..co2 }).expect("co2 takes overlap auto and 4 bits");
     expect_error(
+        Plan::new(&PlanOptions { outer_fragments: 3, ..co2 }),
+        Status::InvalidPlan,
+        &["plan: outer_fragments = 3 must be <= tau = 2"],
+    );
+    Plan::new(&PlanOptions { tau: 4, outer_fragments: 4, ..co2 })
+        .expect("co2 streams over 4 fragments of tau 4");
+    expect_error(
         Plan::new(&PlanOptions {
             mode: SyncMode::Co2,
             tau: 2,

@@ -941,6 +941,18 @@ typedef struct cohort_plan_options {
    * compresses the second cut of three stages to a tenth. NULL or "" (the default): no cut
    * compressed. INVALID_PLAN naming pipeline keep for a bad count or value. */
   const char* pipeline_keep;
+  /* Added after pipeline_keep (read only when size covers it). localsgd and co2: streaming outer
+   * synchronisation (after Streaming DiLoCo, Douillard et al. 2025). The parameters are cut, in
+   * graph order, into this many contiguous fragments of about equal bytes (a fragment holds whole
+   * parameters, at least one); fragment f takes the mode's outer step on its own elements every
+   * tau steps, f * tau / outer_fragments steps into each round (its first round that much
+   * shorter), so each outer all-reduce carries about 1 / outer_fragments of the model and they
+   * are spread over the round (cohort_parallel_stats.outer_sync_bytes: the largest). 0 or 1 (the
+   * default): the whole model at once, as before. INVALID_PLAN when negative or above tau (at
+   * cohort_trainer_create_parallel: above the model's number of parameters); UNSUPPORTED above 1
+   * in DDP mode, and with overlap_steps -1, outer_bits 8 / 4, ZeRO stage 1 or tensor / pipeline
+   * axes (not implemented yet). A checkpoint's outer state loads only under the same count. */
+  int32_t outer_fragments;
 } cohort_plan_options;
 /* preset NONE, data_parallel 0, mode DDP, tau 1, outer lr 1, momentum 0, no Nesterov, no
  * penalty (constant 1), no clip, ZeRO stage 0, bucket_bytes 25 MiB, tensor_x = tensor_y =
@@ -948,7 +960,7 @@ typedef struct cohort_plan_options {
  * pipeline_stages = pipeline_chunks = micro_batches = 1 (no pipeline), pipeline_schedule
  * COHORT_PIPELINE_1F1B, pipeline_cuts NULL (balanced), automatic 0, auto_trials 0,
  * memory_limit_bytes 0 (the host's memory over the ranks), fence 0, fence_compression_off 0,
- * fence_min_keep 0 (= 0.1), pipeline_keep NULL. */
+ * fence_min_keep 0 (= 0.1), pipeline_keep NULL, outer_fragments 0 (= 1). */
 COHORT_API cohort_plan_options cohort_plan_options_default(void);
 
 typedef struct cohort_plan cohort_plan;
@@ -1078,6 +1090,15 @@ typedef struct cohort_parallel_stats {
   int64_t overlap_steps;
   double outer_comm_seconds;
   double step_seconds;
+  /* Added with streaming outer synchronisation; written only when size covers them. localsgd
+   * and co2: the fragments of the outer synchronisation (cohort_plan_options.outer_fragments),
+   * the outer collectives this rank has launched (one per fragment a round), and the most bytes
+   * one of them carries from this rank — the peak bandwidth the outer synchronisation needs
+   * (the largest fragment's fp32 bytes, co2's low-bit message, or ZeRO 1's padded model). 0 in
+   * DDP mode. */
+  int64_t outer_fragments;
+  int64_t outer_syncs;
+  int64_t outer_sync_bytes;
 } cohort_parallel_stats;
 /* INVALID_STATE when the trainer was not made by cohort_trainer_create_parallel. */
 COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer* trainer,

@@ -4,6 +4,9 @@
 // including what happens to NaN: a rank's step skipped for it (kNonFinite) leaves that rank's
 // model as it was, a rank whose round pseudo-gradient is not finite contributes zeros (but
 // under ZeRO 1 local SGD, which averages parameters), and a non-finite average skips the step.
+// Streaming synchronisation (plan.outer_fragments = F): fragment f (parallel::outer_fragment_cuts,
+// checked on its own in parallel_test.cpp) runs that rule on its elements alone, its rounds
+// ending at step counts n = f tau / F (mod tau); the clip's norm stays the whole momentum's.
 #pragma once
 
 #include <algorithm>
@@ -94,7 +97,18 @@ class DpSimulation {
     momentum_.assign(anchor_.size(), 0.0f);
     x_.assign(anchor_.begin(), anchor_.end());
     m_.assign(x_.size(), 0.0);
+    mean_.assign(x_.size(), 0.0);
     guess_.assign(static_cast<size_t>(ranks), x_);
+    std::vector<int64_t> numel;
+    for (const Tensor& p : trainers_[0]->parameters()) numel.push_back(p.numel());
+    std::vector<size_t> cuts = parallel::outer_fragment_cuts(numel, plan.outer_fragments);
+    lo_.assign(1, 0);
+    for (size_t f = 1; f < cuts.size(); ++f) {
+      size_t n = lo_.back();
+      for (size_t i = cuts[f - 1]; i < cuts[f]; ++i) n += static_cast<size_t>(numel[i]);
+      lo_.push_back(n);
+    }
+    pending_.assign(static_cast<size_t>(plan.outer_fragments), false);
   }
 
   // Called with each rank's batch before its step (tests that put NaN or Inf into one rank's
@@ -124,22 +138,38 @@ class DpSimulation {
       for (int r = 0; r < ranks; ++r) after_step(step, r, *trainers_[r]);
   }
 
+  // Whether fragment f's round ends after `steps` inner steps.
+  bool round_ends(size_t f, int64_t steps) const {
+    const int64_t fragments = static_cast<int64_t>(pending_.size());
+    return (steps - static_cast<int64_t>(f) * plan_.tau / fragments) % plan_.tau == 0;
+  }
+
   void localsgd_after(int64_t steps) {
-    if (steps % plan_.tau != 0) return;
+    for (size_t f = 0; f < pending_.size(); ++f)
+      if (round_ends(f, steps)) localsgd_round(lo_[f], lo_[f + 1]);
+  }
+
+  // Elements [lo, hi): the whole model, or one fragment.
+  void localsgd_round(size_t lo, size_t hi) {
     const int ranks = static_cast<int>(trainers_.size());
     // The round's averaged pseudo-gradient: anchor minus the mean of the ranks' parameters,
     // applied at once; every rank restarts from the new anchor.
     std::vector<float> d(anchor_.size(), 0.0f);
     for (auto& t : trainers_) {
-      std::vector<float> x = dp_flat(*t), mine(x.size());
-      for (size_t i = 0; i < x.size(); ++i) mine[i] = anchor_[i] - x[i];
+      std::vector<float> x = dp_flat(*t), mine(hi - lo);
+      for (size_t i = lo; i < hi; ++i) mine[i - lo] = anchor_[i] - x[i];
       // A rank's non-finite pseudo-gradient counts as no progress; under ZeRO 1 the ranks
       // average parameters instead, so it reaches the average (and skips the step, below).
       if (!all_finite(mine) && plan_.zero_stage == 0) std::fill(mine.begin(), mine.end(), 0.0f);
-      for (size_t i = 0; i < x.size(); ++i) d[i] += mine[i] / static_cast<float>(ranks);
+      for (size_t i = lo; i < hi; ++i) d[i] += mine[i - lo] / static_cast<float>(ranks);
     }
-    if (all_finite(d)) outer(d, 1.0);  // a non-finite average: no outer step on any rank
-    for (auto& t : trainers_) dp_set_flat(*t, anchor_);
+    if (all_finite(d)) outer(d, 1.0, lo, hi);  // a non-finite average: no outer step on any rank
+    for (auto& t : trainers_) {
+      std::vector<float> x = dp_flat(*t);
+      std::copy(anchor_.begin() + static_cast<std::ptrdiff_t>(lo), anchor_.begin() + static_cast<std::ptrdiff_t>(hi),
+                x.begin() + static_cast<std::ptrdiff_t>(lo));
+      dp_set_flat(*t, x);
+    }
   }
 
   // co2 written from its definition (core/parallel/data_parallel.cpp derives it), in double.
@@ -149,65 +179,76 @@ class DpSimulation {
   // when the average is not finite), and each rank lands on it plus what it moved since its
   // guess (times the penalty's factor when that is on; nothing when its parameters are not finite).
   void co2_after(int64_t steps) {
+    const size_t fragments = pending_.size();
+    for (size_t f = 0; f < fragments; ++f)
+      if (pending_[f] && round_ends(f, steps - plan_.overlap)) co2_merge(f, lo_[f], lo_[f + 1]);
+    for (size_t f = 0; f < fragments; ++f)
+      if (round_ends(f, steps)) co2_round_end(f, lo_[f], lo_[f + 1]);
+  }
+
+  // Fragment f's merge, on its elements [lo, hi) (all of them with one fragment).
+  void co2_merge(size_t f, size_t lo, size_t hi) {
     const auto& c = plan_.outer;
     const size_t ranks = trainers_.size(), n = x_.size();
-    if (pending_ && steps % plan_.tau == plan_.overlap % plan_.tau) {
-      bool finite = true;
-      for (double v : mean_) finite = finite && std::isfinite(v);
-      if (finite) {
-        double norm = 0;
-        for (size_t i = 0; i < n; ++i) {
-          m_[i] = c.momentum * m_[i] + mean_[i];
-          norm += m_[i] * m_[i];
-        }
-        norm = std::sqrt(norm);
-        const double keep = c.clip_threshold > 0 && norm > c.clip_threshold ? c.clip_threshold / norm : 1.0;
-        for (size_t i = 0; i < n; ++i) {
-          m_[i] *= keep;
-          x_[i] -= c.lr * (c.nesterov ? mean_[i] + c.momentum * m_[i] : m_[i]);
-        }
+    bool finite = true;
+    for (size_t i = lo; i < hi; ++i) finite = finite && std::isfinite(mean_[i]);
+    if (finite) {
+      for (size_t i = lo; i < hi; ++i) m_[i] = c.momentum * m_[i] + mean_[i];
+      double norm = 0;  // the whole momentum's: the other fragments' parts as their last merge left them
+      for (size_t i = 0; i < n; ++i) norm += m_[i] * m_[i];
+      norm = std::sqrt(norm);
+      const double keep = c.clip_threshold > 0 && norm > c.clip_threshold ? c.clip_threshold / norm : 1.0;
+      for (size_t i = lo; i < hi; ++i) {
+        m_[i] *= keep;
+        x_[i] -= c.lr * (c.nesterov ? mean_[i] + c.momentum * m_[i] : m_[i]);
       }
-      for (size_t r = 0; r < ranks; ++r) {
-        std::vector<float> y = dp_flat(*trainers_[r]);
-        if (!all_finite(y)) y.assign(guess_[r].begin(), guess_[r].end());  // no progress carried over
-        double gap = 0, moved = 0;
-        for (size_t i = 0; i < n; ++i) {
-          gap += (x_[i] - guess_[r][i]) * (x_[i] - guess_[r][i]);
-          moved += (y[i] - guess_[r][i]) * (y[i] - guess_[r][i]);
-        }
-        const double s =
-            c.staleness_penalty ? 1.0 / (1.0 + c.penalty_constant * std::sqrt(gap) / (std::sqrt(moved) + 1e-12)) : 1.0;
-        std::vector<float> merged(n);
-        for (size_t i = 0; i < n; ++i) merged[i] = static_cast<float>(x_[i] + s * (y[i] - guess_[r][i]));
-        dp_set_flat(*trainers_[r], merged);
-      }
-      pending_ = false;
     }
-    if (steps % plan_.tau != 0) return;
-    const double w = static_cast<double>(ranks);
-    mean_.assign(n, 0.0);
-    std::vector<float> low_bit_sum(n, 0.0f);  // outer_bits 8 or 4: the decoded messages, in rank order
     for (size_t r = 0; r < ranks; ++r) {
       std::vector<float> y = dp_flat(*trainers_[r]);
-      std::vector<float> start(n), sent(n);
-      for (size_t i = 0; i < n; ++i) sent[i] = static_cast<float>(x_[i] - y[i]);
+      bool y_finite = true;
+      for (size_t i = lo; i < hi; ++i) y_finite = y_finite && std::isfinite(y[i]);
+      if (!y_finite)  // no progress carried over
+        for (size_t i = lo; i < hi; ++i) y[i] = static_cast<float>(guess_[r][i]);
+      double gap = 0, moved = 0;
+      for (size_t i = lo; i < hi; ++i) {
+        gap += (x_[i] - guess_[r][i]) * (x_[i] - guess_[r][i]);
+        moved += (y[i] - guess_[r][i]) * (y[i] - guess_[r][i]);
+      }
+      const double s =
+          c.staleness_penalty ? 1.0 / (1.0 + c.penalty_constant * std::sqrt(gap) / (std::sqrt(moved) + 1e-12)) : 1.0;
+      for (size_t i = lo; i < hi; ++i) y[i] = static_cast<float>(x_[i] + s * (y[i] - guess_[r][i]));
+      dp_set_flat(*trainers_[r], y);
+    }
+    pending_[f] = false;
+  }
+
+  void co2_round_end(size_t f, size_t lo, size_t hi) {
+    const auto& c = plan_.outer;
+    const size_t ranks = trainers_.size();
+    const double w = static_cast<double>(ranks);
+    for (size_t i = lo; i < hi; ++i) mean_[i] = 0.0;
+    std::vector<float> low_bit_sum(hi - lo, 0.0f);  // outer_bits 8 or 4: the decoded messages, in rank order
+    for (size_t r = 0; r < ranks; ++r) {
+      std::vector<float> y = dp_flat(*trainers_[r]);
+      std::vector<float> sent(hi - lo);
+      for (size_t i = lo; i < hi; ++i) sent[i - lo] = static_cast<float>(x_[i] - y[i]);
       if (!all_finite(sent)) {  // the rank's round is dropped: it sends zeros
         std::fill(sent.begin(), sent.end(), 0.0f);
-        for (size_t i = 0; i < n; ++i) y[i] = static_cast<float>(x_[i]);
+        for (size_t i = lo; i < hi; ++i) y[i] = static_cast<float>(x_[i]);
       }
       if (plan_.outer_bits < 32) add_low_bit(sent, plan_.outer_bits, low_bit_sum);
-      for (size_t i = 0; i < n; ++i) {
+      for (size_t i = lo; i < hi; ++i) {
         const double e = x_[i] - y[i];
         mean_[i] += e / w;
         const double m = c.momentum * m_[i] + e;  // the momentum, were the average e (not kept)
         guess_[r][i] = x_[i] - c.lr * (c.nesterov ? e + c.momentum * m : m);
-        start[i] = static_cast<float>(guess_[r][i]);
+        y[i] = static_cast<float>(guess_[r][i]);
       }
-      dp_set_flat(*trainers_[r], start);
+      dp_set_flat(*trainers_[r], y);
     }
     if (plan_.outer_bits < 32)
-      for (size_t i = 0; i < n; ++i) mean_[i] = low_bit_sum[i] * (1.0f / static_cast<float>(ranks));
-    pending_ = true;
+      for (size_t i = lo; i < hi; ++i) mean_[i] = low_bit_sum[i - lo] * (1.0f / static_cast<float>(ranks));
+    pending_[f] = true;
   }
 
   // A rank's message with outer_bits 8 or 4, written out from its definition (quantize.h): per
@@ -231,17 +272,17 @@ class DpSimulation {
   static bool all_finite(const std::vector<float>& v) {
     return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
   }
-  void outer(const std::vector<float>& d, double s) {
+  // The outer step on elements [lo, hi) of the anchor; the clip's norm is the whole momentum's.
+  void outer(const std::vector<float>& d, double s, size_t lo, size_t hi) {
     const auto& c = plan_.outer;
-    double norm = 0;
-    for (size_t i = 0; i < d.size(); ++i) {
+    for (size_t i = lo; i < hi; ++i)
       momentum_[i] = static_cast<float>(c.momentum) * momentum_[i] + static_cast<float>(s) * d[i];
-      norm += momentum_[i] * static_cast<double>(momentum_[i]);
-    }
+    double norm = 0;
+    for (float m : momentum_) norm += m * static_cast<double>(m);
     norm = std::sqrt(norm);
     if (c.clip_threshold > 0 && norm > c.clip_threshold)
-      for (float& m : momentum_) m *= static_cast<float>(c.clip_threshold / norm);
-    for (size_t i = 0; i < d.size(); ++i) {
+      for (size_t i = lo; i < hi; ++i) momentum_[i] *= static_cast<float>(c.clip_threshold / norm);
+    for (size_t i = lo; i < hi; ++i) {
       float u = c.nesterov ? static_cast<float>(s) * d[i] + static_cast<float>(c.momentum) * momentum_[i] : momentum_[i];
       anchor_[i] -= static_cast<float>(c.lr) * u;
     }
@@ -253,7 +294,10 @@ class DpSimulation {
   // co2: the anchor, the outer momentum, the average in flight, and each rank's guess.
   std::vector<double> x_, m_, mean_;
   std::vector<std::vector<double>> guess_;
-  bool pending_ = false;
+  // Per fragment: where its elements begin (lo_[F] = all of them), and (co2) whether its average
+  // awaits its merge.
+  std::vector<size_t> lo_;
+  std::vector<bool> pending_;
 };
 
 inline double dp_max_diff(const std::vector<float>& a, const std::vector<float>& b) {

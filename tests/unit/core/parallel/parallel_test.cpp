@@ -90,6 +90,68 @@ TEST(Plan, RejectsWhatDoesNotFit) {
   expect_plan_error(p, Status::kInvalidPlan, "plan: overlap auto applies to co2 (localsgd has no overlap)");
 }
 
+TEST(Plan, OuterFragmentsFitTauAndTheMode) {
+  PlanConfig p = preset(Preset::kCo2, 4);
+  p.outer_fragments = 0;
+  expect_plan_error(p, Status::kInvalidPlan, "plan: outer_fragments = 0 must be >= 1");
+  p.outer_fragments = 5;
+  expect_plan_error(p, Status::kInvalidPlan, "plan: outer_fragments = 5 must be <= tau = 4");
+  p.outer_fragments = 4;
+  EXPECT_NO_THROW(validate_for_world(p, 4));
+  p = preset(Preset::kDiLoCo, 8);
+  p.outer_fragments = 3;  // offsets 0, 2, 5
+  EXPECT_NO_THROW(validate_for_world(p, 4));
+  p = preset(Preset::kDdp, 1);
+  p.outer_fragments = 2;
+  expect_plan_error(p, Status::kUnsupported, "plan: outer_fragments = 2 applies to the outer synchronisation");
+  p = preset(Preset::kCo2, 4);
+  p.outer_fragments = 2;
+  p.overlap_auto = true;
+  expect_plan_error(p, Status::kUnsupported, "outer_fragments = 2 is not implemented with overlap auto");
+  p.overlap_auto = false;
+  p.outer_bits = 8;
+  expect_plan_error(p, Status::kUnsupported, "it has outer_bits 8");
+  p = preset(Preset::kDiLoCo, 4);
+  p.outer_fragments = 2;
+  p.zero_stage = 1;
+  expect_plan_error(p, Status::kUnsupported, "it has zero_stage 1");
+  p.zero_stage = 0;
+  p.tensor.y = 2;
+  expect_plan_error(p, Status::kUnsupported, "it has model degree 2");
+}
+
+TEST(Plan, OuterFragmentsAreContiguousAndBalancedByBytes) {
+  // Fragment f holds parameters [cuts[f], cuts[f + 1]): each non-empty, in order.
+  EXPECT_EQ(outer_fragment_cuts({10, 10, 10, 10}, 1), (std::vector<size_t>{0, 4}));
+  EXPECT_EQ(outer_fragment_cuts({10, 10, 10, 10}, 2), (std::vector<size_t>{0, 2, 4}));
+  EXPECT_EQ(outer_fragment_cuts({10, 10, 10, 10}, 4), (std::vector<size_t>{0, 1, 2, 3, 4}));
+  // By bytes, not by count: one large parameter is a fragment of its own.
+  EXPECT_EQ(outer_fragment_cuts({1, 1, 100, 1, 1, 1}, 2), (std::vector<size_t>{0, 3, 6}));
+  EXPECT_EQ(outer_fragment_cuts({100, 1, 1, 1}, 2), (std::vector<size_t>{0, 1, 4}));
+  // Every fragment keeps at least one parameter even when the bytes would put two cuts together.
+  EXPECT_EQ(outer_fragment_cuts({1, 100, 1}, 3), (std::vector<size_t>{0, 1, 2, 3}));
+  // The MLP of the tests (fc1 weight 192, bias 16, fc2 weight 64, bias 4 elements).
+  EXPECT_EQ(outer_fragment_cuts({192, 16, 64, 4}, 2), (std::vector<size_t>{0, 1, 4}));
+  // 100 equal parameters in 7 fragments: sizes 14 or 15.
+  const std::vector<size_t> c = outer_fragment_cuts(std::vector<int64_t>(100, 3), 7);
+  for (size_t f = 0; f + 1 < c.size(); ++f) {
+    EXPECT_GE(c[f + 1] - c[f], 14u);
+    EXPECT_LE(c[f + 1] - c[f], 15u);
+  }
+  try {
+    outer_fragment_cuts({1, 2, 3}, 4);
+    ADD_FAILURE() << "4 fragments of 3 parameters";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kInvalidPlan);
+    EXPECT_NE(std::string(e.what()).find("plan: outer_fragments = 4 must be in [1, 3]: the model has 3 parameter(s)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(outer_fragment_offset(0, 4, 8), 0);
+  EXPECT_EQ(outer_fragment_offset(3, 4, 8), 6);
+  EXPECT_EQ(outer_fragment_offset(2, 3, 8), 5);
+}
+
 TEST(Plan, PresetsAreOneRuleWithDifferentConstants) {
   PlanConfig l = preset(Preset::kLocalSgd, 5), s = preset(Preset::kSlowMo, 5), d = preset(Preset::kDiLoCo, 5),
              c = preset(Preset::kCo2, 5);
@@ -247,6 +309,96 @@ TEST(DataParallel, WorldOfOneMatchesTheReferenceForEveryPreset) {
     EXPECT_EQ(dp->stats().rounds, 3);
     t.set_step_hook(nullptr);
   }
+}
+
+TEST(DataParallel, WorldOfOneMatchesTheFragmentedReference) {
+  // Streaming synchronisation at world 1 (the multi-rank runs are multirank.dp.*-f2 / -f4):
+  // DiLoCo and co2 (overlap 1 and 3 of tau 4: several fragments' averages in flight at once),
+  // 2 and 4 fragments, clipping on (its norm couples the fragments), against the reference.
+  auto comm = test::world_of_one().comm;
+  for (Preset pr : {Preset::kDiLoCo, Preset::kCo2})
+    for (int fragments : {2, 4})
+      for (int64_t overlap : {1, 3}) {
+        if (pr == Preset::kDiLoCo && overlap != 1) continue;
+        PlanConfig plan = preset(pr, 4);
+        plan.outer_fragments = fragments;
+        plan.overlap = overlap;
+        plan.outer.clip_threshold = 0.05;
+        TrainerOptions o;
+        o.seed = 4;
+        o.num_threads = 1;
+        Trainer t(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);
+        auto dp = DataParallel::attach(t, plan, comm);
+        test::DpSimulation sim(1, plan, 4);
+        for (int64_t s = 0; s < 11; ++s) {
+          t.step(test::dp_batch(s, 0, test::kShard));
+          sim.step(s);
+        }
+        const std::string what = str_cat(mode_name(plan.mode), " F ", fragments, " overlap ", overlap);
+        EXPECT_LE(test::dp_max_diff(test::dp_flat(t), test::dp_flat(sim.rank(0))), 1e-6) << what;
+        const ParallelStats st = dp->stats();
+        EXPECT_EQ(st.rounds, 2) << what;  // fragment 0's round ends: steps 4 and 8
+        EXPECT_EQ(st.outer_fragments, fragments) << what;
+        // Fragment f's syncs at steps f tau / F (mod 4) of 11: F = 2 at 2, 4, 6, 8, 10; F = 4 at 1..11.
+        EXPECT_EQ(st.outer_syncs, fragments == 2 ? 5 : 11) << what;
+        EXPECT_EQ(st.outer_sync_bytes, 192 * 4) << what;  // the largest fragment: fc1's weight alone
+        EXPECT_GT(st.last_momentum_norm, plan.outer.clip_threshold) << what;  // the clip binds
+        t.set_step_hook(nullptr);
+      }
+}
+
+TEST(DataParallel, OuterStateOfOtherFragmentsIsRefused) {
+  // The outer state in memory (no file): saved mid-round by co2 over 2 fragments, it loads into
+  // the same plan, and is refused by name under 1 or 4 fragments.
+  auto comm = test::world_of_one().comm;
+  TrainerOptions o;
+  o.num_threads = 1;
+  PlanConfig plan = preset(Preset::kCo2, 4);
+  plan.outer_fragments = 2;
+  Trainer t(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);
+  auto dp = DataParallel::attach(t, plan, comm);
+  for (int64_t s = 0; s < 6; ++s) t.step(test::dp_batch(s, 0, test::kShard));  // fragment 1 ended its round at 6
+  checkpoint::CheckpointExtra extra;
+  dp->save_state(extra);
+  EXPECT_EQ(extra.ints.at("parallel.fragments"), 2);
+  EXPECT_EQ(extra.ints.at("parallel.fragment_reduced.0"), 0);
+  EXPECT_EQ(extra.ints.at("parallel.fragment_reduced.1"), 1);
+  t.set_step_hook(nullptr);
+  for (int fragments : {2, 1, 4}) {
+    Trainer u(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);
+    plan.outer_fragments = fragments;
+    auto other = DataParallel::attach(u, plan, comm);
+    if (fragments == 2) {
+      EXPECT_NO_THROW(other->load_state(extra));
+    } else {
+      try {
+        other->load_state(extra);
+        ADD_FAILURE() << "loaded 2 fragments' state under " << fragments;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.status(), Status::kInvalidArgument);
+        EXPECT_NE(std::string(e.what()).find(str_cat("cut into 2 fragment(s), the plan's outer_fragments = ", fragments)),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+    u.set_step_hook(nullptr);
+  }
+}
+
+TEST(DataParallel, OneFragmentPerParameterAtMost) {
+  auto comm = test::world_of_one().comm;
+  TrainerOptions o;
+  Trainer t(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);
+  PlanConfig p = preset(Preset::kCo2, 8);
+  p.outer_fragments = 5;  // the MLP has 4 parameters
+  try {
+    DataParallel::attach(t, p, comm);
+    ADD_FAILURE() << "5 fragments of 4 parameters";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kInvalidPlan);
+    EXPECT_NE(std::string(e.what()).find("outer_fragments = 5 must be in [1, 4]"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(t.step_hook(), nullptr);
 }
 
 TEST(DataParallel, Co2AveragingAtWorldOneIsPlainTraining) {

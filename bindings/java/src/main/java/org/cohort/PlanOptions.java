@@ -24,6 +24,7 @@ public final class PlanOptions {
   private boolean innerNoiseScaling;
   private long overlapSteps;
   private int outerBits;
+  private int outerFragments;
   private int tensorX;
   private int tensorY;
   private int tensorZ;
@@ -79,6 +80,7 @@ public final class PlanOptions {
       innerNoiseScaling = d.getInner_noise_scaling() != 0;
       overlapSteps = d.getOverlap_steps();
       outerBits = d.getOuter_bits();
+      outerFragments = d.getOuter_fragments();
       tensorX = d.getTensor_x();
       tensorY = d.getTensor_y();
       tensorZ = d.getTensor_z();
@@ -206,6 +208,23 @@ public final class PlanOptions {
 
   public int outerBits() {
     return outerBits;
+  }
+
+  /**
+   * localsgd, co2: streaming outer synchronisation — the parameters cut, in graph order, into
+   * this many fragments of about equal bytes, fragment f synchronised f * tau / F steps into each
+   * round, so each outer all-reduce carries about 1/F of the model. 0 or 1 (the default): the
+   * whole model at once. INVALID_PLAN below 0 or above tau (or the model's parameter count, at
+   * trainer creation); UNSUPPORTED above 1 under DDP, overlap auto, outer bits 8 / 4, ZeRO or a
+   * tensor / pipeline axis.
+   */
+  public PlanOptions outerFragments(int value) {
+    outerFragments = value;
+    return this;
+  }
+
+  public int outerFragments() {
+    return outerFragments;
   }
 
   /**
@@ -515,6 +534,7 @@ public final class PlanOptions {
     o.setInner_noise_scaling(innerNoiseScaling ? 1 : 0);
     o.setOverlap_steps(overlapSteps);
     o.setOuter_bits(outerBits);
+    o.setOuter_fragments(outerFragments);
     o.setTensor_x(tensorX);
     o.setTensor_y(tensorY);
     o.setTensor_z(tensorZ);

@@ -117,6 +117,13 @@ class ErrorsTest {
         () -> new Plan(new PlanOptions().preset(Plan.Preset.CO2).tau(2).overlapSteps(3)).close(),
         "cohort_plan_create", "overlap");
     new Plan(new PlanOptions().preset(Plan.Preset.CO2).tau(4).overlapSteps(-1).outerBits(4)).close();
+    TestSupport.expectError(Status.INVALID_PLAN,
+        () -> new Plan(new PlanOptions().preset(Plan.Preset.CO2).tau(2).outerFragments(3)).close(),
+        "cohort_plan_create", "plan: outer_fragments = 3 must be <= tau = 2");
+    TestSupport.expectError(Status.UNSUPPORTED,
+        () -> new Plan(new PlanOptions().preset(Plan.Preset.DDP).outerFragments(2)).close(), "cohort_plan_create",
+        "plan: outer_fragments = 2 applies to");
+    new Plan(new PlanOptions().preset(Plan.Preset.DILOCO).tau(4).outerFragments(4)).close();
     assertEquals(1, new PlanOptions().tensorY());
     TestSupport.expectError(Status.INVALID_PLAN, () -> new Plan(new PlanOptions().tensor(1, 0, 1)).close(),
         "cohort_plan_create", "plan: tensor_y = 0 must be in 1..65536");
