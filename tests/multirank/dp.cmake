@@ -56,9 +56,9 @@ foreach(tls shm tcp)
 endforeach()
 # The trainers on the CUDA device, 2 ranks (label gpu; exit 77, skipped, without a device): DDP
 # over NCCL where each rank has a device of its own, else (one GPU) through host copies over UCX;
-# co2 through host copies always.
+# co2 through host copies always (co2-f2: its outer synchronisation over 2 fragments).
 if(COHORT_HAVE_CUDA)
-  foreach(mode ddp co2)
+  foreach(mode ddp co2 co2-f2)
     add_test(NAME multirank.dp.${mode}-cuda.n2 COMMAND cohort-run -n 2 -- $<TARGET_FILE:dp_rank> ${mode}-cuda)
     set_tests_properties(multirank.dp.${mode}-cuda.n2 PROPERTIES LABELS gpu TIMEOUT 120 SKIP_RETURN_CODE 77
                          ENVIRONMENT "UCX_TLS=self,sm;OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
