@@ -100,12 +100,19 @@ void check_plan_memory(const Graph& model, const PlanConfig& plan, int world_siz
 // parallelism over the data axis.
 std::unique_ptr<Trainer> finish_model_parallel(const Graph& model, const Graph& part,
                                                const optim::OptimizerConfig& config, TrainerOptions options,
-                                               const PlanConfig& plan, const GridAxes& grid) {
+                                               const PlanConfig& plan, const GridAxes& grid, int world_rank) {
   // One seed per model replica: the blocks are cut from one initialisation, and dropout in the
-  // replicated regions must draw the same masks on every tensor rank. The first model rank's.
-  int64_t seed = static_cast<int64_t>(options.seed);
-  grid.axes->at("model", "parallel trainer").broadcast(&seed, 1, coll::DataType::kI64, 0)->wait();
-  options.seed = static_cast<uint64_t>(seed);
+  // replicated regions must draw the same masks on every tensor rank. The seed of the replica's
+  // lowest world rank (world rank 0's in the first replica), wherever fence's rank order put it
+  // in the grid: with ranks reordered, the first model rank's seed made a different model.
+  coll::Communicator& model_axis = grid.axes->at("model", "parallel trainer");
+  const int64_t mine[2] = {world_rank, static_cast<int64_t>(options.seed)};
+  std::vector<int64_t> all(2 * static_cast<size_t>(model_axis.size()));
+  model_axis.all_gather(mine, all.data(), 2, coll::DataType::kI64)->wait();
+  size_t lowest = 0;
+  for (size_t r = 1; r < all.size() / 2; ++r)
+    if (all[2 * r] < all[2 * lowest]) lowest = r;
+  options.seed = static_cast<uint64_t>(all[2 * lowest + 1]);
   options.axes = grid.axes;
   options.whole_model = std::make_shared<const Graph>(model);
   options.overlap_collectives = plan.overlap_collectives;
@@ -238,7 +245,7 @@ std::unique_ptr<Trainer> make_pipeline_trainer(const Graph& model, const optim::
   options.recompute_nodes = mine.recompute;
   options.chunk_losses = mine.stage.chunk_losses;
   options.schedule = pipeline_schedule(pp.schedule, pp.stages, pp.chunks, pp.micro_batches, grid.pipe_index);
-  return finish_model_parallel(mine.model, mine.stage.graph, config, std::move(options), made, grid);
+  return finish_model_parallel(mine.model, mine.stage.graph, config, std::move(options), made, grid, world->rank());
 }
 
 }  // namespace
@@ -276,7 +283,7 @@ std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::
   GridAxes grid = make_grid(*world, plan);
   TensorParallelGraph tp = shard_for_tensor_parallel(micro, plan.tensor, grid.position, plan.sequence_parallel);
   options.recompute_nodes = tp.recompute;
-  return finish_model_parallel(model, tp.graph, config, std::move(options), plan, grid);
+  return finish_model_parallel(model, tp.graph, config, std::move(options), plan, grid, world->rank());
 }
 
 }  // namespace cohort::parallel

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <regex>
 #include <string>
@@ -202,6 +203,11 @@ std::vector<int> my_cpus() {
 TEST(CohortRun, RanksRunOnTheirOwnShareOfTheCores) {
   const std::vector<int> all = my_cpus();
   ASSERT_FALSE(all.empty());
+  // The user's own OMP_WAIT_POLICY is kept (checked last); these runs start without one (dev.sh
+  // exports one for the whole test suite).
+  const char* given = std::getenv("OMP_WAIT_POLICY");
+  const std::string saved = given ? given : "";
+  unsetenv("OMP_WAIT_POLICY");
   const int n = static_cast<int>(std::min<size_t>(all.size(), 4));
   std::vector<std::string> waits;
   {
@@ -233,6 +239,16 @@ TEST(CohortRun, RanksRunOnTheirOwnShareOfTheCores) {
     const auto cpus = cpus_by_rank(run.out(), 2, &waits);
     for (int r = 0; r < 2; ++r) EXPECT_EQ(cpus[static_cast<size_t>(r)], all) << run.out();
   }
+  {
+    setenv("OMP_WAIT_POLICY", "active", 1);
+    const int many = static_cast<int>(all.size()) + 1;
+    Launch run({"-n", std::to_string(many), "--", RANK_PROBE_BIN, "cpus"});
+    ASSERT_EQ(run.finish(30s), 0) << run.out() << run.err();
+    cpus_by_rank(run.out(), many, &waits);
+    for (int r = 0; r < many; ++r) EXPECT_EQ(waits[static_cast<size_t>(r)], "active") << run.out();
+  }
+  if (given) setenv("OMP_WAIT_POLICY", saved.c_str(), 1);
+  else unsetenv("OMP_WAIT_POLICY");
 }
 
 TEST(CohortRun, RanksJoinTheStoreOfRankZero) {
