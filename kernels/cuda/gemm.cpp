@@ -50,8 +50,6 @@ Types types_for(DType type, bool allow_tf32) {
   return {CUDA_R_32F, allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
 }
 
-size_t element_bytes(DType type) { return type == DType::kBF16 ? 2 : 4; }
-
 // Every row of a stored matrix starts on a 16-byte boundary (one row: only its start counts).
 bool rows_aligned(const void* p, int64_t ld, int64_t rows, size_t es) {
   if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
@@ -113,7 +111,7 @@ void Blas::gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_t N, in
   check_dims(trans_a, trans_b, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K > 0 && staging_.budget_bytes > 0) {
-    const size_t es = element_bytes(type);
+    const size_t es = dtype_size(type);
     const bool stage_a = !rows_aligned(A, lda, trans_a ? K : M, es);
     const bool stage_b = !rows_aligned(B, ldb, trans_b ? N : K, es);
     // An output row length off 16 bytes is slow even at an aligned ldc (cuBLAS's contiguous
@@ -143,10 +141,10 @@ bool Blas::staged_gemm(DType type, bool trans_a, bool trans_b, int64_t M, int64_
                        int64_t ldb, bool stage_b, float beta, void* C, int64_t ldc, bool stage_c,
                        bool only_row_length) {
   namespace st = staging;
-  const size_t es = element_bytes(type);
+  const size_t es = dtype_size(type);
   st::Operand ops[3];
   st::make_operands(trans_a, trans_b, stage_a, stage_b, stage_c, ops);
-  const st::Plan plan = st::plan(M, N, K, es, type == DType::kBF16, ops, beta, ldc, staging_.budget_bytes);
+  const st::Plan plan = st::plan(M, N, K, es, ops, beta, ldc, staging_.budget_bytes);
   if (plan.dim < 0) return false;
   // Staged only for C's row length: worth it only where the chunks along N come out aligned.
   if (only_row_length && !(plan.dim == 1 && plan.len < N)) return false;

@@ -12,11 +12,10 @@
 // matrices whose rows start on 16-byte boundaries; a leading dimension such as a vocabulary of
 // 50257 bf16 values sends it to kernels several times slower (a GPT-2 step's three output-head
 // products took 20 of its 39 ms on an H200). gemm() therefore copies a misaligned operand into a
-// padded buffer (copy_rows, shape_ops.h) when the product is large enough to pay for the copy, in chunks
-// along M, N or K (gemm_staging.h chooses) so the buffer stays within a budget (64 MiB by default,
-// kept like the workspace),
-// and copies a staged C back; chunks along K of a bf16 product add up in an fp32 buffer and C is
-// rounded once. The results equal an unstaged product's up to the order of the K-chunk sums.
+// padded buffer (copy_rows, shape_ops.h) when the product is large enough to pay for the copy, in
+// chunks along M, N or K (gemm_staging.h chooses) so the buffer stays within a budget (64 MiB by
+// default, kept like the workspace), and copies a staged C back; chunks along K of a bf16 product
+// add up in an fp32 buffer and C is rounded once. The results equal an unstaged product's up to the order of the K-chunk sums.
 // COHORT_GEMM_STAGING=0 in the environment turns staging off.
 #pragma once
 
@@ -50,7 +49,6 @@ class Blas {
     size_t budget_bytes = size_t{64} << 20;
   };
   void set_staging(const Staging& staging) { staging_ = staging; }
-  const Staging& staging() const { return staging_; }
   // Products that went through staging since construction (for tests and benchmarks).
   uint64_t staged_products() const { return staged_products_; }
 

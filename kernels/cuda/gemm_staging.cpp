@@ -17,9 +17,9 @@ size_t Operand::bytes(int64_t pn, int64_t qn, size_t element_bytes) const {
                       static_cast<size_t>(padded_ld(cols(pn, qn), element_bytes)) * element_bytes);
 }
 
-Plan plan(int64_t M, int64_t N, int64_t K, size_t es, bool bf16, const Operand ops[3], float beta, int64_t ldc,
-          size_t budget) {
+Plan plan(int64_t M, int64_t N, int64_t K, size_t es, const Operand ops[3], float beta, int64_t ldc, size_t budget) {
   const int64_t extent[3] = {M, N, K};
+  const bool bf16 = es < 4;  // sums of K chunks need fp32 of their own
   const bool sum_in_f32 = bf16 && beta == 0.0f && !ops[2].staged && ldc == N && (N * 4) % 16 == 0;
   const size_t f32_bytes = round_up_256(static_cast<size_t>(M) * static_cast<size_t>(N) * 4);
   // Staging bytes when dim d is cut into chunks of `len`.

@@ -46,9 +46,10 @@ struct Plan {
 // slow kernels even at an aligned ldc), then one whose chunks still make products of at least
 // 2^21 outputs (a wave of 128 x 128 tiles on a large GPU), then the fewest chunks; chunks are
 // multiples of 16 so the unstaged operands' sub-blocks stay 16-byte aligned; ties go to M, then
-// N, then K. bf16 products cut along K add up in fp32, which takes a C written whole (beta 0,
-// ldc == N, unstaged, N * 4 a multiple of 16); otherwise K is cut only when it goes whole.
-Plan plan(int64_t M, int64_t N, int64_t K, size_t element_bytes, bool bf16, const Operand ops[3], float beta,
-          int64_t ldc, size_t budget);
+// N, then K. Products narrower than fp32 (bf16) cut along K add up in fp32, which takes a C
+// written whole (beta 0, ldc == N, unstaged, N * 4 a multiple of 16); otherwise K is cut only when
+// it goes whole.
+Plan plan(int64_t M, int64_t N, int64_t K, size_t element_bytes, const Operand ops[3], float beta, int64_t ldc,
+          size_t budget);
 
 }  // namespace cohort::kernels::cuda::staging

@@ -15,7 +15,7 @@ Plan plan_for(bool ta, bool tb, bool sa, bool sb, bool sc, int64_t M, int64_t N,
               int64_t ldc, size_t budget = kBudget) {
   Operand ops[3];
   make_operands(ta, tb, sa, sb, sc, ops);
-  return plan(M, N, K, es, es == 2, ops, beta, ldc, budget);
+  return plan(M, N, K, es, ops, beta, ldc, budget);
 }
 
 // logits = h wte^T: C [8192, 50257] staged (its rows are off 16 bytes in length and start).
