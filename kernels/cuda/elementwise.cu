@@ -281,7 +281,7 @@ ReducePlan plan_reduce(const std::vector<int64_t>& x_shape, const std::vector<in
     p.kind = ReducePlan::kSerial;
   } else if (rows) {
     p.kind = ReducePlan::kRows;
-    p.workspace = p.M + layernorm_backward_workspace(p.R, p.M);
+    p.workspace = p.M + row_sums_workspace(p.R, p.M);
   } else if (p.M >= kManyOutputs) {
     p.kind = ReducePlan::kSerial;
   } else {

@@ -307,9 +307,11 @@ void layernorm_forward(DType type, const void* x, const void* gamma, const void*
 int64_t layernorm_backward_workspace(int64_t rows, int64_t C) {
   // The two-pass kernels' chunk partials, or the fused pass's block partials (more of them:
   // at most rows / 8 KiB of floats) where it may run.
-  const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk, blocks = (rows + kFusedRows - 1) / kFusedRows;
-  return (C <= kFusedMaxC ? blocks : chunks) * 2 * C;
+  const int64_t blocks = (rows + kFusedRows - 1) / kFusedRows;
+  return C <= kFusedMaxC ? blocks * 2 * C : row_sums_workspace(rows, C);
 }
+
+int64_t row_sums_workspace(int64_t rows, int64_t C) { return (rows + kRowChunk - 1) / kRowChunk * 2 * C; }
 
 template <typename T>
 static void layernorm_backward_typed(const T* x, const T* gamma, const float* mean,

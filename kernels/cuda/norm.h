@@ -18,6 +18,9 @@ void layernorm_forward(DType type, const void* x, const void* gamma, const void*
 
 // Floats of workspace layernorm_backward needs for dgamma/dbeta partial sums.
 int64_t layernorm_backward_workspace(int64_t rows, int64_t C);
+// Floats of workspace the column sums of sum_rows and rmsnorm_backward need (their chunk partials:
+// no more than layernorm_backward_workspace, which may hold the one-pass kernel's partials).
+int64_t row_sums_workspace(int64_t rows, int64_t C);
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) + dx_add, g = dy * gamma (overwritten; may
 // be null; may alias dy or dx_add; dx_add may be null: nothing added, else added in fp32 before
@@ -31,7 +34,7 @@ void layernorm_backward(DType type, const void* x, const void* gamma, const floa
                         cudaStream_t stream);
 
 // out[c] = sum over rows of x[r, c] (fp32, overwritten): the bias gradient of y = x W^T + b.
-// workspace: layernorm_backward_workspace(rows, C) floats. Deterministic, like dbeta above.
+// workspace: row_sums_workspace(rows, C) floats. Deterministic, like dbeta above.
 void sum_rows(DType type, const void* x, float* out, float* workspace, int64_t rows, int64_t C,
               cudaStream_t stream);
 
@@ -42,7 +45,7 @@ void rmsnorm_forward(DType type, const void* x, const void* gamma, void* y, floa
 
 // dx = rstd * (g - xhat * mean(g * xhat)) + dx_add, g = dy * gamma, xhat = x * rstd (dx_add may
 // be null: then nothing is added; it is added in fp32 before dx is rounded); dgamma = sum_rows
-// dy * xhat in the storage type. workspace: layernorm_backward_workspace(rows, C) floats.
+// dy * xhat in the storage type. workspace: row_sums_workspace(rows, C) floats.
 // Deterministic like layer norm's.
 void rmsnorm_backward(DType type, const void* x, const void* gamma, const float* rstd, const void* dy,
                       const void* dx_add, void* dx, void* dgamma, float* workspace, int64_t rows,

@@ -27,7 +27,7 @@ void register_rmsnorm(OpRegistry& r) {
     Tensor &dx = k.outputs[0], &dgamma = k.outputs[1];
     const kcu::DType type = storage_type(x, "rmsnorm_grad");
     const int64_t rows = rows_of(x), C = x.shape().back();
-    CudaScratch ws(static_cast<size_t>(kcu::layernorm_backward_workspace(rows, C)) * sizeof(float));
+    CudaScratch ws(static_cast<size_t>(kcu::row_sums_workspace(rows, C)) * sizeof(float));
     kcu::rmsnorm_backward(type, x.raw(), gamma.raw(), rstd.data<float>(), dy.raw(), dx_add ? dx_add->raw() : nullptr,
                           dx.raw(), dgamma.raw(), ws.as<float>(), rows, C, compute_stream());
   });
