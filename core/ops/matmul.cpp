@@ -224,32 +224,19 @@ OpSchema linear_schema() {
 void gelu_linear_backward(BackwardContext& b) {
   COHORT_CHECK(b.grad_output(2) < 0, Status::kUnsupported, "gelu_linear '", b.node().name,
                "': output 2 (gelu'(x)) has no gradient rule");
-  const ValueId dy = b.grad_output(0);
-  if (b.attrs().get_int("recompute") != 0) {
-    const ValueId x = b.input(0);
-    if (b.needs_grad_input(0)) {
-      if (dy >= 0 && b.grad_output(1) < 0) {
-        b.set_grad_input(0, b.add1("matmul_gelu_grad", {dy, b.input(1), x}));
-      } else {  // a is also used elsewhere: da = dy W + (gradient of a), then through gelu'(x)
-        ValueId da = b.grad_output(1);
-        if (dy >= 0) da = b.add1("add", {b.add1("matmul", {dy, b.input(1)}), da});
-        b.set_grad_input(0, b.add1("gelu_grad", {x, da}));
-      }
-    }
-    if (dy >= 0) weight_and_bias_grads(b, dy, b.add1("gelu", {x}));
-    return;
-  }
-  const ValueId a = b.output(1), g = b.output(2);
+  const ValueId dy = b.grad_output(0), x = b.input(0);
+  const bool recompute = b.attrs().get_int("recompute") != 0;
   if (b.needs_grad_input(0)) {
     if (dy >= 0 && b.grad_output(1) < 0) {
-      b.set_grad_input(0, b.add1("matmul_mul", {dy, b.input(1), g}));
-    } else {  // a is also used elsewhere: da = dy W + (gradient of a), then times g
+      b.set_grad_input(0, recompute ? b.add1("matmul_gelu_grad", {dy, b.input(1), x})
+                                    : b.add1("matmul_mul", {dy, b.input(1), b.output(2)}));
+    } else {  // a is also used elsewhere: da = dy W + (gradient of a), then through gelu'(x)
       ValueId da = b.grad_output(1);
       if (dy >= 0) da = b.add1("add", {b.add1("matmul", {dy, b.input(1)}), da});
-      b.set_grad_input(0, b.add1("mul", {da, g}));
+      b.set_grad_input(0, recompute ? b.add1("gelu_grad", {x, da}) : b.add1("mul", {da, b.output(2)}));
     }
   }
-  if (dy >= 0) weight_and_bias_grads(b, dy, a);
+  if (dy >= 0) weight_and_bias_grads(b, dy, recompute ? b.add1("gelu", {x}) : b.output(1));
 }
 
 OpSchema gelu_linear_schema() {
