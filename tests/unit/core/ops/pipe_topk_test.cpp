@@ -185,6 +185,20 @@ TEST_P(PipeTopkWire, MessagesAreLaidOutAsPipeTopkHSays) {
   ASSERT_EQ(topk_index_bytes(n, k), index_bytes);
   ASSERT_EQ(topk_message_bytes(n, keep, dtype), index_bytes + static_cast<size_t>(k) * elem);
   std::vector<uint8_t> wire(topk_message_bytes(n, keep, dtype), 0xab);
+  // The kept indices the message on the wire names: its one-word bitmap (20 entries) or its list.
+  auto wire_indices = [&] {
+    std::vector<int32_t> idx;
+    if (bitmap) {
+      uint32_t word;
+      std::memcpy(&word, wire.data(), 4);
+      for (int i = 0; i < 32; ++i)
+        if (word >> i & 1) idx.push_back(i);
+    } else {
+      idx.resize(static_cast<size_t>(k));
+      std::memcpy(idx.data(), wire.data(), idx.size() * 4);
+    }
+    return idx;
+  };
   std::vector<int32_t> sent_idx;
   ct::run_ranks_shared(2, ct::RankSetup(), [&](const std::shared_ptr<coll::UcxCommunicator>& comm) {
     const CommAxes axes = pipe_axes(comm);
@@ -204,16 +218,7 @@ TEST_P(PipeTopkWire, MessagesAreLaidOutAsPipeTopkHSays) {
       comm->recv(wire.data(), wire.size(), coll::DataType::kU8, 0)->wait();
       std::vector<uint8_t> back(topk_gradient_bytes(n, keep, dtype), 0xab);
       axes.at("pipe_grad", "test").recv(back.data(), back.size(), coll::DataType::kU8, 0)->wait();
-      std::vector<int32_t> idx;
-      if (bitmap) {
-        uint32_t word;
-        std::memcpy(&word, wire.data(), 4);
-        for (int i = 0; i < 32; ++i)
-          if (word >> i & 1) idx.push_back(i);
-      } else {
-        idx.resize(static_cast<size_t>(k));
-        std::memcpy(idx.data(), wire.data(), idx.size() * 4);
-      }
+      const std::vector<int32_t> idx = wire_indices();
       ASSERT_EQ(static_cast<int64_t>(idx.size()), k);
       for (int64_t j = 0; j < k; ++j) {
         float value, grad;
@@ -235,17 +240,7 @@ TEST_P(PipeTopkWire, MessagesAreLaidOutAsPipeTopkHSays) {
       EXPECT_TRUE(std::is_sorted(idx.begin(), idx.end()));
     }
   });
-  std::vector<int32_t> wire_idx;
-  if (bitmap) {
-    uint32_t word;
-    std::memcpy(&word, wire.data(), 4);
-    for (int i = 0; i < 32; ++i)
-      if (word >> i & 1) wire_idx.push_back(i);
-  } else {
-    wire_idx.resize(static_cast<size_t>(k));
-    std::memcpy(wire_idx.data(), wire.data(), wire_idx.size() * 4);
-  }
-  EXPECT_EQ(wire_idx, sent_idx);
+  EXPECT_EQ(wire_indices(), sent_idx);
 }
 
 INSTANTIATE_TEST_SUITE_P(Wire, PipeTopkWire,
