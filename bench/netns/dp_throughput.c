@@ -32,14 +32,7 @@
 #include <string.h>
 #include <time.h>
 
-#define CHECK(call)                                                                               \
-  do {                                                                                            \
-    cohort_status st_ = (call);                                                                   \
-    if (st_ != COHORT_OK) {                                                                       \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cohort_last_error()); \
-      exit(1);                                                                                    \
-    }                                                                                             \
-  } while (0)
+#include "tests/support/capi_check.h"
 
 typedef enum mode { MODE_NONE, MODE_SYNC, MODE_LOCALSGD, MODE_CO2 } mode;
 static const char* const kModeNames[] = {"none", "sync", "localsgd", "co2"};

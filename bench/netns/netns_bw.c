@@ -22,14 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#define CHECK(call)                                                                               \
-  do {                                                                                            \
-    cohort_status st_ = (call);                                                                   \
-    if (st_ != COHORT_OK) {                                                                       \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cohort_last_error()); \
-      exit(1);                                                                                    \
-    }                                                                                             \
-  } while (0)
+#include "tests/support/capi_check.h"
 
 enum { kMaxRepeats = 100, kMaxPairs = 64 };
 

@@ -18,14 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(call)                                                                               \
-  do {                                                                                            \
-    cohort_status st_ = (call);                                                                   \
-    if (st_ != COHORT_OK) {                                                                       \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cohort_last_error()); \
-      exit(1);                                                                                    \
-    }                                                                                             \
-  } while (0)
+#include "tests/support/capi_check.h"
 
 /* tp_rank's constants (tests/multirank/tp_rank.cpp) and tp_reference.h's models' data shapes. */
 enum { kSteps = 4, kRows = 4, kGptContext = 8, kGptVocab = 32, kMlpFeatures = 12, kMlpClasses = 4 };
