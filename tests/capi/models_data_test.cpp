@@ -353,7 +353,21 @@ TEST(CapiDataReal, FashionMnistFromDebian) {
   cohort_dataset_destroy(d);
 }
 
-// A short training run through the C API: the MLP builder on a synthetic two-class problem.
+// An AdamW (lr 0.01) trainer of graph g; g is destroyed (the trainer keeps what it needs). Null
+// after a failed expectation.
+cohort_trainer* adamw_trainer(cohort_graph* g) {
+  cohort_optimizer_options oo = cohort_optimizer_options_default();
+  oo.kind = COHORT_OPTIM_ADAMW;
+  oo.lr = 0.01;
+  cohort_optimizer* opt = nullptr;
+  EXPECT_EQ(cohort_optimizer_create(&oo, &opt), COHORT_OK);
+  cohort_trainer* t = nullptr;
+  EXPECT_EQ(cohort_trainer_create(g, opt, nullptr, &t), COHORT_OK) << last();
+  cohort_optimizer_destroy(opt);
+  cohort_graph_destroy(g);
+  return t;
+}
+
 // recompute_gelu: the MLP's backward keeps h instead of gelu(h) and gelu'(h): the same losses and
 // parameters (to rounding: gelu is recomputed in the same arithmetic) with less activation memory;
 // an older caller's size gets 0.
@@ -370,15 +384,7 @@ TEST(CapiModels, GptRecomputeGeluKeepsLessForTheSameSteps) {
     o.size = size;
     cohort_graph* g = nullptr;
     EXPECT_EQ(cohort_graph_create_gpt(&o, &g), COHORT_OK) << last();
-    cohort_optimizer_options oo = cohort_optimizer_options_default();
-    oo.kind = COHORT_OPTIM_ADAMW;
-    oo.lr = 0.01;
-    cohort_optimizer* opt = nullptr;
-    EXPECT_EQ(cohort_optimizer_create(&oo, &opt), COHORT_OK);
-    cohort_trainer* t = nullptr;
-    EXPECT_EQ(cohort_trainer_create(g, opt, nullptr, &t), COHORT_OK) << last();
-    cohort_optimizer_destroy(opt);
-    cohort_graph_destroy(g);
+    cohort_trainer* t = adamw_trainer(g);
     int32_t tokens[32], targets[32];
     for (int i = 0; i < 32; ++i) tokens[i] = (i * 37) % 256, targets[i] = (i * 37 + 11) % 256;
     int64_t shape[2] = {2, 16};
@@ -411,6 +417,7 @@ TEST(CapiModels, GptRecomputeGeluKeepsLessForTheSameSteps) {
   EXPECT_EQ(old.peak, keep.peak);
 }
 
+// A short training run through the C API: the MLP builder on a synthetic two-class problem.
 TEST(CapiModels, MlpTrainsOnSyntheticData) {
   cohort_model_mlp_options o = cohort_model_mlp_options_default();
   int64_t hidden[1] = {16};
@@ -418,15 +425,8 @@ TEST(CapiModels, MlpTrainsOnSyntheticData) {
   o.activation = COHORT_ACTIVATION_TANH;
   cohort_graph* g = nullptr;
   ASSERT_EQ(cohort_graph_create_mlp(&o, &g), COHORT_OK) << last();
-  cohort_optimizer_options oo = cohort_optimizer_options_default();
-  oo.kind = COHORT_OPTIM_ADAMW;
-  oo.lr = 0.01;
-  cohort_optimizer* opt = nullptr;
-  ASSERT_EQ(cohort_optimizer_create(&oo, &opt), COHORT_OK);
-  cohort_trainer* t = nullptr;
-  ASSERT_EQ(cohort_trainer_create(g, opt, nullptr, &t), COHORT_OK) << last();
-  cohort_optimizer_destroy(opt);
-  cohort_graph_destroy(g);
+  cohort_trainer* t = adamw_trainer(g);
+  ASSERT_NE(t, nullptr);
   float x[32 * 8];
   int32_t y[32];
   for (int n = 0; n < 32; ++n) {  // class c: features centred on a class-specific pattern
