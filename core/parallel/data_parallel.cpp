@@ -413,13 +413,18 @@ void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
   step_wait_ = 0;
 }
 
-void DataParallel::end_round_blocking(Fragment& fr, std::vector<Tensor>& params) {
-  // d_k = x_k - avg_i x^{(i)}_{k,tau}: the local pseudo-gradient, averaged (blocking); of
-  // fragment fr's elements (all of them with one fragment).
+void DataParallel::take_pseudo_gradient(const Fragment& fr, const std::vector<Tensor>& params) {
   const size_t b = fr.begin, e = fr.begin + fr.count;
   flatten_range(params, fr.first, fr.last, inflight_.data(), b);
   for (size_t i = b; i < e; ++i) inflight_[i] = anchor_[i] - inflight_[i];
   drop_if_not_finite(inflight_.data() + b, fr.count, "the round's pseudo-gradient");
+}
+
+void DataParallel::end_round_blocking(Fragment& fr, std::vector<Tensor>& params) {
+  // d_k = x_k - avg_i x^{(i)}_{k,tau}: the local pseudo-gradient, averaged (blocking); of
+  // fragment fr's elements (all of them with one fragment).
+  const size_t b = fr.begin, e = fr.begin + fr.count;
+  take_pseudo_gradient(fr, params);
   Clock::time_point start = Clock::now();
   comm_->all_reduce(inflight_.data() + b, fr.count, coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
   note_blocking(start);
@@ -477,9 +482,7 @@ void DataParallel::end_round_co2(Fragment& fr, std::vector<Tensor>& params) {
   // Every step below on fragment fr's elements [b, e) only (the whole model with one fragment).
   const size_t b = fr.begin, e = fr.begin + fr.count;
   // 1. e^{(i)}_k = x_k - y^{(i)}_k, into inflight_ (free: the last merge consumed it).
-  flatten_range(params, fr.first, fr.last, inflight_.data(), b);
-  for (size_t i = b; i < e; ++i) inflight_[i] = anchor_[i] - inflight_[i];
-  drop_if_not_finite(inflight_.data() + b, fr.count, "the round's pseudo-gradient");  // then sent as zeros
+  take_pseudo_gradient(fr, params);  // dropped: sent as zeros
   // 2. The guess G^{(i)}: round k+1 starts there; round_start_ keeps it until the merge.
   const std::vector<float>& m = outer_.momentum();
   for (size_t i = b; i < e; ++i) round_start_[i] = outer_.guess(anchor_[i], m[i], inflight_[i]);

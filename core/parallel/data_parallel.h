@@ -222,6 +222,9 @@ class DataParallel : public StepHook {
   bool any_in_flight() const;
   // co2: steps fragment fr has run of its current round, 1..round_tau_ after a step's increment.
   int64_t fragment_position(const Fragment& fr) const;
+  // Fragment fr's slice of inflight_ = anchor - this rank's parameters there (its pseudo-
+  // gradient), zeroed when not finite (drop_if_not_finite): the start of both round ends.
+  void take_pseudo_gradient(const Fragment& fr, const std::vector<Tensor>& params);
   void end_round_blocking(Fragment& fr, std::vector<Tensor>& params);
   // Unsharded local SGD and co2: the outer step with the averaged pseudo-gradient d (indexed like
   // the flat model) on fragment fr's elements, skipped on every rank when they are not finite;
