@@ -1,7 +1,8 @@
 // cohort-run: starts N local ranks of a program, like torchrun. It gives each rank the
 // COHORT_* variables that detect_job_env() reads (a fresh random job token and a free master
 // port unless given), prefixes their output with "[rank R] ", binds each to its share of the
-// cores (unless --bind none), and stops the whole job when one rank fails. Exit codes: 0 all ranks succeeded, 2 bad command line, else the failure's code.
+// cores (unless --bind none), and stops the whole job when one rank fails. Exit codes: 0 all ranks
+// succeeded, 2 bad command line, else the failure's code.
 #include <fcntl.h>
 #include <sched.h>
 #include <unistd.h>
