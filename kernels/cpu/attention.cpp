@@ -27,6 +27,8 @@
 #include <limits>
 #include <memory>
 
+#include <omp.h>
+
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -185,73 +187,108 @@ void tile_nt(const Blocks& g, int64_t i, int64_t j, float alpha, const float* a,
                0.0f, s + g.tile(i, j), n, m * n);
 }
 
+// Threads. A group's products are batches of small tiles (64 x 64 x 64 over a few pairs): split
+// across threads inside each product, every call pays a fork and join for a few microseconds of
+// work, and the second core gained 1.02-1.07x in the GPT's step. So when there are at least two
+// groups, each thread takes whole groups with its own workspace, and everything inside a group
+// runs on that thread (the products and loops below see omp_in_parallel() and stay serial);
+// groups shrink to ceil(B / threads) elements so every thread gets one. With a single group (one
+// long sequence) the threads split each product and loop instead.
+template <typename Fn>
+void for_each_group(const AttentionDims& d, int64_t workspace_floats_per_element, Fn&& fn) {
+  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t G = std::min(group_size(d), (d.B + threads - 1) / threads);
+  const int64_t groups = (d.B + G - 1) / G;
+  const int64_t teams = std::min(threads, groups);
+#pragma omp parallel num_threads(teams) if (teams > 1)
+  {
+    auto ws = workspace(G * workspace_floats_per_element);
+#pragma omp for schedule(static)
+    for (int64_t gi = 0; gi < groups; ++gi) {
+      const int64_t b0 = gi * G;
+      fn(Blocks{d, std::min(G, d.B - b0)}, b0, G, ws.get());
+    }
+  }
+}
+
+void forward_group(const Blocks& g, int64_t b0, int64_t G, float* ws, const float* qkv, float* out, float* lse) {
+  const AttentionDims& d = g.d;
+  const int64_t C = d.H * d.D, ld = 3 * C, panel = G * d.T * C;
+  float *q = ws, *k = q + panel, *v = k + panel, *o = v + panel, *s = o + panel;
+  const float* rows = qkv + b0 * d.T * ld;
+  pack(g, rows, d.T * ld, ld, 3, q, panel);  // q, k, v
+  for (int64_t i = 0; i < g.count(); ++i) {
+    const int64_t m = g.rows(i), np = g.pairs();
+    for (int64_t j = 0; j <= g.last(i); ++j) tile_nt(g, i, j, d.scale, q, k, s);
+#pragma omp parallel for schedule(static)
+    for (int64_t pr = 0; pr < np * m; ++pr) {
+      const int64_t p = pr / m, r = pr % m;
+      lse[(b0 * d.H + p) * d.T + i * kRows + r] = softmax_row(Row{g, s, i, p, r});
+    }
+    // O_i = sum_j P_ij V_j
+    for (int64_t j = 0; j <= g.last(i); ++j) {
+      const int64_t n = g.rows(j);
+      gemm_batched(false, false, np, m, d.D, n, 1.0f, s + g.tile(i, j), n, m * n, v + g.block(j), d.D, n * d.D,
+                   j == 0 ? 0.0f : 1.0f, o + g.block(i), d.D, m * d.D);
+    }
+  }
+  unpack(g, o, panel, 1, out + b0 * d.T * C, d.T * C, C);
+}
+
+void backward_group(const Blocks& g, int64_t b0, int64_t G, float* ws, const float* qkv, const float* lse,
+                    const float* dout, float* dqkv) {
+  const AttentionDims& d = g.d;
+  const int64_t C = d.H * d.D, ld = 3 * C, panel = G * d.T * C;
+  const int64_t work = G * d.H * std::min(kRows, d.T) * d.T;
+  float *q = ws, *k = q + panel, *v = k + panel, *dO = v + panel;
+  float *dq = dO + panel, *dk = dq + panel, *dv = dk + panel, *p = dv + panel, *dp = p + work;
+  const float* rows = qkv + b0 * d.T * ld;
+  pack(g, rows, d.T * ld, ld, 3, q, panel);  // q, k, v
+  pack(g, dout + b0 * d.T * C, d.T * C, C, 1, dO, panel);
+  for (int64_t i = 0; i < g.count(); ++i) {
+    const int64_t m = g.rows(i), np = g.pairs();
+    for (int64_t j = 0; j <= g.last(i); ++j) {
+      tile_nt(g, i, j, d.scale, q, k, p);  // S
+      tile_nt(g, i, j, 1.0f, dO, v, dp);   // dP = dO V^T
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t pr = 0; pr < np * m; ++pr) {
+      const int64_t pi = pr / m, r = pr % m, b = b0 + pi / d.H, h = pi % d.H, t = i * kRows + r;
+      dscores_row(Row{g, p, i, pi, r}, Row{g, dp, i, pi, r}, lse[(b * d.H + h) * d.T + t]);
+    }
+    // dQ_i = scale sum_j dS_ij K_j; dK_j += scale dS_ij^T Q_i; dV_j += P_ij^T dO_i. Key block j
+    // is first reached from query block j (causal) or 0: there its sums start.
+    for (int64_t j = 0; j <= g.last(i); ++j) {
+      const int64_t n = g.rows(j), mn = m * n;
+      const float first = i == (d.causal ? j : 0) ? 0.0f : 1.0f;
+      gemm_batched(false, false, np, m, d.D, n, d.scale, dp + g.tile(i, j), n, mn, k + g.block(j), d.D, n * d.D,
+                   j == 0 ? 0.0f : 1.0f, dq + g.block(i), d.D, m * d.D);
+      gemm_batched(true, false, np, n, d.D, m, d.scale, dp + g.tile(i, j), n, mn, q + g.block(i), d.D, m * d.D,
+                   first, dk + g.block(j), d.D, n * d.D);
+      gemm_batched(true, false, np, n, d.D, m, 1.0f, p + g.tile(i, j), n, mn, dO + g.block(i), d.D, m * d.D,
+                   first, dv + g.block(j), d.D, n * d.D);
+    }
+  }
+  unpack(g, dq, panel, 3, dqkv + b0 * d.T * ld, d.T * ld, ld);  // dq, dk, dv
+}
+
 }  // namespace
 
 void attention_forward(const AttentionDims& d, const float* qkv, float* out, float* lse) {
-  const int64_t C = d.H * d.D, ld = 3 * C, G = group_size(d), panel = G * d.T * C;
-  auto ws = workspace(4 * panel + G * d.H * std::min(kRows, d.T) * d.T);
-  float *q = ws.get(), *k = q + panel, *v = k + panel, *o = v + panel, *s = o + panel;
-  for (int64_t b0 = 0; b0 < d.B; b0 += G) {
-    const Blocks g{d, std::min(G, d.B - b0)};
-    const float* rows = qkv + b0 * d.T * ld;
-    pack(g, rows, d.T * ld, ld, 3, q, panel);  // q, k, v
-    for (int64_t i = 0; i < g.count(); ++i) {
-      const int64_t m = g.rows(i), np = g.pairs();
-      for (int64_t j = 0; j <= g.last(i); ++j) tile_nt(g, i, j, d.scale, q, k, s);
-#pragma omp parallel for schedule(static)
-      for (int64_t pr = 0; pr < np * m; ++pr) {
-        const int64_t p = pr / m, r = pr % m;
-        lse[(b0 * d.H + p) * d.T + i * kRows + r] = softmax_row(Row{g, s, i, p, r});
-      }
-      // O_i = sum_j P_ij V_j
-      for (int64_t j = 0; j <= g.last(i); ++j) {
-        const int64_t n = g.rows(j);
-        gemm_batched(false, false, np, m, d.D, n, 1.0f, s + g.tile(i, j), n, m * n, v + g.block(j), d.D, n * d.D,
-                     j == 0 ? 0.0f : 1.0f, o + g.block(i), d.D, m * d.D);
-      }
-    }
-    unpack(g, o, panel, 1, out + b0 * d.T * C, d.T * C, C);
-  }
+  // Per element of a group: the q, k, v, o panels and its pairs' block row of scores.
+  const int64_t per_element = 4 * d.T * d.H * d.D + d.H * std::min(kRows, d.T) * d.T;
+  for_each_group(d, per_element, [&](const Blocks& g, int64_t b0, int64_t G, float* ws) {
+    forward_group(g, b0, G, ws, qkv, out, lse);
+  });
 }
 
 void attention_backward(const AttentionDims& d, const float* qkv, const float* lse, const float* dout,
                         float* dqkv) {
-  const int64_t C = d.H * d.D, ld = 3 * C, G = group_size(d), panel = G * d.T * C;
-  const int64_t work = G * d.H * std::min(kRows, d.T) * d.T;
-  auto ws = workspace(7 * panel + 2 * work);
-  float *q = ws.get(), *k = q + panel, *v = k + panel, *dO = v + panel;
-  float *dq = dO + panel, *dk = dq + panel, *dv = dk + panel, *p = dv + panel, *dp = p + work;
-  for (int64_t b0 = 0; b0 < d.B; b0 += G) {
-    const Blocks g{d, std::min(G, d.B - b0)};
-    const float* rows = qkv + b0 * d.T * ld;
-    pack(g, rows, d.T * ld, ld, 3, q, panel);  // q, k, v
-    pack(g, dout + b0 * d.T * C, d.T * C, C, 1, dO, panel);
-    for (int64_t i = 0; i < g.count(); ++i) {
-      const int64_t m = g.rows(i), np = g.pairs();
-      for (int64_t j = 0; j <= g.last(i); ++j) {
-        tile_nt(g, i, j, d.scale, q, k, p);  // S
-        tile_nt(g, i, j, 1.0f, dO, v, dp);   // dP = dO V^T
-      }
-#pragma omp parallel for schedule(static)
-      for (int64_t pr = 0; pr < np * m; ++pr) {
-        const int64_t pi = pr / m, r = pr % m, b = b0 + pi / d.H, h = pi % d.H, t = i * kRows + r;
-        dscores_row(Row{g, p, i, pi, r}, Row{g, dp, i, pi, r}, lse[(b * d.H + h) * d.T + t]);
-      }
-      // dQ_i = scale sum_j dS_ij K_j; dK_j += scale dS_ij^T Q_i; dV_j += P_ij^T dO_i. Key block j
-      // is first reached from query block j (causal) or 0: there its sums start.
-      for (int64_t j = 0; j <= g.last(i); ++j) {
-        const int64_t n = g.rows(j), mn = m * n;
-        const float first = i == (d.causal ? j : 0) ? 0.0f : 1.0f;
-        gemm_batched(false, false, np, m, d.D, n, d.scale, dp + g.tile(i, j), n, mn, k + g.block(j), d.D, n * d.D,
-                     j == 0 ? 0.0f : 1.0f, dq + g.block(i), d.D, m * d.D);
-        gemm_batched(true, false, np, n, d.D, m, d.scale, dp + g.tile(i, j), n, mn, q + g.block(i), d.D, m * d.D,
-                     first, dk + g.block(j), d.D, n * d.D);
-        gemm_batched(true, false, np, n, d.D, m, 1.0f, p + g.tile(i, j), n, mn, dO + g.block(i), d.D, m * d.D,
-                     first, dv + g.block(j), d.D, n * d.D);
-      }
-    }
-    unpack(g, dq, panel, 3, dqkv + b0 * d.T * ld, d.T * ld, ld);  // dq, dk, dv
-  }
+  // Per element: seven panels (q, k, v, dO, dq, dk, dv) and two block rows (P, dP).
+  const int64_t per_element = 7 * d.T * d.H * d.D + 2 * d.H * std::min(kRows, d.T) * d.T;
+  for_each_group(d, per_element, [&](const Blocks& g, int64_t b0, int64_t G, float* ws) {
+    backward_group(g, b0, G, ws, qkv, lse, dout, dqkv);
+  });
 }
 
 }  // namespace cohort::kernels::cpu

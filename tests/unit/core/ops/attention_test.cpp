@@ -55,7 +55,8 @@ void add_attention_cases(std::vector<OpCase>& out) {
   };
   // The CPU kernel cuts T into blocks of 64 tokens and batches elements in groups that fit in
   // cache: T = 130 spans three blocks (the last of 2 tokens); B = 3, T = 200, C = 32 makes
-  // groups of 2 and 1 elements, each of four blocks; C = 48, heads 3 gives D = 16.
+  // groups of 2 and 1 elements, each of four blocks (with two threads, one group each: see
+  // for_each_group); C = 48, heads 3 gives D = 16.
   // D = 64 (C = 128, heads 2) is GPT-2's head size, the CUDA kernel's main case.
   const Shp shapes[] = {{1, 1, 4, 1},   {2, 5, 8, 2},   {1, 7, 12, 4},    {2, 3, 6, 1},
                         {1, 130, 8, 2}, {1, 37, 48, 3}, {3, 200, 32, 2}, {2, 70, 128, 2}};
