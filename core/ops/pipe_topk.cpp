@@ -27,6 +27,13 @@ void check_message_dtype(DType dtype) {
   COHORT_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, Status::kInvalidArgument, "top-k: dtype ",
                dtype_name(dtype), ", expected f32 or bf16");
 }
+
+// Refuses indices that are not strictly ascending within the dense tensor before any is used.
+void check_indices(const int32_t* idx, int64_t k, int64_t numel, Status status, const std::string& what) {
+  const int64_t bad = cpu::first_bad_index(idx, k, numel);
+  COHORT_CHECK(bad < 0, status, what, ": index ", bad, " is ", bad < 0 ? 0 : idx[bad],
+               ", expected strictly ascending indices below ", numel);
+}
 }  // namespace
 
 int64_t topk_count(int64_t numel, double keep) {
@@ -57,6 +64,26 @@ size_t topk_message_bytes(int64_t numel, double keep, DType dtype) {
 size_t topk_gradient_bytes(int64_t numel, double keep, DType dtype) {
   check_message_dtype(dtype);
   return static_cast<size_t>(topk_count(numel, keep)) * dtype_size(dtype);
+}
+
+void topk_write_message(const void* x, size_t elem_bytes, int64_t numel, int64_t k, int32_t* idx, void* message) {
+  char* packed = static_cast<char*>(message);
+  const size_t index_bytes = topk_index_bytes(numel, k);
+  cpu::topk_select(x, elem_bytes, numel, k, idx, packed + index_bytes);
+  if (topk_bitmap(numel, k)) cpu::indices_to_bitmap(idx, k, numel, reinterpret_cast<uint32_t*>(packed));
+  else std::memcpy(packed, idx, index_bytes);
+}
+
+void topk_read_indices(const void* message, int64_t numel, int64_t k, int32_t* idx, const std::string& what) {
+  if (topk_bitmap(numel, k)) {
+    const int64_t marked = cpu::bitmap_to_indices(static_cast<const uint32_t*>(message), numel, idx, k);
+    COHORT_CHECK(marked == k, Status::kCorrupt, what, ": its bitmap marks ", marked < 0 ? "an entry" : "",
+                 marked < 0 ? str_cat(" at or past ", numel) : str_cat(marked, " entries"), ", expected ", k, " of ",
+                 numel);
+    return;
+  }
+  std::memcpy(idx, message, topk_index_bytes(numel, k));
+  check_indices(idx, k, numel, Status::kCorrupt, what);
 }
 
 namespace {
@@ -143,13 +170,6 @@ void rebatch_shape(Attrs& a, int64_t batch) {
 
 // ---- kernels ----
 
-// Refuses indices that are not strictly ascending within the dense tensor before any is used.
-void check_indices(const int32_t* idx, int64_t k, int64_t numel, Status status, const std::string& what) {
-  const int64_t bad = cpu::first_bad_index(idx, k, numel);
-  COHORT_CHECK(bad < 0, status, what, ": index ", bad, " is ", bad < 0 ? 0 : idx[bad],
-               ", expected strictly ascending indices below ", numel);
-}
-
 int peer_of(const KernelContext& k) { return static_cast<int>(k.attrs.get_int("peer")); }
 
 OpSchema pipe_send_topk_op() {
@@ -175,11 +195,7 @@ OpSchema pipe_send_topk_op() {
     const int64_t count = idx.numel(), n = x.numel();
     const size_t elem = dtype_size(x.dtype()), index_bytes = topk_index_bytes(n, count);
     char* packed = static_cast<char*>(message.raw());
-    cpu::topk_select(x.raw(), elem, n, count, idx.data<int32_t>(), packed + index_bytes);
-    if (topk_bitmap(n, count))
-      cpu::indices_to_bitmap(idx.data<int32_t>(), count, n, reinterpret_cast<uint32_t*>(packed));
-    else
-      std::memcpy(packed, idx.raw(), index_bytes);
+    topk_write_message(x.raw(), elem, n, count, idx.data<int32_t>(), packed);
     k.outputs[0].fill(0.0f);
     k.pending = c.send(packed, index_bytes + static_cast<size_t>(count) * elem, coll::DataType::kU8, peer_of(k));
   };
@@ -216,16 +232,7 @@ OpSchema pipe_recv_topk_op() {
       const char* packed = static_cast<const char*>(message.raw());
       const std::string what = str_cat("pipe_recv_topk: the message from peer ", peer, " of grid axis '", axis, "'");
       const int64_t n = y.numel();
-      if (topk_bitmap(n, count)) {
-        const int64_t marked =
-            cpu::bitmap_to_indices(reinterpret_cast<const uint32_t*>(packed), n, idx.data<int32_t>(), count);
-        COHORT_CHECK(marked == count, Status::kCorrupt, what, ": its bitmap marks ", marked < 0 ? "an entry" : "",
-                     marked < 0 ? str_cat(" at or past ", n) : str_cat(marked, " entries"), ", expected ", count,
-                     " of ", n);
-      } else {
-        std::memcpy(idx.raw(), packed, index_bytes);
-        check_indices(idx.data<int32_t>(), count, n, Status::kCorrupt, what);
-      }
+      topk_read_indices(packed, n, count, idx.data<int32_t>(), what);
       cpu::scatter_at(packed + index_bytes, elem, idx.data<int32_t>(), count, y.raw(), n);
     };
   };

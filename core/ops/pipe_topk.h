@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/tensor/dtype.h"
 
@@ -42,5 +43,14 @@ size_t topk_message_bytes(int64_t numel, double keep, DType dtype);
 
 // Bytes of the backward message (the gradient's k values): k * dtype_size(dtype).
 size_t topk_gradient_bytes(int64_t numel, double keep, DType dtype);
+
+// Writes the forward message of x[numel] (elem_bytes 4 or 2) keeping its k entries of largest
+// magnitude (NaN counting above every number) into message (topk_index_bytes + k elem_bytes),
+// and their indices, ascending, into idx[k].
+void topk_write_message(const void* x, size_t elem_bytes, int64_t numel, int64_t k, int32_t* idx, void* message);
+
+// The kept entries' indices of a received message into idx[k]. Throws kCorrupt, naming `what`,
+// when they are not k strictly ascending indices below numel (or the bitmap marks another count).
+void topk_read_indices(const void* message, int64_t numel, int64_t k, int32_t* idx, const std::string& what);
 
 }  // namespace cohort
