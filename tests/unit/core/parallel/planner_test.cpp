@@ -186,6 +186,29 @@ TEST_F(Planner, TensorDegreesDivideTheHeads) {
   expect_status(Status::kInvalidPlan, [&] { (void)predict(model, cluster(4), bad); });
 }
 
+// Megatron's sequence parallelism on the 2D grid X 2 x Y 2 is proposed, and priced below the same
+// grid without it: the regions' activations by Y, the X gathers of each pair's output Y times
+// smaller (its tokens' block), the Y all-reduce becoming a reduce-scatter and an all-gather of
+// the same bytes.
+TEST_F(Planner, SequenceParallelismOnTheTwoDimensionalGridIsProposedAndCheaper) {
+  const Graph model = models::build_gpt(small_gpt());
+  bool proposed = false;
+  for (const PlanPrediction& p : rank_plans(model, cluster(4), workload_))
+    proposed |= p.plan.tensor.x == 2 && p.plan.tensor.y == 2 && p.plan.sequence_parallel == SequenceParallel::kMegatron;
+  EXPECT_TRUE(proposed);
+  PlanConfig plain = data_plan(1);
+  plain.tensor.x = 2;
+  plain.tensor.y = 2;
+  PlanConfig sequence = plain;
+  sequence.sequence_parallel = SequenceParallel::kMegatron;
+  const PlanPrediction a = predict(model, cluster(4), plain), b = predict(model, cluster(4), sequence);
+  std::printf("2x2x1: memory %.1f MiB, exposed communication %.3f ms; with sequence parallelism %.1f MiB, %.3f ms\n",
+              a.memory_bytes / (1 << 20), a.exposed_comm_seconds * 1e3, b.memory_bytes / (1 << 20),
+              b.exposed_comm_seconds * 1e3);
+  EXPECT_LT(b.memory_bytes, a.memory_bytes);
+  EXPECT_LT(b.exposed_comm_seconds, a.exposed_comm_seconds);
+}
+
 TEST_F(Planner, PlansCoverTheWorldAndAreRanked) {
   const Graph model = models::build_gpt(small_gpt());
   for (int world : {1, 2, 4, 8}) {
