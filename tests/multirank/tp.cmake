@@ -49,10 +49,14 @@ tp_test(gpt-x2-y2-seq 4 tcp)
 tp_test(gpt-seq-ckpt 4 shm)
 tp_test(gpt-a2a 4 tcp)
 # Pipeline stages (core/parallel/pipeline.h) as processes: 2 stages over tcp, 2 stages x tensor 2,
-# 4 stages with the last one killed mid-run (every survivor fails naming it, within the deadline).
+# 2 stages x tensor_z 2, 4 stages with the last one killed mid-run (every survivor fails naming it,
+# within the deadline).
 tp_test(gpt-p2-y1 2 tcp)
 tp_test(mlp-p2-y1 4 shm)
 tp_test(gpt-p2-y2 4 shm)
+tp_test(gpt-p2-y1-z2 4 shm)
+tp_test(gpt-p2-y1-z2 4 tcp)
+tp_test(mlp-p2-y1-z2 4 tcp)
 tp_test(gpt-p4-y1-kill 4 tcp)
 tp_test(gpt-y2-a2a 4 shm)
 # OP-Fence (core/parallel/fence.h): the links probed, the world one pipeline, ranks 1.. given no
