@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <set>
 
@@ -14,11 +15,45 @@ namespace cohort::parallel {
 
 namespace {
 
+size_t forward_node_count(const Graph& g) {
+  size_t n = 0;
+  while (n < g.nodes().size() && !g.nodes()[n].backward) ++n;
+  return n;
+}
+
+// Parameter-side values: the parameters, and what forward nodes make from them alone — a tensor
+// grid's reads of its parameters (tensor_parallel.h): Z's gathers of weight blocks and copies of
+// the other parameters, sequence parallelism's copies over Y and the position table's token
+// block. They are the same for every micro-batch and made where they are read, so none crosses a
+// cut: a stage that reads one makes it itself (build_pipeline_graph), as it holds the parameter.
+// Without this, Z's gathers, which the rewrite puts before every node, would start stage 0 and
+// be sent through every cut, and a cut point of the model would not be one of its rewrite.
+std::vector<bool> parameter_side(const Graph& g) {
+  std::vector<bool> side(g.values().size(), false);
+  for (const Value& v : g.values()) side[static_cast<size_t>(v.id)] = v.kind == ValueKind::kParameter;
+  const size_t n = forward_node_count(g);
+  for (size_t k = 0; k < n; ++k) {
+    const Node& node = g.nodes()[k];
+    bool from_parameters = !node.inputs.empty();
+    for (ValueId i : node.inputs) from_parameters = from_parameters && side[static_cast<size_t>(i)];
+    if (from_parameters)
+      for (ValueId o : node.outputs) side[static_cast<size_t>(o)] = true;
+  }
+  return side;
+}
+
+// A forward node that makes parameter-side values (see above).
+bool makes_parameter_side(const Graph& g, const std::vector<bool>& side, size_t k) {
+  const Node& node = g.nodes()[k];
+  return !node.outputs.empty() && side[static_cast<size_t>(node.outputs[0])];
+}
+
 // The activations produced before position k and read at or after it (ascending ids): what a cut
-// there sends. Inputs and parameters never cross (every stage has the inputs; a parameter lives
-// where it is read).
+// there sends. Inputs and parameter-side values never cross (every stage has the inputs; a
+// parameter lives where it is read).
 std::vector<std::vector<ValueId>> crossing_sets(const Graph& g) {
   const size_t n = g.nodes().size();
+  const std::vector<bool> side = parameter_side(g);
   std::vector<int64_t> last_read(g.values().size(), -1);
   for (size_t k = 0; k < n; ++k)
     for (ValueId i : g.nodes()[k].inputs) last_read[static_cast<size_t>(i)] = static_cast<int64_t>(k);
@@ -27,7 +62,7 @@ std::vector<std::vector<ValueId>> crossing_sets(const Graph& g) {
   for (size_t k = 0; k < n; ++k) {
     sets[k].assign(live.begin(), live.end());
     for (ValueId o : g.nodes()[k].outputs)
-      if (last_read[static_cast<size_t>(o)] > static_cast<int64_t>(k)) live.insert(o);
+      if (last_read[static_cast<size_t>(o)] > static_cast<int64_t>(k) && !side[static_cast<size_t>(o)]) live.insert(o);
     for (auto it = live.begin(); it != live.end();)
       it = last_read[static_cast<size_t>(*it)] <= static_cast<int64_t>(k) ? live.erase(it) : std::next(it);
   }
@@ -35,10 +70,24 @@ std::vector<std::vector<ValueId>> crossing_sets(const Graph& g) {
   return sets;
 }
 
-size_t forward_node_count(const Graph& g) {
-  size_t n = 0;
-  while (n < g.nodes().size() && !g.nodes()[n].backward) ++n;
-  return n;
+// The position whose stage pays for forward node k: a node making parameter-side values is run
+// by the stages that read them, so its cost goes with its first reader that is not one itself.
+std::vector<size_t> charged_position(const Graph& g, const std::vector<bool>& side, size_t n) {
+  std::vector<size_t> at(n);
+  std::vector<int64_t> first_reader(g.values().size(), -1);
+  for (size_t k = n; k-- > 0;) {
+    at[k] = k;
+    if (makes_parameter_side(g, side, k)) {
+      int64_t first = -1;
+      for (ValueId o : g.nodes()[k].outputs) {
+        const int64_t r = first_reader[static_cast<size_t>(o)];
+        if (r >= 0 && (first < 0 || r < first)) first = r;
+      }
+      if (first >= 0) at[k] = at[static_cast<size_t>(first)];
+    }
+    for (ValueId i : g.nodes()[k].inputs) first_reader[static_cast<size_t>(i)] = static_cast<int64_t>(k);
+  }
+  return at;
 }
 
 }  // namespace
@@ -46,12 +95,14 @@ size_t forward_node_count(const Graph& g) {
 std::vector<size_t> pipeline_cut_points(const Graph& model) {
   const size_t n = forward_node_count(model);
   const std::vector<std::vector<ValueId>> sets = crossing_sets(model);
+  const std::vector<bool> side = parameter_side(model);
   size_t fewest = std::numeric_limits<size_t>::max();
   for (size_t k = 1; k < n; ++k)
     if (!sets[k].empty()) fewest = std::min(fewest, sets[k].size());
   std::vector<size_t> points;
   for (size_t k = 1; k < n; ++k) {
-    if (sets[k].empty() || sets[k].size() != fewest) continue;
+    // A stage begins at a node of its own work, not at a parameter-side one (made where read).
+    if (sets[k].empty() || sets[k].size() != fewest || makes_parameter_side(model, side, k)) continue;
     bool floats = true;  // the pipe carries f32 and bf16 activations
     for (ValueId v : sets[k]) {
       const DType d = model.value(v).type.dtype;
@@ -98,14 +149,20 @@ PipelineStages cut_pipeline_stages(const Graph& model, int stages, const std::ve
   COHORT_CHECK(node_seconds.size() >= n, Status::kInvalidArgument, "pipeline: ", node_seconds.size(),
                " node costs for ", n, " nodes");
   const std::vector<size_t> points = pipeline_cut_points(model);
+  const std::vector<bool> side = parameter_side(model);
+  // A node making parameter-side values is paid for where its first reader runs.
+  const std::vector<size_t> charged = charged_position(model, side, n);
+  std::vector<double> own(n, 0.0);
+  for (size_t k = 0; k < n; ++k) own[charged[k]] += std::max(0.0, node_seconds[k]);
   std::vector<double> prefix(n + 1, 0.0);
-  for (size_t k = 0; k < n; ++k) prefix[k + 1] = prefix[k] + std::max(0.0, node_seconds[k]);
-  // Nodes reading a parameter, counted: every stage must hold one (a stage with nothing to train
-  // would only relay).
+  for (size_t k = 0; k < n; ++k) prefix[k + 1] = prefix[k] + own[k];
+  // Nodes reading a parameter (or a value made from parameters alone), counted: every stage must
+  // hold one (a stage with nothing to train would only relay).
   std::vector<size_t> reads(n + 1, 0);
   for (size_t k = 0; k < n; ++k) {
     bool param = false;
-    for (ValueId i : model.nodes()[k].inputs) param = param || model.value(i).kind == ValueKind::kParameter;
+    if (!makes_parameter_side(model, side, k))
+      for (ValueId i : model.nodes()[k].inputs) param = param || side[static_cast<size_t>(i)];
     reads[k + 1] = reads[k] + (param ? 1 : 0);
   }
   COHORT_CHECK(costs == nullptr || (costs->scale.size() == static_cast<size_t>(stages) && costs->cut_seconds),
@@ -191,13 +248,29 @@ PipelineGraph build_pipeline_graph(const Graph& model, const PipelineStages& sta
                model.value(model.loss()).name, "' (node ", loss_node, ") is not in the last stage (nodes ",
                stages.begin.back(), "-", n - 1, "): no cut may come after it");
   const std::vector<std::vector<ValueId>> sets = crossing_sets(model);
+  const std::vector<bool> side = parameter_side(model);
   auto stage_end = [&](int v) { return v + 1 < count ? stages.begin[static_cast<size_t>(v) + 1] : n; };
-  // Which stages read each parameter: a parameter read by several is held by each (tied).
+  // The parameters a parameter-side value is made from.
+  std::function<void(ValueId, std::set<ValueId>&)> sources = [&](ValueId v, std::set<ValueId>& out) {
+    if (model.value(v).kind == ValueKind::kParameter) {
+      out.insert(v);
+      return;
+    }
+    for (ValueId i : model.node(model.value(v).producer).inputs) sources(i, out);
+  };
+  // Which stages read each parameter (directly or through parameter-side values, which a stage
+  // makes itself): a parameter read by several is held by each (tied).
   std::map<ValueId, std::set<int>> readers;
   for (int v = 0; v < count; ++v)
-    for (size_t k = stages.begin[static_cast<size_t>(v)]; k < stage_end(v); ++k)
-      for (ValueId i : model.nodes()[k].inputs)
-        if (model.value(i).kind == ValueKind::kParameter) readers[i].insert(v);
+    for (size_t k = stages.begin[static_cast<size_t>(v)]; k < stage_end(v); ++k) {
+      if (makes_parameter_side(model, side, k)) continue;
+      for (ValueId i : model.nodes()[k].inputs) {
+        if (!side[static_cast<size_t>(i)]) continue;
+        std::set<ValueId> params;
+        sources(i, params);
+        for (ValueId p : params) readers[p].insert(v);
+      }
+    }
 
   PipelineGraph out;
   for (const auto& [p, holders] : readers) {
@@ -208,6 +281,24 @@ PipelineGraph build_pipeline_graph(const Graph& model, const PipelineStages& sta
   Graph& g = out.graph;
   std::vector<ValueId> map(model.values().size(), -1);
   for (ValueId i : model.inputs()) map[static_cast<size_t>(i)] = g.add_input(model.value(i).name, model.value(i).type.dtype, model.value(i).type.shape);
+  // This rank's parameters and parameter-side values, made at the first read and shared by its
+  // chunks (each chunk runs what its loss reads, so a shared one runs in each).
+  std::vector<ValueId> held(model.values().size(), -1);
+  std::function<ValueId(ValueId)> hold = [&](ValueId i) -> ValueId {
+    if (held[static_cast<size_t>(i)] >= 0) return held[static_cast<size_t>(i)];
+    const Value& x = model.value(i);
+    if (x.kind == ValueKind::kParameter) {
+      const ValueId p = g.add_parameter(x.name, x.type.dtype, x.type.shape, x.init);
+      if (!x.shard.empty()) g.set_shard(p, x.shard);
+      return held[static_cast<size_t>(i)] = p;
+    }
+    const Node& node = model.node(x.producer);
+    std::vector<ValueId> in;
+    for (ValueId j : node.inputs) in.push_back(hold(j));
+    const std::vector<ValueId> o = g.add_op(node.op->name, node.name, in, node.attrs);
+    for (size_t j = 0; j < o.size(); ++j) held[static_cast<size_t>(node.outputs[j])] = o[j];
+    return held[static_cast<size_t>(i)];
+  };
   for (int v = rank; v < count; v += pipe_size) {
     const size_t a = stages.begin[static_cast<size_t>(v)], b = stage_end(v);
     // Values arriving from the previous stage (and so relayed when they cross the next cut too).
@@ -224,18 +315,12 @@ PipelineGraph build_pipeline_graph(const Graph& model, const PipelineStages& sta
       }
     }
     for (size_t k = a; k < b; ++k) {
+      if (makes_parameter_side(model, side, k)) continue;  // made where read, below
       const Node& node = model.nodes()[k];
       std::vector<ValueId> in;
       for (ValueId i : node.inputs) {
         const Value& x = model.value(i);
-        if (x.kind == ValueKind::kParameter && local[static_cast<size_t>(i)] < 0) {
-          ValueId p = g.find(x.name);
-          if (p < 0) {
-            p = g.add_parameter(x.name, x.type.dtype, x.type.shape, x.init);
-            if (!x.shard.empty()) g.set_shard(p, x.shard);
-          }
-          local[static_cast<size_t>(i)] = p;
-        }
+        if (side[static_cast<size_t>(i)]) local[static_cast<size_t>(i)] = hold(i);
         COHORT_ASSERT(local[static_cast<size_t>(i)] >= 0, "pipeline: stage ", v, " reads '", x.name, "' before it exists");
         in.push_back(local[static_cast<size_t>(i)]);
       }
@@ -255,7 +340,8 @@ PipelineGraph build_pipeline_graph(const Graph& model, const PipelineStages& sta
       }
       out.chunk_losses.push_back(g.value(loss).name);
     } else {
-      const ValueId loss = local[static_cast<size_t>(model.loss())];
+      const size_t l = static_cast<size_t>(model.loss());
+      const ValueId loss = side[l] ? hold(model.loss()) : local[l];
       g.set_loss(loss);
       out.chunk_losses.push_back(g.value(loss).name);
     }

@@ -7,7 +7,11 @@
 //
 // Where a cut may go (cut points): between two nodes where the fewest values cross — for a GPT
 // between blocks (the residual stream), for an MLP between layers. A value crossing several cuts
-// is relayed stage to stage, so every stage talks to its two neighbours only. Where the cuts go:
+// is relayed stage to stage, so every stage talks to its two neighbours only. Values made from
+// parameters alone (a tensor grid's reads of them: Z's weight gathers and copies, which its
+// rewrite puts before every other node, sequence parallelism's copies) never cross: each stage
+// makes those it reads, as it holds the parameters, and pays for them in the balance. So the cut
+// points of a rewritten graph are its model's, and a cut named by a model's node holds for it. Where the cuts go:
 // the workload estimator (workload.h) prices every node on this machine, and the cuts minimise
 // the most expensive stage; a plan may name them instead (PipelineConfig::cuts).
 //

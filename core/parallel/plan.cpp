@@ -178,10 +178,6 @@ void validate(const PlanConfig& p) {
                  "plan: fence chooses the stages, their cuts and compression itself: pipeline_chunks must be 1 and "
                  "pipeline_cuts and the keep ratios empty");
   }
-  // Z's weight gathers start with the step and cross every cut after them: the cut points of the
-  // rewritten graph are not the model's.
-  COHORT_CHECK(pp.stages == 1 || p.tensor.z == 1, Status::kUnsupported, "plan: pipeline_stages ", pp.stages,
-               " with tensor_z ", p.tensor.z, " is not implemented (TODO(#28)): use tensor_x / tensor_y with stages");
   // Stage 3 gathers each parameter bucket around the nodes of one order; a step under
   // micro-batches runs one order per chunk and direction.
   COHORT_CHECK(p.zero_stage < 3 || (pp.stages == 1 && pp.micro_batches == 1), Status::kUnsupported,

@@ -467,14 +467,17 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
       const size_t pr = static_cast<size_t>(facts.pair_of[i]);
       const double a = g.pair_input_bytes[pr], h = g.pair_hidden_bytes[pr];
       double one_way = 0;
+      // Under sequence parallelism the pair's output X blocks hold the rank's tokens alone
+      // ([B, T / Y, C / X]), and Y gathers the tokens of an X block and reduce-scatters them.
+      const double token_share = sp ? Y : 1;
       if (X > 1) {
         one_way += comm.seconds(CommOp::kAllReduce, X, h / Y, x_across);
-        one_way += comm.seconds(CommOp::kAllGather, X, a / X, x_across);
+        one_way += comm.seconds(CommOp::kAllGather, X, a / X / token_share, x_across);
       }
       if (Y > 1) {
         if (sp)
-          one_way += comm.seconds(CommOp::kReduceScatter, Y, a, y_across) +
-                     comm.seconds(CommOp::kAllGather, Y, a / Y, y_across);
+          one_way += comm.seconds(CommOp::kReduceScatter, Y, a / X, y_across) +
+                     comm.seconds(CommOp::kAllGather, Y, a / (X * Y), y_across);
         else
           one_way += comm.seconds(CommOp::kAllReduce, Y, a / X, y_across);
       }
@@ -653,7 +656,7 @@ std::vector<PlanPrediction> rank_plans(const Graph& model, const ClusterSpec& cl
   const int world = cluster.world;
   // Tensor grids within a node (its collectives are the most frequent): degrees up to the ranks
   // of a node (8 when the cluster does not say), X and Z at most 2 (Megatron's 1D, AxoNN's 2D and
-  // 3D at their smallest), Megatron's sequence parallelism as an option of Y > 1, X = 1.
+  // 3D at their smallest), Megatron's sequence parallelism as an option of every Y > 1.
   const int max_tensor = cluster.ranks_per_node > 1 ? cluster.ranks_per_node : std::min(world, 8);
   struct GridChoice {
     TensorGrid grid;
@@ -668,7 +671,7 @@ std::vector<PlanPrediction> rank_plans(const Graph& model, const ClusterSpec& cl
         const TensorGrid grid{x, t / (x * z), z};
         if (t > 1 && f.pairs.empty()) continue;
         for (SequenceParallel sp : {SequenceParallel::kNone, SequenceParallel::kMegatron}) {
-          if (sp == SequenceParallel::kMegatron && (grid.y == 1 || grid.x != 1)) continue;
+          if (sp == SequenceParallel::kMegatron && grid.y == 1) continue;
           if (!planner.grid_takes(grid, sp)) continue;
           grids.push_back({grid, sp});
         }

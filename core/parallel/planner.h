@@ -124,8 +124,8 @@ struct PlanPrediction {
 // for the default GPT at world 4 with measure = false): the sync mode only (localsgd and co2
 // change what is trained, not only how fast: predict_plan prices them when asked); every
 // factorisation world = data x pipe x (x y z) with tensor degrees up to ranks_per_node (8 when
-// it is 1), X and Z in {1, 2}, Megatron's sequence parallelism as an option when Y > 1 and
-// X = 1, each grid checked by shard_for_tensor_parallel itself; stages up to the cut points + 1
+// it is 1), X and Z in {1, 2}, Megatron's sequence parallelism as an option when Y > 1, each
+// grid checked by shard_for_tensor_parallel itself; stages up to the cut points + 1
 // (and 64); micro-batches P, 2P, 4P (1, 2, 4 without a pipeline) dividing each rank's rows;
 // 1F1B, and interleaved with 2 chunks where M is a multiple of P and the cut points allow; then
 // per layout the memory ladder — ZeRO 0, 1, 2, then each with activation checkpointing — until

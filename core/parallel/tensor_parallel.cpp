@@ -571,9 +571,33 @@ TensorParallelGraph shard_for_tensor_parallel(const Graph& model, const TensorGr
   const VocabHead vocab = find_vocab_head(model, pairs);
   if (grid.y > 1) check_vocab_divides(model, vocab, grid);
   int64_t tokens = 0;
+  // Megatron's sequence parallelism on the grid X x Y x Z. A region between pairs holds, on rank
+  // (x, y, z), h_y = [B, T / Y, C]: the tokens of block y, every feature, the same on each X rank
+  // of (y, z) (computed alike, as every region is without sequence parallelism). The token split
+  // (dim 1, over Y) and the X blocks (the features, dim 2) are cut on different dimensions over
+  // different axes, so a split or gather over one commutes with the other; a pair:
+  //   1. split_to_axis over X: h_y[.., C block x], [B, T / Y, C / X]. Backward: the X blocks of
+  //      the input gradient gathered whole.
+  //   2. all_gather of the tokens over Y: [B, T, C / X], every token of feature block x (the Y
+  //      ranks of (x, z) took the same block in 1). Backward: reduce_scatter over Y — the Y ranks'
+  //      input gradients, each partial over its out-features, summed (the f of the whole case)
+  //      and each left its tokens. Splitting before gathering moves C / X features, not C.
+  //   3. the column product [B, T, N / Y], partial over X: all_reduce over X, every token (W1's
+  //      block holds out-features of block y alone, so each Y rank needs every token: the gather
+  //      in 2 precedes it). Then attention / the activation on [B, T, N / Y], unchanged.
+  //   4. the row product [B, T, C / X] (f over X before it), partial over Y: reduce_scatter of
+  //      the tokens over Y, [B, T / Y, C / X] (the all_reduce's sum, each rank keeping block y).
+  //   5. the bias's X block, on this rank's tokens: its gradient covers them alone, so it is
+  //      summed over Y (copy_to_axis), not over X (each X rank holds another block).
+  //   6. gather_from_axis over X: [B, T / Y, C] = h_y's layout again. Backward: block x taken.
+  // So a pair ends in the layout it began with (the swap of X and Y roles is inside it), the
+  // whole parameters of the regions have their gradients summed over Y only (the X ranks' are
+  // equal), and the vocabulary-parallel head gathers the tokens over Y as at X = 1. Against X x Y
+  // without it, per pair and pass: the Y all-reduce of [B, T, C / X] becomes an all-gather and a
+  // reduce-scatter of it (the same bytes), the X gather moves [B, T / Y, C / X] blocks (Y times
+  // fewer), and the regions' activations shrink by Y (not X Y: they are whole over X). Z cuts
+  // weight rows and the batch rows, neither of which this touches.
   if (sequence == SequenceParallel::kMegatron) {
-    COHORT_CHECK(grid.x == 1, Status::kUnsupported, "plan: sequence parallelism with tensor_x = ", grid.x,
-                 " is not implemented yet (Megatron's sequence parallelism runs over tensor_y alone) (TODO(#27))");
     const Node& first = model.node(pairs.front().column);
     const Shape& x = model.value(first.inputs[0]).type.shape;
     COHORT_CHECK(x.size() == 3, Status::kInvalidPlan, "plan: sequence parallelism splits [batch, tokens, features] "

@@ -88,8 +88,11 @@ std::vector<LinearPair> find_linear_pairs(const Graph& model);
 // the tokens, so their activations shrink by Y too: a pair's entry f becomes an all_gather of the
 // tokens and its exit g a reduce_scatter of them (the same bytes as the all_reduce they replace);
 // the whole parameters read there have their gradients summed over Y, and the position table is
-// read by token blocks. Needs Y > 1, X = 1, [B, T, C] activations, T divisible by Y and the
-// vocabulary-parallel head (kInvalidPlan / kUnsupported naming what is missing).
+// read by token blocks. With X > 1 the regions are whole over X (each X rank of a Y block holds
+// the same tokens) and a pair takes its X block of the features before gathering the tokens and
+// gathers the X blocks after scattering them (derived at shard_for_tensor_parallel); Z is as
+// without it. Needs Y > 1, [B, T, C] activations, T divisible by Y and the vocabulary-parallel
+// head (kInvalidPlan naming what is missing).
 //
 // SequenceParallel::kAllToAll (DeepSpeed-Ulysses') instead cuts nothing by features: Y's ranks
 // each hold their block of the tokens everywhere (the inputs with a token axis split, every

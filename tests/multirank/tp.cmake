@@ -4,7 +4,8 @@
 # at 2 and 4 ranks for the GPT and the MLP over shared memory and TCP, overlap off for
 # comparison, data 2 x tensor 2 at 4 ranks, AxoNN's grids (2 x 2 over X and Y, Z = 2 with Y = 2,
 # data 2 x X 2), a rank killed mid-run failing every survivor, the gpt with activation
-# checkpointing (also on the 2D grid) and pipeline stages (below).
+# checkpointing (also on the 2D grid), sequence parallelism (also on the 2D grid) and pipeline
+# stages (below).
 add_executable(tp_rank tp_rank.cpp)
 target_compile_options(tp_rank PRIVATE ${COHORT_WARNINGS})
 target_include_directories(tp_rank PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
@@ -39,16 +40,23 @@ endforeach()
 tp_test(gpt-ckpt 2 shm)
 tp_test(gpt-ckpt 4 tcp)
 tp_test(gpt-x2-y2-ckpt 4 shm)
-# Megatron's sequence parallelism (the gpt: the mlp has no tokens), with checkpointing too.
+# Megatron's sequence parallelism (the gpt: the mlp has no tokens), with checkpointing too, and
+# on the 2D grid X 2 x Y 2.
 tp_test(gpt-seq 2 tcp)
 tp_test(gpt-y2-z2-seq 4 shm)
+tp_test(gpt-x2-y2-seq 4 shm)
+tp_test(gpt-x2-y2-seq 4 tcp)
 tp_test(gpt-seq-ckpt 4 shm)
 tp_test(gpt-a2a 4 tcp)
 # Pipeline stages (core/parallel/pipeline.h) as processes: 2 stages over tcp, 2 stages x tensor 2,
-# 4 stages with the last one killed mid-run (every survivor fails naming it, within the deadline).
+# 2 stages x tensor_z 2, 4 stages with the last one killed mid-run (every survivor fails naming it,
+# within the deadline).
 tp_test(gpt-p2-y1 2 tcp)
 tp_test(mlp-p2-y1 4 shm)
 tp_test(gpt-p2-y2 4 shm)
+tp_test(gpt-p2-y1-z2 4 shm)
+tp_test(gpt-p2-y1-z2 4 tcp)
+tp_test(mlp-p2-y1-z2 4 tcp)
 tp_test(gpt-p4-y1-kill 4 tcp)
 tp_test(gpt-y2-a2a 4 shm)
 # OP-Fence (core/parallel/fence.h): the links probed, the world one pipeline, ranks 1.. given no

@@ -839,7 +839,8 @@ typedef struct cohort_plan_options {
    * before it and a reduce-scatter after it (the same bytes). INVALID_PLAN at
    * cohort_trainer_create_parallel for a model whose activations are not [batch, tokens,
    * features], whose tokens tensor_y does not divide, or whose loss is not the cross entropy of a
-   * vocabulary-split head (the GPT's is); UNSUPPORTED with tensor_x > 1. 2: the all-to-all kind
+   * vocabulary-split head (the GPT's is). With tensor_x > 1 the regions hold each Y rank's tokens
+   * whole over tensor_x (their activations shrink by tensor_y). 2: the all-to-all kind
    * (DeepSpeed-Ulysses') — tensor_y cuts nothing by features: every layer holds each rank's block
    * of the tokens, the parameters are whole (their gradients summed over tensor_y), and around
    * attention an all-to-all exchanges the tokens for every token of heads / tensor_y heads and

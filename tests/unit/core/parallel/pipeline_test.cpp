@@ -13,6 +13,7 @@
 #include "core/checkpoint/checkpoint.h"
 #include "core/parallel/parallel_trainer.h"
 #include "core/parallel/pipeline.h"
+#include "core/parallel/tensor_parallel.h"
 #include "tests/support/expect_error.h"
 #include "tests/unit/core/parallel/tp_reference.h"
 #include "tests/unit/transport/coll/coll_test_util.h"
@@ -93,8 +94,11 @@ TEST(Pipeline, BadCutsAndStageCountsNameTheField) {
   p.zero_stage = 3;
   expect_error([&] { validate(p); }, Status::kUnsupported, "plan: ZeRO stage 3 with pipeline stages");
   p.zero_stage = 0;
-  p.tensor.z = 2;
-  expect_error([&] { validate(p); }, Status::kUnsupported, "plan: pipeline_stages 2 with tensor_z 2 is not implemented");
+  p.tensor.z = 2;  // stages compose with Z (UnderTensorZTheStagesAreTheModelsAndOnlyActivationsCross)
+  EXPECT_NO_THROW(validate(p));
+  expect_error([&] { validate_for_world(p, 6); }, Status::kInvalidPlan,
+               "plan: pipeline_stages 2 x the tensor grid tensor_x 1 x tensor_y 1 x tensor_z 2 = 4 ranks does not "
+               "divide the world size 6");
   p.tensor.z = 1;
   expect_error([&] { validate_for_world(p, 3); }, Status::kInvalidPlan,
                "plan: pipeline_stages 2 x the tensor grid tensor_x 1 x tensor_y 1 x tensor_z 1 = 2 ranks does not "
@@ -134,6 +138,54 @@ TEST(Pipeline, EachRankGraphHoldsItsStagesWithSendsAndReceives) {
   EXPECT_EQ(params.size(), gpt.parameters().size());  // every parameter somewhere
 }
 
+// Under tensor_z the rewrite gathers every weight block and copies every other parameter before
+// the first node; those values are made from parameters alone, so they cross no cut: the
+// rewritten graph has the model's cut points (a cut named by the model's node is taken), each
+// stage makes the gathers and copies of what it reads, and only the residual stream is sent.
+TEST(Pipeline, UnderTensorZTheStagesAreTheModelsAndOnlyActivationsCross) {
+  const Graph gpt = test::tp_model("gpt", 2);
+  TensorGrid z2;
+  z2.z = 2;
+  const Graph tp = shard_for_tensor_parallel(gpt, z2, TensorPosition{0, 0, 1}).graph;
+  // Every cut point of the model is one of the rewrite (which adds the steps of the loss's mean
+  // over Z, after the last stage's start).
+  const std::vector<std::string> model_points = names_at(gpt, pipeline_cut_points(gpt)),
+                                 tp_points = names_at(tp, pipeline_cut_points(tp));
+  for (const std::string& p : model_points)
+    EXPECT_NE(std::find(tp_points.begin(), tp_points.end(), p), tp_points.end()) << p;
+  for (const std::string& p : tp_points) {
+    const bool models = std::find(model_points.begin(), model_points.end(), p) != model_points.end();
+    EXPECT_TRUE(models || p.rfind("loss.", 0) == 0) << p;
+  }
+  const PipelineStages stages = cut_pipeline_stages(tp, 2, std::vector<double>(tp.nodes().size(), 1.0), {"h.1.ln_1"});
+  // Unnamed, the balanced cut on unit costs falls between the blocks too: each stage pays for
+  // the gathers of what it reads, wherever the rewrite put them.
+  const PipelineStages balanced = cut_pipeline_stages(tp, 2, std::vector<double>(tp.nodes().size(), 1.0));
+  EXPECT_EQ(tp.nodes()[balanced.begin[1]].name, "h.1.ln_1") << balanced.describe(tp);
+  std::set<std::string> params;
+  for (int rank = 0; rank < 2; ++rank) {
+    const PipelineGraph pg = build_pipeline_graph(tp, stages, 2, rank);
+    std::vector<std::string> sent;
+    std::set<std::string> nodes;
+    for (const Node& n : pg.graph.nodes()) {
+      nodes.insert(n.name);
+      if (n.op->name == "pipe_send" || n.op->name == "pipe_recv") sent.push_back(n.name);
+    }
+    EXPECT_EQ(sent.size(), 1u) << rank;  // the residual stream, one way
+    const std::string mine = rank == 0 ? "h.0." : "h.1.", other = rank == 0 ? "h.1." : "h.0.";
+    for (const char* w : {"attn.c_attn.weight.gather_z", "mlp.c_proj.weight.gather_z", "ln_1.weight.copy_to_z"}) {
+      EXPECT_TRUE(nodes.count(mine + w)) << rank << ": " << mine + w;
+      EXPECT_FALSE(nodes.count(other + w)) << rank << ": " << other + w;
+    }
+    // The tied embedding: each stage copies it over Z itself; its gradient summed over both.
+    EXPECT_TRUE(nodes.count("wte.weight.copy_to_z")) << rank;
+    ASSERT_EQ(pg.tied_holders.count("wte.weight"), 1u);
+    EXPECT_EQ(pg.tied_holders.at("wte.weight"), (std::vector<int>{0, 1}));
+    for (ValueId p : pg.graph.parameters()) params.insert(pg.graph.value(p).name);
+  }
+  EXPECT_EQ(params.size(), tp.parameters().size());  // every parameter somewhere
+}
+
 TEST(Pipeline, SchedulesRunEveryMicroBatchOnceEachWayWithTheirInFlightBounds) {
   for (PipelineSchedule kind : {PipelineSchedule::kGPipe, PipelineSchedule::kOneFOneB, PipelineSchedule::kInterleaved}) {
     const int p = 4, m = 8, chunks = kind == PipelineSchedule::kInterleaved ? 2 : 1;
@@ -164,17 +216,22 @@ TEST(Pipeline, SchedulesRunEveryMicroBatchOnceEachWayWithTheirInFlightBounds) {
 }
 
 // Checkpoints are the whole model's, whatever the layout: saved by 2 stages (1F1B, with the
-// tied embedding on both), they load on one process and under 4 stages and a tensor axis,
-// parameters and optimizer state bit for bit, and training goes on alike.
+// tied embedding on both) or by 2 stages x tensor_z 2 (each stage's weight blocks gathered over
+// Z), they load on one process, parameters bit for bit; the first loads under 4 stages, a tensor
+// axis and tensor_z, parameters and optimizer state bit for bit, and training goes on alike (every
+// Z rank fed the same rows, so their mean loss is the one process's).
 TEST(Pipeline, CheckpointsLoadUnderAnotherStageCountOrOnOneRank) {
   constexpr int64_t kRows = 4;
   const std::string dir = ::testing::TempDir();
-  auto path = [&](int rank) { return dir + "pipe_checkpoint.rank" + std::to_string(rank); };
-  auto make = [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm, int stages, int y) {
+  auto path = [&](const std::string& layout, int rank) {
+    return dir + "pipe_checkpoint_" + layout + ".rank" + std::to_string(rank);
+  };
+  auto make = [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm, int stages, int y, int z) {
     PlanConfig plan = preset(Preset::kDdp, 1);
     plan.pipeline.stages = stages;
     plan.pipeline.micro_batches = 2;
     plan.tensor.y = y;
+    plan.tensor.z = z;
     TrainerOptions o;
     o.seed = 5;
     o.num_threads = 1;
@@ -183,31 +240,46 @@ TEST(Pipeline, CheckpointsLoadUnderAnotherStageCountOrOnOneRank) {
   auto same_bits = [](const Tensor& a, const Tensor& b) {
     return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
   };
-  std::mutex mutex;
-  std::map<std::string, Tensor> held;  // every stage's parameters at the save
-  ct::run_ranks_shared(2, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
-    auto t = make(comm, 2, 1);
-    for (int64_t s = 0; s < 3; ++s) t->step(test::tp_batch("gpt", s, 0, kRows));
-    checkpoint::save_checkpoint(*t, path(comm->rank()), {});
-    std::lock_guard<std::mutex> lock(mutex);
-    for (size_t i = 0; i < t->parameters().size(); ++i) held[t->parameter_names()[i]] = t->parameters()[i];
-  });
   TrainerOptions o;
   o.seed = 99;  // the checkpoint's seed replaces it
   o.num_threads = 1;
-  Trainer alone(test::tp_model("gpt", kRows), test::tp_optimizer(), o);
-  checkpoint::load_checkpoint(alone, path(1), nullptr);
-  ASSERT_EQ(held.size(), alone.parameters().size());
-  for (size_t i = 0; i < alone.parameters().size(); ++i)
-    EXPECT_TRUE(same_bits(alone.parameters()[i], held.at(alone.parameter_names()[i]))) << alone.parameter_names()[i];
-  EXPECT_EQ(alone.step_count(), 3);
-  const float alone_loss = alone.step(test::tp_batch("gpt", 3, 0, kRows));
+  std::mutex mutex;
+  float alone_loss = 0;
+  for (int z : {1, 2}) {
+    const std::string layout = z == 1 ? "p2" : "p2_z2";
+    std::map<std::string, Tensor> held;  // every stage's whole parameters at the save
+    ct::run_ranks_shared(2 * z, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+      auto t = make(comm, 2, 1, z);
+      for (int64_t s = 0; s < 3; ++s) t->step(test::tp_batch("gpt", s, 0, kRows));
+      checkpoint::save_checkpoint(*t, path(layout, comm->rank()), {});
+      std::map<std::string, Tensor> whole;
+      for (const std::string& name : t->parameter_names()) whole[name] = t->whole_parameter(name);
+      std::lock_guard<std::mutex> lock(mutex);
+      for (const auto& [name, w] : whole) held[name] = w;
+    });
+    Trainer alone(test::tp_model("gpt", kRows), test::tp_optimizer(), o);
+    checkpoint::load_checkpoint(alone, path(layout, 2 * z - 1), nullptr);
+    ASSERT_EQ(held.size(), alone.parameters().size()) << layout;
+    for (size_t i = 0; i < alone.parameters().size(); ++i)
+      EXPECT_TRUE(same_bits(alone.parameters()[i], held.at(alone.parameter_names()[i])))
+          << layout << ": " << alone.parameter_names()[i];
+    EXPECT_EQ(alone.step_count(), 3) << layout;
+    const float loss = alone.step(test::tp_batch("gpt", 3, 0, kRows));
+    if (z == 1) {
+      alone_loss = loss;
+    } else {  // the same rows every step: the same training within fp32 rounding
+      EXPECT_NEAR(loss, alone_loss, std::fabs(alone_loss) * test::tp_longest_sum("gpt", kRows) * test::kUnitRoundoff);
+    }
+  }
   Trainer fresh(test::tp_model("gpt", kRows), test::tp_optimizer(), o);
-  checkpoint::load_checkpoint(fresh, path(0), nullptr);
-  for (auto [stages, y] : {std::pair<int, int>{4, 1}, std::pair<int, int>{2, 2}}) {
+  checkpoint::load_checkpoint(fresh, path("p2", 0), nullptr);
+  struct Layout {
+    int stages, y, z;
+  };
+  for (const Layout& l : {Layout{4, 1, 1}, Layout{2, 2, 1}, Layout{2, 1, 2}}) {
     ct::run_ranks_shared(4, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
-      auto t = make(comm, stages, y);
-      checkpoint::load_checkpoint(*t, path(0), nullptr);
+      auto t = make(comm, l.stages, l.y, l.z);
+      checkpoint::load_checkpoint(*t, path("p2", 0), nullptr);
       for (size_t i = 0; i < t->parameters().size(); ++i) {
         const std::string& name = t->parameter_names()[i];
         const size_t j = static_cast<size_t>(fresh.local_parameter(name));
@@ -221,7 +293,7 @@ TEST(Pipeline, CheckpointsLoadUnderAnotherStageCountOrOnOneRank) {
       const float loss = t->step(test::tp_batch("gpt", 3, 0, kRows));
       std::lock_guard<std::mutex> lock(mutex);
       EXPECT_NEAR(loss, alone_loss, std::fabs(alone_loss) * test::tp_longest_sum("gpt", kRows) * test::kUnitRoundoff)
-          << stages << " stages, y " << y << ", rank " << comm->rank();
+          << l.stages << " stages, y " << l.y << ", z " << l.z << ", rank " << comm->rank();
     });
   }
 }
@@ -277,7 +349,7 @@ TEST_P(PipelineTraining, MatchesOneProcessOnTheGlobalBatch) {
   const PipeCase& c = GetParam();
   constexpr int64_t kSteps = 3, kRows = 8;  // rows per replica and step
   const int model_ranks = c.stages * c.tensor.degree(), data = c.world / model_ranks;
-  const int64_t global = kRows * data;
+  const int64_t global = kRows * data * c.tensor.z;  // each Z rank of a replica its own rows
   const test::TpReference ref = test::tp_reference(c.model, global, kSteps, 1);
   std::mutex mutex;
   ct::run_ranks_shared(c.world, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
@@ -293,10 +365,10 @@ TEST_P(PipelineTraining, MatchesOneProcessOnTheGlobalBatch) {
     o.seed = 1 + static_cast<uint64_t>(comm->rank());  // the model and data axes take rank 0's
     o.num_threads = 1;
     auto trainer = make_parallel_trainer(test::tp_model(c.model, kRows), test::tp_optimizer(), o, plan, comm);
-    const int replica = comm->rank() / model_ranks;
+    const int slice = comm->rank() / model_ranks * c.tensor.z + comm->rank() % c.tensor.z;  // z varies fastest
     double worst_loss = 0;
     for (int64_t s = 0; s < kSteps; ++s) {
-      const float loss = trainer->step(test::tp_batch(c.model, s, replica * kRows, kRows));
+      const float loss = trainer->step(test::tp_batch(c.model, s, slice * kRows, kRows));
       if (data == 1) {
         const double rel = std::fabs(loss - ref.losses[static_cast<size_t>(s)]) / std::fabs(ref.losses[static_cast<size_t>(s)]);
         worst_loss = std::max(worst_loss, rel / static_cast<double>(s + 1));
@@ -327,6 +399,12 @@ TensorGrid y2() {
   return g;
 }
 
+TensorGrid z2() {
+  TensorGrid g;
+  g.z = 2;
+  return g;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Schedules, PipelineTraining,
     ::testing::Values(PipeCase{"mlp", 1, 1, 1, 4, PipelineSchedule::kGPipe, "mlp_micro4"},
@@ -346,7 +424,10 @@ INSTANTIATE_TEST_SUITE_P(
                                SyncMode::kSync, 2},
                       PipeCase{"gpt", 4, 2, 1, 2, PipelineSchedule::kOneFOneB, "gpt_p2_y2_1f1b", y2()},
                       PipeCase{"gpt", 4, 2, 2, 2, PipelineSchedule::kInterleaved, "gpt_p2_y2_sequence_interleaved", y2(),
-                               SyncMode::kSync, 0, SequenceParallel::kMegatron}),
+                               SyncMode::kSync, 0, SequenceParallel::kMegatron},
+                      PipeCase{"gpt", 4, 2, 1, 2, PipelineSchedule::kOneFOneB, "gpt_p2_z2_1f1b", z2()},
+                      PipeCase{"mlp", 4, 2, 1, 4, PipelineSchedule::kGPipe, "mlp_p2_z2_gpipe", z2()},
+                      PipeCase{"gpt", 4, 2, 2, 2, PipelineSchedule::kInterleaved, "gpt_p2_z2_interleaved2", z2()}),
     [](const ::testing::TestParamInfo<PipeCase>& i) { return i.param.label; });
 
 }  // namespace

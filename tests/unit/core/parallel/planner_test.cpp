@@ -186,6 +186,50 @@ TEST_F(Planner, TensorDegreesDivideTheHeads) {
   expect_status(Status::kInvalidPlan, [&] { (void)predict(model, cluster(4), bad); });
 }
 
+// Megatron's sequence parallelism on the 2D grid X 2 x Y 2 is proposed, and priced below the same
+// grid without it: the regions' activations by Y, the X gathers of each pair's output Y times
+// smaller (its tokens' block), the Y all-reduce becoming a reduce-scatter and an all-gather of
+// the same bytes.
+TEST_F(Planner, SequenceParallelismOnTheTwoDimensionalGridIsProposedAndCheaper) {
+  const Graph model = models::build_gpt(small_gpt());
+  bool proposed = false;
+  for (const PlanPrediction& p : rank_plans(model, cluster(4), workload_))
+    proposed |= p.plan.tensor.x == 2 && p.plan.tensor.y == 2 && p.plan.sequence_parallel == SequenceParallel::kMegatron;
+  EXPECT_TRUE(proposed);
+  PlanConfig plain = data_plan(1);
+  plain.tensor.x = 2;
+  plain.tensor.y = 2;
+  PlanConfig sequence = plain;
+  sequence.sequence_parallel = SequenceParallel::kMegatron;
+  const PlanPrediction a = predict(model, cluster(4), plain), b = predict(model, cluster(4), sequence);
+  std::printf("2x2x1: memory %.1f MiB, exposed communication %.3f ms; with sequence parallelism %.1f MiB, %.3f ms\n",
+              a.memory_bytes / (1 << 20), a.exposed_comm_seconds * 1e3, b.memory_bytes / (1 << 20),
+              b.exposed_comm_seconds * 1e3);
+  EXPECT_LT(b.memory_bytes, a.memory_bytes);
+  EXPECT_LT(b.exposed_comm_seconds, a.exposed_comm_seconds);
+}
+
+// Pipeline stages compose with tensor_z: proposed at world 4 (2 stages x Z 2), each stage holding
+// its own parameters' Z blocks, so below the memory of 2 stages alone with the same rows a rank.
+TEST_F(Planner, PipelineStagesWithTensorZAreProposed) {
+  const Graph model = models::build_gpt(small_gpt());
+  bool proposed = false;
+  for (const PlanPrediction& p : rank_plans(model, cluster(4), workload_))
+    proposed |= p.plan.pipeline.stages == 2 && p.plan.tensor.z == 2;
+  EXPECT_TRUE(proposed);
+  PlanConfig stages = data_plan(2);  // data 2 x pipe 2: 2 rows a micro-batch, as under Z 2
+  stages.pipeline.stages = 2;
+  stages.pipeline.micro_batches = 2;
+  PlanConfig z = data_plan(1);
+  z.pipeline.stages = 2;
+  z.pipeline.micro_batches = 2;
+  z.tensor.z = 2;
+  const PlanPrediction a = predict(model, cluster(4), stages), b = predict(model, cluster(4), z);
+  std::printf("data 2 x pipe 2: %.1f MiB; pipe 2 x Z 2: %.1f MiB\n", a.memory_bytes / (1 << 20),
+              b.memory_bytes / (1 << 20));
+  EXPECT_LT(b.memory_bytes, a.memory_bytes);
+}
+
 TEST_F(Planner, PlansCoverTheWorldAndAreRanked) {
   const Graph model = models::build_gpt(small_gpt());
   for (int world : {1, 2, 4, 8}) {

@@ -159,11 +159,6 @@ TEST(TensorParallel, SequenceParallelismSplitsTheRegionsBetweenPairsAlongTheToke
 
   expect_error([&] { shard_for_tensor_parallel(model, TensorGrid{}, {}, SequenceParallel::kMegatron); }, Status::kInvalidPlan,
                "plan: sequence parallelism splits the tokens over tensor_y, which is 1");
-  TensorGrid xy;
-  xy.x = 2;
-  xy.y = 2;
-  expect_error([&] { shard_for_tensor_parallel(model, xy, {}, SequenceParallel::kMegatron); }, Status::kUnsupported,
-               "plan: sequence parallelism with tensor_x = 2 is not implemented yet");
   expect_error([&] { shard_for_tensor_parallel(test::tp_model("mlp", 2), grid, {}, SequenceParallel::kMegatron); }, Status::kInvalidPlan,
                "plan: sequence parallelism splits [batch, tokens, features] activations along the tokens, but "
                "linear 'fc1' reads [2, 12]");
@@ -173,6 +168,43 @@ TEST(TensorParallel, SequenceParallelismSplitsTheRegionsBetweenPairsAlongTheToke
   four.y = 4;
   expect_error([&] { shard_for_tensor_parallel(models::build_gpt(odd), four, {}, SequenceParallel::kMegatron); }, Status::kInvalidPlan,
                "plan: sequence parallelism: tensor_y = 4 does not divide the 6 tokens of the context");
+}
+
+// On the 2D grid X x Y the regions hold [B, T / Y, C], whole over X: a pair takes its X block of
+// the features, then gathers the tokens over Y; the column product is summed over X on every
+// token; the row product's tokens are reduce-scattered over Y, then the X blocks gathered back
+// (the derivation above shard_for_tensor_parallel). Nothing is all-reduced over Y.
+TEST(TensorParallel, SequenceParallelismOnTheTwoDimensionalGridSplitsFeaturesOverXBeforeGatheringTokensOverY) {
+  const Graph model = test::tp_model("gpt", 2);
+  TensorGrid grid;
+  grid.x = 2;
+  grid.y = 2;
+  const Graph g = shard_for_tensor_parallel(model, grid, TensorPosition{1, 0, 0}, SequenceParallel::kMegatron).graph;
+  std::map<std::string, int> ops;
+  for (const Node& n : g.nodes()) ops[n.op->name + "/" + (n.attrs.has("axis") ? n.attrs.get_string("axis") : "")]++;
+  EXPECT_EQ(ops["split_to_axis/x"], 4);      // before each pair
+  EXPECT_EQ(ops["all_gather/y"], 4 + 1 + 1);  // each pair's tokens, the head's, the loss's partials
+  EXPECT_EQ(ops["all_reduce/x"], 4);          // each column product
+  EXPECT_EQ(ops["reduce_scatter/y"], 4 + 1);  // each row product's tokens, the embedding's
+  EXPECT_EQ(ops["gather_from_axis/x"], 4);    // each pair's output
+  EXPECT_EQ(ops["split_to_axis/y"], 1);       // wpe's rows of this rank's tokens
+  EXPECT_EQ(ops["all_reduce/y"], 0);
+  // [B, T / Y, C] in the regions; [B, T / Y, C / X] split, then [B, T, C / X] gathered.
+  EXPECT_EQ(g.value(g.find("h.0.ln_1")).type.shape, (Shape{2, 4, 16}));
+  EXPECT_EQ(g.value(g.find("h.0.attn.c_attn.split_x")).type.shape, (Shape{2, 4, 8}));
+  EXPECT_EQ(g.value(g.find("h.0.attn.c_attn.gather_tokens_y")).type.shape, (Shape{2, 8, 8}));
+  EXPECT_EQ(g.node(g.value(g.find("h.0.attn.c_attn.gather_tokens_y")).producer).inputs[0],
+            g.find("h.0.attn.c_attn.split_x"));
+  EXPECT_EQ(g.value(g.find("h.0.attn.c_attn")).type.shape, (Shape{2, 8, 24}));  // [B, T, 3C / Y]
+  EXPECT_EQ(g.value(g.find("h.0.attn.c_proj.all_reduce_y")).type.shape, (Shape{2, 4, 8}));
+  EXPECT_EQ(g.node(g.value(g.find("h.0.attn.c_proj.all_reduce_y")).producer).op->name, "reduce_scatter");
+  EXPECT_EQ(g.value(g.find("h.0.attn.c_proj")).type.shape, (Shape{2, 4, 16}));
+  // The row bias: this rank's X block, its gradient summed over Y (the tokens), not over X.
+  EXPECT_EQ(g.value(g.find("h.0.attn.c_proj.bias")).shard, (std::vector<ShardCut>{{0, 1, 2, 1, "x"}}));
+  EXPECT_TRUE(g.find("h.0.attn.c_proj.bias.copy_to_y") >= 0);
+  EXPECT_TRUE(g.find("h.0.ln_1.weight.copy_to_y") >= 0);
+  EXPECT_EQ(ops["copy_to_axis/x"], 4);  // f over X before each row layer, nothing else over X
+  EXPECT_EQ(g.value(g.find("logits")).type.shape, (Shape{2, 8, 32}));
 }
 
 // The all-to-all kind: Y cuts nothing by features; the token inputs are split, every parameter
@@ -478,6 +510,8 @@ INSTANTIATE_TEST_SUITE_P(
                       GridCase{"gpt", 4, grid_of(1, 4, 1), true, "gpt_y4_sequence", SequenceParallel::kMegatron},
                       GridCase{"gpt", 4, grid_of(1, 2, 2), true, "gpt_y2_z2_sequence", SequenceParallel::kMegatron},
                       GridCase{"gpt", 4, grid_of(1, 2, 1), false, "gpt_data2_y2_sequence_no_overlap", SequenceParallel::kMegatron},
+                      GridCase{"gpt", 4, grid_of(2, 2, 1), true, "gpt_x2_y2_sequence", SequenceParallel::kMegatron},
+                      GridCase{"gpt", 4, grid_of(2, 2, 1), false, "gpt_x2_y2_sequence_no_overlap", SequenceParallel::kMegatron},
                       GridCase{"gpt", 4, grid_of(1, 2, 1), true, "gpt_data2_y2_zero1", SequenceParallel::kNone, 1},
                       GridCase{"mlp", 4, grid_of(2, 1, 1), true, "mlp_data2_x2_zero2", SequenceParallel::kNone, 2},
                       GridCase{"gpt", 4, grid_of(1, 1, 2), true, "gpt_data2_z2_zero2", SequenceParallel::kNone, 2},
@@ -517,27 +551,31 @@ TEST(TensorParallel, DropoutMasksAgreeAcrossTheTensorGroup) {
   }
 }
 
-// Checkpoints are written in the model's layout: the 2D grid 2 x 2 x 1 saves whole parameters and
-// optimizer state (each rank the same file; a weight cut over X and Y gathered over both), which
-// one process loads — its parameters and state then equal the ranks' gathered blocks bit for bit —
-// and the grid 1 x 2 x 2 loads too, each rank keeping exactly its blocks of them (cut over Y,
-// then Z); both then take the same next step within fp32 rounding (the two Z ranks fed the same
-// rows, so their mean loss is the one process's).
-TEST(TensorParallel, CheckpointsLoadUnderAnotherGridOrOnOneRank) {
+// Checkpoints are written in the model's layout: a grid saves whole parameters and optimizer state
+// (each rank the same file; a weight cut over X and Y gathered over both), which one process
+// loads — its parameters then equal the ranks' gathered blocks bit for bit — and another grid
+// loads too, each rank keeping exactly its blocks of the parameters and the optimizer state; both
+// then take the same next step within fp32 rounding (the loading grid's Z ranks fed the same rows,
+// so their mean loss is the one process's).
+void expect_checkpoint_moves(const TensorGrid& saved_grid, SequenceParallel saved_sequence,
+                             const TensorGrid& loaded_grid, SequenceParallel loaded_sequence, const std::string& label) {
   constexpr int64_t kRows = 4;
   const std::string dir = ::testing::TempDir();
-  auto path = [&](int rank) { return dir + "tp_checkpoint.rank" + std::to_string(rank); };
-  auto make = [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm, const TensorGrid& grid) {
+  auto path = [&](int rank) { return dir + "tp_checkpoint_" + label + ".rank" + std::to_string(rank); };
+  auto make = [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm, const TensorGrid& grid,
+                  SequenceParallel sequence) {
     PlanConfig plan = preset(Preset::kDdp, 1);
     plan.tensor = grid;
+    plan.sequence_parallel = sequence;
     TrainerOptions o;
     o.seed = 5;
     o.num_threads = 1;
     return make_parallel_trainer(test::tp_model("gpt", kRows), test::tp_optimizer(), o, plan, comm);
   };
   std::map<std::string, Tensor> gathered;  // rank 0's whole parameters at the save
-  ct::run_ranks_shared(4, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
-    auto t = make(comm, grid_of(2, 2, 1));
+  ct::run_ranks_shared(saved_grid.degree(), ct::RankSetup(),
+                       [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    auto t = make(comm, saved_grid, saved_sequence);
     for (int64_t s = 0; s < 3; ++s) t->step(test::tp_batch("gpt", s, 0, kRows));
     checkpoint::save_checkpoint(*t, path(comm->rank()), {});
     std::map<std::string, Tensor> whole;
@@ -552,34 +590,51 @@ TEST(TensorParallel, CheckpointsLoadUnderAnotherGridOrOnOneRank) {
   o.seed = 99;  // the checkpoint's seed replaces it
   o.num_threads = 1;
   Trainer alone(test::tp_model("gpt", kRows), test::tp_optimizer(), o);
-  checkpoint::load_checkpoint(alone, path(3), nullptr);
+  checkpoint::load_checkpoint(alone, path(saved_grid.degree() - 1), nullptr);
+  ASSERT_EQ(gathered.size(), alone.parameters().size()) << label;
   for (size_t i = 0; i < alone.parameters().size(); ++i)
     EXPECT_TRUE(same_bits(alone.parameters()[i], gathered.at(alone.parameter_names()[i])))
-        << alone.parameter_names()[i];
+        << label << ": " << alone.parameter_names()[i];
+  EXPECT_EQ(alone.step_count(), 3) << label;
   const float alone_loss = alone.step(test::tp_batch("gpt", 3, 0, kRows));
   // Another grid: blocks of what one process loaded, parameters and optimizer state.
   Trainer fresh(test::tp_model("gpt", kRows), test::tp_optimizer(), o);
   checkpoint::load_checkpoint(fresh, path(0), nullptr);
   std::mutex mutex;
-  ct::run_ranks_shared(4, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
-    auto t = make(comm, grid_of(1, 2, 2));
+  ct::run_ranks_shared(loaded_grid.degree(), ct::RankSetup(),
+                       [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    auto t = make(comm, loaded_grid, loaded_sequence);
     checkpoint::load_checkpoint(*t, path(0), nullptr);
     int blocks = 0;
     for (size_t i = 0; i < t->parameters().size(); ++i) {
       const std::string& name = t->parameter_names()[i];
-      EXPECT_TRUE(same_bits(t->parameters()[i], t->block_of(i, fresh.parameters()[i]))) << name;
+      EXPECT_TRUE(same_bits(t->parameters()[i], t->block_of(i, fresh.parameters()[i]))) << label << ": " << name;
       auto mine = t->optimizer().state(i), want = fresh.optimizer().state(i);
       ASSERT_EQ(mine.size(), want.size());
       for (size_t k = 0; k < mine.size(); ++k)
-        EXPECT_TRUE(same_bits(mine[k].second, t->block_of(i, want[k].second))) << name << "/" << mine[k].first;
+        EXPECT_TRUE(same_bits(mine[k].second, t->block_of(i, want[k].second)))
+            << label << ": " << name << "/" << mine[k].first;
       blocks += t->is_sharded(i);
     }
     EXPECT_EQ(t->step_count(), 3);
     const float loss = t->step(test::tp_batch("gpt", 3, 0, kRows));
     std::lock_guard<std::mutex> lock(mutex);
     EXPECT_GT(blocks, 0);
-    EXPECT_NEAR(loss, alone_loss, std::fabs(alone_loss) * test::tp_longest_sum("gpt", kRows) * test::kUnitRoundoff);
+    EXPECT_NEAR(loss, alone_loss, std::fabs(alone_loss) * test::tp_longest_sum("gpt", kRows) * test::kUnitRoundoff)
+        << label << " rank " << comm->rank();
   });
+}
+
+TEST(TensorParallel, CheckpointsLoadUnderAnotherGridOrOnOneRank) {
+  expect_checkpoint_moves(grid_of(2, 2, 1), SequenceParallel::kNone, grid_of(1, 2, 2), SequenceParallel::kNone,
+                          "x2_y2_to_y2_z2");
+}
+
+// The same for Megatron's sequence parallelism on the 2D grid: saved under 2 x 2 x 1 with it, the
+// checkpoint resumes on one process and under 1 x 2 x 2 with it.
+TEST(TensorParallel, CheckpointsOfSequenceParallelismOnTheTwoDimensionalGridLoadOnOneRank) {
+  expect_checkpoint_moves(grid_of(2, 2, 1), SequenceParallel::kMegatron, grid_of(1, 2, 2), SequenceParallel::kMegatron,
+                          "x2_y2_sequence_to_y2_z2_sequence");
 }
 
 // Local SGD and co2 over the data axis of a tensor-parallel or pipelined model: data 2 x
