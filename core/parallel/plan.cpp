@@ -118,12 +118,13 @@ void validate(const PlanConfig& p) {
                  "data-parallel group with zero_stage alone");
     COHORT_CHECK(p.zero_stage >= 1, Status::kInvalidPlan, "plan: shard_group = ", p.shard_group,
                  " runs ZeRO over each replica's ranks: zero_stage must be 1, 2 or 3 (it is 0)");
-    COHORT_CHECK(p.outer_bits == 32 && !p.inner_noise_scaling && p.model_degree() == 1, Status::kUnsupported,
-                 "plan: shard_group = ", p.shard_group,
-                 " is not implemented with outer_bits 8 / 4, inner_noise_scaling or tensor / pipeline axes yet "
-                 "(TODO(#30)); it has ",
-                 p.outer_bits != 32     ? str_cat("outer_bits ", p.outer_bits)
+    COHORT_CHECK(p.outer_bits == 32 && !p.inner_noise_scaling && p.model_degree() == 1 && !p.automatic,
+                 Status::kUnsupported, "plan: shard_group = ", p.shard_group,
+                 " is not implemented with outer_bits 8 / 4, inner_noise_scaling, tensor / pipeline axes or an "
+                 "automatic layout yet (TODO(#30)); it has ",
+                 p.outer_bits != 32      ? str_cat("outer_bits ", p.outer_bits)
                  : p.inner_noise_scaling ? std::string("inner_noise_scaling")
+                 : p.automatic           ? std::string("automatic")
                                          : str_cat("model degree ", p.model_degree()));
   } else {
     // Local steps need every rank's whole parameters, gradients and inner optimizer state: under

@@ -204,7 +204,7 @@ inline int64_t outer_fragment_offset(int fragment, int fragments, int64_t tau) {
 // them, for outer_fragments > 1 outside localsgd / co2 or with what has no fragmented form yet
 // (overlap auto, outer_bits 8 / 4, ZeRO 1 of the outer state, shard groups, tensor or pipeline
 // axes), and for shard_group > 1 in the sync mode or with outer_bits 8 / 4, inner noise
-// scaling, tensor or pipeline axes (not implemented with groups yet).
+// scaling, tensor or pipeline axes or automatic (not implemented with groups yet).
 void validate(const PlanConfig& plan);
 // validate() plus the fit with a world of `world_size` ranks: the tensor degree x*y*z and the
 // data-parallel degree must divide it and their product equal it, and shard_group must divide

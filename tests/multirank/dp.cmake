@@ -60,7 +60,7 @@ endforeach()
 # the last rank's batch (its replica skips) or parameters (its replica drops the round); the last
 # rank killed mid-round; and the memory per rank against unsharded runs (shard-memory).
 foreach(mode localsgd-zero3-g2 diloco-zero1-g2 diloco-zero2-g2 diloco-zero3-g2 diloco-clip-zero2-g2 co2-zero1-g2
-             co2-zero2-g2 co2-zero3-g2 co2-clip-zero3-g2 co2-penalty-zero2-g2 co2-late-zero3-g2
+             co2-zero2-g2 co2-zero3-g2 co2-clip-zero3-g2 co2-penalty-zero2-g2 co2-late-zero3-g2 co2-auto-zero2-g2
              diloco-zero2-g2-resume diloco-zero3-g2-resume co2-zero2-g2-resume co2-zero3-g2-resume shard-memory)
   foreach(n 2 4)
     # One replica's guess is its average: no gap for the penalty to scale.

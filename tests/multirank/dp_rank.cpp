@@ -326,13 +326,19 @@ int run_auto(const std::string& mode, std::shared_ptr<coll::Communicator> comm) 
     std::memcpy(&bits, &v, sizeof bits);
     hash = (hash ^ bits) * 1099511628211ull;
   }
-  // Min and max over the ranks of (tau, overlap, hash halves) in one kMax all-reduce.
-  float v[8] = {static_cast<float>(st.tau), static_cast<float>(st.overlap), static_cast<float>(hash >> 40),
-                static_cast<float>(hash & 0xffffff)};
-  for (int i = 0; i < 4; ++i) v[4 + i] = -v[i];
-  comm->all_reduce(v, 8, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
-  bool same = true;
-  for (int i = 0; i < 4; ++i) same = same && v[i] == -v[4 + i];
+  // Min and max over the ranks of tau and overlap in one kMax all-reduce.
+  float v[4] = {static_cast<float>(st.tau), static_cast<float>(st.overlap), -static_cast<float>(st.tau),
+                -static_cast<float>(st.overlap)};
+  comm->all_reduce(v, 4, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
+  bool same = v[0] == -v[2] && v[1] == -v[3];
+  // The anchor (whole, or this rank's shard under shard groups) over the ranks that hold the
+  // same elements: every rank, or the ranks of one position in every replica.
+  const int group = plan.shard_group;
+  auto holders = group > 1 ? comm->split(comm->rank() % group, comm->rank() / group, "same-shard") : comm;
+  float h[4] = {static_cast<float>(hash >> 40), static_cast<float>(hash & 0xffffff)};
+  h[2] = -h[0], h[3] = -h[1];
+  holders->all_reduce(h, 4, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
+  same = same && h[0] == -h[2] && h[1] == -h[3];
   const bool in_range = st.overlap >= 1 && st.tau >= kTau && st.tau >= 2 * st.overlap;
   std::printf("rank %d/%d %s: tau %lld, overlap %lld (an average took %.4f s, a step %.4f s), hidden %.2f; "
               "the ranks %s\n",

@@ -328,6 +328,9 @@ TEST(Plan, ShardGroupsDivideTheDataDegreeAndTakeZeroInside) {
   p.tensor.y = 2;
   expect_plan_error(p, Status::kUnsupported, "it has model degree 2");
   p.tensor.y = 1;
+  p.automatic = true;
+  expect_plan_error(p, Status::kUnsupported, "it has automatic");
+  p.automatic = false;
   p.outer_fragments = 2;
   expect_plan_error(p, Status::kUnsupported, "outer_fragments = 2 is not implemented");
 }
