@@ -131,6 +131,7 @@ const std::map<std::string, Setter>& setters() {
          o.outer_bits = b;
        }},
       {"--outer-fragments", int_in(&Options::outer_fragments, 1, 1 << 20)},  // <= tau: apply_defaults
+      {"--shard-group", int_in(&Options::shard_group, 1, 1 << 20)},  // divides the ranks: the plan checks
       {"--zero", int_in(&Options::zero, 0, 3)},
       {"--staleness-penalty", int_in(&Options::staleness_penalty, 0, 1)},
       {"--outer-clip", number(&Options::outer_clip, ">= 0 (0: off)", non_negative)},
@@ -239,7 +240,11 @@ const char* usage_text() {
          "         [--save PATH] [--save-every N] [--resume PATH] [--threads N (0: the cores of the process's CPU affinity)] [--seed S] [--quiet]\n"
          "         [--device cpu|cuda] [--dtype f32|bf16 (gpt only)]\n"
          "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N|auto (not sync)]]  (under a launcher, below)\n"
-         "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco 0-1; co2 none)\n"
+         "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco 0-1; co2 none;\n"
+         "          with --shard-group S > 1 any of 1-3, inside each replica)\n"
+         "         [--shard-group S]  (not sync; 1: off): replicas of S consecutive ranks, each training\n"
+         "          synchronously under --zero 1-3 over its S ranks; the outer rule runs between replicas on\n"
+         "          each rank's shard, so a rank's outer state and each outer all-reduce are ~1/S of the model\n"
          "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1] [--noise-scaling 0|1 (adamw)]  (not sync)\n"
          "         [--outer-fragments F (1..tau)]  (not sync: the outer sync streamed in F fragments, each\n"
          "          synchronised tau/F steps after the one before, so a sync carries ~1/F of the model)\n"
@@ -417,6 +422,14 @@ void check_parallel_flags(const Options& o) {
           "--overlap must be in 1..tau (" + std::to_string(tau) + "), got " + std::to_string(o.overlap.value_or(0)));
   require(o.outer_fragments <= tau, "--outer-fragments must be in 1..tau (" + std::to_string(tau) + "), got " +
                                         std::to_string(o.outer_fragments));
+  require(o.shard_group == 1 || local_steps,
+          "--shard-group needs --parallel localsgd, slowmo, diloco or co2 (replicas that synchronise every tau steps)");
+  require(o.shard_group == 1 || o.zero >= 1,
+          "--shard-group " + std::to_string(o.shard_group) + " runs ZeRO inside each replica: give --zero 1, 2 or 3");
+  require(o.shard_group == 1 || (o.outer_bits == 32 && o.noise_scaling == 0 && o.outer_fragments == 1 &&
+                                 o.tensor_degree() == 1 && o.pipeline == 1 && o.plan.empty()),
+          "--shard-group with --outer-bits 8|4, --noise-scaling 1, --outer-fragments, --tensor / --grid, --pipeline "
+          "or --plan is not supported yet");
   require(o.tensor_degree() == 1 || !o.parallel.empty(),
           "--tensor and --grid need --parallel (sync, localsgd, slowmo, diloco or co2: how the model replicas "
           "train)");
@@ -461,6 +474,7 @@ void copy_layout(const Options& from, Options& to) {
   to.pipeline_cuts = from.pipeline_cuts;
   to.pipeline_keep = from.pipeline_keep;
   to.zero = from.zero;
+  to.shard_group = from.shard_group;
   to.activation_checkpointing = from.activation_checkpointing;
   to.sequence_parallel = from.sequence_parallel;
 }

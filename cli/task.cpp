@@ -276,6 +276,7 @@ cohort_plan_options Task::plan_options() const {
   po.overlap_steps = o_.overlap.value_or(0);  // 0: the default, 1; kAuto = -1: chosen as it runs
   po.outer_bits = static_cast<int32_t>(o_.outer_bits);
   po.outer_fragments = static_cast<int32_t>(o_.outer_fragments);
+  po.shard_group = static_cast<int32_t>(o_.shard_group);
   po.tensor_x = static_cast<int32_t>(o_.tensor_x);
   po.tensor_y = static_cast<int32_t>(o_.tensor);
   po.tensor_z = static_cast<int32_t>(o_.tensor_z);

@@ -258,6 +258,8 @@ std::string Loop::parallel_fields(cohort_parallel_stats* out) {
          ",\"tau\":" + std::to_string(p.tau) + ",\"overlap\":" + std::to_string(p.overlap_steps) +
          ",\"outer_fragments\":" + std::to_string(p.outer_fragments) +
          ",\"outer_sync_bytes\":" + std::to_string(p.outer_sync_bytes) +
+         ",\"shard_group\":" + std::to_string(p.shard_group) +
+         ",\"outer_hidden_fraction\":" + json_number(p.outer_hidden_fraction) +
          ",\"peak_activation_bytes\":" + std::to_string(t.peak_activation_bytes) + pipeline + "}";
 }
 
@@ -298,6 +300,11 @@ void Loop::parallel_summary() {
     std::printf("%s: outer synchronisation in %lld fragment(s): %lld syncs of at most %.1f KiB from each rank\n",
                 o_.parallel.c_str(), static_cast<long long>(p.outer_fragments), static_cast<long long>(p.outer_syncs),
                 static_cast<double>(p.outer_sync_bytes) / 1024.0);
+  if (p.shard_group > 1)  // the replicas' outer all-reduces alone (comm above counts their ZeRO steps too)
+    std::printf("%s: shard groups of %lld ranks (ZeRO %lld inside each): the outer all-reduces %.0f%% hidden behind "
+                "compute\n",
+                o_.parallel.c_str(), static_cast<long long>(p.shard_group), static_cast<long long>(o_.zero),
+                100.0 * p.outer_hidden_fraction);
   if (o_.pipeline > 1)
     std::printf("pipeline: %lld stages, %lld micro-batches (%s) | bubble %.0f%% of rank 0's last step\n",
                 static_cast<long long>(o_.pipeline), static_cast<long long>(o_.micro_batches),

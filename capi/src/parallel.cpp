@@ -68,6 +68,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   const bool has_pipeline = o.size >= offsetof(cohort_plan_options, pipeline_cuts) + sizeof(const char*);
   const bool has_auto = o.size >= offsetof(cohort_plan_options, memory_limit_bytes) + sizeof(double);
   const bool has_fence = o.size >= offsetof(cohort_plan_options, pipeline_keep) + sizeof(const char*);
+  const bool has_groups = o.size >= offsetof(cohort_plan_options, shard_group) + sizeof(int32_t);
   const bool has_fragments = o.size >= offsetof(cohort_plan_options, outer_fragments) + sizeof(int32_t);
   parallel::PlanConfig c;
   if (enum_int(o.preset) != COHORT_PRESET_NONE) {
@@ -123,6 +124,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
     c.pipeline.keep = parse_keep(o.pipeline_keep);
   }
   if (has_fragments && o.outer_fragments != 0) c.outer_fragments = o.outer_fragments;  // 0: the default, 1
+  if (has_groups && o.shard_group != 0) c.shard_group = o.shard_group;  // 0: the default, 1
   parallel::validate(c);
   return c;
 }
@@ -352,6 +354,10 @@ COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer*
       stats_out->outer_fragments = s.outer_fragments;
       stats_out->outer_syncs = s.outer_syncs;
       stats_out->outer_sync_bytes = s.outer_sync_bytes;
+    }
+    if (stats_out->size >= offsetof(cohort_parallel_stats, shard_group) + sizeof(int64_t)) {
+      stats_out->outer_hidden_fraction = s.outer_hidden_fraction;
+      stats_out->shard_group = s.shard_group;
     }
   });
 }

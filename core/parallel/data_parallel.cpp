@@ -40,6 +40,9 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
   COHORT_CHECK(!on_device || plan.mode != SyncMode::kSync || plan.zero_stage == 0, Status::kUnsupported,
                "data parallel: ZeRO stage ", plan.zero_stage, " of DDP runs on host parameters only yet; the "
                "trainer runs on ", device_name(trainer.device()), " (stage 0, or local SGD / co2, run there)");
+  COHORT_CHECK(!on_device || plan.shard_group == 1, Status::kUnsupported, "data parallel: shard_group ",
+               plan.shard_group, " runs ZeRO inside each replica, on host parameters only yet; the trainer runs on ",
+               device_name(trainer.device()), " (shard_group 1 runs there)");
   std::vector<Tensor>& params = trainer.mutable_parameters();
   for (size_t i = 0; i < params.size(); ++i)
     COHORT_CHECK(params[i].dtype() == DType::kF32 && params[i].is_contiguous(), Status::kUnsupported,
@@ -57,6 +60,7 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
   if (trainer.axes() && trainer.axes()->size("model") > 1) {
     dp->axes_ = trainer.axes();
     dp->model_ = trainer.axes()->find("model");
+    dp->replica_ = dp->model_;
     size_t offset = 0;
     for (size_t i = 0; i < params.size(); ++i) {
       const size_t n = static_cast<size_t>(params[i].numel());
@@ -64,7 +68,9 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
       offset += n;
     }
   }
-  if (plan.mode == SyncMode::kSync) {
+  dp->outer_numel_ = dp->numel_;
+  if (dp->grouped()) dp->split_shard_groups();  // comm_: the replica; outer_comm_: across replicas
+  if (dp->replica_sync()) {
     dp->build_buckets(params);
     if (plan.zero_stage > 0) dp->build_shards(trainer.optimizer());
     if (plan.zero_stage >= 3) {
@@ -73,6 +79,10 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
         b.held_bytes = static_cast<int64_t>(b.numel * sizeof(float));
         dp->gathered_bytes_ += b.held_bytes;
       }
+    }
+    if (dp->grouped()) {
+      dp->build_fragments(params);  // one: the outer rule steps the whole shard (plan.cpp)
+      dp->init_outer_over_shard();
     }
   } else if (dp->outer_sharded()) {
     dp->build_fragments(params);  // one: ZeRO 1 steps the whole model's blocks (plan.cpp)
@@ -105,7 +115,7 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
 }
 
 DataParallel::DataParallel(const PlanConfig& plan, std::shared_ptr<coll::Communicator> comm)
-    : plan_(plan), comm_(std::move(comm)), outer_(plan.outer) {}
+    : plan_(plan), comm_(comm), outer_comm_(comm), group_comm_(comm), outer_(plan.outer) {}
 
 DataParallel::~DataParallel() {
   // A reduction still in flight reads inflight_: let it end before the buffer goes (its
@@ -120,7 +130,11 @@ DataParallel::~DataParallel() {
     }
   } catch (const Error&) {
   }
-  if (comm_ && comm_->status() != Status::kOk) {
+  // Shard groups: the replica's, the outer and the group's communicators each touched them.
+  const bool failed = (comm_ && comm_->status() != Status::kOk) ||
+                      (outer_comm_ && outer_comm_->status() != Status::kOk) ||
+                      (group_comm_ && group_comm_->status() != Status::kOk);
+  if (failed) {
     // A failed collective may still hold a send to a frozen rank that UCX cannot cancel
     // (work.h): every buffer a collective touched stays alive until the communicator lets go.
     struct Buffers {
@@ -143,11 +157,12 @@ DataParallel::~DataParallel() {
     kept->gathered = std::move(gathered_);
     kept->shard_params = shard_params_;
     kept->shard_grads = shard_grads_;
-    comm_->keep_alive(std::move(kept));
+    for (const auto& c : {comm_, outer_comm_, group_comm_})
+      if (c && c->status() != Status::kOk) c->keep_alive(kept);
   }
   // The same for the model axis's reduction buffer (sum_over_model), with that communicator.
-  if (model_ && model_->status() != Status::kOk)
-    model_->keep_alive(std::make_shared<std::vector<float>>(std::move(model_scalars_)));
+  if (replica_ && replica_->status() != Status::kOk)
+    replica_->keep_alive(std::make_shared<std::vector<float>>(std::move(model_scalars_)));
 }
 
 void DataParallel::build_buckets(const std::vector<Tensor>& params) {
@@ -184,6 +199,7 @@ void DataParallel::poll() {
   for (Fragment& fr : fragments_)
     if (fr.work && !fr.have_result && fr.work->test()) {
       stats_.comm_seconds += seconds(now - fr.launched);
+      note_outer(seconds(now - fr.launched), 0);
       fr.have_result = true;
       fr.done_at = now;
       fr.work.reset();
@@ -264,7 +280,7 @@ void DataParallel::begin_step() {
 }
 
 void DataParallel::on_loss(const Tensor& loss) {
-  if (plan_.mode == SyncMode::kSync) loss_ = loss;
+  if (replica_sync()) loss_ = loss;
 }
 
 void DataParallel::mark_if_loss_not_finite(Bucket& b) {
@@ -300,7 +316,7 @@ void DataParallel::drop_if_not_finite(float* d, size_t n, const char* what) {
 }
 
 void DataParallel::on_gradient(size_t index, const Tensor& grad) {
-  if (plan_.mode != SyncMode::kSync) return;
+  if (!replica_sync()) return;
   poll();
   Bucket& b = buckets_[bucket_of_[index]];
   COHORT_ASSERT(b.remaining > 0 && !b.work, "gradient ", index, " produced twice in one step");
@@ -319,7 +335,7 @@ void DataParallel::on_gradient(size_t index, const Tensor& grad) {
 }
 
 void DataParallel::before_update(std::vector<Tensor>& grads) {
-  if (plan_.mode != SyncMode::kSync) return;
+  if (!replica_sync()) return;
   Clock::time_point start = Clock::now();
   Clock::time_point first = Clock::time_point::max(), last = Clock::time_point::min();
   for (Bucket& b : buckets_) {
@@ -387,6 +403,8 @@ void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
   if (plan_.mode == SyncMode::kSync) {
     ++stats_.rounds;
   } else {
+    // Shard groups: the replica's synchronous step is done (apply_update); the outer rule below
+    // reads and writes this rank's shard, gathered into the whole parameters at the end.
     if (!outer_sharded()) poll();
     ++inner_steps_;
     if (plan_.mode == SyncMode::kCo2) {
@@ -406,6 +424,10 @@ void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
       for (Fragment& fr : fragments_)
         if ((inner_steps_ - fr.offset) % plan_.tau == 0) end_round_blocking(fr, params);
     }
+    // Stages 1-2 read the whole parameters in the next step (and take the shard from them in
+    // apply_update): the replica's new shards gathered into them; stage 3 keeps the shard alone.
+    if (shard_written_ && plan_.zero_stage < 3) gather_parameters(params);
+    shard_written_ = false;
   }
   Clock::time_point now = Clock::now();
   stats_.compute_seconds += std::max(0.0, seconds(now - step_began_) - step_wait_);
@@ -413,9 +435,20 @@ void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
   step_wait_ = 0;
 }
 
+void DataParallel::read_outer(const Fragment& fr, const std::vector<Tensor>& params, float* flat) const {
+  if (!grouped()) return flatten_range(params, fr.first, fr.last, flat, fr.begin);
+  std::memcpy(flat + fr.begin, shard_params_.data<float>() + fr.begin, fr.count * sizeof(float));
+}
+
+void DataParallel::write_outer(const Fragment& fr, const float* flat, std::vector<Tensor>& params) {
+  if (!grouped()) return unflatten_range(flat, fr.begin, params, fr.first, fr.last);
+  std::memcpy(shard_params_.data<float>() + fr.begin, flat + fr.begin, fr.count * sizeof(float));
+  shard_written_ = true;
+}
+
 void DataParallel::take_pseudo_gradient(const Fragment& fr, const std::vector<Tensor>& params) {
   const size_t b = fr.begin, e = fr.begin + fr.count;
-  flatten_range(params, fr.first, fr.last, inflight_.data(), b);
+  read_outer(fr, params, inflight_.data());
   for (size_t i = b; i < e; ++i) inflight_[i] = anchor_[i] - inflight_[i];
   drop_if_not_finite(inflight_.data() + b, fr.count, "the round's pseudo-gradient");
 }
@@ -426,11 +459,13 @@ void DataParallel::end_round_blocking(Fragment& fr, std::vector<Tensor>& params)
   const size_t b = fr.begin, e = fr.begin + fr.count;
   take_pseudo_gradient(fr, params);
   Clock::time_point start = Clock::now();
-  comm_->all_reduce(inflight_.data() + b, fr.count, coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
-  note_blocking(start);
+  outer_comm_->all_reduce(inflight_.data() + b, fr.count, coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
+  const double took = seconds(note_wait(start) - start);  // note_blocking's, kept for the outer share
+  stats_.comm_seconds += took;
+  note_outer(took, took);
   ++stats_.outer_syncs;
   outer_step(inflight_.data(), fr);
-  unflatten_range(anchor_.data(), b, params, fr.first, fr.last);
+  write_outer(fr, anchor_.data(), params);
   std::copy(anchor_.begin() + static_cast<std::ptrdiff_t>(b), anchor_.begin() + static_cast<std::ptrdiff_t>(e),
             round_start_.begin() + static_cast<std::ptrdiff_t>(b));
   if (fr.offset == 0) ++stats_.rounds;
@@ -441,7 +476,7 @@ void DataParallel::outer_step(const float* d, const Fragment& fr) {
   // (the anchor and the momentum unchanged).
   if (!outer_finite(d + fr.begin, fr.count)) return;
   std::function<double(double)> model_norm;  // the clip's norm: the whole model's momentum
-  if (model_) model_norm = [this](double) { return model_sum_of_squares(outer_.momentum().data()); };
+  if (replica_) model_norm = [this](double) { return model_sum_of_squares(outer_.momentum().data()); };
   stats_.last_momentum_norm = outer_.step(anchor_, d, 1.0, model_norm, fr.begin, fr.count);
 }
 
@@ -486,17 +521,17 @@ void DataParallel::end_round_co2(Fragment& fr, std::vector<Tensor>& params) {
   // 2. The guess G^{(i)}: round k+1 starts there; round_start_ keeps it until the merge.
   const std::vector<float>& m = outer_.momentum();
   for (size_t i = b; i < e; ++i) round_start_[i] = outer_.guess(anchor_[i], m[i], inflight_[i]);
-  unflatten_range(round_start_.data(), b, params, fr.first, fr.last);
+  write_outer(fr, round_start_.data(), params);
   // 3. e^{(i)}_k averaged in the background; nothing touches its slice of inflight_ until the
   //    merge. With outer_bits 8 or 4 (one fragment) the message is its low-bit packing,
   //    gathered from every rank.
   fr.launched = Clock::now();
   if (quant_) {
     quant_->pack(inflight_.data(), packed_.data());
-    fr.work = comm_->all_gather(packed_.data(), gathered_.data(), packed_.size(), coll::DataType::kU8);
+    fr.work = outer_comm_->all_gather(packed_.data(), gathered_.data(), packed_.size(), coll::DataType::kU8);
     decoded_ = false;
   } else {
-    fr.work = comm_->all_reduce(inflight_.data() + b, fr.count, coll::DataType::kF32, coll::ReduceOp::kAvg);
+    fr.work = outer_comm_->all_reduce(inflight_.data() + b, fr.count, coll::DataType::kF32, coll::ReduceOp::kAvg);
   }
   fr.merge_pending = true;
   ++stats_.outer_syncs;
@@ -511,8 +546,10 @@ void DataParallel::merge_co2(Fragment& fr, std::vector<Tensor>& params) {
   if (fr.work) {
     Clock::time_point start = Clock::now();
     fr.work->wait();
-    travel = seconds(note_wait(start) - fr.launched);
+    const Clock::time_point now = note_wait(start);
+    travel = seconds(now - fr.launched);
     stats_.comm_seconds += travel;
+    note_outer(travel, seconds(now - start));
     fr.work.reset();
   } else if (fr.done_at > fr.launched) {
     travel = std::max(0.0, seconds(fr.done_at - fr.launched) - 0.5 * stats_.step_seconds);
@@ -524,7 +561,7 @@ void DataParallel::merge_co2(Fragment& fr, std::vector<Tensor>& params) {
   // 5. The steps since the guess carried over onto x_{k+1}: y <- x_{k+1} + s (y - G), s the
   //    penalty's factor (1 when off). e_k is spent: inflight_ takes y. Steps that left this
   //    rank's parameters non-finite are dropped: it goes on from x_{k+1}.
-  flatten_range(params, fr.first, fr.last, inflight_.data(), b);
+  read_outer(fr, params, inflight_.data());
   if (any_over_model(!std::isfinite(kernels::cpu::sum_of_squares(inflight_.data() + b, static_cast<int64_t>(fr.count))))) {
     log(LogLevel::kWarn, "data parallel: this rank's parameters (or a tensor-parallel peer's blocks) hold NaN or Inf at "
                          "the merge; its steps since the round began are dropped and it goes on from the new anchor");
@@ -542,9 +579,9 @@ void DataParallel::merge_co2(Fragment& fr, std::vector<Tensor>& params) {
         progress += d * d;
       }
     };
-    if (!model_) {
+    if (!replica_) {
       add(b, fr.count);
-    } else {  // the whole model's norms: each replicated parameter counted once over the model axis (one fragment)
+    } else {  // the whole model's norms: each replicated parameter counted once over replica_ (one fragment)
       for (const auto& [offset, count] : norm_ranges_) add(offset, count);
       float sums[2] = {static_cast<float>(gap), static_cast<float>(progress)};
       sum_over_model(sums, 2);
@@ -556,15 +593,16 @@ void DataParallel::merge_co2(Fragment& fr, std::vector<Tensor>& params) {
   stats_.last_staleness_scale = scale;
   const float s = static_cast<float>(scale);
   for (size_t i = b; i < e; ++i) round_start_[i] = anchor_[i] + s * (inflight_[i] - round_start_[i]);
-  unflatten_range(round_start_.data(), b, params, fr.first, fr.last);
+  write_outer(fr, round_start_.data(), params);
   note_merge(travel);
 }
 
 void DataParallel::decode_average() {
   std::fill(inflight_.begin(), inflight_.end(), 0.0f);
   const size_t bytes = packed_.size();
-  for (int r = 0; r < comm_->size(); ++r) quant_->add_decoded(gathered_.data() + static_cast<size_t>(r) * bytes, inflight_.data());
-  const float inv_world = 1.0f / static_cast<float>(comm_->size());
+  for (int r = 0; r < outer_comm_->size(); ++r)
+    quant_->add_decoded(gathered_.data() + static_cast<size_t>(r) * bytes, inflight_.data());
+  const float inv_world = 1.0f / static_cast<float>(outer_comm_->size());
   for (float& v : inflight_) v *= inv_world;
   decoded_ = true;
 }
@@ -585,7 +623,7 @@ void DataParallel::note_round_end() {
   timing_[0] = static_cast<float>(-merged_comm_seconds_);
   timing_[1] = static_cast<float>((stats_.compute_seconds - round_compute_mark_) / static_cast<double>(round_tau_));
   round_compute_mark_ = stats_.compute_seconds;
-  timing_work_ = comm_->all_reduce(timing_.data(), 2, coll::DataType::kF32, coll::ReduceOp::kMax);
+  timing_work_ = group_comm_->all_reduce(timing_.data(), 2, coll::DataType::kF32, coll::ReduceOp::kMax);
 }
 
 void DataParallel::note_merge(double comm_seconds) {
@@ -703,9 +741,11 @@ std::function<void()> DataParallel::load_co2_state(const checkpoint::CheckpointE
 void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
   // ZeRO 3: the checkpoint written next reads the whole parameters (every rank saves).
   if (plan_.zero_stage >= 3) materialize_parameters(trainer_->mutable_parameters(), true);
-  if (shard_optimizer_) return save_shard_state(extra);  // ZeRO: the trainer's optimizer has none
+  if (shard_optimizer_) save_shard_state(extra);  // ZeRO: the trainer's optimizer has none
   if (outer_sharded()) return save_outer_shard(extra);
   if (plan_.mode == SyncMode::kSync) return;  // DDP keeps no state beyond the trainer's
+  // Shard groups: the outer state below is this rank's shard's (outer_numel_ floats).
+  if (grouped()) extra.ints["parallel.shard_group"] = plan_.shard_group;
   bool have_result = false;  // any fragment's
   for (Fragment& fr : fragments_) {
     if (fr.work) {
@@ -715,6 +755,7 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
       fr.work->wait();
       stats_.wait_seconds += seconds(Clock::now() - start);
       stats_.comm_seconds += seconds(Clock::now() - fr.launched);
+      note_outer(seconds(Clock::now() - fr.launched), seconds(Clock::now() - start));
       fr.work.reset();
       fr.have_result = true;
     }
@@ -727,14 +768,14 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
     return t;
   };
   std::vector<float>& m = outer_.momentum();
-  if (m.size() != numel_) m.assign(numel_, 0.0f);
+  if (m.size() != outer_numel_) m.assign(outer_numel_, 0.0f);
   extra.tensors["parallel.anchor"] = vec(anchor_);
   if (!prev_anchor_.empty()) extra.tensors["parallel.prev_anchor"] = vec(prev_anchor_);  // localsgd
   extra.tensors["parallel.round_start"] = vec(round_start_);  // co2: the guess, while a merge is pending
   if (plan_.mode == SyncMode::kCo2) save_co2_state(extra);
   extra.tensors["parallel.outer_momentum"] = vec(m);
-  // inflight_ holds numel_ floats outside ZeRO 1: the fragments' arrived averages, zeros elsewhere.
-  Tensor reduced = Tensor::zeros({static_cast<int64_t>(numel_)}, DType::kF32);
+  // inflight_ holds outer_numel_ floats outside ZeRO 1: the fragments' arrived averages, zeros elsewhere.
+  Tensor reduced = Tensor::zeros({static_cast<int64_t>(outer_numel_)}, DType::kF32);
   for (const Fragment& fr : fragments_)
     if (fr.have_result) std::memcpy(reduced.data<float>() + fr.begin, inflight_.data() + fr.begin, fr.count * sizeof(float));
   extra.tensors["parallel.reduced"] = reduced;
@@ -751,9 +792,25 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
 }
 
 void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
-  if (shard_optimizer_) return load_shard_state(extra);
+  if (shard_optimizer_ && !grouped()) return load_shard_state(extra)();
   if (outer_sharded()) return load_outer_shard(extra);
-  COHORT_CHECK(!extra.ints.count("parallel.zero.world"), Status::kInvalidArgument,
+  // Shard groups: the inner optimizer's shard and the outer state of this rank's shard, both
+  // verified before either changes.
+  std::function<void()> load_shard;
+  if (grouped()) {
+    auto group = extra.ints.find("parallel.shard_group");
+    COHORT_CHECK(group != extra.ints.end() && group->second == plan_.shard_group, Status::kInvalidArgument,
+                 "data parallel: the checkpoint holds the outer state of ",
+                 group == extra.ints.end() ? std::string("no shard group (shard_group 1)")
+                                           : str_cat("shard groups of ", group->second, " ranks"),
+                 "; the plan's shard_group is ", plan_.shard_group);
+    load_shard = load_shard_state(extra);
+  } else {
+    COHORT_CHECK(!extra.ints.count("parallel.shard_group"), Status::kInvalidArgument, "data parallel: the "
+                 "checkpoint holds the outer state of shard groups of ", extra.ints.at("parallel.shard_group"),
+                 " ranks; the plan's shard_group is 1");
+  }
+  COHORT_CHECK(grouped() || !extra.ints.count("parallel.zero.world"), Status::kInvalidArgument,
                "data parallel: the checkpoint holds a ZeRO optimizer shard; load it with a ZeRO stage 1-3 "
                "plan, world and rank");
   if (plan_.mode == SyncMode::kSync) return;
@@ -762,9 +819,9 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
     auto it = extra.tensors.find(name);
     COHORT_CHECK(it != extra.tensors.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '", name,
                  "' (saved without outer state?)");
-    COHORT_CHECK(it->second.dtype() == DType::kF32 && static_cast<size_t>(it->second.numel()) == numel_,
-                 Status::kInvalidArgument, "data parallel: '", name, "' has ", it->second.numel(),
-                 " elements, the model has ", numel_);
+    COHORT_CHECK(it->second.dtype() == DType::kF32 && static_cast<size_t>(it->second.numel()) == outer_numel_,
+                 Status::kInvalidArgument, "data parallel: '", name, "' has ", it->second.numel(), " elements, ",
+                 grouped() ? "this rank's shard has " : "the model has ", outer_numel_);
     return it->second;
   };
   auto ints = [&](const char* name) {
@@ -787,15 +844,16 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
   int64_t have = ints("parallel.have_reduced"), steps = ints("parallel.inner_steps"), rounds = ints("parallel.rounds");
   // Everything verified: now change state.
   auto load = [&](const Tensor& t, std::vector<float>& v) {
-    v.resize(numel_);
-    std::memcpy(v.data(), t.raw(), numel_ * sizeof(float));
+    v.resize(outer_numel_);
+    std::memcpy(v.data(), t.raw(), outer_numel_ * sizeof(float));
   };
   load(a, anchor_);
   if (p) load(*p, prev_anchor_);
   load(rs, round_start_);
   if (load_co2) load_co2();
   load(m, outer_.momentum());
-  std::memcpy(inflight_.data(), r.raw(), numel_ * sizeof(float));  // sized at attach
+  std::memcpy(inflight_.data(), r.raw(), outer_numel_ * sizeof(float));  // sized at attach
+  if (load_shard) load_shard();
   const Clock::time_point now = Clock::now();
   for (size_t f = 0; f < fragments_.size(); ++f) {
     Fragment& fr = fragments_[f];
@@ -822,18 +880,21 @@ ParallelStats DataParallel::stats() const {
   if (quant_) s.outer_sync_bytes = static_cast<int64_t>(packed_.size());
   if (outer_sharded()) s.outer_sync_bytes = static_cast<int64_t>(inflight_.size() * sizeof(float));
   s.hidden_fraction = s.comm_seconds > 0 ? std::clamp(1.0 - s.wait_seconds / s.comm_seconds, 0.0, 1.0) : 1.0;
+  s.outer_hidden_fraction =
+      s.outer_seconds > 0 ? std::clamp(1.0 - s.outer_wait_seconds / s.outer_seconds, 0.0, 1.0) : 1.0;
+  s.shard_group = plan_.shard_group;
   fill_memory_stats(s);
   return s;
 }
 
 bool DataParallel::any_over_model(bool local) {
-  if (!model_) return local;
+  if (!replica_) return local;
   float flag = local ? 1.0f : 0.0f;
   return sum_over_model(&flag, 1) != 0.0f;
 }
 
 double DataParallel::model_sum_of_squares(const float* flat) {
-  if (!model_) return kernels::cpu::sum_of_squares(flat, static_cast<int64_t>(numel_));
+  if (!replica_) return kernels::cpu::sum_of_squares(flat, static_cast<int64_t>(outer_numel_));
   double local = 0;
   for (const auto& [offset, count] : norm_ranges_)
     local += kernels::cpu::sum_of_squares(flat + offset, static_cast<int64_t>(count));

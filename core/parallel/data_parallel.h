@@ -17,8 +17,28 @@
 // own optimizer holds no state. Local SGD with stage 1 shards the outer state instead
 // (core/parallel/outer_shard.cpp): the anchor and outer momentum of rank r are block r of the
 // flat model (padded to a multiple of the world); its round end reduce-scatters the parameters,
-// steps the block and all-gathers the new anchor. CO2 takes no ZeRO stage: each rank's guess
-// needs the whole anchor and outer momentum (plan.cpp says so to the caller).
+// steps the block and all-gathers the new anchor. CO2 takes no ZeRO stage alone: each rank's
+// guess needs the whole anchor and outer momentum (plan.cpp says so to the caller).
+//
+// Shard groups (plan.shard_group = S > 1; localsgd / DiLoCo / co2 with ZeRO stage 1-3): attach
+// splits the data-parallel group of D ranks into D / S replicas of S consecutive ranks (the
+// "replica" communicator, comm_) and, across them, the D / S ranks of each position (outer_comm_).
+// Every step is the sync ZeRO path above over the replica: its S ranks are one model replica
+// training synchronously, rank p owning block p of every bucket (its shard). Every tau steps
+// the outer rule runs between the replicas exactly as it does unsharded between single ranks,
+// with the rank's shard standing for the flat model: anchor, outer momentum, co2's guess and the
+// pseudo-gradient buffer are its shard's elements (1/S of the model each, the padding zero and
+// staying zero), the pseudo-gradient is all-reduced over outer_comm_ (the replicas' S outer
+// all-reduces run at once, each 1/S of the model; co2's in the background as ever), and the
+// whole-model quantities — the clip's momentum norm, co2's penalty norms, whether a replica's
+// round or an average is not finite — are summed over the replica (replica_), so each replica
+// decides as one. The rule writes the new shard (anchor, guess, merge); stages 1-2 then
+// all-gather it into the whole parameters over the replica, stage 3 keeps just the shard. What
+// the stage shards, per rank: 1 the inner optimizer state and the outer state; 2 also the
+// reduced gradients; 3 also the parameters between steps — ParallelStats' memory figures count
+// them as for the sync mode. A NaN in one rank's batch makes its whole replica skip that step
+// (the ZeRO norm is the replica's), still counted toward the round; a replica whose shard is
+// not finite at a round end drops its round as one.
 //
 // The one thing to know: a buffer being reduced is never touched. DDP reduces per-bucket copies
 // of the gradients; CO2 reduces a snapshot of the pseudo-gradient, never live parameters, and
@@ -93,6 +113,14 @@ struct ParallelStats {
   int64_t parameter_bytes = 0;
   int64_t gradient_bytes = 0;
   int64_t optimizer_state_bytes = 0;
+  // localsgd, co2: the outer collectives alone (the pseudo-gradient's average, launch to observed
+  // completion, and the training thread's waits for it): co2's is hidden behind the local steps,
+  // localsgd's is all waited. Under shard groups comm_/wait_seconds also hold the replica's ZeRO
+  // collectives of every step; these do not.
+  double outer_seconds = 0;
+  double outer_wait_seconds = 0;
+  double outer_hidden_fraction = 1;  // 1 - outer_wait_seconds / outer_seconds (1 before any)
+  int shard_group = 1;               // plan.shard_group: ranks per replica
 };
 
 class DataParallel : public StepHook {
@@ -147,7 +175,10 @@ class DataParallel : public StepHook {
   // missing or sized for another model, and for co2 state written by the earlier
   // one-round-stale rule (no "parallel.co2.rule"), which this rule cannot continue.
   // Under ZeRO they hold this rank's (outer) optimizer shard instead ("parallel.zero.*"): every rank
-  // saves its own file, and a load needs the same world, rank and bucket layout.
+  // saves its own file, and a load needs the same world, rank and bucket layout. Under shard
+  // groups both: the inner optimizer's shard ("parallel.zero.*") and the outer state of this
+  // rank's shard under the unsharded names, with "parallel.shard_group"; a load needs the same
+  // group size, position in the replica and bucket layout.
   void save_state(checkpoint::CheckpointExtra& extra);
   void load_state(const checkpoint::CheckpointExtra& extra);
 
@@ -231,7 +262,25 @@ class DataParallel : public StepHook {
   // the clip's norm is the whole model's momentum.
   void outer_step(const float* d, const Fragment& fr);
   // ZeRO 1 of the outer state (outer_shard.cpp).
-  bool outer_sharded() const { return plan_.mode != SyncMode::kSync && plan_.zero_stage >= 1; }
+  bool outer_sharded() const { return plan_.mode != SyncMode::kSync && plan_.zero_stage >= 1 && !grouped(); }
+  // Shard groups: the replica's ranks train synchronously (the DDP / ZeRO path of each step).
+  bool grouped() const { return plan_.shard_group > 1; }
+  bool replica_sync() const { return plan_.mode == SyncMode::kSync || grouped(); }
+  // Shard groups: comm_ becomes the replica's ranks, outer_comm_ the ranks of this position in
+  // every replica (collective over the data-parallel group); the outer state is this rank's shard.
+  void split_shard_groups();
+  void init_outer_over_shard();
+  // The outer rule's view of this rank's part of the model, fragment fr's elements [begin, begin
+  // + count) of `flat` (indexed like the outer state): the parameters (unsharded) or the ZeRO
+  // shard (shard groups; write_outer then has the parameters gathered at the step's end).
+  void read_outer(const Fragment& fr, const std::vector<Tensor>& params, float* flat) const;
+  void write_outer(const Fragment& fr, const float* flat, std::vector<Tensor>& params);
+  bool shard_written_ = false;
+  // The outer collectives' share of the statistics (ParallelStats::outer_seconds).
+  void note_outer(double comm_seconds, double wait_seconds) {
+    stats_.outer_seconds += comm_seconds;
+    stats_.outer_wait_seconds += wait_seconds;
+  }
   void init_outer_shard(const std::vector<float>& flat);
   void end_round_sharded(std::vector<Tensor>& params);
   // Blocking sum of n floats over `comm`'s ranks, reduced in `buffer` (a member: a failed
@@ -259,18 +308,20 @@ class DataParallel : public StepHook {
   // what applies them.
   void save_co2_state(checkpoint::CheckpointExtra& extra);
   std::function<void()> load_co2_state(const checkpoint::CheckpointExtra& extra);
-  // Tensor and pipeline parallelism (the trainer's "model" axis, of more than one rank): this
-  // rank holds part of the model, so every decision the outer step takes from a norm or a finiteness check
-  // (the momentum clip, the staleness penalty, skipping or dropping a round, co2's merge) is taken from the
-  // whole model's, summed over the model axis with each replicated parameter counted once
-  // (norm_ranges_: the flat ranges this rank counts) — so every rank of the replica decides alike.
-  // Without the axis these are plain local sums.
-  double model_sum_of_squares(const float* flat);  // over numel_ floats; collective on the axis
-  bool any_over_model(bool local);                // collective on the axis
-  double sum_over_model(float* values, size_t n) { return sum_over(*model_, model_scalars_, values, n); }
+  // Tensor and pipeline parallelism (the trainer's "model" axis, of more than one rank), and
+  // shard groups (the replica's ranks): this rank holds part of the model, so every decision the
+  // outer step takes from a norm or a finiteness check (the momentum clip, the staleness penalty,
+  // skipping or dropping a round, co2's merge) is taken from the whole model's, summed over
+  // replica_ (the model axis, or the replica) with each replicated parameter counted once
+  // (norm_ranges_: the ranges of the outer state this rank counts) — so every rank of the replica
+  // decides alike. Without either these are plain local sums.
+  double model_sum_of_squares(const float* flat);  // over outer_numel_ floats; collective on replica_
+  bool any_over_model(bool local);                // collective on replica_
+  double sum_over_model(float* values, size_t n) { return sum_over(*replica_, model_scalars_, values, n); }
   std::shared_ptr<const CommAxes> axes_;
-  transport::coll::Communicator* model_ = nullptr;
-  std::vector<std::pair<size_t, size_t>> norm_ranges_;  // (offset, count) in the flat model
+  transport::coll::Communicator* model_ = nullptr;    // the tensor / pipeline model axis (ZeRO's norm)
+  transport::coll::Communicator* replica_ = nullptr;  // model_, or the shard group's replica (comm_)
+  std::vector<std::pair<size_t, size_t>> norm_ranges_;  // (offset, count) in the outer state
   std::vector<float> model_scalars_;  // sum_over_model's buffer; kept alive as scalars_ is (~DataParallel)
   // ZeRO (zero.cpp).
   void build_shards(const optim::Optimizer& inner);
@@ -287,13 +338,20 @@ class DataParallel : public StepHook {
   void release_bucket(Bucket& b, std::vector<Tensor>& params);
   void note_gathered_bytes(int64_t delta);
   void save_shard_state(checkpoint::CheckpointExtra& extra);
-  void load_shard_state(const checkpoint::CheckpointExtra& extra);
+  // Verifies the entries (throwing as load_state says) and returns what applies them.
+  std::function<void()> load_shard_state(const checkpoint::CheckpointExtra& extra);
 
   PlanConfig plan_;
+  // The data-parallel group; under shard groups its replica (S ranks) — the sync and ZeRO path's
+  // communicator either way.
   std::shared_ptr<transport::coll::Communicator> comm_;
+  // Where the outer rule averages: comm_, or under shard groups the ranks of this position in
+  // every replica. group_comm_: the whole data-parallel group (overlap auto's times).
+  std::shared_ptr<transport::coll::Communicator> outer_comm_, group_comm_;
   std::shared_ptr<transport::coll::Communicator> device_comm_;  // DDP buckets in device memory
   OuterOptimizer outer_;
   size_t numel_ = 0;
+  size_t outer_numel_ = 0;  // the outer state's elements: numel_, or under shard groups the shard's
   Trainer* trainer_ = nullptr;  // for the optimizer state size of stage 0 (outlives the hook)
   // ZeRO: this rank's flat shard (its block of every bucket, in bucket order), the optimizer
   // that owns the shard's state, and the shard's reduced gradient.

@@ -108,16 +108,37 @@ void validate(const PlanConfig& p) {
                "before the optimizer sees them");
   COHORT_CHECK(p.zero_stage >= 0 && p.zero_stage <= 3, Status::kInvalidPlan, "plan: unknown ZeRO stage ",
                p.zero_stage, " (0..3)");
-  // Local steps need every rank's whole parameters, gradients and inner optimizer state: under
-  // local SGD only the outer optimizer's state can be sharded (stage 1).
-  COHORT_CHECK(p.zero_stage <= 1 || p.mode == SyncMode::kSync, Status::kUnsupported, "ZeRO stage ", p.zero_stage,
-               " needs the sync (DDP) mode: ", mode_name(p.mode),
-               "'s local steps need every rank's whole gradients and parameters (stage 1 shards localsgd's outer state)");
-  // co2's guess (data_parallel.cpp) needs the whole anchor and outer momentum on every rank, and
-  // its own guess besides: blocks of them would be kept next to the whole copies, not instead.
-  COHORT_CHECK(p.zero_stage == 0 || p.mode != SyncMode::kCo2, Status::kUnsupported, "ZeRO stage ", p.zero_stage,
-               " of co2's outer state would save nothing: every rank's guess needs the whole anchor and outer "
-               "momentum (use stage 0, or diloco with stage 1)");
+  COHORT_CHECK(p.shard_group >= 1, Status::kInvalidPlan, "plan: shard_group = ", p.shard_group,
+               " must be >= 1 (1: every data-parallel rank its own replica)");
+  if (p.shard_group > 1) {
+    // Shard groups: ZeRO inside each replica's S ranks (the sync path over a communicator of S),
+    // the outer rule between replicas on each rank's shard (data_parallel.h).
+    COHORT_CHECK(p.mode != SyncMode::kSync, Status::kUnsupported, "plan: shard_group = ", p.shard_group,
+                 " applies to localsgd / co2 (replicas of S ranks between outer syncs); sync shards over the whole "
+                 "data-parallel group with zero_stage alone");
+    COHORT_CHECK(p.zero_stage >= 1, Status::kInvalidPlan, "plan: shard_group = ", p.shard_group,
+                 " runs ZeRO over each replica's ranks: zero_stage must be 1, 2 or 3 (it is 0)");
+    COHORT_CHECK(p.outer_bits == 32 && !p.inner_noise_scaling && p.model_degree() == 1 && !p.automatic,
+                 Status::kUnsupported, "plan: shard_group = ", p.shard_group,
+                 " is not implemented with outer_bits 8 / 4, inner_noise_scaling, tensor / pipeline axes or an "
+                 "automatic layout yet (TODO(#30)); it has ",
+                 p.outer_bits != 32      ? str_cat("outer_bits ", p.outer_bits)
+                 : p.inner_noise_scaling ? std::string("inner_noise_scaling")
+                 : p.automatic           ? std::string("automatic")
+                                         : str_cat("model degree ", p.model_degree()));
+  } else {
+    // Local steps need every rank's whole parameters, gradients and inner optimizer state: under
+    // local SGD only the outer optimizer's state can be sharded (stage 1).
+    COHORT_CHECK(p.zero_stage <= 1 || p.mode == SyncMode::kSync, Status::kUnsupported, "ZeRO stage ", p.zero_stage,
+                 " needs the sync (DDP) mode: ", mode_name(p.mode),
+                 "'s local steps need every rank's whole gradients and parameters (stage 1 shards localsgd's outer "
+                 "state; shard_group > 1 runs stages 1-3 inside replicas of several ranks)");
+    // co2's guess (data_parallel.cpp) needs the whole anchor and outer momentum on every rank, and
+    // its own guess besides: blocks of them would be kept next to the whole copies, not instead.
+    COHORT_CHECK(p.zero_stage == 0 || p.mode != SyncMode::kCo2, Status::kUnsupported, "ZeRO stage ", p.zero_stage,
+                 " of co2's outer state would save nothing: every rank's guess needs the whole anchor and outer "
+                 "momentum (use stage 0, diloco with stage 1, or shard_group > 1)");
+  }
   COHORT_CHECK(p.outer_fragments >= 1, Status::kInvalidPlan, "plan: outer_fragments = ", p.outer_fragments,
                " must be >= 1 (1: the whole model synchronised at once)");
   if (p.outer_fragments > 1) {
@@ -126,12 +147,14 @@ void validate(const PlanConfig& p) {
     COHORT_CHECK(p.outer_fragments <= p.tau, Status::kInvalidPlan, "plan: outer_fragments = ", p.outer_fragments,
                  " must be <= tau = ", p.tau, ": fragment f is synchronised f * tau / F steps into each round, "
                  "so each fragment needs a step of its own");
-    COHORT_CHECK(!p.overlap_auto && p.outer_bits == 32 && p.zero_stage == 0 && p.model_degree() == 1,
+    COHORT_CHECK(!p.overlap_auto && p.outer_bits == 32 && p.zero_stage == 0 && p.shard_group == 1 &&
+                     p.model_degree() == 1,
                  Status::kUnsupported, "plan: outer_fragments = ", p.outer_fragments,
-                 " is not implemented with overlap auto, outer_bits 8 / 4, ZeRO 1 of the outer state or tensor / "
-                 "pipeline axes yet (TODO(#30)); it has ",
+                 " is not implemented with overlap auto, outer_bits 8 / 4, ZeRO 1 of the outer state, shard groups "
+                 "or tensor / pipeline axes yet (TODO(#30)); it has ",
                  p.overlap_auto ? "overlap auto" : p.outer_bits != 32 ? str_cat("outer_bits ", p.outer_bits)
                                                   : p.zero_stage != 0 ? str_cat("zero_stage ", p.zero_stage)
+                                                  : p.shard_group != 1 ? str_cat("shard_group ", p.shard_group)
                                                                       : str_cat("model degree ", p.model_degree()));
   }
   validate_tensor_grid(p);
@@ -235,6 +258,8 @@ void validate_for_world(const PlanConfig& p, int world_size) {
   COHORT_CHECK(degree * model == world_size, Status::kUnsupported, "plan: data-parallel degree ", degree, " x ", stages,
                "tensor degree ", p.tensor.degree(), " < world size ", world_size,
                " needs another parallel axis, which does not exist");
+  COHORT_CHECK(degree % p.shard_group == 0, Status::kInvalidPlan, "plan: shard_group ", p.shard_group,
+               " does not divide the data-parallel degree ", degree, " (a replica is shard_group ranks)");
 }
 
 }  // namespace cohort::parallel

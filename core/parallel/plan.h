@@ -1,7 +1,8 @@
 // Parallel plan: how a model is spread over the ranks of a communicator. Today this is data
 // parallelism only — synchronous DDP, local SGD (with the SlowMo/DiLoCo outer optimizers) and
-// CO2 — with ZeRO stages 1-3 for DDP (zero.cpp) and stage 1 of the outer state for local SGD
-// (outer_shard.cpp).
+// CO2 — with ZeRO stages 1-3 for DDP (zero.cpp), stage 1 of the outer state for local SGD
+// (outer_shard.cpp), and shard groups (shard_group below): ZeRO 1-3 inside each replica of
+// several ranks, local SGD or CO2 between the replicas on each rank's shard.
 //
 // The one thing to know: local SGD, SlowMo, DiLoCo and CO2 share ONE outer-optimizer rule
 // (core/parallel/outer.h); the presets below only choose its constants and the sync mode.
@@ -105,7 +106,20 @@ struct PlanConfig {
   // above DataParallel::after_update (data_parallel.cpp).
   int outer_fragments = 1;
   OuterConfig outer;
-  int zero_stage = 0;                // 0..3 with kSync; localsgd: 0 or 1 (outer state sharded); co2: 0
+  int zero_stage = 0;                // 0..3 with kSync; localsgd: 0 or 1 (outer state sharded); co2: 0;
+                                     // with shard_group > 1: 1..3, over each replica's ranks (below)
+  // localsgd, co2: shard groups (DiLoCo-style hybrid sharding). The data-parallel ranks D are
+  // D / S model replicas of S consecutive ranks each (data rank d: replica d / S, position
+  // d % S). Within a replica — the fast link — training is synchronous: DDP with ZeRO stage
+  // zero_stage (1..3) over its S ranks every step, exactly as the sync mode over a world of S.
+  // Between replicas — the slow link — the mode's outer rule (local SGD / DiLoCo / co2) runs
+  // every tau steps on each rank's own ZeRO shard: the anchor, outer momentum and co2's guess
+  // are that shard's elements, averaged over the D / S ranks of the same position (S outer
+  // all-reduces of 1/S of the model each, at once), the clip's and penalty's norms summed over
+  // the replica. What the stage shards with S > 1: 1 the inner optimizer state and the outer
+  // state; 2 also the reduced gradients; 3 also the parameters between steps (data_parallel.h).
+  // 1 (the default): no groups — every rank its own replica, as before.
+  int shard_group = 1;
   // localsgd, co2 with an AdamW inner optimizer: each rank normalises its local steps by the
   // second moment expected of the group's averaged gradient, v~ = m^2 + (v - m^2) / N, instead of
   // its own gradient's, so N ranks stepping alone move about as far as one step on the averaged
@@ -184,14 +198,18 @@ inline int64_t outer_fragment_offset(int fragment, int fragments, int64_t tau) {
 
 // Throws kInvalidPlan naming the first bad field (unknown mode, tau < 1, negative lr, momentum
 // or threshold, momentum >= 1, data_parallel < 0, bucket_bytes 0, unknown ZeRO stage, co2's
-// overlap outside [1, tau], outer_fragments < 1 or > tau) and kUnsupported for stages 2-3 outside the sync mode (localsgd
-// takes stage 1: its outer state sharded), for any stage under co2, and for outer_fragments > 1
-// outside localsgd / co2 or with what has no fragmented form yet (overlap auto, outer_bits 8 / 4,
-// ZeRO 1 of the outer state, tensor or pipeline axes).
+// overlap outside [1, tau], outer_fragments < 1 or > tau, shard_group < 1, shard_group > 1
+// without a ZeRO stage) and kUnsupported for stages 2-3 outside the sync mode without shard
+// groups (localsgd takes stage 1: its outer state sharded), for any stage under co2 without
+// them, for outer_fragments > 1 outside localsgd / co2 or with what has no fragmented form yet
+// (overlap auto, outer_bits 8 / 4, ZeRO 1 of the outer state, shard groups, tensor or pipeline
+// axes), and for shard_group > 1 in the sync mode or with outer_bits 8 / 4, inner noise
+// scaling, tensor or pipeline axes or automatic (not implemented with groups yet).
 void validate(const PlanConfig& plan);
 // validate() plus the fit with a world of `world_size` ranks: the tensor degree x*y*z and the
-// data-parallel degree must divide it and their product equal it (kInvalidPlan naming the
-// fields and numbers; a product below the world size is kUnsupported: no other axis exists).
+// data-parallel degree must divide it and their product equal it, and shard_group must divide
+// the data-parallel degree (kInvalidPlan naming the fields and numbers; a product below the
+// world size is kUnsupported: no other axis exists).
 void validate_for_world(const PlanConfig& plan, int world_size);
 
 // World rank `world_rank`'s position in the plan's grid: its index in rank_order (the rank itself

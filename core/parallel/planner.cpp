@@ -579,8 +579,12 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
     const double state = rank_param_elements[r] * (8 + master_bytes_per_element);
     const double outer_state = rank_param_elements[r] * outer;
     const int zs = plan.zero_stage;
-    double m = (zs >= 3 ? params / D : params) + (zs >= 2 ? grads / D : grads) + (zs >= 1 ? state / D : state) +
-               (plan.mode == SyncMode::kLocalSgd && zs >= 1 ? outer_state / D : outer_state);
+    // ZeRO shards over the data ranks, or under shard groups over a replica's ranks, whose outer
+    // state follows the shard.
+    const double shards = plan.shard_group > 1 ? plan.shard_group : D;
+    const bool outer_sharded = plan.shard_group > 1 || (plan.mode == SyncMode::kLocalSgd && zs >= 1);
+    double m = (zs >= 3 ? params / shards : params) + (zs >= 2 ? grads / shards : grads) +
+               (zs >= 1 ? state / shards : state) + (outer_sharded ? outer_state / shards : outer_state);
     // ZeRO 3: the bucket in use gathered whole, and the next one prefetched.
     if (zs >= 3) m += std::min(params, 2.0 * static_cast<double>(plan.bucket_bytes));
     // Activations: micro-batches in flight (GPipe M; 1F1B P - r; interleaved rank 0 keeps

@@ -128,7 +128,7 @@ double DataParallel::global_grad_norm() {
 }
 
 bool DataParallel::apply_update(std::vector<Tensor>& params, std::vector<Tensor>&) {
-  if (plan_.mode != SyncMode::kSync || plan_.zero_stage == 0) return false;
+  if (!replica_sync() || plan_.zero_stage == 0) return false;
   // The shard's parameters from the (identical on every rank) full parameters: a caller that
   // set the parameters between steps (a restored checkpoint) is honoured. (Stage 3 took them
   // in begin_step, before releasing the parameters.)
@@ -351,7 +351,7 @@ void DataParallel::save_shard_state(checkpoint::CheckpointExtra& extra) {
   extra.ints["parallel.zero.step_count"] = shard_optimizer_->step_count();
 }
 
-void DataParallel::load_shard_state(const checkpoint::CheckpointExtra& extra) {
+std::function<void()> DataParallel::load_shard_state(const checkpoint::CheckpointExtra& extra) {
   auto ints = [&](const std::string& name) {
     auto it = extra.ints.find(name);
     COHORT_CHECK(it != extra.ints.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '", name,
@@ -374,9 +374,14 @@ void DataParallel::load_shard_state(const checkpoint::CheckpointExtra& extra) {
                  "data parallel: '", it->first, "' has ", it->second.numel(), " elements, this rank's shard has ",
                  t.numel(), " (another model or bucket size?)");
   }
-  // Everything verified: now change state.
-  for (auto& [name, t] : state) t.copy_from(extra.tensors.at("parallel.zero." + name));
-  shard_optimizer_->set_step_count(count);
+  // Everything verified: what changes state.
+  return [this, &extra, state, count] {
+    for (const auto& [name, t] : state) {
+      Tensor into = t;  // shares the optimizer's storage
+      into.copy_from(extra.tensors.at("parallel.zero." + name));
+    }
+    shard_optimizer_->set_step_count(count);
+  };
 }
 
 }  // namespace cohort::parallel

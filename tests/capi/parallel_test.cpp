@@ -593,6 +593,75 @@ TEST_F(CapiParallel, OuterFragmentsValidateTrainReportAndResume) {
   EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
 }
 
+// In one process: validation, and a world of one that shard groups of 2 do not divide. Under
+// cohort-run at 4 ranks (multirank.capi_shard_group.n4): co2 in 2 replicas of 2 at ZeRO 3 trains,
+// reports its groups, a sync of half the model and its outer all-reduce hidden in part, and
+// resumes bit for bit from per-rank checkpoints saved with an average in flight.
+TEST_F(CapiParallel, ShardGroupsValidateTrainReportAndResume) {
+  cohort_plan_options o = cohort_plan_options_default();
+  EXPECT_EQ(o.shard_group, 0);  // = 1
+  o.preset = COHORT_PRESET_CO2;
+  o.tau = 3;
+  o.overlap_steps = 2;
+  cohort_plan *plan = nullptr, *older = nullptr;
+  o.shard_group = -1;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: shard_group = -1 must be >= 1");
+  o.shard_group = 2;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN,
+                "plan: shard_group = 2 runs ZeRO over each replica's ranks: zero_stage must be 1, 2 or 3 (it is 0)");
+  o.size = offsetof(cohort_plan_options, shard_group);  // a caller built before the field: not read
+  EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
+  o.size = sizeof o;
+  o.zero_stage = 3;
+  o.outer_bits = 8;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_UNSUPPORTED,
+                "plan: shard_group = 2 is not implemented with outer_bits 8");
+  o.outer_bits = 0;
+  o.bucket_bytes = 64;  // two buckets of this MLP's 83 floats
+  ASSERT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
+  int32_t rank = 0, world = 1;
+  ASSERT_EQ(cohort_comm_rank(comm_, &rank, &world), COHORT_OK);
+  cohort_trainer *a = nullptr, *b = nullptr;
+  if (world % 2 != 0) {
+    EXPECT_STATUS(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &a),
+                  COHORT_ERR_INVALID_PLAN,
+                  ("plan: shard_group 2 does not divide the data-parallel degree " + std::to_string(world)).c_str());
+    EXPECT_EQ(a, nullptr);
+    EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+    return;
+  }
+  ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &a), COHORT_OK)
+      << cohort_last_error();
+  for (int k = 0; k < 4; ++k) step(a, k);  // round 1's average (step 3) in flight until step 5
+  std::string path = ::testing::TempDir() + "cohort_parallel_groups_" + std::to_string(rank) + ".ckpt";
+  ASSERT_EQ(cohort_trainer_save_parallel_checkpoint(a, path.c_str()), COHORT_OK) << cohort_last_error();
+  for (int k = 4; k < 9; ++k) step(a, k);
+  cohort_parallel_stats s{};
+  s.size = sizeof s;
+  ASSERT_EQ(cohort_trainer_get_parallel_stats(a, &s), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(s.shard_group, 2);
+  EXPECT_EQ(s.rounds, 3);
+  EXPECT_EQ(s.outer_syncs, 3);
+  EXPECT_LE(s.outer_sync_bytes, 83 * 4 / 2 + 2 * 4);  // half the model, and a pad float per bucket
+  EXPECT_GT(s.outer_hidden_fraction, 0.0);
+  EXPECT_LE(s.outer_hidden_fraction, 1.0);
+  EXPECT_LT(s.optimizer_state_bytes, 83 * 4 * 4 / 2 + 64);  // inner momentum and 3 outer vectors, halved
+  ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &b), COHORT_OK);
+  ASSERT_EQ(cohort_trainer_load_parallel_checkpoint(b, path.c_str()), COHORT_OK) << cohort_last_error();
+  for (int k = 4; k < 9; ++k) step(b, k);
+  EXPECT_EQ(weight(a), weight(b));  // bit for bit (each a gather: collective)
+  cohort_parallel_stats old{};
+  old.size = offsetof(cohort_parallel_stats, outer_hidden_fraction);
+  old.shard_group = -7;
+  ASSERT_EQ(cohort_trainer_get_parallel_stats(a, &old), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(old.shard_group, -7);
+  std::remove(path.c_str());
+  EXPECT_EQ(cohort_trainer_destroy(b), COHORT_OK);
+  EXPECT_EQ(cohort_trainer_destroy(a), COHORT_OK);
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+}
+
 TEST_F(CapiParallel, ZeroTrainerMatchesDdpAndReportsMemory) {
   for (int32_t stage : {2, 3}) {
     SCOPED_TRACE(stage);

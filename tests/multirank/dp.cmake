@@ -54,6 +54,51 @@ foreach(tls shm tcp)
                          RESOURCE_LOCK cores)
   endforeach()
 endforeach()
+# Shard groups (plan.shard_group 2): 2 replicas of 2 ranks at world 4 (and one replica of 2 at
+# world 2), ZeRO 1-3 inside each replica, localsgd / DiLoCo / co2 between them on each rank's
+# shard, against the reference with one simulated rank per replica; resumed bit for bit; NaN in
+# the last rank's batch (its replica skips) or parameters (its replica drops the round); the last
+# rank killed mid-round; and the memory per rank against unsharded runs (shard-memory).
+foreach(mode localsgd-zero3-g2 diloco-zero1-g2 diloco-zero2-g2 diloco-zero3-g2 diloco-clip-zero2-g2 co2-zero1-g2
+             co2-zero2-g2 co2-zero3-g2 co2-clip-zero3-g2 co2-penalty-zero2-g2 co2-late-zero3-g2 co2-auto-zero2-g2
+             diloco-zero2-g2-resume diloco-zero3-g2-resume co2-zero2-g2-resume co2-zero3-g2-resume shard-memory)
+  foreach(n 2 4)
+    # One replica's guess is its average: no gap for the penalty to scale.
+    if(n EQUAL 2 AND mode MATCHES "penalty")
+      continue()
+    endif()
+    foreach(tls shm tcp)
+      if(tls STREQUAL "shm")
+        set(ucx_tls "self,sm")
+      else()
+        set(ucx_tls "tcp")
+      endif()
+      add_test(NAME multirank.dp.${mode}.n${n}.${tls} COMMAND cohort-run -n ${n} -- $<TARGET_FILE:dp_rank> ${mode})
+      set_tests_properties(multirank.dp.${mode}.n${n}.${tls} PROPERTIES LABELS multirank TIMEOUT 120
+                           ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
+                           RESOURCE_LOCK cores)
+    endforeach()
+  endforeach()
+endforeach()
+foreach(mode diloco-zero2-g2-nan co2-zero3-g2-nan diloco-zero2-g2-nanparam co2-zero2-g2-nanparam)
+  add_test(NAME multirank.dp.${mode}.n4.shm COMMAND cohort-run -n 4 -- $<TARGET_FILE:dp_rank> ${mode})
+  set_tests_properties(multirank.dp.${mode}.n4.shm PROPERTIES LABELS multirank TIMEOUT 120
+                       ENVIRONMENT "UCX_TLS=self,sm;OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
+                       RESOURCE_LOCK cores)
+endforeach()
+foreach(tls shm tcp)
+  if(tls STREQUAL "shm")
+    set(ucx_tls "self,sm")
+  else()
+    set(ucx_tls "tcp")
+  endif()
+  foreach(mode co2-zero3-g2-kill diloco-zero2-g2-kill)
+    add_test(NAME multirank.dp.${mode}.n4.${tls} COMMAND cohort-run -n 4 -- $<TARGET_FILE:dp_rank> ${mode})
+    set_tests_properties(multirank.dp.${mode}.n4.${tls} PROPERTIES LABELS multirank TIMEOUT 120
+                         ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
+                         RESOURCE_LOCK cores)
+  endforeach()
+endforeach()
 # The trainers on the CUDA device, 2 ranks (label gpu; exit 77, skipped, without a device): DDP
 # over NCCL where each rank has a device of its own, else (one GPU) through host copies over UCX;
 # co2 through host copies always (co2-f2: its outer synchronisation over 2 fragments).

@@ -12,6 +12,8 @@
 //   dp_rank diloco-zero1-resume   the same with the outer state's blocks in per-rank files
 //   dp_rank outer-memory the outer state per rank shrinks under ZeRO 1 (DiLoCo: to ~1/world),
 //                        with the same parameters as unsharded
+//   dp_rank shard-memory shard groups of 2 against unsharded runs: the model state per rank
+//                        shrinks to ~1/2 as each ZeRO stage says (diloco and co2)
 //   dp_rank co2-auto     overlap auto: every rank chose the same tau and overlap and reached the
 //                        same anchor bit for bit, in range
 //   dp_rank co2-kill | diloco-zero1-kill   the last rank dies mid-round; the others must fail
@@ -39,6 +41,13 @@
 //                        "-f<F>" in its name: streaming outer synchronisation over F fragments
 //                        (tau 4), against the reference's fragmented rule; the stats must count
 //                        F fragments, every fragment's syncs and a per-sync size below the model's
+//   dp_rank diloco-zero2-g2 | co2-zero3-g2 | co2-zero2-g2-resume | ...   any mode with "-g<S>" in
+//                        its name: shard groups of S ranks (ZeRO stage N inside each replica, the
+//                        outer rule between replicas on each rank's shard), against the reference
+//                        with one simulated rank per replica on its ranks' rows; the stats must
+//                        show each outer sync carrying ~1/S of the model, localsgd's outer
+//                        collectives all waited and co2's partly hidden. With -nan / -nanparam the
+//                        whole last replica skips / drops its round
 // Each rank initialises with a different seed: attach must broadcast rank 0's weights.
 #include <unistd.h>
 
@@ -67,6 +76,7 @@ constexpr int64_t kTau = 3;
 constexpr int64_t kSteps = 5 * kTau + 2;  // ends mid-round
 int64_t g_hidden = 16;  // 8192 in the -wide modes
 int g_fragments = 1;    // "-f<F>": plan.outer_fragments, with rounds of kFragmentTau steps
+int g_shard_group = 1;  // "-g<S>": plan.shard_group (replicas of S ranks, ZeRO inside each)
 constexpr int64_t kFragmentTau = 4;
 // The plan's tau (the step counts of the runs stay multiples of kTau's).
 int64_t plan_tau() { return g_fragments > 1 ? kFragmentTau : kTau; }
@@ -139,6 +149,8 @@ parallel::PlanConfig plan_for_mode(std::string mode) {
 parallel::PlanConfig plan_for(const std::string& mode) {
   parallel::PlanConfig p = plan_for_mode(mode);
   p.outer_fragments = g_fragments;
+  p.shard_group = g_shard_group;
+  if (g_shard_group > 1) p.bucket_bytes = 256;  // several ZeRO buckets per replica, one uneven
   return p;
 }
 
@@ -159,10 +171,15 @@ bool fragment_stats_hold(const parallel::PlanConfig& plan, const parallel::Paral
   for (int f = 0; f < plan.outer_fragments; ++f)
     for (int64_t n = 1; n <= kSteps; ++n) syncs += (n - f * plan.tau / plan.outer_fragments) % plan.tau == 0;
   for (const Tensor& p : params) model_bytes += p.nbytes();
-  const bool smaller = plan.outer_fragments == 1 ? st.outer_sync_bytes == model_bytes
-                                                 : st.outer_sync_bytes > 0 && st.outer_sync_bytes < model_bytes;
-  if (st.outer_fragments == plan.outer_fragments && st.outer_syncs == syncs && (smaller || plan.outer_bits < 32 ||
-                                                                                 plan.zero_stage > 0))
+  bool smaller = plan.outer_fragments == 1 ? st.outer_sync_bytes == model_bytes
+                                           : st.outer_sync_bytes > 0 && st.outer_sync_bytes < model_bytes;
+  // Shard groups: each rank's outer all-reduce carries its shard, 1/S of the model plus at most
+  // one padding element per bucket.
+  if (plan.shard_group > 1)
+    smaller = st.outer_sync_bytes > 0 &&
+              st.outer_sync_bytes <= model_bytes / plan.shard_group + st.buckets * static_cast<int64_t>(sizeof(float));
+  if (st.outer_fragments == plan.outer_fragments && st.outer_syncs == syncs &&
+      (smaller || plan.outer_bits < 32 || (plan.zero_stage > 0 && plan.shard_group == 1)))
     return true;
   std::printf("outer stats: %lld fragments (plan %d), %lld syncs (expected %lld), %lld B a sync (model %lld B)\n",
               static_cast<long long>(st.outer_fragments), plan.outer_fragments, static_cast<long long>(st.outer_syncs),
@@ -192,12 +209,17 @@ std::vector<float> reference(const std::string& mode, int world, int rank, const
     }
     return test::dp_flat(t);
   }
-  test::DpSimulation sim(world, plan, 1, g_hidden);
-  sim.edit_batch = [world](int64_t s, int r, std::map<std::string, Tensor>& b) { poison_batch(s, r, world, b, 0); };
-  sim.after_step = [world](int64_t s, int r, Trainer& t) { poison_parameters(s, r, world, t); };
+  // Shard groups: a replica of S ranks is one simulated rank on their rows; the last rank's
+  // rows, poisoned, are the last of the last replica's.
+  const int group = plan.shard_group, replicas = world / group;
+  test::DpSimulation sim(replicas, plan, 1, g_hidden, group * test::kShard);
+  sim.edit_batch = [replicas, group](int64_t s, int r, std::map<std::string, Tensor>& b) {
+    poison_batch(s, r, replicas, b, (group - 1) * test::kShard);
+  };
+  sim.after_step = [replicas](int64_t s, int r, Trainer& t) { poison_parameters(s, r, replicas, t); };
   for (int64_t s = 0; s < kSteps; ++s) sim.step(s);
-  *skipped = sim.skipped.at(static_cast<size_t>(rank));
-  return test::dp_flat(sim.rank(rank));
+  *skipped = sim.skipped.at(static_cast<size_t>(rank / group));
+  return test::dp_flat(sim.rank(rank / group));
 }
 
 int run_compare(const std::string& mode, std::shared_ptr<coll::Communicator> comm, Device device = Device::kCpu,
@@ -222,7 +244,8 @@ int run_compare(const std::string& mode, std::shared_ptr<coll::Communicator> com
       if (e.status() != Status::kNonFinite) throw;
       skipped.push_back(s);
     }
-    poison_parameters(s, comm->rank(), comm->size(), *trainer);
+    // Under shard groups the parameters of every rank of the last replica (they are one model).
+    poison_parameters(s, comm->rank() / plan.shard_group, comm->size() / plan.shard_group, *trainer);
   }
   std::vector<float> want = reference(mode, comm->size(), comm->rank(), plan, &want_skipped);
   trainer->gather_parameters();  // ZeRO 3 keeps only shards between steps (a collective; elsewhere a no-op)
@@ -237,20 +260,30 @@ int run_compare(const std::string& mode, std::shared_ptr<coll::Communicator> com
     std::printf("rank %d/%d %s: steps skipped for NaN/Inf:%s (reference:%s); parameters %s\n", comm->rank(),
                 comm->size(), mode.c_str(), seen.empty() ? " none" : seen.c_str(),
                 expected.empty() ? " none" : expected.c_str(), finite ? "finite" : "NOT FINITE");
-    // The last rank always meets the NaN; under DDP every rank skips with it.
-    const bool must_skip = comm->rank() == comm->size() - 1 || plan.mode == parallel::SyncMode::kSync;
+    // The last rank always meets the NaN; under DDP every rank skips with it, under shard groups
+    // every rank of its replica.
+    const bool must_skip = comm->rank() / plan.shard_group == comm->size() / plan.shard_group - 1 ||
+                           plan.mode == parallel::SyncMode::kSync;
     if (skipped != want_skipped || skipped.empty() == must_skip || !finite) return 1;
   }
   parallel::ParallelStats st = dp->stats();
   std::printf("rank %d/%d %s: max |param - reference| = %.3g; rounds %lld, compute %.4f s, comm %.4f s, wait %.4f s, "
               "hidden %.2f, buckets %lld, last penalty scale %.3f, last outer momentum norm %.3g, outer fragments "
-              "%lld, outer syncs %lld, %lld B a sync\n",
+              "%lld, outer syncs %lld, %lld B a sync; outer collectives %.4f s, waited %.4f s, hidden %.2f; shard "
+              "group %d\n",
               comm->rank(), comm->size(), mode.c_str(), diff, static_cast<long long>(st.rounds), st.compute_seconds,
               st.comm_seconds, st.wait_seconds, st.hidden_fraction, static_cast<long long>(st.buckets),
               st.last_staleness_scale, st.last_momentum_norm, static_cast<long long>(st.outer_fragments),
-              static_cast<long long>(st.outer_syncs), static_cast<long long>(st.outer_sync_bytes));
+              static_cast<long long>(st.outer_syncs), static_cast<long long>(st.outer_sync_bytes), st.outer_seconds,
+              st.outer_wait_seconds, st.outer_hidden_fraction, st.shard_group);
   if (plan.mode != parallel::SyncMode::kSync && !fragment_stats_hold(plan, st, trainer->parameters())) return 1;
-  if (plan.mode == parallel::SyncMode::kSync && st.buckets < 2) return 1;
+  if ((plan.mode == parallel::SyncMode::kSync || plan.shard_group > 1) && st.buckets < 2) return 1;
+  if (st.shard_group != plan.shard_group) return 1;
+  // localsgd's outer all-reduce blocks: all of it waited. co2's travels behind `overlap` local
+  // steps: the merge waits for what is left of it, if anything (on these loaded cores often
+  // a share, for a replica that lags; never all of it).
+  if (plan.mode == parallel::SyncMode::kLocalSgd && st.outer_seconds > 0 && st.outer_hidden_fraction != 0) return 1;
+  if (plan.mode == parallel::SyncMode::kCo2 && plan.outer_bits == 32 && !(st.outer_hidden_fraction > 0)) return 1;
   // Wide: the buckets / the pseudo-gradient are in registered memory, reduced in place where
   // the ranks share memory.
   if (g_hidden > 16) {
@@ -293,13 +326,19 @@ int run_auto(const std::string& mode, std::shared_ptr<coll::Communicator> comm) 
     std::memcpy(&bits, &v, sizeof bits);
     hash = (hash ^ bits) * 1099511628211ull;
   }
-  // Min and max over the ranks of (tau, overlap, hash halves) in one kMax all-reduce.
-  float v[8] = {static_cast<float>(st.tau), static_cast<float>(st.overlap), static_cast<float>(hash >> 40),
-                static_cast<float>(hash & 0xffffff)};
-  for (int i = 0; i < 4; ++i) v[4 + i] = -v[i];
-  comm->all_reduce(v, 8, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
-  bool same = true;
-  for (int i = 0; i < 4; ++i) same = same && v[i] == -v[4 + i];
+  // Min and max over the ranks of tau and overlap in one kMax all-reduce.
+  float v[4] = {static_cast<float>(st.tau), static_cast<float>(st.overlap), -static_cast<float>(st.tau),
+                -static_cast<float>(st.overlap)};
+  comm->all_reduce(v, 4, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
+  bool same = v[0] == -v[2] && v[1] == -v[3];
+  // The anchor (whole, or this rank's shard under shard groups) over the ranks that hold the
+  // same elements: every rank, or the ranks of one position in every replica.
+  const int group = plan.shard_group;
+  auto holders = group > 1 ? comm->split(comm->rank() % group, comm->rank() / group, "same-shard") : comm;
+  float h[4] = {static_cast<float>(hash >> 40), static_cast<float>(hash & 0xffffff)};
+  h[2] = -h[0], h[3] = -h[1];
+  holders->all_reduce(h, 4, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
+  same = same && h[0] == -h[2] && h[1] == -h[3];
   const bool in_range = st.overlap >= 1 && st.tau >= kTau && st.tau >= 2 * st.overlap;
   std::printf("rank %d/%d %s: tau %lld, overlap %lld (an average took %.4f s, a step %.4f s), hidden %.2f; "
               "the ranks %s\n",
@@ -335,6 +374,54 @@ int run_outer_memory(const std::string& mode, std::shared_ptr<coll::Communicator
   return outer1 >= share * outer0 && outer1 <= 1.01 * share * outer0 && outer0 > 0 && diff <= 2e-5 ? 0 : 1;
 }
 
+// Shard groups of 2 against every rank its own replica (the same world, diloco and co2): the
+// model state per rank, as the sync mode's ZeRO counts it, must shrink to ~1/S — the optimizer
+// state (inner and outer) at every stage, and the bytes of each outer sync; from stage 2 the
+// gradient buffers are two shards (the replica's reduced gradients and the pseudo-gradient), at
+// most 2/S of the model where the unsharded run holds the whole pseudo-gradient; at stage 3 the
+// parameters held between steps are the shard.
+int run_shard_memory(std::shared_ptr<coll::Communicator> comm) {
+  constexpr int kGroup = 2;
+  auto measure = [&](const std::string& mode, int group) {
+    g_shard_group = group;
+    parallel::PlanConfig plan = plan_for(mode);
+    auto trainer = make_trainer(comm->rank());
+    auto dp = parallel::DataParallel::attach(*trainer, plan, comm);
+    for (int64_t s = 0; s < kSteps; ++s) trainer->step(test::dp_batch(s, comm->rank() * test::kShard, test::kShard));
+    return dp->stats();
+  };
+  auto ratio = [](int64_t a, int64_t b) { return static_cast<double>(a) / static_cast<double>(b); };
+  const double share = 1.0 / kGroup + 0.05;  // 1/S of the elements, plus padding of the buckets
+  bool ok = true;
+  for (const std::string mode : {"diloco", "co2"}) {
+    const parallel::ParallelStats base = measure(mode, 1);
+    int64_t stage1_gradients = 0;
+    for (int stage = 1; stage <= 3; ++stage) {
+      const parallel::ParallelStats g = measure(mode + "-zero" + std::to_string(stage), kGroup);
+      const double params = ratio(g.parameter_bytes, base.parameter_bytes),
+                   grads = ratio(g.gradient_bytes, base.gradient_bytes),
+                   optimizer = ratio(g.optimizer_state_bytes, base.optimizer_state_bytes),
+                   sync = ratio(g.outer_sync_bytes, base.outer_sync_bytes);
+      const int64_t model = base.parameter_bytes;  // every parameter, whole
+      bool holds = optimizer <= share && sync <= share && g.shard_group == kGroup;
+      if (stage == 1) stage1_gradients = g.gradient_bytes;
+      if (stage >= 2) holds = holds && ratio(g.gradient_bytes, model) <= 2 * share && g.gradient_bytes < stage1_gradients;
+      if (stage == 3) holds = holds && params <= share;
+      std::printf("rank %d/%d %s, shard groups of %d, ZeRO %d, of every rank its own replica's: parameters %.3f "
+                  "(%lld of %lld B), gradients %.3f (%lld of %lld B), optimizer state %.3f (%lld of %lld B, inner "
+                  "and outer), an outer sync %.3f -> %s\n",
+                  comm->rank(), comm->size(), mode.c_str(), kGroup, stage, params,
+                  static_cast<long long>(g.parameter_bytes), static_cast<long long>(base.parameter_bytes), grads,
+                  static_cast<long long>(g.gradient_bytes), static_cast<long long>(base.gradient_bytes), optimizer,
+                  static_cast<long long>(g.optimizer_state_bytes), static_cast<long long>(base.optimizer_state_bytes),
+                  sync, holds ? "as expected" : "UNEXPECTED");
+      ok = ok && holds;
+    }
+  }
+  g_shard_group = 1;
+  return ok ? 0 : 1;
+}
+
 int run_resume(const std::string& mode, std::shared_ptr<coll::Communicator> comm) {
   parallel::PlanConfig plan = plan_for(mode);
   const int64_t stop = 2 * kTau + 1;  // mid-round, round 1's reduction in flight
@@ -352,6 +439,7 @@ int run_resume(const std::string& mode, std::shared_ptr<coll::Communicator> comm
       }
       t->step(test::dp_batch(s, rank * test::kShard, test::kShard));
     }
+    t->gather_parameters();  // ZeRO 3 (shard groups): whole only when gathered; elsewhere a no-op
     straight = test::dp_flat(*t);
   }
   auto t = make_trainer(rank + 100);
@@ -361,6 +449,7 @@ int run_resume(const std::string& mode, std::shared_ptr<coll::Communicator> comm
   dp->load_state(extra);
   for (int64_t s = stop; s < kSteps; ++s) t->step(test::dp_batch(s, rank * test::kShard, test::kShard));
   std::remove(path.c_str());
+  t->gather_parameters();
   std::vector<float> resumed = test::dp_flat(*t);
   bool same = resumed.size() == straight.size() &&
               std::memcmp(resumed.data(), straight.data(), resumed.size() * sizeof(float)) == 0;
@@ -386,17 +475,23 @@ int run_kill(const std::string& mode, std::shared_ptr<coll::Communicator> comm) 
   std::printf("rank %d: no failure reported after the peer died\n", rank);
   return 1;
 }
+// "<tag><N>" in the mode (as "-f4"): N, and the mode without it; `otherwise` when absent.
+int take_number(std::string& mode, const char* tag, int otherwise) {
+  const size_t at = mode.find(tag), digits = at + std::strlen(tag);
+  if (at == std::string::npos || digits >= mode.size() || !std::isdigit(static_cast<unsigned char>(mode[digits])))
+    return otherwise;
+  size_t end = digits;
+  while (end < mode.size() && std::isdigit(static_cast<unsigned char>(mode[end]))) ++end;
+  const int n = std::stoi(mode.substr(digits, end - digits));
+  mode.erase(at, end - at);
+  return n;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "co2";
-  const size_t frag = mode.find("-f");  // "-f<F>": F fragments
-  if (frag != std::string::npos && frag + 2 < mode.size() && std::isdigit(static_cast<unsigned char>(mode[frag + 2]))) {
-    size_t end = frag + 2;
-    while (end < mode.size() && std::isdigit(static_cast<unsigned char>(mode[end]))) ++end;
-    g_fragments = std::stoi(mode.substr(frag + 2, end - frag - 2));
-    mode.erase(frag, end - frag);
-  }
+  g_fragments = take_number(mode, "-f", g_fragments);       // "-f<F>": F fragments
+  g_shard_group = take_number(mode, "-g", g_shard_group);   // "-g<S>": shard groups of S ranks
   for (auto [tail, poison] : {std::pair{"-nanparam", Poison::kParams}, std::pair{"-nanmerge", Poison::kParams},
                               std::pair{"-nan", Poison::kBatch}}) {
     const std::string t = tail;
@@ -436,6 +531,7 @@ int main(int argc, char** argv) {
     int rc = ends_with("-resume") ? run_resume(mode.substr(0, mode.size() - 7), comm)
              : killing            ? run_kill(mode.substr(0, mode.size() - 5), comm)
              : mode == "outer-memory" ? run_outer_memory("diloco", comm)
+             : mode == "shard-memory" ? run_shard_memory(comm)
              : mode.rfind("co2-auto", 0) == 0 ? run_auto(mode, comm)
                                       : run_compare(mode, comm, device, store);
     if (!killing) comm->barrier()->wait();  // rank 0's store outlives every peer's use

@@ -192,7 +192,10 @@ class Plan(Handle):
     outer_bits (co2: 32, or 8 / 4 for block-scaled low-bit pseudo-gradients; 0 = 32), outer_fragments
     (localsgd, co2: the outer synchronisation streamed over that many fragments of the parameters, fragment
     f synchronised f * tau / F steps into each round, each all-reduce ~1/F of the model; 0 or 1 = the whole
-    model at once, at most tau), tensor_x, tensor_y,
+    model at once, at most tau), shard_group (localsgd, co2: replicas of that many consecutive ranks, each
+    training synchronously with zero_stage 1..3 over its ranks, the outer rule between replicas on each
+    rank's ZeRO shard, so a rank's outer state and each outer all-reduce are ~1/S of the model; 0 or 1 =
+    every rank its own replica; it must divide the data-parallel degree), tensor_x, tensor_y,
     tensor_z (AxoNN's tensor grid; tensor_y alone is Megatron's 1D tensor parallelism: each rank trains
     its part of the model, and the ranks of one tensor group step on the same rows, except that the Z
     ranks each step on their own), tensor_overlap_off, activation_checkpointing (recompute each
@@ -224,7 +227,7 @@ class Plan(Handle):
     _destroy = staticmethod(_capi.cohort_plan_destroy)
     FIELDS = ("data_parallel", "mode", "tau", "outer_lr", "outer_momentum", "outer_nesterov", "staleness_penalty",
               "penalty_constant", "clip_threshold", "zero_stage", "bucket_bytes", "inner_noise_scaling",
-              "overlap_steps", "outer_bits", "outer_fragments", "tensor_x", "tensor_y", "tensor_z",
+              "overlap_steps", "outer_bits", "outer_fragments", "shard_group", "tensor_x", "tensor_y", "tensor_z",
               "tensor_overlap_off", "activation_checkpointing", "sequence_parallel", "pipeline_stages",
               "pipeline_chunks", "micro_batches", "pipeline_schedule", "automatic", "auto_trials", "memory_limit_bytes")
 

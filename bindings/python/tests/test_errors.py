@@ -191,6 +191,11 @@ class ErrorTest(unittest.TestCase):
         self.assertFails(cohort.UnsupportedError, "plan: outer_fragments = 2 applies to", cohort.Plan, "ddp",
                          outer_fragments=2)
         cohort.Plan("diloco", tau=4, outer_fragments=4).close()
+        self.assertFails(cohort.InvalidPlanError, "plan: shard_group = 2 runs ZeRO over each replica's ranks",
+                         cohort.Plan, "diloco", tau=4, shard_group=2)
+        self.assertFails(cohort.UnsupportedError, "plan: shard_group = 2 applies to localsgd / co2", cohort.Plan,
+                         "ddp", zero_stage=3, shard_group=2)
+        cohort.Plan("co2", tau=4, zero_stage=3, shard_group=2).close()
         self.assertFails(cohort.InvalidPlanError, "plan: tensor_y = 0 must be in 1..65536", cohort.Plan, tensor_y=0)
         self.assertFails(cohort.InvalidPlanError, "plan: tensor_z = 0 must be in 1..65536", cohort.Plan, tensor_z=0)
         cohort.Plan(tensor_x=2, tensor_y=2, tensor_z=2).close()  # AxoNN's 3D grid (fitted to a world later)

@@ -76,6 +76,14 @@ pub struct PlanOptions {
     /// model at once. InvalidPlan below 0 or above tau; Unsupported above 1 under DDP, overlap
     /// auto, outer bits 8 / 4, ZeRO or a tensor / pipeline axis.
     pub outer_fragments: i32,
+    /// localsgd, co2: shard groups — the data-parallel ranks as replicas of this many consecutive
+    /// ranks, each training synchronously with ZeRO stage zero_stage (1..3) over its ranks, the
+    /// outer rule between replicas on each rank's ZeRO shard (a rank's outer state and each outer
+    /// all-reduce ~1/S of the model). 0 or 1: every rank its own replica. InvalidPlan below 0,
+    /// above 1 with ZeRO stage 0, or (at trainer creation) not dividing the data-parallel degree;
+    /// Unsupported above 1 under DDP, outer bits 8 / 4, noise scaling, fragments, a tensor /
+    /// pipeline axis or an automatic layout.
+    pub shard_group: i32,
     /// The tensor grid (AxoNN's X, Y, Z axes), ranks per axis, >= 1. Each rank trains its part
     /// of the model (split layers hold blocks): a split layer's weight is cut over X along its
     /// in-features and over Y along its out-features (tensor_y alone is Megatron's 1D), and its
@@ -179,6 +187,7 @@ impl PlanOptions {
             overlap_steps: raw.overlap_steps,
             outer_bits: raw.outer_bits,
             outer_fragments: raw.outer_fragments,
+            shard_group: raw.shard_group,
             tensor_x: raw.tensor_x,
             tensor_y: raw.tensor_y,
             tensor_z: raw.tensor_z,
@@ -230,6 +239,7 @@ impl PlanOptions {
         raw.overlap_steps = self.overlap_steps;
         raw.outer_bits = self.outer_bits;
         raw.outer_fragments = self.outer_fragments;
+        raw.shard_group = self.shard_group;
         raw.tensor_x = self.tensor_x;
         raw.tensor_y = self.tensor_y;
         raw.tensor_z = self.tensor_z;

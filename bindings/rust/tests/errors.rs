@@ -249,6 +249,18 @@ fn invalid_plans() {
     Plan::new(&PlanOptions { tau: 4, outer_fragments: 4, ..co2 })
         .expect("co2 streams over 4 fragments of tau 4");
     expect_error(
+        Plan::new(&PlanOptions { shard_group: 2, ..co2 }),
+        Status::InvalidPlan,
+        &["plan: shard_group = 2 runs ZeRO over each replica's ranks"],
+    );
+    expect_error(
+        Plan::new(&PlanOptions { zero_stage: 3, shard_group: 2, ..co2 }),
+        Status::Unsupported,
+        &["it has inner_noise_scaling"],
+    );
+    Plan::new(&PlanOptions { zero_stage: 3, shard_group: 2, inner_noise_scaling: false, ..co2 })
+        .expect("co2 takes shard groups with ZeRO 3");
+    expect_error(
         Plan::new(&PlanOptions {
             mode: SyncMode::Co2,
             tau: 2,

@@ -774,7 +774,8 @@ typedef struct cohort_plan_options {
   double clip_threshold;      /* outer momentum L2-norm clip, >= 0; 0 = off */
   int32_t zero_stage;         /* 0..3: 1 shards optimizer state, 2 also gradients, 3 also
                                  parameters (DDP mode; localsgd and co2 take 1, which shards
-                                 their outer optimizer's state, else UNSUPPORTED). Under 3 the
+                                 their outer optimizer's state, else UNSUPPORTED; with
+                                 shard_group > 1, 1..3 inside each replica). Under 3 the
                                  parameters are whole only inside a step: get/set_parameter,
                                  evaluate and save gather them first, a collective every rank
                                  must call at the same point */
@@ -954,6 +955,25 @@ typedef struct cohort_plan_options {
    * in DDP mode, and with overlap_steps -1, outer_bits 8 / 4, ZeRO stage 1 or tensor / pipeline
    * axes (not implemented yet). A checkpoint's outer state loads only under the same count. */
   int32_t outer_fragments;
+  /* Added after outer_fragments (read only when size covers it). localsgd and co2: shard groups
+   * (DiLoCo-style hybrid sharding). The data-parallel ranks D are D / shard_group replicas of
+   * shard_group consecutive ranks (data rank d: replica d / S, position d % S). Inside a replica
+   * training is synchronous every step, with ZeRO stage zero_stage (1..3) over its S ranks as the
+   * DDP mode does over a world of S; between replicas the mode's outer rule runs every tau steps
+   * on each rank's ZeRO shard — anchor, outer momentum and co2's guess are its shard's, averaged
+   * over the ranks of the same position in every replica (S outer all-reduces of 1/S of the model
+   * each; co2's still behind the local steps), the clip and penalty norms the whole model's. Per
+   * rank, stage 1 shards the inner and outer optimizer state, 2 also the gradients, 3 also the
+   * parameters between steps (cohort_parallel_stats' memory fields). A NaN in one rank's batch
+   * makes its replica skip the step; a replica whose shard is not finite at a round end drops its
+   * round. 0 or 1 (the default): every rank its own replica, as before. INVALID_PLAN when
+   * negative, above 1 with zero_stage 0, or (at cohort_trainer_create_parallel) not dividing the
+   * data-parallel degree; UNSUPPORTED above 1 in DDP mode, with outer_bits 8 / 4,
+   * inner_noise_scaling, outer_fragments > 1, tensor / pipeline axes, automatic, or on a CUDA
+   * trainer (not implemented yet). Every rank saves its own checkpoint (its inner optimizer shard
+   * and its shard's outer state); it loads only under the same shard_group, position and
+   * bucket_bytes. */
+  int32_t shard_group;
 } cohort_plan_options;
 /* preset NONE, data_parallel 0, mode DDP, tau 1, outer lr 1, momentum 0, no Nesterov, no
  * penalty (constant 1), no clip, ZeRO stage 0, bucket_bytes 25 MiB, tensor_x = tensor_y =
@@ -961,7 +981,7 @@ typedef struct cohort_plan_options {
  * pipeline_stages = pipeline_chunks = micro_batches = 1 (no pipeline), pipeline_schedule
  * COHORT_PIPELINE_1F1B, pipeline_cuts NULL (balanced), automatic 0, auto_trials 0,
  * memory_limit_bytes 0 (the host's memory over the ranks), fence 0, fence_compression_off 0,
- * fence_min_keep 0 (= 0.1), pipeline_keep NULL, outer_fragments 0 (= 1). */
+ * fence_min_keep 0 (= 0.1), pipeline_keep NULL, outer_fragments 0 (= 1), shard_group 0 (= 1). */
 COHORT_API cohort_plan_options cohort_plan_options_default(void);
 
 typedef struct cohort_plan cohort_plan;
@@ -1100,6 +1120,13 @@ typedef struct cohort_parallel_stats {
   int64_t outer_fragments;
   int64_t outer_syncs;
   int64_t outer_sync_bytes;
+  /* Added with shard groups; written only when size covers them. localsgd and co2: the share of
+   * the outer collectives' time hidden behind the local steps, 1 - waited / in flight, counting
+   * only the outer all-reduces (under shard groups hidden_fraction also counts the replica's ZeRO
+   * collectives of every step): 0 for localsgd's blocking one, near 1 for co2's when its
+   * overlap hides it; 1 before any. And the plan's shard_group (1 without groups). */
+  double outer_hidden_fraction;
+  int64_t shard_group;
 } cohort_parallel_stats;
 /* INVALID_STATE when the trainer was not made by cohort_trainer_create_parallel. */
 COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer* trainer,

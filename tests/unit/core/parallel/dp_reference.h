@@ -7,6 +7,10 @@
 // Streaming synchronisation (plan.outer_fragments = F): fragment f (parallel::outer_fragment_cuts,
 // checked on its own in parallel_test.cpp) runs that rule on its elements alone, its rounds
 // ending at step counts n = f tau / F (mod tau); the clip's norm stays the whole momentum's.
+// Shard groups (plan.shard_group = S): a replica of S ranks training synchronously under ZeRO is
+// one simulated rank on their S shards of the batch concatenated (`rows` = S x kShard samples),
+// and the outer rule between replicas is the same elementwise rule — so the reference simulates
+// D / S ranks of `rows` samples each; a replica whose parameters are not finite drops its round.
 #pragma once
 
 #include <algorithm>
@@ -87,12 +91,14 @@ inline void dp_set_flat(Trainer& t, const std::vector<float>& v) {
 // R simulated ranks running localsgd or co2 exactly as specified in the plan.
 class DpSimulation {
  public:
-  DpSimulation(int ranks, const parallel::PlanConfig& plan, uint64_t seed, int64_t hidden = 16) : plan_(plan) {
+  // Simulated rank r trains on samples [r rows, (r + 1) rows) of each step's global batch.
+  DpSimulation(int ranks, const parallel::PlanConfig& plan, uint64_t seed, int64_t hidden = 16, int64_t rows = kShard)
+      : plan_(plan), rows_(rows) {
     TrainerOptions o;
     o.seed = seed;
     o.num_threads = 1;
     for (int r = 0; r < ranks; ++r)
-      trainers_.push_back(std::make_unique<Trainer>(dp_model(kShard, hidden), dp_inner_optimizer(), o));
+      trainers_.push_back(std::make_unique<Trainer>(dp_model(rows, hidden), dp_inner_optimizer(), o));
     anchor_ = dp_flat(*trainers_[0]);
     momentum_.assign(anchor_.size(), 0.0f);
     x_.assign(anchor_.begin(), anchor_.end());
@@ -122,7 +128,7 @@ class DpSimulation {
     int ranks = static_cast<int>(trainers_.size());
     skipped.resize(static_cast<size_t>(ranks));
     for (int r = 0; r < ranks; ++r) {
-      std::map<std::string, Tensor> batch = dp_batch(step, r * kShard, kShard);
+      std::map<std::string, Tensor> batch = dp_batch(step, r * rows_, rows_);
       if (edit_batch) edit_batch(step, r, batch);
       try {
         trainers_[r]->step(batch);
@@ -160,7 +166,9 @@ class DpSimulation {
       for (size_t i = lo; i < hi; ++i) mine[i - lo] = anchor_[i] - x[i];
       // A rank's non-finite pseudo-gradient counts as no progress; under ZeRO 1 the ranks
       // average parameters instead, so it reaches the average (and skips the step, below).
-      if (!all_finite(mine) && plan_.zero_stage == 0) std::fill(mine.begin(), mine.end(), 0.0f);
+      // Shard groups average pseudo-gradients again (ZeRO runs inside the replica).
+      if (!all_finite(mine) && (plan_.zero_stage == 0 || plan_.shard_group > 1))
+        std::fill(mine.begin(), mine.end(), 0.0f);
       for (size_t i = lo; i < hi; ++i) d[i] += mine[i - lo] / static_cast<float>(ranks);
     }
     if (all_finite(d)) outer(d, 1.0, lo, hi);  // a non-finite average: no outer step on any rank
@@ -289,6 +297,7 @@ class DpSimulation {
   }
 
   parallel::PlanConfig plan_;
+  int64_t rows_ = kShard;
   std::vector<std::unique_ptr<Trainer>> trainers_;
   std::vector<float> anchor_, momentum_;  // localsgd
   // co2: the anchor, the outer momentum, the average in flight, and each rank's guess.

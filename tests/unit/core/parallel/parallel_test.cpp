@@ -291,6 +291,50 @@ TEST(Outer, Co2GuessIsTheOuterStepWithTheRanksOwnAverage) {
   EXPECT_FLOAT_EQ(a[0], g);
 }
 
+TEST(Plan, ShardGroupsDivideTheDataDegreeAndTakeZeroInside) {
+  PlanConfig p = preset(Preset::kDiLoCo, 4);
+  p.shard_group = 0;
+  expect_plan_error(p, Status::kInvalidPlan, "plan: shard_group = 0 must be >= 1");
+  p.shard_group = 2;
+  expect_plan_error(p, Status::kInvalidPlan, "plan: shard_group = 2 runs ZeRO over each replica's ranks: zero_stage "
+                                             "must be 1, 2 or 3 (it is 0)");
+  for (int stage : {1, 2, 3})
+    for (Preset pr : {Preset::kLocalSgd, Preset::kDiLoCo, Preset::kCo2}) {
+      p = preset(pr, 4);
+      p.shard_group = 2;
+      p.zero_stage = stage;
+      EXPECT_NO_THROW(validate_for_world(p, 4)) << stage;  // 2 replicas of 2
+      EXPECT_NO_THROW(validate_for_world(p, 2)) << stage;  // 1 replica of 2
+    }
+  p = preset(Preset::kCo2, 4);
+  p.zero_stage = 2;
+  p.shard_group = 4;
+  expect_plan_error(p, Status::kInvalidPlan, "plan: shard_group 4 does not divide the data-parallel degree 6", 6);
+  p.shard_group = 3;
+  EXPECT_NO_THROW(validate_for_world(p, 6));
+  p = preset(Preset::kDdp, 1);
+  p.zero_stage = 3;
+  p.shard_group = 2;
+  expect_plan_error(p, Status::kUnsupported, "plan: shard_group = 2 applies to localsgd / co2");
+  p = preset(Preset::kCo2, 4);
+  p.zero_stage = 3;
+  p.shard_group = 2;
+  p.outer_bits = 8;
+  expect_plan_error(p, Status::kUnsupported, "shard_group = 2 is not implemented with outer_bits 8");
+  p.outer_bits = 32;
+  p.inner_noise_scaling = true;
+  expect_plan_error(p, Status::kUnsupported, "it has inner_noise_scaling");
+  p.inner_noise_scaling = false;
+  p.tensor.y = 2;
+  expect_plan_error(p, Status::kUnsupported, "it has model degree 2");
+  p.tensor.y = 1;
+  p.automatic = true;
+  expect_plan_error(p, Status::kUnsupported, "it has automatic");
+  p.automatic = false;
+  p.outer_fragments = 2;
+  expect_plan_error(p, Status::kUnsupported, "outer_fragments = 2 is not implemented");
+}
+
 TEST(DataParallel, WorldOfOneMatchesTheReferenceForEveryPreset) {
   auto comm = test::world_of_one().comm;
   for (Preset pr : {Preset::kLocalSgd, Preset::kSlowMo, Preset::kDiLoCo, Preset::kCo2}) {

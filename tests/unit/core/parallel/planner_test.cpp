@@ -157,6 +157,25 @@ TEST_F(Planner, ZeroShardsMemory) {
   EXPECT_GT(predict(model, c, data_plan(4, 1)).exposed_comm_seconds, predict(model, c, data_plan(4, 0)).exposed_comm_seconds);
 }
 
+TEST_F(Planner, ShardGroupsShardOverTheReplica) {
+  // DiLoCo at 4 data ranks: ZeRO 3 inside replicas of 2 holds half of each rank's model state,
+  // inside one replica of 4 a quarter; every rank its own replica holds all of it.
+  const Graph model = models::build_gpt(small_gpt());
+  auto grouped = [](int group) {
+    PlanConfig p = preset(Preset::kDiLoCo, 4);
+    p.data_parallel = 4;
+    p.bucket_bytes = 1 << 20;
+    p.zero_stage = group > 1 ? 3 : 0;
+    p.shard_group = group;
+    return p;
+  };
+  const double m1 = predict(model, cluster(4), grouped(1)).memory_bytes;
+  const double m2 = predict(model, cluster(4), grouped(2)).memory_bytes;
+  const double m4 = predict(model, cluster(4), grouped(4)).memory_bytes;
+  EXPECT_LT(m2, m1);
+  EXPECT_LT(m4, m2);
+}
+
 TEST_F(Planner, CheckpointingTradesComputeForMemory) {
   const Graph model = models::build_gpt(small_gpt());
   PlanConfig off = data_plan(4), on = data_plan(4);

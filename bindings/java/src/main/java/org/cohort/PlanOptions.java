@@ -25,6 +25,7 @@ public final class PlanOptions {
   private long overlapSteps;
   private int outerBits;
   private int outerFragments;
+  private int shardGroup;
   private int tensorX;
   private int tensorY;
   private int tensorZ;
@@ -81,6 +82,7 @@ public final class PlanOptions {
       overlapSteps = d.getOverlap_steps();
       outerBits = d.getOuter_bits();
       outerFragments = d.getOuter_fragments();
+      shardGroup = d.getShard_group();
       tensorX = d.getTensor_x();
       tensorY = d.getTensor_y();
       tensorZ = d.getTensor_z();
@@ -225,6 +227,24 @@ public final class PlanOptions {
 
   public int outerFragments() {
     return outerFragments;
+  }
+
+  /**
+   * localsgd, co2: shard groups — the data-parallel ranks as replicas of this many consecutive
+   * ranks, each replica training synchronously with ZeRO stage zeroStage (1..3) over its ranks,
+   * the outer rule between replicas on each rank's ZeRO shard (a rank's outer state and each outer
+   * all-reduce ~1/S of the model). 0 or 1 (the default): every rank its own replica.
+   * INVALID_PLAN below 0, above 1 with ZeRO stage 0, or (at trainer creation) not dividing the
+   * data-parallel degree; UNSUPPORTED above 1 under DDP, outer bits 8 / 4, inner noise scaling,
+   * outer fragments, a tensor / pipeline axis or an automatic layout.
+   */
+  public PlanOptions shardGroup(int value) {
+    shardGroup = value;
+    return this;
+  }
+
+  public int shardGroup() {
+    return shardGroup;
   }
 
   /**
@@ -535,6 +555,7 @@ public final class PlanOptions {
     o.setOverlap_steps(overlapSteps);
     o.setOuter_bits(outerBits);
     o.setOuter_fragments(outerFragments);
+    o.setShard_group(shardGroup);
     o.setTensor_x(tensorX);
     o.setTensor_y(tensorY);
     o.setTensor_z(tensorZ);

@@ -124,6 +124,13 @@ class ErrorsTest {
         () -> new Plan(new PlanOptions().preset(Plan.Preset.DDP).outerFragments(2)).close(), "cohort_plan_create",
         "plan: outer_fragments = 2 applies to");
     new Plan(new PlanOptions().preset(Plan.Preset.DILOCO).tau(4).outerFragments(4)).close();
+    TestSupport.expectError(Status.INVALID_PLAN,
+        () -> new Plan(new PlanOptions().preset(Plan.Preset.DILOCO).tau(4).shardGroup(2)).close(),
+        "cohort_plan_create", "plan: shard_group = 2 runs ZeRO over each replica's ranks");
+    TestSupport.expectError(Status.UNSUPPORTED,
+        () -> new Plan(new PlanOptions().preset(Plan.Preset.DDP).zeroStage(3).shardGroup(2)).close(),
+        "cohort_plan_create", "plan: shard_group = 2 applies to localsgd / co2");
+    new Plan(new PlanOptions().preset(Plan.Preset.CO2).tau(4).zeroStage(3).shardGroup(2)).close();
     assertEquals(1, new PlanOptions().tensorY());
     TestSupport.expectError(Status.INVALID_PLAN, () -> new Plan(new PlanOptions().tensor(1, 0, 1)).close(),
         "cohort_plan_create", "plan: tensor_y = 0 must be in 1..65536");
