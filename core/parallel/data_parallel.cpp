@@ -49,7 +49,8 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
                  "data parallel: parameter '", trainer.parameter_names()[i], "' is ", dtype_name(params[i].dtype()),
                  "; only contiguous f32 parameters are supported yet");
   auto dp = std::make_shared<DataParallel>(plan, comm);
-  if (plan.mode == SyncMode::kSync) dp->device_comm_ = std::move(device_comm);
+  // Top-k messages are encoded and summed on the host: their buckets stay in host memory.
+  if (plan.mode == SyncMode::kSync && plan.grad_keep >= 1) dp->device_comm_ = std::move(device_comm);
   // Identical initial weights on every rank: rank 0's parameters, whatever the others' seeds.
   dp->numel_ = total_numel(params);
   std::vector<float> flat(dp->numel_);
@@ -185,8 +186,17 @@ void DataParallel::build_buckets(const std::vector<Tensor>& params) {
       b.dev = Tensor::empty({static_cast<int64_t>(b.numel)}, DType::kF32, device_allocator(params[0].device()));
     else if (plan_.zero_stage == 0)  // ZeRO pads it (build_shards)
       b.buf = coll::CommBuffer(comm_, b.numel);
+    if (plan_.grad_keep < 1) {
+      b.topk = std::make_unique<GradTopk>(static_cast<int64_t>(b.numel), plan_.grad_keep);
+      b.message.assign(b.topk->message_bytes(), 0);
+      b.messages.assign(b.topk->message_bytes() * static_cast<size_t>(comm_->size()), 0);
+      topk_average_.resize(std::max(topk_average_.size(), b.numel));
+    }
+    stats_.gradient_sync_bytes +=
+        static_cast<int64_t>(b.topk ? b.topk->message_bytes() : b.numel * sizeof(float));
   }
   stats_.buckets = static_cast<int64_t>(buckets_.size());
+  stats_.grad_keep = plan_.grad_keep;
 }
 
 void DataParallel::poll() {
@@ -347,7 +357,7 @@ void DataParallel::before_update(std::vector<Tensor>& grads) {
     first = std::min(first, b.launched);
     last = std::max(last, b.done);
     if (plan_.zero_stage > 0) take_gradient_shard(b);  // grads stay local: the shard is stepped
-    else
+    else if (!b.topk)  // (top-k buckets are averaged below, all of them before any residual moves)
       for (size_t j = 0; j < b.params.size(); ++j) {
         Tensor& g = grads[b.params[j]];
         if (b.dev.defined()) device_copy_queued(g.raw(), b.dev.data<float>() + b.offsets[j], g.device(), g.nbytes());
@@ -363,6 +373,7 @@ void DataParallel::before_update(std::vector<Tensor>& grads) {
   // compute.
   note_wait(start);
   if (!buckets_.empty()) stats_.comm_seconds += seconds(last - first);
+  if (plan_.grad_keep < 1) average_topk(grads);
 }
 
 // Streaming outer synchronisation (plan.outer_fragments = F; after Streaming DiLoCo, Douillard
@@ -743,7 +754,10 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
   if (plan_.zero_stage >= 3) materialize_parameters(trainer_->mutable_parameters(), true);
   if (shard_optimizer_) save_shard_state(extra);  // ZeRO: the trainer's optimizer has none
   if (outer_sharded()) return save_outer_shard(extra);
-  if (plan_.mode == SyncMode::kSync) return;  // DDP keeps no state beyond the trainer's
+  if (plan_.mode == SyncMode::kSync) {  // DDP keeps no state beyond the trainer's but top-k's residuals
+    if (plan_.grad_keep < 1) save_topk_state(extra);
+    return;
+  }
   // Shard groups: the outer state below is this rank's shard's (outer_numel_ floats).
   if (grouped()) extra.ints["parallel.shard_group"] = plan_.shard_group;
   bool have_result = false;  // any fragment's
@@ -813,7 +827,7 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
   COHORT_CHECK(grouped() || !extra.ints.count("parallel.zero.world"), Status::kInvalidArgument,
                "data parallel: the checkpoint holds a ZeRO optimizer shard; load it with a ZeRO stage 1-3 "
                "plan, world and rank");
-  if (plan_.mode == SyncMode::kSync) return;
+  if (plan_.mode == SyncMode::kSync) return load_topk_state(extra);
   COHORT_CHECK(!any_in_flight(), Status::kInvalidState, "data parallel: cannot load while a reduction is in flight");
   auto get = [&](const char* name) -> const Tensor& {
     auto it = extra.tensors.find(name);

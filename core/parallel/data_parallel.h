@@ -63,6 +63,7 @@
 
 #include "core/checkpoint/checkpoint.h"
 #include "core/exec/trainer.h"
+#include "core/parallel/grad_topk.h"
 #include "core/parallel/outer.h"
 #include "core/parallel/plan.h"
 #include "core/parallel/quantize.h"
@@ -121,6 +122,10 @@ struct ParallelStats {
   double outer_wait_seconds = 0;
   double outer_hidden_fraction = 1;  // 1 - outer_wait_seconds / outer_seconds (1 before any)
   int shard_group = 1;               // plan.shard_group: ranks per replica
+  // sync: the gradient bytes this rank puts on the wire a step — its buckets' fp32 bytes, or
+  // under top-k compression (plan.grad_keep < 1) its messages' — and the kept fraction.
+  int64_t gradient_sync_bytes = 0;
+  double grad_keep = 1;
 };
 
 class DataParallel : public StepHook {
@@ -207,6 +212,10 @@ class DataParallel : public StepHook {
     bool resident = true;
     int readers = 0;         // uses (below) in progress
     int64_t held_bytes = 0;  // bytes held for its whole parameters (gathered, or their own)
+    // Top-k compression (plan.grad_keep < 1, grad_topk.h): buf holds this rank's gradient plus
+    // residual from launch to settle; its message, and every rank's after the all-gather.
+    std::unique_ptr<GradTopk> topk;
+    std::vector<uint8_t> message, messages;
   };
   // ZeRO 3: the span of step positions over which one bucket's parameters are read — one in
   // forward and one in backward, merged when no other bucket is needed in between.
@@ -214,6 +223,12 @@ class DataParallel : public StepHook {
     size_t bucket, first, last;
   };
   void build_buckets(const std::vector<Tensor>& params);
+  // Top-k compression (grad_topk.h): averages every bucket's messages into the gradients, then
+  // settles every residual alike (kept when the averaged gradients are not finite: the step is
+  // skipped on every rank). Its residuals in a checkpoint, in parameter order (save_state).
+  void average_topk(std::vector<Tensor>& grads);
+  void save_topk_state(checkpoint::CheckpointExtra& extra);
+  void load_topk_state(const checkpoint::CheckpointExtra& extra);
   // DDP: the first bucket of a step to be reduced after the loss exists gets element 0 set to
   // NaN when this rank's loss is not finite.
   void mark_if_loss_not_finite(Bucket& b);
@@ -289,6 +304,7 @@ class DataParallel : public StepHook {
   double sum_over(transport::coll::Communicator& comm, std::vector<float>& buffer, float* values, size_t n);
   double sum_over_ranks(float* values, size_t n) { return sum_over(*comm_, scalars_, values, n); }
   std::vector<float> scalars_;  // sum_over_ranks' reduction buffer
+  std::vector<float> topk_average_;  // top-k: one bucket's averaged gradient (the largest bucket's size)
   void save_outer_shard(checkpoint::CheckpointExtra& extra);
   void load_outer_shard(const checkpoint::CheckpointExtra& extra);
   void end_round_co2(Fragment& fr, std::vector<Tensor>& params);

@@ -16,6 +16,13 @@ inline size_t total_numel(const std::vector<Tensor>& ts) {
   return n;
 }
 
+// Where each tensor starts in the flat vector: offsets[i] for tensor i, offsets[size] = the total.
+inline std::vector<size_t> flat_offsets(const std::vector<Tensor>& ts) {
+  std::vector<size_t> at(ts.size() + 1, 0);
+  for (size_t i = 0; i < ts.size(); ++i) at[i + 1] = at[i] + static_cast<size_t>(ts[i].numel());
+  return at;
+}
+
 // out must hold total_numel(ts) floats (more are left as they are).
 inline void flatten(const std::vector<Tensor>& ts, float* out) {
   size_t off = 0;

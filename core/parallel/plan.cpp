@@ -103,6 +103,20 @@ void validate(const PlanConfig& p) {
   COHORT_CHECK(p.outer.clip_threshold >= 0, Status::kInvalidPlan, "plan: clip threshold = ", p.outer.clip_threshold,
                " must be >= 0 (0 = off)");
   COHORT_CHECK(p.bucket_bytes > 0, Status::kInvalidPlan, "plan: bucket_bytes must be > 0");
+  COHORT_CHECK(p.grad_keep > 0 && p.grad_keep <= 1, Status::kInvalidPlan, "plan: grad_keep = ", p.grad_keep,
+               " must be in (0, 1] (the fraction of each gradient bucket sent a step; 1: all of it, uncompressed)");
+  if (p.grad_keep < 1) {
+    COHORT_CHECK(p.mode == SyncMode::kSync, Status::kUnsupported, "plan: grad_keep = ", p.grad_keep,
+                 " compresses the sync mode's gradients; ", mode_name(p.mode),
+                 " synchronises parameters every tau steps (outer_bits compresses co2's)");
+    COHORT_CHECK(p.zero_stage == 0 && p.model_degree() == 1 && !p.automatic, Status::kUnsupported,
+                 "plan: grad_keep = ", p.grad_keep,
+                 " is not implemented with a ZeRO stage, tensor / pipeline axes or an automatic layout yet "
+                 "(TODO(#29)); it has ",
+                 p.zero_stage != 0 ? str_cat("zero_stage ", p.zero_stage)
+                 : p.automatic     ? std::string("automatic")
+                                   : str_cat("model degree ", p.model_degree()));
+  }
   COHORT_CHECK(!p.inner_noise_scaling || p.mode != SyncMode::kSync, Status::kInvalidPlan,
                "plan: inner_noise_scaling applies to local steps (localsgd, co2); sync averages the gradients "
                "before the optimizer sees them");

@@ -127,6 +127,11 @@ struct PlanConfig {
   // methods); measured in README (convergence row).
   bool inner_noise_scaling = false;
   size_t bucket_bytes = 25u << 20;   // DDP gradient bucket size
+  // sync: top-k compression of the gradients with error feedback (core/parallel/grad_topk.h has
+  // the rule): each bucket sends the grad_keep fraction of its entries of largest magnitude,
+  // counting what earlier steps left unsent, and the ranks' messages are all-gathered and
+  // averaged; the rest waits in this rank's residual. 1 (the default): off, an all-reduce.
+  double grad_keep = 1.0;
   // Tensor parallelism: the grid's tensor axes; the data axis (data_parallel, 0 = the rest of the
   // world) runs the data-parallel mode above over each tensor position. Ranks are laid out
   // row-major over (data, x, y, z): z varies fastest. Collectives overlap compute unless
@@ -204,7 +209,9 @@ inline int64_t outer_fragment_offset(int fragment, int fragments, int64_t tau) {
 // them, for outer_fragments > 1 outside localsgd / co2 or with what has no fragmented form yet
 // (overlap auto, outer_bits 8 / 4, ZeRO 1 of the outer state, shard groups, tensor or pipeline
 // axes), and for shard_group > 1 in the sync mode or with outer_bits 8 / 4, inner noise
-// scaling, tensor or pipeline axes or automatic (not implemented with groups yet).
+// scaling, tensor or pipeline axes or automatic (not implemented with groups yet); grad_keep
+// outside (0, 1] is kInvalidPlan, and below 1 kUnsupported outside the sync mode, with a ZeRO
+// stage, tensor or pipeline axes or automatic.
 void validate(const PlanConfig& plan);
 // validate() plus the fit with a world of `world_size` ranks: the tensor degree x*y*z and the
 // data-parallel degree must divide it and their product equal it, and shard_group must divide

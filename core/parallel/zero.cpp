@@ -75,6 +75,11 @@ void DataParallel::launch_reduction(Bucket& b) {
     b.work = device_comm_->all_reduce(b.dev.raw(), b.numel, coll::DataType::kF32, coll::ReduceOp::kAvg);
     return;
   }
+  if (b.topk) {  // this rank's message of its gradient plus residual, gathered from every rank
+    b.topk->encode(b.buf.data(), b.message.data());
+    b.work = comm_->all_gather(b.message.data(), b.messages.data(), b.message.size(), coll::DataType::kU8);
+    return;
+  }
   // The padding must reduce to zero: a step that failed half-way may have left results there.
   std::fill(b.buf.begin() + static_cast<std::ptrdiff_t>(b.numel), b.buf.end(), 0.0f);
   if (plan_.zero_stage >= 2) {

@@ -1,6 +1,7 @@
 # Data parallelism (core/parallel): the single-process unit tests, and dp_rank under cohort-run
 # at 2 and 4 ranks over shared memory and TCP, each checked against an in-process reference
-# ("-f2" / "-f4": streaming outer synchronisation over 2 / 4 fragments).
+# ("-f2" / "-f4": streaming outer synchronisation over 2 / 4 fragments; "-k25" / "-k3": DDP with
+# top-k gradient compression keeping 25% / 3%).
 file(GLOB DP_UNIT_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/unit/core/parallel/*_test.cpp)
 cohort_test(parallel_test LABEL unit TIMEOUT 120 SOURCES ${DP_UNIT_TESTS} LIBS cohort_core)
 
@@ -12,7 +13,7 @@ foreach(mode ddp localsgd slowmo diloco co2 co2-plain co2-heavy co2-late co2-pen
              co2-resume co2-8bit-resume localsgd-zero1 diloco-zero1
              diloco-clip diloco-clip-zero1 diloco-zero1-resume outer-memory co2-auto ddp-wide ddp-zero1-wide co2-wide
              co2-wide-resume diloco-f2 diloco-f4 co2-f2 co2-f4 co2-clip-f4 co2-penalty-f2 co2-late-f4 co2-f2-resume
-             co2-f4-resume diloco-f4-resume)
+             co2-f4-resume diloco-f4-resume ddp-k25 ddp-k3 ddp-k25-resume)
   foreach(n 2 4)
     foreach(tls shm tcp)
       if(tls STREQUAL "shm")
@@ -31,7 +32,7 @@ endforeach()
 # identical, local SGD / co2 ranks skip alone; each against its reference (issue #25).
 foreach(mode ddp-nan ddp-zero1-nan ddp-zero3-nan localsgd-nan localsgd-zero1-nan co2-nan
              localsgd-nanparam localsgd-zero1-nanparam co2-nanparam co2-nanmerge localsgd-nan-f2 co2-nanparam-f2
-             co2-nanmerge-f4)
+             co2-nanmerge-f4 ddp-k25-nan)
   foreach(n 2 4)
     add_test(NAME multirank.dp.${mode}.n${n}.shm COMMAND cohort-run -n ${n} -- $<TARGET_FILE:dp_rank> ${mode})
     set_tests_properties(multirank.dp.${mode}.n${n}.shm PROPERTIES LABELS multirank TIMEOUT 120
@@ -47,7 +48,7 @@ foreach(tls shm tcp)
   else()
     set(ucx_tls "tcp")
   endif()
-  foreach(mode co2-kill diloco-zero1-kill co2-wide-kill ddp-wide-kill co2-f4-kill diloco-f2-kill)
+  foreach(mode co2-kill diloco-zero1-kill co2-wide-kill ddp-wide-kill co2-f4-kill diloco-f2-kill ddp-k3-kill)
     add_test(NAME multirank.dp.${mode}.n3.${tls} COMMAND cohort-run -n 3 -- $<TARGET_FILE:dp_rank> ${mode})
     set_tests_properties(multirank.dp.${mode}.n3.${tls} PROPERTIES LABELS multirank TIMEOUT 120
                          ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"

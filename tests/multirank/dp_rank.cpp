@@ -41,6 +41,11 @@
 //                        "-f<F>" in its name: streaming outer synchronisation over F fragments
 //                        (tau 4), against the reference's fragmented rule; the stats must count
 //                        F fragments, every fragment's syncs and a per-sync size below the model's
+//   dp_rank ddp-k25 | ddp-k3 | ddp-k25-nan | ddp-k25-resume | ddp-k3-kill | ...   DDP with "-k<P>":
+//                        top-k gradient compression keeping P% of each bucket (25: the bitmap
+//                        form; 3: int32 indices), with error feedback, against the reference's
+//                        own top-k rule (each rank's gradient, the exchange, the residuals); the
+//                        stats must show fewer bytes a step than the gradients'
 //   dp_rank diloco-zero2-g2 | co2-zero3-g2 | co2-zero2-g2-resume | ...   any mode with "-g<S>" in
 //                        its name: shard groups of S ranks (ZeRO stage N inside each replica, the
 //                        outer rule between replicas on each rank's shard), against the reference
@@ -77,6 +82,7 @@ constexpr int64_t kSteps = 5 * kTau + 2;  // ends mid-round
 int64_t g_hidden = 16;  // 8192 in the -wide modes
 int g_fragments = 1;    // "-f<F>": plan.outer_fragments, with rounds of kFragmentTau steps
 int g_shard_group = 1;  // "-g<S>": plan.shard_group (replicas of S ranks, ZeRO inside each)
+int g_keep_percent = 100;  // "-k<P>": plan.grad_keep = P / 100 (top-k gradient compression)
 constexpr int64_t kFragmentTau = 4;
 // The plan's tau (the step counts of the runs stay multiples of kTau's).
 int64_t plan_tau() { return g_fragments > 1 ? kFragmentTau : kTau; }
@@ -151,6 +157,7 @@ parallel::PlanConfig plan_for(const std::string& mode) {
   p.outer_fragments = g_fragments;
   p.shard_group = g_shard_group;
   if (g_shard_group > 1) p.bucket_bytes = 256;  // several ZeRO buckets per replica, one uneven
+  p.grad_keep = g_keep_percent / 100.0;
   return p;
 }
 
@@ -191,6 +198,13 @@ bool fragment_stats_hold(const parallel::PlanConfig& plan, const parallel::Paral
 // *skipped: the steps the reference skipped for NaN or Inf on this rank.
 std::vector<float> reference(const std::string& mode, int world, int rank, const parallel::PlanConfig& plan,
                              std::vector<int64_t>* skipped) {
+  if (plan.grad_keep < 1) {  // top-k: each rank's own gradient matters, not only their average
+    test::TopkDdpSimulation sim(world, plan, g_hidden);
+    for (int64_t s = 0; s < kSteps; ++s)
+      if (!sim.step(s, [world](int64_t st, int r, std::map<std::string, Tensor>& b) { poison_batch(st, r, world, b, 0); }))
+        skipped->push_back(s);
+    return test::dp_flat(sim.model());
+  }
   if (plan.mode == parallel::SyncMode::kSync) {
     // Single rank on the concatenated batch (ZeRO 1 steps the same update in shards).
     TrainerOptions o;
@@ -279,6 +293,15 @@ int run_compare(const std::string& mode, std::shared_ptr<coll::Communicator> com
   if (plan.mode != parallel::SyncMode::kSync && !fragment_stats_hold(plan, st, trainer->parameters())) return 1;
   if ((plan.mode == parallel::SyncMode::kSync || plan.shard_group > 1) && st.buckets < 2) return 1;
   if (st.shard_group != plan.shard_group) return 1;
+  // Top-k: each bucket's message, all buckets together fewer bytes than the gradients.
+  if (plan.grad_keep < 1) {
+    int64_t model_bytes = 0;
+    for (const Tensor& p : trainer->parameters()) model_bytes += p.nbytes();
+    std::printf("rank %d/%d %s: keep %.2f, %lld B of messages a step for %lld B of gradients\n", comm->rank(),
+                comm->size(), mode.c_str(), st.grad_keep, static_cast<long long>(st.gradient_sync_bytes),
+                static_cast<long long>(model_bytes));
+    if (st.grad_keep != plan.grad_keep || !(st.gradient_sync_bytes < model_bytes)) return 1;
+  }
   // localsgd's outer all-reduce blocks: all of it waited. co2's travels behind `overlap` local
   // steps: the merge waits for what is left of it, if anything (on these loaded cores often
   // a share, for a replica that lags; never all of it).
@@ -492,6 +515,7 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "co2";
   g_fragments = take_number(mode, "-f", g_fragments);       // "-f<F>": F fragments
   g_shard_group = take_number(mode, "-g", g_shard_group);   // "-g<S>": shard groups of S ranks
+  g_keep_percent = take_number(mode, "-k", g_keep_percent);  // "-k<P>": top-k keeping P%
   for (auto [tail, poison] : {std::pair{"-nanparam", Poison::kParams}, std::pair{"-nanmerge", Poison::kParams},
                               std::pair{"-nan", Poison::kBatch}}) {
     const std::string t = tail;

@@ -26,6 +26,7 @@
 #include "core/device/device.h"
 #include "core/exec/trainer.h"
 #include "core/models/mlp.h"
+#include "core/ops/pipe_topk.h"
 #include "core/parallel/plan.h"
 
 namespace cohort::test {
@@ -307,6 +308,144 @@ class DpSimulation {
   // awaits its merge.
   std::vector<size_t> lo_;
   std::vector<bool> pending_;
+};
+
+// Synchronous DDP with top-k gradient compression and error feedback (plan.grad_keep < 1),
+// written out again from core/parallel/grad_topk.h's rule: each rank's gradient at the shared
+// parameters (a probe trainer whose update its hook takes over and drops; a rank whose loss is
+// not finite sets element 0 of its first bucket to NaN, as DataParallel marks it), DataParallel's
+// buckets (parameters in reverse order, a new bucket once one holds bucket_bytes), per bucket
+// a = g + e and the k = topk_count(n, keep) largest |a| sent (NaN above every number, ties to the
+// lower index), the ranks' sent values summed in rank order and scaled by 1/W, then e <- a with
+// the sent entries zeroed when that average is finite (else e unchanged: the step is skipped),
+// and one trainer stepped with the average.
+class TopkDdpSimulation {
+ public:
+  TopkDdpSimulation(int ranks, const parallel::PlanConfig& plan, int64_t hidden = 16) : ranks_(ranks), plan_(plan) {
+    TrainerOptions o;
+    o.seed = 1;
+    o.num_threads = 1;
+    main_ = std::make_unique<Trainer>(dp_model(kShard, hidden), dp_inner_optimizer(), o);
+    probe_ = std::make_unique<Trainer>(dp_model(kShard, hidden), dp_inner_optimizer(), o);
+    capture_ = std::make_shared<Hook>();
+    apply_ = std::make_shared<Hook>();
+    apply_->overwrite = true;
+    probe_->set_step_hook(capture_);
+    main_->set_step_hook(apply_);
+    // DataParallel::build_buckets' layout: [begin, end) ranges of the flat parameters.
+    const std::vector<Tensor>& params = main_->parameters();
+    std::vector<size_t> at(params.size() + 1, 0);
+    for (size_t i = 0; i < params.size(); ++i) at[i + 1] = at[i] + static_cast<size_t>(params[i].numel());
+    size_t bytes = plan.bucket_bytes;  // the current bucket's: full at the start
+    for (size_t k = params.size(); k-- > 0;) {
+      if (bytes >= plan.bucket_bytes) {
+        buckets_.push_back({});
+        bytes = 0;
+      }
+      buckets_.back().push_back(k);
+      bytes += static_cast<size_t>(params[k].numel()) * sizeof(float);
+    }
+    offsets_ = at;
+    residual_.assign(static_cast<size_t>(ranks), std::vector<float>(at.back(), 0.0f));
+  }
+
+  // One step on the global batch's rank shards (edit may poison rank r's); false when skipped.
+  bool step(int64_t s, const std::function<void(int64_t, int, std::map<std::string, Tensor>&)>& edit) {
+    const std::vector<float> shared = dp_flat(*main_);
+    const size_t n = shared.size();
+    std::vector<std::vector<float>> a(static_cast<size_t>(ranks_));
+    for (int r = 0; r < ranks_; ++r) {
+      dp_set_flat(*probe_, shared);
+      std::map<std::string, Tensor> batch = dp_batch(s, r * kShard, kShard);
+      if (edit) edit(s, r, batch);
+      try {
+        probe_->step(batch);
+      } catch (const Error& e) {
+        if (e.status() != Status::kNonFinite) throw;
+      }
+      a[static_cast<size_t>(r)] = capture_->grads;
+      if (!capture_->loss_finite) a[static_cast<size_t>(r)][offsets_[buckets_[0][0]]] = std::nanf("");
+      for (size_t i = 0; i < n; ++i) a[static_cast<size_t>(r)][i] += residual_[static_cast<size_t>(r)][i];
+    }
+    // Per bucket: each rank's sent indices, and the average of what was sent.
+    std::vector<float> average(n, 0.0f);
+    std::vector<std::vector<size_t>> sent(static_cast<size_t>(ranks_));
+    for (const std::vector<size_t>& bucket : buckets_) {
+      std::vector<size_t> elements;  // the bucket's flat indices, in its own order (reverse parameters)
+      for (size_t k : bucket)
+        for (size_t i = offsets_[k]; i < offsets_[k + 1]; ++i) elements.push_back(i);
+      const int64_t count = topk_count(static_cast<int64_t>(elements.size()), plan_.grad_keep);
+      for (int r = 0; r < ranks_; ++r) {
+        const std::vector<float>& v = a[static_cast<size_t>(r)];
+        std::vector<size_t> order(elements.size());
+        for (size_t j = 0; j < order.size(); ++j) order[j] = j;
+        auto above = [&](size_t x, size_t y) {  // x before y: NaN first, then larger |a|, then lower position
+          const float fx = v[elements[x]], fy = v[elements[y]];
+          if (std::isnan(fx) != std::isnan(fy)) return std::isnan(fx);
+          if (!std::isnan(fx) && std::fabs(fx) != std::fabs(fy)) return std::fabs(fx) > std::fabs(fy);
+          return x < y;
+        };
+        std::sort(order.begin(), order.end(), above);
+        order.resize(static_cast<size_t>(count));
+        std::sort(order.begin(), order.end());
+        for (size_t j : order) {
+          average[elements[j]] += v[elements[j]];
+          sent[static_cast<size_t>(r)].push_back(elements[j]);
+        }
+      }
+    }
+    double sum = 0;
+    for (float& x : average) {
+      x *= 1.0f / static_cast<float>(ranks_);
+      sum += static_cast<double>(x) * x;
+    }
+    const bool applied = std::isfinite(sum);
+    if (applied)
+      for (int r = 0; r < ranks_; ++r) {
+        residual_[static_cast<size_t>(r)] = a[static_cast<size_t>(r)];
+        for (size_t i : sent[static_cast<size_t>(r)]) residual_[static_cast<size_t>(r)][i] = 0.0f;
+      }
+    apply_->grads = average;
+    try {
+      main_->step(dp_batch(s, 0, kShard));
+    } catch (const Error& e) {
+      if (e.status() != Status::kNonFinite) throw;
+      return false;
+    }
+    return applied;
+  }
+
+  const Trainer& model() const { return *main_; }
+
+ private:
+  // Captures the gradients (flat, parameter order) and drops the update, or (overwrite) replaces
+  // the gradients with `grads` and lets the optimizer step.
+  struct Hook : StepHook {
+    bool overwrite = false, loss_finite = true;
+    std::vector<float> grads;
+    void on_gradient(size_t, const Tensor&) override {}
+    void on_loss(const Tensor& loss) override { loss_finite = std::isfinite(loss.data<float>()[0]); }
+    void before_update(std::vector<Tensor>& g) override {
+      size_t off = 0;
+      if (!overwrite) grads.clear();
+      for (Tensor& t : g) {
+        if (overwrite) std::memcpy(t.raw(), grads.data() + off, t.nbytes());
+        else grads.insert(grads.end(), t.data<float>(), t.data<float>() + t.numel());
+        off += static_cast<size_t>(t.numel());
+      }
+    }
+    bool apply_update(std::vector<Tensor>&, std::vector<Tensor>&) override { return !overwrite; }
+    // (The probe's update, taken over and dropped, counts as skipped where its loss is not finite.)
+    double applied_grad_norm() const override { return loss_finite ? 0.0 : std::nan(""); }
+    void after_update(std::vector<Tensor>&, int64_t) override {}
+  };
+  int ranks_;
+  parallel::PlanConfig plan_;
+  std::unique_ptr<Trainer> main_, probe_;
+  std::shared_ptr<Hook> capture_, apply_;
+  std::vector<std::vector<size_t>> buckets_;  // parameter indices, as DataParallel fills them
+  std::vector<size_t> offsets_;
+  std::vector<std::vector<float>> residual_;
 };
 
 inline double dp_max_diff(const std::vector<float>& a, const std::vector<float>& b) {
