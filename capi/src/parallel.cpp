@@ -69,6 +69,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   const bool has_auto = o.size >= offsetof(cohort_plan_options, memory_limit_bytes) + sizeof(double);
   const bool has_fence = o.size >= offsetof(cohort_plan_options, pipeline_keep) + sizeof(const char*);
   const bool has_groups = o.size >= offsetof(cohort_plan_options, shard_group) + sizeof(int32_t);
+  const bool has_keep = o.size >= offsetof(cohort_plan_options, grad_keep) + sizeof(double);
   const bool has_fragments = o.size >= offsetof(cohort_plan_options, outer_fragments) + sizeof(int32_t);
   parallel::PlanConfig c;
   if (enum_int(o.preset) != COHORT_PRESET_NONE) {
@@ -125,6 +126,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   }
   if (has_fragments && o.outer_fragments != 0) c.outer_fragments = o.outer_fragments;  // 0: the default, 1
   if (has_groups && o.shard_group != 0) c.shard_group = o.shard_group;  // 0: the default, 1
+  if (has_keep && o.grad_keep != 0) c.grad_keep = o.grad_keep;  // 0: the default, 1
   parallel::validate(c);
   return c;
 }
@@ -358,6 +360,10 @@ COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer*
     if (stats_out->size >= offsetof(cohort_parallel_stats, shard_group) + sizeof(int64_t)) {
       stats_out->outer_hidden_fraction = s.outer_hidden_fraction;
       stats_out->shard_group = s.shard_group;
+    }
+    if (stats_out->size >= offsetof(cohort_parallel_stats, grad_keep) + sizeof(double)) {
+      stats_out->gradient_sync_bytes = s.gradient_sync_bytes;
+      stats_out->grad_keep = s.grad_keep;
     }
   });
 }

@@ -662,6 +662,59 @@ TEST_F(CapiParallel, ShardGroupsValidateTrainReportAndResume) {
   EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
 }
 
+// Top-k gradient compression: validation, an older caller's size, and (in one process, and under
+// cohort-run at 2 ranks: multirank.capi_grad_keep.n2) training that reports fewer bytes than the
+// gradients' and resumes bit for bit from per-rank checkpoints holding the residuals.
+TEST_F(CapiParallel, GradKeepValidatesTrainsReportsAndResumes) {
+  cohort_plan_options o = cohort_plan_options_default();
+  EXPECT_EQ(o.grad_keep, 0.0);  // = 1
+  cohort_plan *plan = nullptr, *older = nullptr;
+  o.grad_keep = 1.5;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: grad_keep = 1.5 must be in (0, 1]");
+  o.grad_keep = 0.1;
+  o.zero_stage = 2;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_UNSUPPORTED, "it has zero_stage 2");
+  o.zero_stage = 0;
+  o.preset = COHORT_PRESET_CO2;
+  o.tau = 2;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_UNSUPPORTED, "compresses the sync mode's gradients");
+  o.size = offsetof(cohort_plan_options, grad_keep);  // a caller built before the field: not read
+  EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
+  o = cohort_plan_options_default();
+  o.grad_keep = 0.1;
+  o.bucket_bytes = 64;  // two buckets of this MLP's 83 floats
+  ASSERT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
+  int32_t rank = 0, world = 1;
+  ASSERT_EQ(cohort_comm_rank(comm_, &rank, &world), COHORT_OK);
+  cohort_trainer *a = nullptr, *b = nullptr;
+  ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &a), COHORT_OK)
+      << cohort_last_error();
+  for (int k = 0; k < 4; ++k) step(a, k);
+  std::string path = ::testing::TempDir() + "cohort_parallel_topk_" + std::to_string(rank) + ".ckpt";
+  ASSERT_EQ(cohort_trainer_save_parallel_checkpoint(a, path.c_str()), COHORT_OK) << cohort_last_error();
+  for (int k = 4; k < 8; ++k) step(a, k);
+  cohort_parallel_stats s{};
+  s.size = sizeof s;
+  ASSERT_EQ(cohort_trainer_get_parallel_stats(a, &s), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(s.grad_keep, 0.1);
+  EXPECT_GT(s.gradient_sync_bytes, 0);
+  EXPECT_LT(s.gradient_sync_bytes, 83 * 4);
+  ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &b), COHORT_OK);
+  ASSERT_EQ(cohort_trainer_load_parallel_checkpoint(b, path.c_str()), COHORT_OK) << cohort_last_error();
+  for (int k = 4; k < 8; ++k) step(b, k);
+  EXPECT_EQ(weight(a), weight(b));  // bit for bit: the residuals came back
+  cohort_parallel_stats old{};
+  old.size = offsetof(cohort_parallel_stats, gradient_sync_bytes);
+  old.gradient_sync_bytes = -7;
+  ASSERT_EQ(cohort_trainer_get_parallel_stats(a, &old), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(old.gradient_sync_bytes, -7);
+  std::remove(path.c_str());
+  EXPECT_EQ(cohort_trainer_destroy(b), COHORT_OK);
+  EXPECT_EQ(cohort_trainer_destroy(a), COHORT_OK);
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+}
+
 TEST_F(CapiParallel, ZeroTrainerMatchesDdpAndReportsMemory) {
   for (int32_t stage : {2, 3}) {
     SCOPED_TRACE(stage);

@@ -974,6 +974,20 @@ typedef struct cohort_plan_options {
    * and its shard's outer state); it loads only under the same shard_group, position and
    * bucket_bytes. */
   int32_t shard_group;
+  /* Added after shard_group (read only when size covers it). DDP mode: top-k compression of the
+   * gradients with error feedback. Each gradient bucket sends only the grad_keep fraction of its
+   * entries of largest magnitude — this rank's gradient plus what earlier steps left unsent, its
+   * residual — as indices (or a bitmap, when smaller) and fp32 values; every rank gathers every
+   * rank's message and steps with their average, and what was not sent stays in the residual
+   * for later steps (nothing is dropped, only delayed). Fewer bytes than an all-reduce when
+   * grad_keep is below about 1 / data-parallel degree (cohort_parallel_stats'
+   * gradient_sync_bytes says how many). A NaN or Inf in a rank's gradients or loss makes every
+   * rank skip the step with the residuals unchanged. Every rank saves its own checkpoint (its
+   * residual); a checkpoint from another world size resumes with the residuals at zero (logged).
+   * 0 or 1 (the default): off, gradients all-reduced whole. INVALID_PLAN below 0 or above 1;
+   * UNSUPPORTED below 1 outside DDP mode, with a ZeRO stage, tensor / pipeline axes or automatic
+   * (not implemented yet). On a CUDA trainer the buckets go through host memory. */
+  double grad_keep;
 } cohort_plan_options;
 /* preset NONE, data_parallel 0, mode DDP, tau 1, outer lr 1, momentum 0, no Nesterov, no
  * penalty (constant 1), no clip, ZeRO stage 0, bucket_bytes 25 MiB, tensor_x = tensor_y =
@@ -981,7 +995,8 @@ typedef struct cohort_plan_options {
  * pipeline_stages = pipeline_chunks = micro_batches = 1 (no pipeline), pipeline_schedule
  * COHORT_PIPELINE_1F1B, pipeline_cuts NULL (balanced), automatic 0, auto_trials 0,
  * memory_limit_bytes 0 (the host's memory over the ranks), fence 0, fence_compression_off 0,
- * fence_min_keep 0 (= 0.1), pipeline_keep NULL, outer_fragments 0 (= 1), shard_group 0 (= 1). */
+ * fence_min_keep 0 (= 0.1), pipeline_keep NULL, outer_fragments 0 (= 1), shard_group 0 (= 1),
+ * grad_keep 0 (= 1). */
 COHORT_API cohort_plan_options cohort_plan_options_default(void);
 
 typedef struct cohort_plan cohort_plan;
@@ -1127,6 +1142,11 @@ typedef struct cohort_parallel_stats {
    * overlap hides it; 1 before any. And the plan's shard_group (1 without groups). */
   double outer_hidden_fraction;
   int64_t shard_group;
+  /* Added with top-k gradient compression; written only when size covers them. DDP mode: the
+   * gradient bytes this rank sends a step — the buckets' fp32 bytes, or their top-k messages under
+   * grad_keep < 1 — and the kept fraction (1 uncompressed). 0 and 1 in the other modes. */
+  int64_t gradient_sync_bytes;
+  double grad_keep;
 } cohort_parallel_stats;
 /* INVALID_STATE when the trainer was not made by cohort_trainer_create_parallel. */
 COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer* trainer,
