@@ -132,6 +132,7 @@ const std::map<std::string, Setter>& setters() {
        }},
       {"--outer-fragments", int_in(&Options::outer_fragments, 1, 1 << 20)},  // <= tau: apply_defaults
       {"--shard-group", int_in(&Options::shard_group, 1, 1 << 20)},  // divides the ranks: the plan checks
+      {"--grad-keep", number(&Options::grad_keep, "in (0, 1]", [](double x) { return x > 0 && x <= 1; })},
       {"--zero", int_in(&Options::zero, 0, 3)},
       {"--staleness-penalty", int_in(&Options::staleness_penalty, 0, 1)},
       {"--outer-clip", number(&Options::outer_clip, ">= 0 (0: off)", non_negative)},
@@ -242,6 +243,8 @@ const char* usage_text() {
          "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N|auto (not sync)]]  (under a launcher, below)\n"
          "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco 0-1; co2 none;\n"
          "          with --shard-group S > 1 any of 1-3, inside each replica)\n"
+         "         [--grad-keep K (0 < K <= 1)]  (sync, --zero 0: each gradient bucket sends only its K largest\n"
+         "          entries, the rest kept for later steps (error feedback); fewer bytes below K ~ 1/ranks; 1: off)\n"
          "         [--shard-group S]  (not sync; 1: off): replicas of S consecutive ranks, each training\n"
          "          synchronously under --zero 1-3 over its S ranks; the outer rule runs between replicas on\n"
          "          each rank's shard, so a rank's outer state and each outer all-reduce are ~1/S of the model\n"
@@ -422,6 +425,10 @@ void check_parallel_flags(const Options& o) {
           "--overlap must be in 1..tau (" + std::to_string(tau) + "), got " + std::to_string(o.overlap.value_or(0)));
   require(o.outer_fragments <= tau, "--outer-fragments must be in 1..tau (" + std::to_string(tau) + "), got " +
                                         std::to_string(o.outer_fragments));
+  require(!o.grad_keep || *o.grad_keep == 1 || (o.parallel == "sync" && o.zero == 0 && o.tensor_degree() == 1 &&
+                                                 o.pipeline == 1 && o.plan.empty()),
+          "--grad-keep compresses --parallel sync's gradients; with --zero, --tensor / --grid, --pipeline or --plan it "
+          "is not supported yet");
   require(o.shard_group == 1 || local_steps,
           "--shard-group needs --parallel localsgd, slowmo, diloco or co2 (replicas that synchronise every tau steps)");
   require(o.shard_group == 1 || o.zero >= 1,
@@ -475,6 +482,7 @@ void copy_layout(const Options& from, Options& to) {
   to.pipeline_keep = from.pipeline_keep;
   to.zero = from.zero;
   to.shard_group = from.shard_group;
+  to.grad_keep = from.grad_keep;
   to.activation_checkpointing = from.activation_checkpointing;
   to.sequence_parallel = from.sequence_parallel;
 }

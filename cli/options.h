@@ -67,6 +67,7 @@ struct Options {
   int64_t outer_bits = 32;                   // co2: 32, 8 or 4 bits per value of the pseudo-gradient sent
   int64_t outer_fragments = 1;  // localsgd/slowmo/diloco/co2: cohort_plan_options::outer_fragments (1..tau)
   int64_t shard_group = 1;      // localsgd/slowmo/diloco/co2 with --zero 1-3: cohort_plan_options::shard_group
+  std::optional<double> grad_keep;  // sync: top-k gradient compression, cohort_plan_options::grad_keep
   int64_t noise_scaling = 0;       // localsgd/slowmo/diloco/co2 with adamw: cohort_plan_options::inner_noise_scaling
   // Tensor parallelism: the grid X x Y x Z of a model replica (cohort_plan_options::tensor_x/y/z;
   // --tensor N is Megatron's 1D, 1 x N x 1); the rest of the world is the data axis (the

@@ -277,6 +277,7 @@ cohort_plan_options Task::plan_options() const {
   po.outer_bits = static_cast<int32_t>(o_.outer_bits);
   po.outer_fragments = static_cast<int32_t>(o_.outer_fragments);
   po.shard_group = static_cast<int32_t>(o_.shard_group);
+  po.grad_keep = o_.grad_keep.value_or(0.0);  // 0: the default, 1 (off)
   po.tensor_x = static_cast<int32_t>(o_.tensor_x);
   po.tensor_y = static_cast<int32_t>(o_.tensor);
   po.tensor_z = static_cast<int32_t>(o_.tensor_z);

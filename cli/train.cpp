@@ -259,6 +259,8 @@ std::string Loop::parallel_fields(cohort_parallel_stats* out) {
          ",\"outer_fragments\":" + std::to_string(p.outer_fragments) +
          ",\"outer_sync_bytes\":" + std::to_string(p.outer_sync_bytes) +
          ",\"shard_group\":" + std::to_string(p.shard_group) +
+         ",\"grad_keep\":" + json_number(p.grad_keep) +
+         ",\"gradient_sync_bytes\":" + std::to_string(p.gradient_sync_bytes) +
          ",\"outer_hidden_fraction\":" + json_number(p.outer_hidden_fraction) +
          ",\"peak_activation_bytes\":" + std::to_string(t.peak_activation_bytes) + pipeline + "}";
 }
@@ -300,6 +302,9 @@ void Loop::parallel_summary() {
     std::printf("%s: outer synchronisation in %lld fragment(s): %lld syncs of at most %.1f KiB from each rank\n",
                 o_.parallel.c_str(), static_cast<long long>(p.outer_fragments), static_cast<long long>(p.outer_syncs),
                 static_cast<double>(p.outer_sync_bytes) / 1024.0);
+  if (p.grad_keep < 1)
+    std::printf("%s: top-k gradients keeping %g of each bucket: %.1f KiB sent a step from each rank\n",
+                o_.parallel.c_str(), p.grad_keep, static_cast<double>(p.gradient_sync_bytes) / 1024.0);
   if (p.shard_group > 1)  // the replicas' outer all-reduces alone (comm above counts their ZeRO steps too)
     std::printf("%s: shard groups of %lld ranks (ZeRO %lld inside each): the outer all-reduces %.0f%% hidden behind "
                 "compute\n",

@@ -109,7 +109,9 @@ struct ParallelStats {
   // parameters (the whole fp32 parameters that hold memory — none under ZeRO 3 between steps —
   // plus the fp32 shard copy the ZeRO optimizer steps),
   // reduced gradients (DDP and stage 1: the full bucket buffers; stage 2: only the shard — the
-  // bucket buffers are freed once reduced) and optimizer state (stage >= 1: the shard's only).
+  // bucket buffers are freed once reduced) and optimizer state (stage >= 1: the shard's only;
+  // under top-k compression also the residuals, a whole model's worth, and the messages among the
+  // gradients').
   // The trainer's own backward outputs (the local, unreduced gradients) are not counted.
   int64_t parameter_bytes = 0;
   int64_t gradient_bytes = 0;

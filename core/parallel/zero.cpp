@@ -336,6 +336,12 @@ void DataParallel::fill_memory_stats(ParallelStats& s) const {
   s.optimizer_state_bytes += static_cast<int64_t>(anchor_.size() + prev_anchor_.size() + round_start_.size() +
                                                   outer_.momentum().size()) * f32;
   s.gradient_bytes += static_cast<int64_t>(inflight_.size() + result_.size()) * f32;
+  // Top-k compression: the residuals (optimizer-like state, a whole model's worth) and the messages.
+  for (const Bucket& b : buckets_)
+    if (b.topk) {
+      s.optimizer_state_bytes += static_cast<int64_t>(b.topk->residual().size()) * f32;
+      s.gradient_bytes += static_cast<int64_t>(b.message.size() + b.messages.size());
+    }
 }
 
 }  // namespace cohort::parallel
