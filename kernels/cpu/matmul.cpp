@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -242,8 +243,10 @@ void run_bf16_widened(memory::data_type c, const Operand& a, const void* pa, con
 // 1.16x (`bench_compute --ab`, median of 10 rounds, 9 of them faster). So in a product with a
 // transposed a, large enough to pay for one pass over an operand (kPackMacs, as packing b), each
 // operand whose rows lie a multiple of 2 KiB apart is first copied into rows 64 bytes longer.
-// Products with a plain a showed no such loss (the forward and input-gradient products).
-constexpr int64_t kAliasBytes = 2048, kRowPadBytes = 64;
+// Products with a plain a showed no such loss (the forward and input-gradient products). The
+// copies are bounded (kPadChunkBytes): a longer contraction (a GPT-2's dW over 8192 tokens of
+// 3072 features: 96 MiB) is cut into K-chunks whose products add up in d.
+constexpr int64_t kAliasBytes = 2048, kRowPadBytes = 64, kPadChunkBytes = int64_t{8} << 20;
 // Storage rows of a 2-D operand: transposed, its columns; `stride` apart, `length` elements each.
 struct Rows { int64_t count, length, stride; };
 Rows storage_rows(const Operand& o) {
@@ -287,7 +290,22 @@ void run(memory::data_type ab, memory::data_type c, const Operand& a_in, const v
   Operand a = a_in, b = b_in;
   const void *pa = pa_in, *pb = pb_in;
   const size_t es = memory::data_type_size(ab);
-  if (a.dims.size() == 2 && a.strides[0] == 1 && a.dims[0] * a.dims[1] * b.dims[1] >= kPackMacs) {
+  if (a.dims.size() == 2 && a.strides[0] == 1 && a.dims[0] * a.dims[1] * b.dims[1] >= kPackMacs &&
+      (aliased(a, es) || aliased(b, es))) {
+    // The copies stay within kPadChunkBytes an operand: a longer contraction runs in K-chunks,
+    // each adding its product to d (the bias, if any, with the first).
+    const int64_t M = a.dims[0], K = a.dims[1], N = b.dims[1];
+    const int64_t chunk = std::max<int64_t>(64, kPadChunkBytes / (std::max(M, N) * static_cast<int64_t>(es)));
+    if (K > chunk) {
+      for (int64_t k0 = 0; k0 < K; k0 += chunk) {
+        const int64_t kc = std::min(chunk, K - k0);
+        Operand ac{{M, kc}, a.strides}, bc{{kc, N}, b.strides};
+        run(ab, c, ac, static_cast<const char*>(pa_in) + static_cast<size_t>(k0 * a.strides[1]) * es, bc,
+            static_cast<const char*>(pb_in) + static_cast<size_t>(k0 * b.strides[0]) * es, d, pd,
+            k0 == 0 ? bias : nullptr, alpha, k0 == 0 ? beta : 1.0f);
+      }
+      return;
+    }
     thread_local std::vector<char> a_rows, b_rows;
     if (aliased(a, es)) a = pad_rows(a_in, pa_in, es, a_rows, &pa);
     if (aliased(b, es)) b = pad_rows(b_in, pb_in, es, b_rows, &pb);

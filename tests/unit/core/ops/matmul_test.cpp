@@ -334,13 +334,14 @@ TEST(MatmulKernel, ModerateShapesMatchLoops) {
 }
 
 // dW-like products c = sum_i a_i^T b_i at sizes past the register blocks, the fourth large enough
-// that b is repacked; in the last two, rows of a (4 KiB apart in fp32, 2 KiB in bf16), then of b
-// (2 KiB in fp32), are first copied into longer rows (kernels/cpu/matmul.cpp, pad_rows).
+// that b is repacked; in the last three, rows of a (4 KiB apart in fp32, 2 KiB in bf16), then of b
+// (2 KiB in fp32), are first copied into longer rows (kernels/cpu/matmul.cpp, pad_rows), and in
+// the last a's 1024 rows of 16 KiB are copied and multiplied in two chunks of 512 (kPadChunkBytes).
 TEST(MatmulKernel, SumBatchTransposedMatchesLoops) {
   struct Case { Shape a, b; };
   const Case cases[] = {{{2, 70, 130}, {2, 70, 31}}, {{3, 40, 50}, {3, 40, 45}}, {{1, 9, 64}, {1, 9, 16}},
                         {{2, 300, 250}, {2, 300, 120}}, {{2, 64, 1024}, {2, 64, 256}},
-                        {{1, 128, 256}, {1, 128, 512}}};
+                        {{1, 128, 256}, {1, 128, 512}}, {{1, 1024, 4096}, {1, 1024, 8}}};
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-1, 1);
   for (const Case& cs : cases)
