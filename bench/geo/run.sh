@@ -5,6 +5,8 @@
 # on Brown (4 blocks, width 128, context 64), at equal samples (the same steps of the same global batch) for:
 #   sync       data parallelism, DDP (every rank --batch B, global 4B)
 #   co2        co2, tau --tau (the same)
+#   sync-topk  DDP with top-k gradient compression and error feedback, --grad-keep of each bucket
+#              (the same batches; not in the default modes)
 #   pipe       a pipeline of 4 stages cut by compute alone, ranks in their numbered order
 #              (oblivious to the links; global batch 4B, --micro-batches M)
 #   fence      --plan fence, no compression (the links measured, the order and cuts chosen)
@@ -15,7 +17,7 @@
 #
 #   bench/geo/run.sh BUILD_DIR [--models cnn,gpt] [--inter 8mbit,100mbit] [--intra 10gbit]
 #       [--sites 0,1/2,3] [--modes sync,co2,pipe,fence,fence-topk] [--cnn-steps 150]
-#       [--gpt-steps 100] [--batch 16] [--micro-batches 8] [--tau 8] [--timeout 3600] [--keep DIR]
+#       [--gpt-steps 100] [--batch 16] [--micro-batches 8] [--tau 8] [--grad-keep 0.01] [--timeout 3600] [--keep DIR]
 #       [--report-only]
 # Exits 0 with a message where network namespaces are not permitted (netns.sh says why).
 set -euo pipefail
@@ -23,7 +25,7 @@ set -euo pipefail
 BUILD="${1:?usage: run.sh BUILD_DIR [options] (see the header)}"
 shift
 MODELS=cnn,gpt; INTER=8mbit,100mbit; INTRA=10gbit; SITES=0,1/2,3; MODES=sync,co2,pipe,fence,fence-topk
-CNN_STEPS=150; GPT_STEPS=100; BATCH=16; MICRO=8; TAU=8; TIMEOUT=3600; KEEP=""; REPORT_ONLY=0
+CNN_STEPS=150; GPT_STEPS=100; BATCH=16; MICRO=8; TAU=8; GRAD_KEEP=0.01; TIMEOUT=3600; KEEP=""; REPORT_ONLY=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --models) MODELS="$2"; shift 2 ;;
@@ -36,6 +38,7 @@ while [[ $# -gt 0 ]]; do
     --batch) BATCH="$2"; shift 2 ;;
     --micro-batches) MICRO="$2"; shift 2 ;;
     --tau) TAU="$2"; shift 2 ;;
+    --grad-keep) GRAD_KEEP="$2"; shift 2 ;;
     --timeout) TIMEOUT="$2"; shift 2 ;;
     --keep) KEEP="$2"; shift 2 ;;
     --report-only) REPORT_ONLY=1; shift ;;
@@ -80,6 +83,7 @@ for model in "${MODEL_LIST[@]}"; do
     for mode in "${MODE_LIST[@]}"; do
       case "$mode" in
         sync) args=(--parallel sync --batch "$BATCH") ;;
+        sync-topk) args=(--parallel sync --grad-keep "$GRAD_KEEP" --batch "$BATCH") ;;
         co2) args=(--parallel co2 --tau "$TAU" --batch "$BATCH") ;;
         pipe) args=(--parallel sync --pipeline "$RANKS" --micro-batches "$MICRO" --batch "$global") ;;
         fence) args=(--parallel sync --plan fence --fence-compression 0 --micro-batches "$MICRO" --batch "$global") ;;
@@ -99,7 +103,7 @@ for model in "${MODEL_LIST[@]}"; do
       # A pipeline's model is evaluated as it trained: over the same cuts, compressed alike (a model
       # trained through top-k cuts and evaluated whole lost 30-40 points of accuracy), by 4
       # ranks over shared memory.
-      if ((rc == 0)) && [[ "$mode" == sync || "$mode" == co2 ]]; then
+      if ((rc == 0)) && [[ "$mode" == sync || "$mode" == co2 || "$mode" == sync-topk ]]; then
         "$CLI" train --model "$model" --steps "$steps" --threads 2 "${sizes[@]}" "${args[@]: -2}" \
           --resume "$OUT/$name.ckpt.rank0" --metrics "$OUT/$name.eval.jsonl" >>"$OUT/$name.log" 2>&1 || rc=$?
       elif ((rc == 0)); then
