@@ -195,7 +195,9 @@ class Plan(Handle):
     model at once, at most tau), shard_group (localsgd, co2: replicas of that many consecutive ranks, each
     training synchronously with zero_stage 1..3 over its ranks, the outer rule between replicas on each
     rank's ZeRO shard, so a rank's outer state and each outer all-reduce are ~1/S of the model; 0 or 1 =
-    every rank its own replica; it must divide the data-parallel degree), tensor_x, tensor_y,
+    every rank its own replica; it must divide the data-parallel degree), grad_keep (ddp: top-k
+    compression of the gradients with error feedback, each bucket sending that fraction of its largest
+    entries and keeping the rest for later steps; 0 or 1 = off), tensor_x, tensor_y,
     tensor_z (AxoNN's tensor grid; tensor_y alone is Megatron's 1D tensor parallelism: each rank trains
     its part of the model, and the ranks of one tensor group step on the same rows, except that the Z
     ranks each step on their own), tensor_overlap_off, activation_checkpointing (recompute each
@@ -227,7 +229,7 @@ class Plan(Handle):
     _destroy = staticmethod(_capi.cohort_plan_destroy)
     FIELDS = ("data_parallel", "mode", "tau", "outer_lr", "outer_momentum", "outer_nesterov", "staleness_penalty",
               "penalty_constant", "clip_threshold", "zero_stage", "bucket_bytes", "inner_noise_scaling",
-              "overlap_steps", "outer_bits", "outer_fragments", "shard_group", "tensor_x", "tensor_y", "tensor_z",
+              "overlap_steps", "outer_bits", "outer_fragments", "shard_group", "grad_keep", "tensor_x", "tensor_y", "tensor_z",
               "tensor_overlap_off", "activation_checkpointing", "sequence_parallel", "pipeline_stages",
               "pipeline_chunks", "micro_batches", "pipeline_schedule", "automatic", "auto_trials", "memory_limit_bytes")
 

@@ -196,6 +196,11 @@ class ErrorTest(unittest.TestCase):
         self.assertFails(cohort.UnsupportedError, "plan: shard_group = 2 applies to localsgd / co2", cohort.Plan,
                          "ddp", zero_stage=3, shard_group=2)
         cohort.Plan("co2", tau=4, zero_stage=3, shard_group=2).close()
+        self.assertFails(cohort.InvalidPlanError, "plan: grad_keep = 1.5 must be in (0, 1]", cohort.Plan, "ddp",
+                         grad_keep=1.5)
+        self.assertFails(cohort.UnsupportedError, "plan: grad_keep = 0.1 compresses the sync mode's gradients",
+                         cohort.Plan, "co2", tau=4, grad_keep=0.1)
+        cohort.Plan("ddp", grad_keep=0.1).close()
         self.assertFails(cohort.InvalidPlanError, "plan: tensor_y = 0 must be in 1..65536", cohort.Plan, tensor_y=0)
         self.assertFails(cohort.InvalidPlanError, "plan: tensor_z = 0 must be in 1..65536", cohort.Plan, tensor_z=0)
         cohort.Plan(tensor_x=2, tensor_y=2, tensor_z=2).close()  # AxoNN's 3D grid (fitted to a world later)

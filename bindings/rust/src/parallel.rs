@@ -84,6 +84,12 @@ pub struct PlanOptions {
     /// Unsupported above 1 under DDP, outer bits 8 / 4, noise scaling, fragments, a tensor /
     /// pipeline axis or an automatic layout.
     pub shard_group: i32,
+    /// DDP: top-k compression of the gradients with error feedback — each gradient bucket sends
+    /// only this fraction of its entries of largest magnitude (its gradient plus what earlier
+    /// steps left unsent), the ranks average the messages, and the rest waits for later steps.
+    /// 0 or 1: off. InvalidPlan below 0 or above 1; Unsupported below 1 outside DDP, with a ZeRO
+    /// stage, a tensor / pipeline axis or an automatic layout.
+    pub grad_keep: f64,
     /// The tensor grid (AxoNN's X, Y, Z axes), ranks per axis, >= 1. Each rank trains its part
     /// of the model (split layers hold blocks): a split layer's weight is cut over X along its
     /// in-features and over Y along its out-features (tensor_y alone is Megatron's 1D), and its
@@ -188,6 +194,7 @@ impl PlanOptions {
             outer_bits: raw.outer_bits,
             outer_fragments: raw.outer_fragments,
             shard_group: raw.shard_group,
+            grad_keep: raw.grad_keep,
             tensor_x: raw.tensor_x,
             tensor_y: raw.tensor_y,
             tensor_z: raw.tensor_z,
@@ -240,6 +247,7 @@ impl PlanOptions {
         raw.outer_bits = self.outer_bits;
         raw.outer_fragments = self.outer_fragments;
         raw.shard_group = self.shard_group;
+        raw.grad_keep = self.grad_keep;
         raw.tensor_x = self.tensor_x;
         raw.tensor_y = self.tensor_y;
         raw.tensor_z = self.tensor_z;

@@ -261,6 +261,17 @@ fn invalid_plans() {
     Plan::new(&PlanOptions { zero_stage: 3, shard_group: 2, inner_noise_scaling: false, ..co2 })
         .expect("co2 takes shard groups with ZeRO 3");
     expect_error(
+        Plan::new(&PlanOptions { grad_keep: 1.5, ..PlanOptions::default() }),
+        Status::InvalidPlan,
+        &["plan: grad_keep = 1.5 must be in (0, 1]"],
+    );
+    expect_error(
+        Plan::new(&PlanOptions { grad_keep: 0.1, ..co2 }),
+        Status::Unsupported,
+        &["plan: grad_keep = 0.1 compresses the sync mode's gradients"],
+    );
+    Plan::new(&PlanOptions { grad_keep: 0.1, ..PlanOptions::default() }).expect("ddp takes top-k gradients");
+    expect_error(
         Plan::new(&PlanOptions {
             mode: SyncMode::Co2,
             tau: 2,

@@ -26,6 +26,7 @@ public final class PlanOptions {
   private int outerBits;
   private int outerFragments;
   private int shardGroup;
+  private double gradKeep;
   private int tensorX;
   private int tensorY;
   private int tensorZ;
@@ -83,6 +84,7 @@ public final class PlanOptions {
       outerBits = d.getOuter_bits();
       outerFragments = d.getOuter_fragments();
       shardGroup = d.getShard_group();
+      gradKeep = d.getGrad_keep();
       tensorX = d.getTensor_x();
       tensorY = d.getTensor_y();
       tensorZ = d.getTensor_z();
@@ -245,6 +247,23 @@ public final class PlanOptions {
 
   public int shardGroup() {
     return shardGroup;
+  }
+
+  /**
+   * DDP: top-k compression of the gradients with error feedback — each gradient bucket sends only
+   * this fraction of its entries of largest magnitude (its gradient plus what earlier steps left
+   * unsent), all ranks average the messages, and the rest waits for later steps. Fewer bytes than
+   * an all-reduce below about 1 / data-parallel degree. 0 or 1 (the default): off. INVALID_PLAN
+   * below 0 or above 1; UNSUPPORTED below 1 outside DDP, with a ZeRO stage, a tensor / pipeline
+   * axis or an automatic layout.
+   */
+  public PlanOptions gradKeep(double value) {
+    gradKeep = value;
+    return this;
+  }
+
+  public double gradKeep() {
+    return gradKeep;
   }
 
   /**
@@ -556,6 +575,7 @@ public final class PlanOptions {
     o.setOuter_bits(outerBits);
     o.setOuter_fragments(outerFragments);
     o.setShard_group(shardGroup);
+    o.setGrad_keep(gradKeep);
     o.setTensor_x(tensorX);
     o.setTensor_y(tensorY);
     o.setTensor_z(tensorZ);

@@ -131,6 +131,13 @@ class ErrorsTest {
         () -> new Plan(new PlanOptions().preset(Plan.Preset.DDP).zeroStage(3).shardGroup(2)).close(),
         "cohort_plan_create", "plan: shard_group = 2 applies to localsgd / co2");
     new Plan(new PlanOptions().preset(Plan.Preset.CO2).tau(4).zeroStage(3).shardGroup(2)).close();
+    TestSupport.expectError(Status.INVALID_PLAN,
+        () -> new Plan(new PlanOptions().preset(Plan.Preset.DDP).gradKeep(1.5)).close(), "cohort_plan_create",
+        "plan: grad_keep = 1.5 must be in (0, 1]");
+    TestSupport.expectError(Status.UNSUPPORTED,
+        () -> new Plan(new PlanOptions().preset(Plan.Preset.CO2).tau(4).gradKeep(0.1)).close(),
+        "cohort_plan_create", "plan: grad_keep = 0.1 compresses the sync mode's gradients");
+    new Plan(new PlanOptions().preset(Plan.Preset.DDP).gradKeep(0.1)).close();
     assertEquals(1, new PlanOptions().tensorY());
     TestSupport.expectError(Status.INVALID_PLAN, () -> new Plan(new PlanOptions().tensor(1, 0, 1)).close(),
         "cohort_plan_create", "plan: tensor_y = 0 must be in 1..65536");
