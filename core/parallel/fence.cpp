@@ -4,12 +4,14 @@
 #include "core/ops/pipe_topk.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <numeric>
 
 #include "core/base/error.h"
+#include "kernels/cpu/pipe_topk.h"
 
 namespace cohort::parallel {
 
@@ -60,6 +62,29 @@ std::vector<std::vector<int>> cluster_ranks(const LinkMatrix& links, double rati
     if (!g.empty()) out.push_back(g);
   std::sort(out.begin(), out.end());
   return out;
+}
+
+double measure_topk_entry_seconds() {
+  // A cut's share of the top-k work for one micro-batch, on each side: the sender selects (an
+  // nth_element over the magnitudes, then a scan) and later scatters the gradient back into a
+  // dense tensor; the receiver scatters the values and later gathers the gradient at the indices.
+  // So each side's cost is about one selection and one scatter of the cut's entries, timed here on
+  // 2^20 values at keep 0.1, the best of 3.
+  static const double per_entry = [] {
+    constexpr int64_t kN = int64_t{1} << 20, kK = kN / 10;
+    std::vector<float> x(kN), values(kK), dense(kN);
+    std::vector<int32_t> idx(kK);
+    for (int64_t i = 0; i < kN; ++i) x[static_cast<size_t>(i)] = std::sin(0.37f * static_cast<float>(i % 4099) + 0.01f * static_cast<float>(i));
+    double best = std::numeric_limits<double>::infinity();
+    for (int round = 0; round < 3; ++round) {
+      const auto start = std::chrono::steady_clock::now();
+      kernels::cpu::topk_select(x.data(), sizeof(float), kN, kK, idx.data(), values.data());
+      kernels::cpu::scatter_at(values.data(), sizeof(float), idx.data(), kK, dense.data(), kN);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    return best / static_cast<double>(kN);
+  }();
+  return per_entry;
 }
 
 double keep_for_cut(const CutSize& cut, double latency_seconds, double bytes_per_second, double target,
@@ -138,7 +163,8 @@ constexpr double kCompressionGain = 0.05;
 // The fence over one chain of ranks.
 FenceChoice fence_for_chain(const Graph& model, const std::vector<double>& node_seconds, const LinkMatrix& links,
                             const std::vector<double>& compute_scales, const FenceConfig& config,
-                            const std::vector<int>& chain, const std::vector<CutSize>& sizes) {
+                            const std::vector<int>& chain, const std::vector<CutSize>& sizes,
+                            double topk_entry_seconds) {
   const int n = static_cast<int>(chain.size());
   StageCosts costs;
   for (int r : chain) costs.scale.push_back(compute_scales[static_cast<size_t>(r)]);
@@ -147,11 +173,19 @@ FenceChoice fence_for_chain(const Graph& model, const std::vector<double>& node_
   const PipelineStages alone = cut_pipeline_stages(model, n, node_seconds, {}, &costs);
   const double target = *std::max_element(alone.seconds.begin(), alone.seconds.end());
   auto link_of = [&](size_t stage) { return std::make_pair(chain[stage - 1], chain[stage]); };
+  auto keep_at = [&](size_t stage, size_t node) {
+    const auto [a, b] = link_of(stage);
+    return config.compression
+               ? keep_for_cut(sizes[node], links.latency(a, b), links.bandwidth(a, b), target, config.min_keep)
+               : 1.0;
+  };
   costs.cut_seconds = [&](size_t stage, size_t node) {
     const auto [a, b] = link_of(stage);
-    const double lat = links.latency(a, b), bw = links.bandwidth(a, b);
-    const double k = config.compression ? keep_for_cut(sizes[node], lat, bw, target, config.min_keep) : 1.0;
-    return cut_transfer_seconds(sizes[node], k, lat, bw);
+    return cut_transfer_seconds(sizes[node], keep_at(stage, node), links.latency(a, b), links.bandwidth(a, b));
+  };
+  // A compressed cut's selection and scatter, on each of its stages (as the search priced the cut).
+  costs.cut_compute_seconds = [&](size_t stage, size_t node) {
+    return keep_at(stage, node) < 1 ? sizes[node].entries * topk_entry_seconds : 0.0;
   };
   auto choose = [&](bool compress) {
     FenceChoice f;
@@ -180,6 +214,7 @@ FenceChoice fence_for_chain(const Graph& model, const std::vector<double>& node_
     const auto [a, b] = link_of(stage);
     return cut_transfer_seconds(sizes[node], 1.0, links.latency(a, b), links.bandwidth(a, b));
   };
+  costs.cut_compute_seconds = nullptr;
   FenceChoice whole = choose(false);
   return whole.bottleneck <= compressed.bottleneck * (1 + kCompressionGain) ? whole : compressed;
 }
@@ -187,7 +222,9 @@ FenceChoice fence_for_chain(const Graph& model, const std::vector<double>& node_
 }  // namespace
 
 FenceChoice choose_fence(const Graph& model, const std::vector<double>& node_seconds, const LinkMatrix& links,
-                         const std::vector<double>& compute_scales, const FenceConfig& config) {
+                         const std::vector<double>& compute_scales, const FenceConfig& config,
+                         double topk_entry_seconds) {
+  if (topk_entry_seconds < 0) topk_entry_seconds = config.compression ? measure_topk_entry_seconds() : 0.0;
   const int n = links.ranks;
   COHORT_CHECK(n >= 2, Status::kInvalidPlan, "plan: fence needs at least 2 ranks, the world has ", n);
   COHORT_CHECK(compute_scales.size() == static_cast<size_t>(n), Status::kInvalidArgument, "fence: ",
@@ -204,7 +241,8 @@ FenceChoice choose_fence(const Graph& model, const std::vector<double>& node_sec
   FenceChoice best;
   bool have = false;
   auto consider = [&](const std::vector<size_t>& o) {
-    FenceChoice f = fence_for_chain(model, node_seconds, links, compute_scales, config, chain_of(o), sizes);
+    FenceChoice f =
+        fence_for_chain(model, node_seconds, links, compute_scales, config, chain_of(o), sizes, topk_entry_seconds);
     double sent = 0, best_sent = 0;
     for (double t : f.cut_seconds) sent += t;
     for (double t : best.cut_seconds) best_sent += t;

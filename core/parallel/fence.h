@@ -61,9 +61,16 @@ struct FenceChoice {
 // bottleneck, cuts priced with the keep ratios a cut would get against the compute-only optimum
 // when config.compression (the ratios are then chosen again against the chosen partition's
 // slowest stage) — unless the best partition sending every cut whole is within 5% as fast: then
-// that one. kInvalidPlan when the model has fewer cut points than ranks - 1, or a stage
-// would hold no parameter.
+// that one. A compressed cut also costs each of its two stages topk_entry_seconds per entry (the
+// selection and scatter; negative: measure_topk_entry_seconds()), so compression is taken only
+// where it pays for its own compute. kInvalidPlan when the model has fewer cut points than
+// ranks - 1, or a stage would hold no parameter.
 FenceChoice choose_fence(const Graph& model, const std::vector<double>& node_seconds, const LinkMatrix& links,
-                         const std::vector<double>& compute_scales, const FenceConfig& config);
+                         const std::vector<double>& compute_scales, const FenceConfig& config,
+                         double topk_entry_seconds = -1);
+
+// Seconds per entry of one side's top-k work on a cut (selection and scatter of 2^20 fp32 values
+// at keep 0.1, timed once per process on this rank).
+double measure_topk_entry_seconds();
 
 }  // namespace cohort::parallel

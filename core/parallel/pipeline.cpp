@@ -169,6 +169,15 @@ PipelineStages cut_pipeline_stages(const Graph& model, int stages, const std::ve
                Status::kInvalidArgument, "pipeline: stage costs for ", costs ? costs->scale.size() : 0, " stages, not ",
                stages);
   auto scale = [&](size_t s) { return costs ? costs->scale[s] : 1.0; };
+  // Stage s (0-based) over nodes [b, e): its nodes' compute and its cuts', scaled.
+  auto stage_seconds = [&](size_t s, size_t b, size_t e) {
+    double t = prefix[e] - prefix[b];
+    if (costs && costs->cut_compute_seconds) {
+      if (s > 0) t += costs->cut_compute_seconds(s, b);                                   // the cut into it
+      if (s + 1 < static_cast<size_t>(stages) && e < n) t += costs->cut_compute_seconds(s + 1, e);  // the cut out
+    }
+    return t * scale(s);
+  };
   PipelineStages out;
   if (!cuts.empty()) {
     COHORT_CHECK(cuts.size() == static_cast<size_t>(stages - 1), Status::kInvalidPlan, "plan: pipeline_cuts names ",
@@ -208,7 +217,7 @@ PipelineStages cut_pipeline_stages(const Graph& model, int stages, const std::ve
       for (size_t j = 1; j < m; ++j)
         for (size_t i = 0; i < j; ++i) {
           if (best[s - 1][i] == inf || reads[at[j]] == reads[at[i]]) continue;
-          double cost = std::max(best[s - 1][i], (prefix[at[j]] - prefix[at[i]]) * scale(s - 1));
+          double cost = std::max(best[s - 1][i], stage_seconds(s - 1, at[i], at[j]));
           if (costs && s > 1) cost = std::max(cost, costs->cut_seconds(s - 1, at[i]));
           if (cost < best[s][j]) {
             best[s][j] = cost;
@@ -228,7 +237,7 @@ PipelineStages cut_pipeline_stages(const Graph& model, int stages, const std::ve
   }
   for (size_t s = 0; s < out.begin.size(); ++s) {
     const size_t b = s + 1 < out.begin.size() ? out.begin[s + 1] : n;
-    out.seconds.push_back((prefix[b] - prefix[out.begin[s]]) * scale(s));
+    out.seconds.push_back(stage_seconds(s, out.begin[s], b));
   }
   return out;
 }

@@ -62,16 +62,21 @@ std::vector<CutSize> pipeline_cut_sizes(const Graph& model);
 // speed of the rank it lands on), and a cut, beginning stage s >= 1 at forward node k, priced
 // cut_seconds(s, k) (its transfer over the link between the ranks of stages s - 1 and s). The
 // most expensive stage or cut is what the cut minimises.
+// Per-rank costs of a cut search (fence.cpp): each stage's compute scale, the seconds of the cut
+// into stage `stage` made at `node`, and (optional) the compute that cut adds to each of its two
+// stages, before their scale (a top-k cut's selection and scatter).
 struct StageCosts {
   std::vector<double> scale;
   std::function<double(size_t stage, size_t node)> cut_seconds;
+  std::function<double(size_t stage, size_t node)> cut_compute_seconds;
 };
 
 // Cuts `model` into `stages` stages at its cut points: at the plan's named cuts (the first node
 // of stages 1..S-1; kInvalidPlan naming 'pipeline_cuts' for a name that is no node, not a cut
 // point, or out of order), else where the most expensive stage (and, given `costs`, cut) is
 // cheapest given node_seconds (per forward node). kInvalidPlan naming 'pipeline_stages' when there
-// are fewer cut points than stages - 1. PipelineStages::seconds are scaled by costs->scale.
+// are fewer cut points than stages - 1. PipelineStages::seconds are scaled by costs->scale and
+// include the compute of the cuts on either side (costs->cut_compute_seconds).
 PipelineStages cut_pipeline_stages(const Graph& model, int stages, const std::vector<double>& node_seconds,
                                    const std::vector<std::string>& cuts = {}, const StageCosts* costs = nullptr);
 

@@ -126,6 +126,30 @@ TEST(Fence, CompressionBringsASlowCutDownToTheSlowestStage) {
   EXPECT_GT(plain.bottleneck, 3 * f.bottleneck) << plain.describe(gpt, links) << f.describe(gpt, links);
 }
 
+// A compressed cut's selection and scatter cost each of its stages per entry: priced, they show
+// in those stages' seconds; dear enough, they make sending the cut whole the better partition.
+TEST(Fence, CompressionPaysForItsOwnCompute) {
+  const Graph gpt = deep_gpt();
+  const LinkMatrix links = two_sites(1e5, {0, 0, 1, 1}, 1e-4);
+  FenceConfig config;
+  config.min_keep = 1e-4;
+  const FenceChoice free = choose_fence(gpt, flat_costs(gpt, 1e-3), links, {1, 1, 1, 1}, config, 0.0);
+  size_t c = 0;
+  while (c < free.keep.size() && free.keep[c] == 1) ++c;
+  ASSERT_LT(c, free.keep.size()) << free.describe(gpt, links);
+  const double entries = pipeline_cut_sizes(gpt)[free.stages.begin[c + 1]].entries;
+  const double per_entry = 1e-4 / entries;  // 0.1 ms a side, a tenth of a node
+  const FenceChoice priced = choose_fence(gpt, flat_costs(gpt, 1e-3), links, {1, 1, 1, 1}, config, per_entry);
+  ASSERT_EQ(priced.stages.begin, free.stages.begin) << priced.describe(gpt, links);
+  ASSERT_LT(priced.keep[c], 1.0);
+  for (size_t st = 0; st < free.stages.seconds.size(); ++st) {
+    const double extra = st == c || st == c + 1 ? 1e-4 : 0.0;
+    EXPECT_NEAR(priced.stages.seconds[st], free.stages.seconds[st] + extra, 1e-12) << "stage " << st;
+  }
+  const FenceChoice dear = choose_fence(gpt, flat_costs(gpt, 1e-3), links, {1, 1, 1, 1}, config, 1.0);
+  EXPECT_EQ(dear.keep, (std::vector<double>{1, 1, 1})) << dear.describe(gpt, links);
+}
+
 // Entries are dropped only where that buys more than 5% of the bottleneck.
 TEST(Fence, CompressionOnlyWhereItPaysMoreThanAFewPercent) {
   const Graph gpt = deep_gpt();
