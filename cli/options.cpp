@@ -418,8 +418,8 @@ void check_parallel_flags(const Options& o) {
   require(!o.tau || *o.tau != kAuto || o.parallel == "co2", "--tau auto needs --parallel co2");
   require(o.outer_fragments == 1 || local_steps,
           "--outer-fragments needs --parallel localsgd, slowmo, diloco or co2 (sync has no outer synchronisation)");
-  require(o.outer_fragments == 1 || (o.overlap != kAuto && (!o.tau || *o.tau != kAuto) && o.outer_bits == 32),
-          "--outer-fragments with --overlap auto, --tau auto or --outer-bits 8|4 is not supported yet");
+  require(o.outer_fragments == 1 || (o.overlap != kAuto && (!o.tau || *o.tau != kAuto)),
+          "--outer-fragments with --overlap auto or --tau auto is not supported yet");
   const int64_t tau = o.tau && *o.tau != kAuto ? *o.tau : 8;
   require(!o.overlap || *o.overlap == kAuto || *o.overlap <= tau,
           "--overlap must be in 1..tau (" + std::to_string(tau) + "), got " + std::to_string(o.overlap.value_or(0)));

@@ -96,9 +96,11 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
     if (plan.mode == SyncMode::kCo2) {
       dp->outer_.momentum().assign(flat.size(), 0.0f);  // read by the first guess
       if (plan.outer_bits < 32) {
-        dp->quant_ = std::make_unique<Quantizer>(plan.outer_bits, flat.size());
-        dp->packed_.assign(dp->quant_->bytes(), 0);
-        dp->gathered_.assign(dp->quant_->bytes() * static_cast<size_t>(comm->size()), 0);
+        for (Fragment& fr : dp->fragments_) {  // each fragment's elements quantized on their own
+          fr.quant = std::make_unique<Quantizer>(plan.outer_bits, fr.count);
+          fr.packed.assign(fr.quant->bytes(), 0);
+          fr.gathered.assign(fr.quant->bytes() * static_cast<size_t>(comm->size()), 0);
+        }
       }
     } else {
       dp->prev_anchor_ = flat;
@@ -141,7 +143,7 @@ DataParallel::~DataParallel() {
     struct Buffers {
       std::vector<Bucket> buckets;
       std::vector<float> anchor, prev_anchor, round_start, scalars, timing;
-      std::vector<uint8_t> packed, gathered;
+      std::vector<std::vector<uint8_t>> messages;  // co2's low-bit messages, sent and gathered
       coll::CommBuffer inflight, result;
       Tensor shard_params, shard_grads;
     };
@@ -154,8 +156,10 @@ DataParallel::~DataParallel() {
     kept->result = std::move(result_);
     kept->scalars = std::move(scalars_);
     kept->timing = std::move(timing_);
-    kept->packed = std::move(packed_);
-    kept->gathered = std::move(gathered_);
+    for (Fragment& fr : fragments_) {
+      kept->messages.push_back(std::move(fr.packed));
+      kept->messages.push_back(std::move(fr.gathered));
+    }
     kept->shard_params = shard_params_;
     kept->shard_grads = shard_grads_;
     for (const auto& c : {comm_, outer_comm_, group_comm_})
@@ -534,13 +538,13 @@ void DataParallel::end_round_co2(Fragment& fr, std::vector<Tensor>& params) {
   for (size_t i = b; i < e; ++i) round_start_[i] = outer_.guess(anchor_[i], m[i], inflight_[i]);
   write_outer(fr, round_start_.data(), params);
   // 3. e^{(i)}_k averaged in the background; nothing touches its slice of inflight_ until the
-  //    merge. With outer_bits 8 or 4 (one fragment) the message is its low-bit packing,
+  //    merge. With outer_bits 8 or 4 the message is the fragment's low-bit packing,
   //    gathered from every rank.
   fr.launched = Clock::now();
-  if (quant_) {
-    quant_->pack(inflight_.data(), packed_.data());
-    fr.work = outer_comm_->all_gather(packed_.data(), gathered_.data(), packed_.size(), coll::DataType::kU8);
-    decoded_ = false;
+  if (fr.quant) {
+    fr.quant->pack(inflight_.data() + b, fr.packed.data());
+    fr.work = outer_comm_->all_gather(fr.packed.data(), fr.gathered.data(), fr.packed.size(), coll::DataType::kU8);
+    fr.decoded = false;
   } else {
     fr.work = outer_comm_->all_reduce(inflight_.data() + b, fr.count, coll::DataType::kF32, coll::ReduceOp::kAvg);
   }
@@ -565,7 +569,7 @@ void DataParallel::merge_co2(Fragment& fr, std::vector<Tensor>& params) {
   } else if (fr.done_at > fr.launched) {
     travel = std::max(0.0, seconds(fr.done_at - fr.launched) - 0.5 * stats_.step_seconds);
   }
-  if (quant_ && !decoded_) decode_average();
+  if (fr.quant && !fr.decoded) decode_average(fr);
   fr.have_result = false;
   fr.merge_pending = false;
   outer_step(inflight_.data(), fr);  // none when e_k is not finite: x_{k+1} = x_k
@@ -608,14 +612,15 @@ void DataParallel::merge_co2(Fragment& fr, std::vector<Tensor>& params) {
   note_merge(travel);
 }
 
-void DataParallel::decode_average() {
-  std::fill(inflight_.begin(), inflight_.end(), 0.0f);
-  const size_t bytes = packed_.size();
+void DataParallel::decode_average(Fragment& fr) {
+  float* avg = inflight_.data() + fr.begin;
+  std::fill(avg, avg + fr.count, 0.0f);
+  const size_t bytes = fr.packed.size();
   for (int r = 0; r < outer_comm_->size(); ++r)
-    quant_->add_decoded(gathered_.data() + static_cast<size_t>(r) * bytes, inflight_.data());
+    fr.quant->add_decoded(fr.gathered.data() + static_cast<size_t>(r) * bytes, avg);
   const float inv_world = 1.0f / static_cast<float>(outer_comm_->size());
-  for (float& v : inflight_) v *= inv_world;
-  decoded_ = true;
+  for (size_t i = 0; i < fr.count; ++i) avg[i] *= inv_world;
+  fr.decoded = true;
 }
 
 void DataParallel::note_round_end() {
@@ -775,7 +780,8 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
     }
     have_result = have_result || fr.have_result;
   }
-  if (quant_ && have_result && !decoded_) decode_average();  // saved as the average it is
+  for (Fragment& fr : fragments_)  // saved as the average it is
+    if (fr.quant && fr.have_result && !fr.decoded) decode_average(fr);
   auto vec = [&](const auto& v) {  // a vector or a CommBuffer
     Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kF32);
     if (!v.empty()) std::memcpy(t.raw(), v.data(), v.size() * sizeof(float));
@@ -879,7 +885,7 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
     fr.merge_pending = plan_.mode == SyncMode::kCo2 && fr.have_result;  // co2 saves a pending merge's average
     fr.launched = fr.done_at = now;  // its travel time is not this run's to measure
   }
-  decoded_ = true;
+  for (Fragment& fr : fragments_) fr.decoded = true;
   inner_steps_ = steps;
   stats_.rounds = rounds;
 }
@@ -891,7 +897,11 @@ ParallelStats DataParallel::stats() const {
   s.outer_fragments = static_cast<int64_t>(fragments_.size());
   for (const Fragment& fr : fragments_)  // what one outer collective carries from this rank
     s.outer_sync_bytes = std::max(s.outer_sync_bytes, static_cast<int64_t>(fr.count * sizeof(float)));
-  if (quant_) s.outer_sync_bytes = static_cast<int64_t>(packed_.size());
+  if (!fragments_.empty() && fragments_[0].quant) {  // the largest low-bit message
+    s.outer_sync_bytes = 0;
+    for (const Fragment& fr : fragments_)
+      s.outer_sync_bytes = std::max(s.outer_sync_bytes, static_cast<int64_t>(fr.packed.size()));
+  }
   if (outer_sharded()) s.outer_sync_bytes = static_cast<int64_t>(inflight_.size() * sizeof(float));
   s.hidden_fraction = s.comm_seconds > 0 ? std::clamp(1.0 - s.wait_seconds / s.comm_seconds, 0.0, 1.0) : 1.0;
   s.outer_hidden_fraction =

@@ -264,6 +264,12 @@ class DataParallel : public StepHook {
     Clock::time_point launched, done_at;  // launched; when poll() saw it arrive
     bool have_result = false;    // co2: its slice of inflight_ holds the arrived average
     bool merge_pending = false;  // co2: a round's average not yet merged
+    // co2 with outer_bits 8 or 4: the fragment's quantizer (its blocks start at its first
+    // element), this rank's message and every rank's, gathered; decoded: their average is in the
+    // fragment's slice of inflight_ (decode_average).
+    std::unique_ptr<Quantizer> quant;
+    std::vector<uint8_t> packed, gathered;
+    bool decoded = true;
   };
   std::vector<Fragment> fragments_;
   void build_fragments(const std::vector<Tensor>& params);
@@ -311,8 +317,9 @@ class DataParallel : public StepHook {
   void load_outer_shard(const checkpoint::CheckpointExtra& extra);
   void end_round_co2(Fragment& fr, std::vector<Tensor>& params);
   void merge_co2(Fragment& fr, std::vector<Tensor>& params);
-  // outer_bits 8 or 4: inflight_ = the mean of the gathered messages, summed in rank order.
-  void decode_average();
+  // outer_bits 8 or 4: fr's slice of inflight_ = the mean of its gathered messages, summed in
+  // rank order.
+  void decode_average(Fragment& fr);
   // co2: the round-end and merge bookkeeping (round shape, overlap auto's timing).
   void note_round_end();
   void note_merge(double comm_seconds);
@@ -396,11 +403,6 @@ class DataParallel : public StepHook {
   std::vector<float> anchor_, prev_anchor_, round_start_;
   transport::coll::CommBuffer inflight_, result_;
   size_t outer_block_ = 0;
-  // co2 with outer_bits 8 or 4: this rank's message and every rank's, gathered; decoded_: their
-  // average is in inflight_ (decode_average).
-  std::unique_ptr<Quantizer> quant_;
-  std::vector<uint8_t> packed_, gathered_;
-  bool decoded_ = false;
   // co2: the round's shape. round_pos_ counts inner steps since the last round end; the round
   // ends when it reaches round_tau_, and the merge of the average launched there falls at
   // merge_overlap_. The plan's tau and overlap, or re-chosen at each merge under overlap auto.

@@ -161,15 +161,14 @@ void validate(const PlanConfig& p) {
     COHORT_CHECK(p.outer_fragments <= p.tau, Status::kInvalidPlan, "plan: outer_fragments = ", p.outer_fragments,
                  " must be <= tau = ", p.tau, ": fragment f is synchronised f * tau / F steps into each round, "
                  "so each fragment needs a step of its own");
-    COHORT_CHECK(!p.overlap_auto && p.outer_bits == 32 && p.zero_stage == 0 && p.shard_group == 1 &&
-                     p.model_degree() == 1,
+    COHORT_CHECK(!p.overlap_auto && p.zero_stage == 0 && p.shard_group == 1 && p.model_degree() == 1,
                  Status::kUnsupported, "plan: outer_fragments = ", p.outer_fragments,
-                 " is not implemented with overlap auto, outer_bits 8 / 4, ZeRO 1 of the outer state, shard groups "
-                 "or tensor / pipeline axes yet (TODO(#30)); it has ",
-                 p.overlap_auto ? "overlap auto" : p.outer_bits != 32 ? str_cat("outer_bits ", p.outer_bits)
-                                                  : p.zero_stage != 0 ? str_cat("zero_stage ", p.zero_stage)
-                                                  : p.shard_group != 1 ? str_cat("shard_group ", p.shard_group)
-                                                                      : str_cat("model degree ", p.model_degree()));
+                 " is not implemented with overlap auto, ZeRO 1 of the outer state, shard groups or tensor / "
+                 "pipeline axes yet (TODO(#30)); it has ",
+                 p.overlap_auto      ? "overlap auto"
+                 : p.zero_stage != 0 ? str_cat("zero_stage ", p.zero_stage)
+                 : p.shard_group != 1 ? str_cat("shard_group ", p.shard_group)
+                                      : str_cat("model degree ", p.model_degree()));
   }
   validate_tensor_grid(p);
   COHORT_CHECK(p.auto_trials >= 0 && p.auto_trials <= 64, Status::kInvalidPlan, "plan: auto_trials = ", p.auto_trials,

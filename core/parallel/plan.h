@@ -207,8 +207,8 @@ inline int64_t outer_fragment_offset(int fragment, int fragments, int64_t tau) {
 // without a ZeRO stage) and kUnsupported for stages 2-3 outside the sync mode without shard
 // groups (localsgd takes stage 1: its outer state sharded), for any stage under co2 without
 // them, for outer_fragments > 1 outside localsgd / co2 or with what has no fragmented form yet
-// (overlap auto, outer_bits 8 / 4, ZeRO 1 of the outer state, shard groups, tensor or pipeline
-// axes), and for shard_group > 1 in the sync mode or with outer_bits 8 / 4, inner noise
+// (overlap auto, ZeRO 1 of the outer state, shard groups, tensor or pipeline axes), and for
+// shard_group > 1 in the sync mode or with outer_bits 8 / 4, inner noise
 // scaling, tensor or pipeline axes or automatic (not implemented with groups yet); grad_keep
 // outside (0, 1] is kInvalidPlan, and below 1 kUnsupported outside the sync mode, with a ZeRO
 // stage, tensor or pipeline axes or automatic.

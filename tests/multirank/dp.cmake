@@ -13,7 +13,7 @@ foreach(mode ddp localsgd slowmo diloco co2 co2-plain co2-heavy co2-late co2-pen
              co2-resume co2-8bit-resume localsgd-zero1 diloco-zero1
              diloco-clip diloco-clip-zero1 diloco-zero1-resume outer-memory co2-auto ddp-wide ddp-zero1-wide co2-wide
              co2-wide-resume diloco-f2 diloco-f4 co2-f2 co2-f4 co2-clip-f4 co2-penalty-f2 co2-late-f4 co2-f2-resume
-             co2-f4-resume diloco-f4-resume ddp-k25 ddp-k3 ddp-k25-resume)
+             co2-f4-resume diloco-f4-resume co2-8bit-f2 co2-4bit-f4 co2-8bit-f2-resume ddp-k25 ddp-k3 ddp-k25-resume)
   foreach(n 2 4)
     foreach(tls shm tcp)
       if(tls STREQUAL "shm")

@@ -74,7 +74,7 @@ pub struct PlanOptions {
     /// this many fragments of about equal bytes, fragment f synchronised f * tau / F steps into
     /// each round, so each outer all-reduce carries about 1/F of the model. 0 or 1: the whole
     /// model at once. InvalidPlan below 0 or above tau; Unsupported above 1 under DDP, overlap
-    /// auto, outer bits 8 / 4, ZeRO or a tensor / pipeline axis.
+    /// auto, ZeRO or a tensor / pipeline axis.
     pub outer_fragments: i32,
     /// localsgd, co2: shard groups — the data-parallel ranks as replicas of this many consecutive
     /// ranks, each training synchronously with ZeRO stage zero_stage (1..3) over its ranks, the

@@ -219,8 +219,8 @@ public final class PlanOptions {
    * this many fragments of about equal bytes, fragment f synchronised f * tau / F steps into each
    * round, so each outer all-reduce carries about 1/F of the model. 0 or 1 (the default): the
    * whole model at once. INVALID_PLAN below 0 or above tau (or the model's parameter count, at
-   * trainer creation); UNSUPPORTED above 1 under DDP, overlap auto, outer bits 8 / 4, ZeRO or a
-   * tensor / pipeline axis.
+   * trainer creation); UNSUPPORTED above 1 under DDP, overlap auto, ZeRO or a tensor / pipeline
+   * axis.
    */
   public PlanOptions outerFragments(int value) {
     outerFragments = value;
