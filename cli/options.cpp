@@ -242,7 +242,8 @@ const char* usage_text() {
          "         [--device cpu|cuda] [--dtype f32|bf16 (gpt only)]\n"
          "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N|auto (not sync)]]  (under a launcher, below)\n"
          "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco 0-1; co2 none;\n"
-         "          with --shard-group S > 1 any of 1-3, inside each replica)\n"
+         "          with --shard-group S > 1 any of 1-3, inside each replica; with --tensor / --grid over\n"
+         "          the data axis, 3 included; 3 not yet with --pipeline or --micro-batches)\n"
          "         [--grad-keep K (0 < K <= 1)]  (sync, --zero 0: each gradient bucket sends only its K largest\n"
          "          entries, the rest kept for later steps (error feedback); fewer bytes below K ~ 1/ranks; 1: off)\n"
          "         [--shard-group S]  (not sync; 1: off): replicas of S consecutive ranks, each training\n"
@@ -440,7 +441,6 @@ void check_parallel_flags(const Options& o) {
   require(o.tensor_degree() == 1 || !o.parallel.empty(),
           "--tensor and --grid need --parallel (sync, localsgd, slowmo, diloco or co2: how the model replicas "
           "train)");
-  require(o.tensor_degree() == 1 || o.zero <= 2, "--tensor and --grid with --zero 3 are not supported yet");
   require(o.sequence_parallel.empty() || (o.model == "gpt" && o.tensor > 1),
           "--sequence-parallel applies to --model gpt with --tensor N or --grid XxYxZ, Y > 1 (it splits the tokens "
           "over Y)");

@@ -1,8 +1,10 @@
 // Trainer: step = bind inputs, run forward+backward, optimizer update.
 #include "core/exec/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <unordered_map>
 
 #include "core/base/error.h"
 #include "core/device/device.h"
@@ -710,18 +712,37 @@ std::vector<std::vector<size_t>> Trainer::parameter_reads() const {
   for (size_t i = 0; i < param_ids_.size(); ++i) owner[param_ids_[i]] = i;
   std::vector<std::vector<size_t>> reads(param_ids_.size());
   const std::vector<NodeId>& order = train_exec_->order();
+  // A collective reading a parameter (the all-gather of a weight's Z blocks) holds it until the
+  // executor waits for its result: before the first node that reads one of its outputs, or at
+  // the end of the run when none does. Its read lasts until that position.
+  std::unordered_map<ValueId, size_t> first_read;
+  for (size_t s = 0; s < order.size(); ++s)
+    for (ValueId v : train_.node(order[s]).inputs) first_read.emplace(v, s);
   for (size_t s = 0; s < order.size(); ++s) {
     const Node& n = train_.node(order[s]);
+    size_t held_until = s;
+    if (n.op->collective) {
+      held_until = order.size() - 1;
+      for (ValueId o : n.outputs) {
+        auto it = first_read.find(o);
+        if (it != first_read.end() && it->second > s) held_until = std::min(held_until, it->second);
+      }
+    }
     for (ValueId v : n.inputs) {
       auto it = owner.find(v);
       if (it == owner.end()) continue;
       std::vector<size_t>& r = reads[it->second];
-      if (r.empty() || r.back() != s) r.push_back(s);
+      r.push_back(s);
+      if (held_until != s) r.push_back(held_until);
     }
     if (n.op->alias_input0 && !n.inputs.empty()) {
       auto it = owner.find(n.inputs[0]);
       if (it != owner.end()) owner[n.outputs[0]] = it->second;
     }
+  }
+  for (std::vector<size_t>& r : reads) {
+    std::sort(r.begin(), r.end());
+    r.erase(std::unique(r.begin(), r.end()), r.end());
   }
   return reads;
 }

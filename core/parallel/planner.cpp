@@ -708,10 +708,15 @@ std::vector<PlanPrediction> rank_plans(const Graph& model, const ClusterSpec& cl
           // rung saves memory for time (in this model ZeRO 1-2 move as many bytes as DDP, the
           // all-gather after the step exposed; checkpointing adds a forward), so a layout's rungs
           // are tried in order until one fits and the rest, slower and not needed, are left out.
+          // ZeRO 3 (parameters sharded too, gathered in every pass) comes last, without and then
+          // with checkpointing, where it runs: not yet with a pipeline or micro-batches.
           bool fitted = false;
-          for (bool ckpt : {false, true}) {
+          for (int rung = 0; rung < 4; ++rung) {
+            const bool ckpt = rung % 2 == 1;
             if (ckpt && f.blocks.empty()) continue;
-            for (int zero : {0, 1, 2}) {
+            const std::vector<int> zeros = rung < 2 ? std::vector<int>{0, 1, 2} : std::vector<int>{3};
+            if (rung >= 2 && (P > 1 || M > 1)) continue;
+            for (int zero : zeros) {
               if ((zero > 0 && D == 1) || fitted) continue;
               PlanConfig plan;
               plan.data_parallel = D;

@@ -128,8 +128,9 @@ struct PlanPrediction {
 // grid checked by shard_for_tensor_parallel itself; stages up to the cut points + 1
 // (and 64); micro-batches P, 2P, 4P (1, 2, 4 without a pipeline) dividing each rank's rows;
 // 1F1B, and interleaved with 2 chunks where M is a multiple of P and the cut points allow; then
-// per layout the memory ladder — ZeRO 0, 1, 2, then each with activation checkpointing — until
-// a rung fits (later rungs only save memory at a cost in time, so they are left out).
+// per layout the memory ladder — ZeRO 0, 1, 2, then each with activation checkpointing, then
+// ZeRO 3 without and with it (not with pipeline stages or micro-batches) — until a rung fits
+// (later rungs only save memory at a cost in time, so they are left out).
 std::vector<PlanPrediction> rank_plans(const Graph& model, const ClusterSpec& cluster,
                                        const WorkloadOptions& workload = {});
 

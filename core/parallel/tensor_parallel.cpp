@@ -238,12 +238,13 @@ class Rewriter {
       // Z: the ranks of the axis train on different rows. A block cut over Z is gathered whole
       // before use (its gradient reduce-scattered: summed over the rows of every Z rank); any
       // other parameter is replicated over Z and its gradient summed there (copy_to_axis).
+      // The node is added at the parameter's first read (mapped), not here: a collective reading
+      // only a parameter runs where it stands in the graph, so here every gathered block would
+      // be held from the start of the step, and under ZeRO 3 every bucket gathered at once.
       const bool over_z = !cuts.empty() && cuts.back().axis == "z";
       // Gathered again in backward rather than kept through forward (as FSDP does).
       if (over_z) recompute_.push_back(v.name + ".gather_z");
-      map_[static_cast<size_t>(v.id)] =
-          over_z ? g_.add_op("all_gather", v.name + ".gather_z", {id}, dim_attrs("z", 0, grid_.z)).at(0)
-                 : g_.add_op("copy_to_axis", v.name + ".copy_to_z", {id}, axis_attr("z")).at(0);
+      z_pending_[v.id] = over_z;
     }
     for (const Node& n : m_.nodes()) add_node(n);
     for (ValueId o : m_.outputs()) {
@@ -276,8 +277,20 @@ class Rewriter {
   }
 
  private:
-  ValueId mapped(ValueId v) const { return map_[static_cast<size_t>(v)]; }
-  std::vector<ValueId> mapped(const std::vector<ValueId>& vs) const {
+  ValueId mapped(ValueId v) {
+    auto it = z_pending_.find(v);
+    if (it != z_pending_.end()) {  // a parameter's Z node (run), just before its first reader
+      const bool over_z = it->second;
+      z_pending_.erase(it);
+      const ValueId id = map_[static_cast<size_t>(v)];
+      const std::string& name = m_.value(v).name;
+      map_[static_cast<size_t>(v)] =
+          over_z ? g_.add_op("all_gather", name + ".gather_z", {id}, dim_attrs("z", 0, grid_.z)).at(0)
+                 : g_.add_op("copy_to_axis", name + ".copy_to_z", {id}, axis_attr("z")).at(0);
+    }
+    return map_[static_cast<size_t>(v)];
+  }
+  std::vector<ValueId> mapped(const std::vector<ValueId>& vs) {
     std::vector<ValueId> r;
     for (ValueId v : vs) r.push_back(mapped(v));
     return r;
@@ -468,6 +481,7 @@ class Rewriter {
   const int a2a_parts_;    // all-to-all sequence parallelism: the ranks of Y; 0 = Megatron's or none
   const int seq_parts_;    // the ranks the tokens are cut over
   Graph g_;
+  std::map<ValueId, bool> z_pending_;            // model parameter -> cut over Z: its Z node not added yet
   std::map<ValueId, ValueId> sequence_params_;  // model parameter -> its read in the token-split regions
   std::vector<std::string> recompute_;          // nodes backward runs again (TensorParallelGraph::recompute)
   std::vector<ValueId> map_;                          // model value -> rank graph value
@@ -491,10 +505,8 @@ void validate_tensor_grid(const PlanConfig& p) {
                " (0 none, 1 Megatron's, 2 all-to-all)");
   COHORT_CHECK(p.sequence_parallel == SequenceParallel::kNone || p.tensor.y > 1, Status::kInvalidPlan,
                "plan: sequence parallelism splits the tokens over tensor_y, which is ", p.tensor.y);
-  COHORT_CHECK(p.tensor.degree() == 1 || p.zero_stage <= 2, Status::kUnsupported, "plan: ZeRO stage ", p.zero_stage,
-               " with tensor parallelism (tensor ", p.tensor.x, " x ", p.tensor.y, " x ", p.tensor.z,
-               ") is not implemented yet: its parameters' gathers would interleave with the tensor axes' "
-               "collectives differently on each rank (stages 1 and 2 take a tensor grid) (TODO(#27))");
+  // ZeRO stages 1-3 all shard over the data axis of a tensor grid: why stage 3's parameter
+  // gathers and the tensor axes' collectives cannot deadlock is derived in zero.cpp's header.
 }
 
 std::vector<LinearPair> find_linear_pairs(const Graph& model) {

@@ -21,6 +21,33 @@
 // after the last reader of the span the buffer goes again. The span list (build_uses) comes from the
 // trainer's node order, so every rank launches the same gathers in the same order, and the
 // next span's gather is launched when one begins: it travels while the current layers compute.
+//
+// Stage 3 over the data axis of a tensor grid (issue #27). Each tensor position's buckets hold
+// its own blocks of the weights, and comm_ is the data axis: the ranks holding the same blocks.
+// Why its gathers (on comm_, launched and waited in before_node) and the tensor axes'
+// collectives (DAG nodes on the x / y / z communicators, launched by their node and waited by
+// their result's first reader, or right away without overlap) can neither mis-match nor
+// deadlock:
+//   1. Matching. A communicator matches its collectives by the order its ranks launch them. The
+//      ranks of one data group have the same tensor position, hence the same rank graph, the
+//      same node order and the same bucket layout: build_uses gives each the same spans, and
+//      every collective on comm_ (gathers in before_node, gradient reduce-scatters as backward
+//      produces a bucket — a deterministic point in the node order, not a race) is launched at
+//      the same position in the same order. The ranks of one tensor axis run rewrites of one
+//      model whose nodes come in the same order at every position, so they launch their axis
+//      collectives at the same positions too. No communicator is shared between the two.
+//   2. Progress. Launching never blocks; the communicators' progress thread moves every
+//      operation in flight, whichever the training thread is waiting on; so a collective that
+//      every member has launched completes.
+//   3. No cycle. Order a rank's waits by (position, where in the node: before_node's gathers in
+//      span order, then the node's own result). Take the blocked rank R with the least such
+//      point p over all blocked ranks, waiting on collective C. R launched C at a point before
+//      p; by 1 every other member of C's communicator launches C at that same point, and each
+//      of them is finished, running, or blocked at a point >= p (p is least) — past C's launch.
+//      So all launched C, and by 2 it completes: R is not blocked. Hence no rank blocks forever.
+// One thing stage 3 adds to the graph's reads: a collective node reading a parameter (the
+// all-gather of a weight's Z blocks) still reads it while in flight, so Trainer::parameter_reads
+// counts its read until the executor waits for it, and the bucket outlives the send.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -5,7 +5,7 @@
 # comparison, data 2 x tensor 2 at 4 ranks, AxoNN's grids (2 x 2 over X and Y, Z = 2 with Y = 2,
 # data 2 x X 2), a rank killed mid-run failing every survivor, the gpt with activation
 # checkpointing (also on the 2D grid), sequence parallelism (also on the 2D grid) and pipeline
-# stages (below).
+# stages (below), and ZeRO 3 over the data axis of a tensor grid (below).
 add_executable(tp_rank tp_rank.cpp)
 target_compile_options(tp_rank PRIVATE ${COHORT_WARNINGS})
 target_include_directories(tp_rank PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
@@ -48,6 +48,13 @@ tp_test(gpt-x2-y2-seq 4 shm)
 tp_test(gpt-x2-y2-seq 4 tcp)
 tp_test(gpt-seq-ckpt 4 shm)
 tp_test(gpt-a2a 4 tcp)
+# ZeRO 3 over the data axis (data 2 x tensor_y 2, data 2 x tensor_z 2: the Z all-gathers read the
+# gathered weights while in flight): each rank against one process, its parameter memory bounded,
+# and a resume from per-rank checkpoints bit for bit (tp_rank's -zero3).
+tp_test(gpt-y2-zero3 4 shm)
+tp_test(gpt-y2-zero3 4 tcp)
+tp_test(mlp-y2-zero3 4 shm)
+tp_test(gpt-y1-z2-zero3 4 tcp)
 # Pipeline stages (core/parallel/pipeline.h) as processes: 2 stages over tcp, 2 stages x tensor 2,
 # 2 stages x tensor_z 2, 4 stages with the last one killed mid-run (every survivor fails naming it,
 # within the deadline).

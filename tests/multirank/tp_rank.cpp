@@ -13,6 +13,12 @@
 //                        uncompressed (equal links here), checked like -pN
 //                        Under -pN and -fence only world rank 0 builds the model: the others pass
 //                        none and train the stages it sends them (stage_package.h)
+//                        -zeroN: ZeRO stage N over the data axis, in 256-byte buckets (several
+//                        per rank: stage 3 gathers and releases them one by one); at stage 3 also
+//                        the per-rank parameter memory bounded (the shard: 1/data of the rank's
+//                        blocks), a resume from per-rank checkpoints matching the uninterrupted run
+//                        bit for bit, and rank 0's file loading on one process with the gathered
+//                        whole parameters, bit for bit
 //   tp_rank gpt-kill | mlp-kill   the last rank dies mid-run: every survivor must fail with
 //                        kPeerFailed / kTimeout naming its world rank, within the deadline
 // Each rank initialises with a different seed: the tensor axis takes its first rank's seed and
@@ -24,9 +30,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "core/base/error.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/parallel/data_parallel.h"
 #include "core/parallel/parallel_trainer.h"
 #include "tests/multirank/kill_check.h"
 #include "tests/unit/core/parallel/tp_reference.h"
@@ -48,6 +57,7 @@ struct Mode {
   bool kill = false;
   bool checkpointing = false;
   bool fence = false;
+  int zero = 0;             // ZeRO stage over the data axis
   parallel::SequenceParallel sequence = parallel::SequenceParallel::kNone;  // over Y
 };
 
@@ -65,6 +75,7 @@ Mode parse(const std::string& s) {
     else if (part == "fence") m.fence = true;
     else if (part == "seq") m.sequence = parallel::SequenceParallel::kMegatron;
     else if (part == "a2a") m.sequence = parallel::SequenceParallel::kAllToAll;
+    else if (part.size() > 4 && part.compare(0, 4, "zero") == 0) m.zero = std::stoi(part.substr(4));
     else if (part.size() > 1 && part[0] == 'x') m.x = std::stoi(part.substr(1));
     else if (part.size() > 1 && part[0] == 'y') m.y = std::stoi(part.substr(1));
     else if (part.size() > 1 && part[0] == 'z') m.z = std::stoi(part.substr(1));
@@ -93,6 +104,8 @@ std::unique_ptr<Trainer> make(const Mode& m, const std::shared_ptr<coll::Communi
   plan.pipeline.micro_batches = m.pipe > 1 ? static_cast<int>(std::min<int64_t>(2 * m.pipe, kRows)) : 1;
   plan.fence.enabled = m.fence;
   plan.fence.compression = false;
+  plan.zero_stage = m.zero;
+  if (m.zero > 0) plan.bucket_bytes = 256;
   TrainerOptions o;
   o.seed = 1 + static_cast<uint64_t>(comm->rank());
   o.num_threads = 1;
@@ -129,6 +142,93 @@ bool compare_without_checkpointing(Mode m, const std::shared_ptr<coll::Communica
   return ok;
 }
 
+// ZeRO 3 over the data axis (run right after the steps, before anything gathers the parameters):
+// between steps this rank holds only its shard — its block of every bucket, 1/data of the
+// parameters it holds under the tensor grid, plus at most data - 1 padding elements a bucket —
+// and within a step (the GPT: many buckets) never all its parameters whole at once (one bucket in
+// use, one prefetched; the MLP's two layers are each in use or prefetched throughout).
+bool check_zero3_memory(Trainer& t, int data, int rank, bool gpt) {
+  const parallel::ParallelStats s = dynamic_cast<parallel::DataParallel&>(*t.step_hook()).stats();
+  int64_t local = 0, whole = 0;
+  for (const Tensor& p : t.parameters()) local += p.numel() * 4;
+  for (ValueId p : t.model_graph().parameters()) whole += shape_numel(t.model_graph().value(p).type.shape) * 4;
+  const int64_t bound = local / data + s.buckets * (data - 1) * 4;
+  const bool ok = s.parameter_bytes >= local / data && s.parameter_bytes <= bound && s.peak_parameter_bytes > 0 &&
+                  (s.peak_parameter_bytes < local || !gpt) && s.parameter_gathers > 0;
+  std::printf("rank %d: ZeRO 3 parameters %lld B between steps (bound %lld; this rank's blocks %lld B, the whole model "
+              "%lld B: %.2fx smaller), step peak of whole ones %lld B, %lld buckets, %lld gathers (%lld prefetched) "
+              "-> %s\n",
+              rank, static_cast<long long>(s.parameter_bytes), static_cast<long long>(bound),
+              static_cast<long long>(local), static_cast<long long>(whole),
+              static_cast<double>(whole) / static_cast<double>(s.parameter_bytes),
+              static_cast<long long>(s.peak_parameter_bytes), static_cast<long long>(s.buckets),
+              static_cast<long long>(s.parameter_gathers), static_cast<long long>(s.parameter_gathers_prefetched),
+              ok ? "ok" : "MISMATCH");
+  return ok;
+}
+
+// Every whole parameter of t (a collective over the model axes: every rank calls it alike).
+std::map<std::string, Tensor> whole_parameters(Trainer& t) {
+  std::map<std::string, Tensor> out;
+  for (const std::string& name : t.parameter_names()) out[name] = t.whole_parameter(name);
+  return out;
+}
+
+bool same_bits(const std::map<std::string, Tensor>& a, const std::map<std::string, Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [name, t] : a) {
+    auto it = b.find(name);
+    if (it == b.end() || it->second.nbytes() != t.nbytes() || std::memcmp(it->second.raw(), t.raw(), t.nbytes()) != 0)
+      return false;
+  }
+  return true;
+}
+
+// ZeRO 3 on the grid: stopped half-way and resumed from per-rank checkpoints (the whole model
+// and this rank's optimizer shard), the run must match the uninterrupted one bit for bit; rank
+// 0's file loads on one process with the whole parameters the grid gathered at the save.
+bool check_zero3_resume(const Mode& m, const std::shared_ptr<coll::Communicator>& comm, int slice) {
+  const int64_t stop = kSteps / 2;
+  const std::string path = "/tmp/cohort_tp_zero3_" + std::to_string(getppid()) + "_" + std::to_string(comm->rank());
+  std::map<std::string, Tensor> at_save, straight;
+  {
+    auto t = make(m, comm);
+    for (int64_t s = 0; s < kSteps; ++s) {
+      if (s == stop) {
+        checkpoint::CheckpointExtra extra;
+        dynamic_cast<parallel::DataParallel&>(*t->step_hook()).save_state(extra);
+        checkpoint::save_checkpoint(*t, path, extra);
+        at_save = whole_parameters(*t);
+      }
+      t->step(test::tp_batch(m.model, s, slice * kRows, kRows));
+    }
+    straight = whole_parameters(*t);
+  }
+  auto t = make(m, comm);
+  checkpoint::CheckpointExtra extra;
+  checkpoint::load_checkpoint(*t, path, &extra);
+  dynamic_cast<parallel::DataParallel&>(*t->step_hook()).load_state(extra);
+  for (int64_t s = stop; s < kSteps; ++s) t->step(test::tp_batch(m.model, s, slice * kRows, kRows));
+  const bool resumed = same_bits(whole_parameters(*t), straight);
+  bool alone_ok = true;
+  if (comm->rank() == 0) {
+    TrainerOptions o;
+    o.num_threads = 1;
+    Trainer alone(test::tp_model(m.model, kRows), test::tp_optimizer(), o);
+    checkpoint::load_checkpoint(alone, path, nullptr);
+    std::map<std::string, Tensor> loaded;
+    for (size_t i = 0; i < alone.parameters().size(); ++i) loaded[alone.parameter_names()[i]] = alone.parameters()[i];
+    alone_ok = same_bits(loaded, at_save) && alone.step_count() == stop;
+  }
+  comm->barrier()->wait();  // every rank has read what it needs before the files go
+  std::remove(path.c_str());
+  std::printf("rank %d: ZeRO 3 resumed run %s the uninterrupted one%s\n", comm->rank(),
+              resumed ? "matches bit for bit" : "DIFFERS from",
+              comm->rank() == 0 ? (alone_ok ? "; rank 0's file loads on one process bit for bit" : "; rank 0's file "
+                                              "loads on one process DIFFERENTLY") : "");
+  return resumed && alone_ok;
+}
+
 int run_compare(const Mode& m, const std::shared_ptr<coll::Communicator>& comm) {
   const parallel::TensorGrid grid = grid_of(m, comm->size());
   const int data = comm->size() / (grid.degree() * m.pipe);
@@ -143,12 +243,15 @@ int run_compare(const Mode& m, const std::shared_ptr<coll::Communicator>& comm) 
       worst_loss = std::max(worst_loss, std::fabs(loss - want) / std::fabs(want) / static_cast<double>(s + 1));
     }
   }
+  const bool memory_ok = m.zero != 3 || check_zero3_memory(*t, data, comm->rank(), m.model == "gpt");  // before any gather
+  t->gather_parameters();  // ZeRO 3 keeps only shards between steps (a collective; elsewhere a no-op)
   const test::TpDiff d = test::tp_parameter_diff(*t, ref);
   const bool blocks_ok =
       m.sequence == parallel::SequenceParallel::kAllToAll || grid.degree() == 1 ? d.blocks == 0 : d.blocks > 0;
-  bool ok = blocks_ok && d.max_abs <= ref.parameter_bound() && worst_loss <= ref.loss_relative_per_step &&
+  bool ok = memory_ok && blocks_ok && d.max_abs <= ref.parameter_bound() && worst_loss <= ref.loss_relative_per_step &&
             t->stats().collectives.started > 0;
   if (m.checkpointing) ok = compare_without_checkpointing(m, comm, slice, *t) && ok;
+  if (m.zero == 3) ok = check_zero3_resume(m, comm, slice) && ok;
   std::printf("rank %d (data %d x pipe %d x tensor %d x %d x %d): max |param - reference| %.3g (%s), bound %.3g (control %.3g); loss "
               "rel. diff per step %.3g (bound %.3g); %d blocks, %lld collectives, %lld hidden -> %s\n",
               comm->rank(), data, m.pipe, grid.x, grid.y, grid.z, d.max_abs, d.worst.c_str(), ref.parameter_bound(), ref.control_diff, worst_loss,

@@ -815,8 +815,9 @@ typedef struct cohort_plan_options {
    * layer are its block of the whole (cohort_trainer_get_parameter returns that block).
    * INVALID_PLAN naming the field and the numbers when a degree is < 1 or does not divide the
    * communicator, or what it cuts of a split layer (features, heads, the vocabulary, a block's rows: at
-   * cohort_trainer_create_parallel for those); UNSUPPORTED with a tensor degree > 1 for ZeRO stage 3
-   * or the CUDA device (ZeRO 1 and 2 shard over the data axis). The data axis runs the plan's mode (DDP, local
+   * cohort_trainer_create_parallel for those); UNSUPPORTED with a tensor degree > 1 on the CUDA
+   * device. ZeRO stages 1-3 shard over the data axis: each tensor rank's shard is 1/data of its
+   * blocks (stage 3: between steps it holds only that). The data axis runs the plan's mode (DDP, local
    * SGD, co2); their outer clip and staleness penalty use the whole model's norms. Defaults 1. */
   int32_t tensor_x;
   int32_t tensor_y;
@@ -1005,8 +1006,8 @@ typedef struct cohort_plan cohort_plan;
  * size too small, unknown preset); INVALID_PLAN naming the field (unknown mode or ZeRO stage,
  * tau < 1, negative lr, momentum, constant or threshold, momentum >= 1, bucket_bytes <= 0,
  * co2's overlap_steps outside [-1, tau], outer_bits not 0, 32, 8 or 4, or 8 / 4 outside co2,
- * a tensor degree < 1, a bad pipeline field: above); UNSUPPORTED for ZeRO stage 3 with a tensor
- * degree > 1, pipeline stages or micro-batches;
+ * a tensor degree < 1, a bad pipeline field: above); UNSUPPORTED for ZeRO stage 3 with
+ * pipeline stages or micro-batches;
  * UNSUPPORTED for ZeRO stages 2-3 outside the DDP mode. plan_out is written only
  * on OK. Thread-safe. */
 COHORT_API cohort_status cohort_plan_create(const cohort_plan_options* options, cohort_plan** plan_out);

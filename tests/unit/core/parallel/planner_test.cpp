@@ -157,6 +157,31 @@ TEST_F(Planner, ZeroShardsMemory) {
   EXPECT_GT(predict(model, c, data_plan(4, 1)).exposed_comm_seconds, predict(model, c, data_plan(4, 0)).exposed_comm_seconds);
 }
 
+// ZeRO 3 over the data axis of a tensor grid: priced (the shard 1/data of each tensor rank's
+// blocks) and proposed as the last rung of the memory ladder, never with pipeline stages or
+// micro-batches (not implemented there yet).
+TEST_F(Planner, ZeroThreeShardsTheDataAxisOfATensorGrid) {
+  const Graph model = models::build_gpt(small_gpt());
+  ClusterSpec c = cluster(4);
+  auto grid_plan = [](int zero) {
+    PlanConfig p = data_plan(2, zero);
+    p.tensor.y = 2;
+    p.bucket_bytes = 1 << 20;
+    return p;
+  };
+  const double m2 = predict(model, c, grid_plan(2)).memory_bytes, m3 = predict(model, c, grid_plan(3)).memory_bytes;
+  EXPECT_LT(m3, m2);
+  c.memory_bytes_per_rank = 1;  // nothing fits: every rung of every layout is listed
+  int tensor_zero3 = 0;
+  for (const PlanPrediction& p : rank_plans(model, c, workload_)) {
+    if (p.plan.zero_stage != 3) continue;
+    EXPECT_EQ(p.plan.pipeline.stages, 1) << p.describe();
+    EXPECT_EQ(p.plan.pipeline.micro_batches, 1) << p.describe();
+    tensor_zero3 += p.plan.tensor.degree() > 1;
+  }
+  EXPECT_GT(tensor_zero3, 0);
+}
+
 TEST_F(Planner, ShardGroupsShardOverTheReplica) {
   // DiLoCo at 4 data ranks: ZeRO 3 inside replicas of 2 holds half of each rank's model state,
   // inside one replica of 4 a quarter; every rank its own replica holds all of it.
