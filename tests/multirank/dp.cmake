@@ -9,6 +9,9 @@ add_executable(dp_rank dp_rank.cpp)
 target_compile_options(dp_rank PRIVATE ${COHORT_WARNINGS})
 target_include_directories(dp_rank PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
 target_link_libraries(dp_rank PRIVATE cohort_core)
+function(dp_test mode n tls)
+  cohort_rank_test(multirank.dp.${mode}.n${n}.${tls} RANKS ${n} TLS ${tls} COMMAND $<TARGET_FILE:dp_rank> ${mode})
+endfunction()
 foreach(mode ddp localsgd slowmo diloco co2 co2-plain co2-heavy co2-late co2-penalty co2-clip co2-8bit co2-4bit
              co2-resume co2-8bit-resume localsgd-zero1 diloco-zero1
              diloco-clip diloco-clip-zero1 diloco-zero1-resume outer-memory co2-auto ddp-wide ddp-zero1-wide co2-wide
@@ -16,15 +19,7 @@ foreach(mode ddp localsgd slowmo diloco co2 co2-plain co2-heavy co2-late co2-pen
              co2-f4-resume diloco-f4-resume co2-8bit-f2 co2-4bit-f4 co2-8bit-f2-resume ddp-k25 ddp-k3 ddp-k25-resume)
   foreach(n 2 4)
     foreach(tls shm tcp)
-      if(tls STREQUAL "shm")
-        set(ucx_tls "self,sm")
-      else()
-        set(ucx_tls "tcp")
-      endif()
-      add_test(NAME multirank.dp.${mode}.n${n}.${tls} COMMAND cohort-run -n ${n} -- $<TARGET_FILE:dp_rank> ${mode})
-      set_tests_properties(multirank.dp.${mode}.n${n}.${tls} PROPERTIES LABELS multirank TIMEOUT 120
-                           ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
-                           RESOURCE_LOCK cores)
+      dp_test(${mode} ${n} ${tls})
     endforeach()
   endforeach()
 endforeach()
@@ -34,25 +29,14 @@ foreach(mode ddp-nan ddp-zero1-nan ddp-zero3-nan localsgd-nan localsgd-zero1-nan
              localsgd-nanparam localsgd-zero1-nanparam co2-nanparam co2-nanmerge localsgd-nan-f2 co2-nanparam-f2
              co2-nanmerge-f4 ddp-k25-nan)
   foreach(n 2 4)
-    add_test(NAME multirank.dp.${mode}.n${n}.shm COMMAND cohort-run -n ${n} -- $<TARGET_FILE:dp_rank> ${mode})
-    set_tests_properties(multirank.dp.${mode}.n${n}.shm PROPERTIES LABELS multirank TIMEOUT 120
-                         ENVIRONMENT "UCX_TLS=self,sm;OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
-                         RESOURCE_LOCK cores)
+    dp_test(${mode} ${n} shm)
   endforeach()
 endforeach()
 # The last rank dies mid-round: every survivor must fail naming it (no hang); -wide while the
 # survivors read its registered memory in place.
 foreach(tls shm tcp)
-  if(tls STREQUAL "shm")
-    set(ucx_tls "self,sm")
-  else()
-    set(ucx_tls "tcp")
-  endif()
   foreach(mode co2-kill diloco-zero1-kill co2-wide-kill ddp-wide-kill co2-f4-kill diloco-f2-kill ddp-k3-kill)
-    add_test(NAME multirank.dp.${mode}.n3.${tls} COMMAND cohort-run -n 3 -- $<TARGET_FILE:dp_rank> ${mode})
-    set_tests_properties(multirank.dp.${mode}.n3.${tls} PROPERTIES LABELS multirank TIMEOUT 120
-                         ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
-                         RESOURCE_LOCK cores)
+    dp_test(${mode} 3 ${tls})
   endforeach()
 endforeach()
 # Shard groups (plan.shard_group 2): 2 replicas of 2 ranks at world 4 (and one replica of 2 at
@@ -69,35 +53,16 @@ foreach(mode localsgd-zero3-g2 diloco-zero1-g2 diloco-zero2-g2 diloco-zero3-g2 d
       continue()
     endif()
     foreach(tls shm tcp)
-      if(tls STREQUAL "shm")
-        set(ucx_tls "self,sm")
-      else()
-        set(ucx_tls "tcp")
-      endif()
-      add_test(NAME multirank.dp.${mode}.n${n}.${tls} COMMAND cohort-run -n ${n} -- $<TARGET_FILE:dp_rank> ${mode})
-      set_tests_properties(multirank.dp.${mode}.n${n}.${tls} PROPERTIES LABELS multirank TIMEOUT 120
-                           ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
-                           RESOURCE_LOCK cores)
+      dp_test(${mode} ${n} ${tls})
     endforeach()
   endforeach()
 endforeach()
 foreach(mode diloco-zero2-g2-nan co2-zero3-g2-nan diloco-zero2-g2-nanparam co2-zero2-g2-nanparam)
-  add_test(NAME multirank.dp.${mode}.n4.shm COMMAND cohort-run -n 4 -- $<TARGET_FILE:dp_rank> ${mode})
-  set_tests_properties(multirank.dp.${mode}.n4.shm PROPERTIES LABELS multirank TIMEOUT 120
-                       ENVIRONMENT "UCX_TLS=self,sm;OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
-                       RESOURCE_LOCK cores)
+  dp_test(${mode} 4 shm)
 endforeach()
 foreach(tls shm tcp)
-  if(tls STREQUAL "shm")
-    set(ucx_tls "self,sm")
-  else()
-    set(ucx_tls "tcp")
-  endif()
   foreach(mode co2-zero3-g2-kill diloco-zero2-g2-kill)
-    add_test(NAME multirank.dp.${mode}.n4.${tls} COMMAND cohort-run -n 4 -- $<TARGET_FILE:dp_rank> ${mode})
-    set_tests_properties(multirank.dp.${mode}.n4.${tls} PROPERTIES LABELS multirank TIMEOUT 120
-                         ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
-                         RESOURCE_LOCK cores)
+    dp_test(${mode} 4 ${tls})
   endforeach()
 endforeach()
 # The trainers on the CUDA device, 2 ranks (label gpu; exit 77, skipped, without a device): DDP
@@ -105,10 +70,8 @@ endforeach()
 # co2 through host copies always (co2-f2: its outer synchronisation over 2 fragments).
 if(COHORT_HAVE_CUDA)
   foreach(mode ddp co2 co2-f2)
-    add_test(NAME multirank.dp.${mode}-cuda.n2 COMMAND cohort-run -n 2 -- $<TARGET_FILE:dp_rank> ${mode}-cuda)
-    set_tests_properties(multirank.dp.${mode}-cuda.n2 PROPERTIES LABELS gpu TIMEOUT 120 SKIP_RETURN_CODE 77
-                         ENVIRONMENT "UCX_TLS=self,sm;OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
-                         RESOURCE_LOCK cores)
+    cohort_rank_test(multirank.dp.${mode}-cuda.n2 RANKS 2 TLS shm LABEL gpu
+                     COMMAND $<TARGET_FILE:dp_rank> ${mode}-cuda PROPERTIES SKIP_RETURN_CODE 77)
   endforeach()
 endif()
 # ZeRO stages 1-3 of DDP (zero.cmake), included the same guarded way.

@@ -11,15 +11,7 @@ target_compile_options(tp_rank PRIVATE ${COHORT_WARNINGS})
 target_include_directories(tp_rank PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
 target_link_libraries(tp_rank PRIVATE cohort_core)
 function(tp_test mode n tls)
-  if(tls STREQUAL "shm")
-    set(ucx_tls "self,sm")
-  else()
-    set(ucx_tls "tcp")
-  endif()
-  add_test(NAME multirank.tp.${mode}.n${n}.${tls} COMMAND cohort-run -n ${n} -- $<TARGET_FILE:tp_rank> ${mode})
-  set_tests_properties(multirank.tp.${mode}.n${n}.${tls} PROPERTIES LABELS multirank TIMEOUT 120
-                       ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
-                       RESOURCE_LOCK cores)
+  cohort_rank_test(multirank.tp.${mode}.n${n}.${tls} RANKS ${n} TLS ${tls} COMMAND $<TARGET_FILE:tp_rank> ${mode})
 endfunction()
 foreach(model gpt mlp)
   foreach(n 2 4)
@@ -80,20 +72,13 @@ target_link_libraries(stage_receiver PRIVATE cohort m)
 target_include_directories(stage_receiver PRIVATE ${PROJECT_SOURCE_DIR})
 set_target_properties(stage_receiver PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON C_EXTENSIONS OFF)
 target_compile_options(stage_receiver PRIVATE -Wall -Wextra -Werror)
+# (No semicolon in the shell line: cohort_rank_test passes COMMAND on as a CMake list.)
 function(receiver_test mode model n tls extra)
-  if(tls STREQUAL "shm")
-    set(ucx_tls "self,sm")
-  else()
-    set(ucx_tls "tcp")
-  endif()
-  set(name multirank.tp.${mode}.receiver.n${n}.${tls})
-  add_test(NAME ${name} COMMAND cohort-run -n ${n} -- sh -c
-           "if [ \"$COHORT_RANK\" = 0 ]; then exec \"$0\" ${mode}; else exec \"$1\" ${model} ${extra}; fi"
-           $<TARGET_FILE:tp_rank> $<TARGET_FILE:stage_receiver>)
-  set_tests_properties(${name} PROPERTIES LABELS multirank TIMEOUT 120
-                       ENVIRONMENT "UCX_TLS=${ucx_tls};OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1"
-                       FAIL_REGULAR_EXPRESSION "MISMATCH|failed"
-                       RESOURCE_LOCK cores)
+  cohort_rank_test(multirank.tp.${mode}.receiver.n${n}.${tls} RANKS ${n} TLS ${tls}
+                   COMMAND sh -c
+                           "[ \"$COHORT_RANK\" = 0 ] && exec \"$0\" ${mode} || exec \"$1\" ${model} ${extra}"
+                           $<TARGET_FILE:tp_rank> $<TARGET_FILE:stage_receiver>
+                   PROPERTIES FAIL_REGULAR_EXPRESSION "MISMATCH|failed")
 endfunction()
 receiver_test(gpt-p2-y1 gpt 2 shm "")
 receiver_test(mlp-p2-y1 mlp 2 tcp "")
