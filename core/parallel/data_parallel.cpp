@@ -103,7 +103,6 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
         }
       }
     } else {
-      dp->prev_anchor_ = flat;
       dp->result_ = coll::CommBuffer(comm, flat.size());
     }
   }
@@ -142,7 +141,7 @@ DataParallel::~DataParallel() {
     // (work.h): every buffer a collective touched stays alive until the communicator lets go.
     struct Buffers {
       std::vector<Bucket> buckets;
-      std::vector<float> anchor, prev_anchor, round_start, scalars, timing;
+      std::vector<float> anchor, round_start, scalars, timing;
       std::vector<std::vector<uint8_t>> messages;  // co2's low-bit messages, sent and gathered
       coll::CommBuffer inflight, result;
       Tensor shard_params, shard_grads;
@@ -150,7 +149,6 @@ DataParallel::~DataParallel() {
     auto kept = std::make_shared<Buffers>();
     kept->buckets = std::move(buckets_);
     kept->anchor = std::move(anchor_);
-    kept->prev_anchor = std::move(prev_anchor_);
     kept->round_start = std::move(round_start_);
     kept->inflight = std::move(inflight_);
     kept->result = std::move(result_);
@@ -790,7 +788,6 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
   std::vector<float>& m = outer_.momentum();
   if (m.size() != outer_numel_) m.assign(outer_numel_, 0.0f);
   extra.tensors["parallel.anchor"] = vec(anchor_);
-  if (!prev_anchor_.empty()) extra.tensors["parallel.prev_anchor"] = vec(prev_anchor_);  // localsgd
   extra.tensors["parallel.round_start"] = vec(round_start_);  // co2: the guess, while a merge is pending
   if (plan_.mode == SyncMode::kCo2) save_co2_state(extra);
   extra.tensors["parallel.outer_momentum"] = vec(m);
@@ -860,7 +857,6 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
   std::function<void()> load_co2 = plan_.mode == SyncMode::kCo2 ? load_co2_state(extra) : nullptr;
   const Tensor &a = get("parallel.anchor"), &m = get("parallel.outer_momentum"), &r = get("parallel.reduced"),
                &rs = get("parallel.round_start");
-  const Tensor* p = prev_anchor_.empty() ? nullptr : &get("parallel.prev_anchor");
   int64_t have = ints("parallel.have_reduced"), steps = ints("parallel.inner_steps"), rounds = ints("parallel.rounds");
   // Everything verified: now change state.
   auto load = [&](const Tensor& t, std::vector<float>& v) {
@@ -868,7 +864,6 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
     std::memcpy(v.data(), t.raw(), outer_numel_ * sizeof(float));
   };
   load(a, anchor_);
-  if (p) load(*p, prev_anchor_);
   load(rs, round_start_);
   if (load_co2) load_co2();
   load(m, outer_.momentum());

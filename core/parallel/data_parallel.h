@@ -175,7 +175,7 @@ class DataParallel : public StepHook {
   const std::vector<float>& outer_momentum() { return outer_.momentum(); }
 
   // Outer state into / out of a checkpoint's extra section ("parallel.*" entries): anchor,
-  // previous anchor (localsgd), outer momentum, inner-step count; co2 also this rank's guess and
+  // outer momentum, inner-step count; co2 also this rank's guess and
   // its round's shape ("parallel.co2.*", with the rule's version), and the reduction in
   // flight — waited for at save time and stored as its result, so a resumed run merges it at the
   // same step as if never stopped. load_state throws kInvalidArgument when the entries are
@@ -394,13 +394,13 @@ class DataParallel : public StepHook {
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // parameter index -> bucket
   std::vector<size_t> offset_of_;  // parameter index -> offset in its bucket
-  // Outer state (localsgd, co2): the anchor x_k (anchor_), x_{k-1} (prev_anchor_, localsgd), the
+  // Outer state (localsgd, co2): the anchor x_k (anchor_), the
   // pseudo-gradient snapshot being reduced (inflight_) and a second buffer (result_, localsgd).
   // co2 also keeps this rank's guess G while a merge is pending (round_start_). Under ZeRO 1
   // (localsgd, outer_shard.cpp) anchor_, the momentum and result_ hold this rank's block of
   // outer_block_ elements and inflight_ the whole padded model. inflight_ (and result_) are
   // reduced in the communicator's registered memory where it has some (comm_buffer.h).
-  std::vector<float> anchor_, prev_anchor_, round_start_;
+  std::vector<float> anchor_, round_start_;
   transport::coll::CommBuffer inflight_, result_;
   size_t outer_block_ = 0;
   // co2: the round's shape. round_pos_ counts inner steps since the last round end; the round

@@ -42,8 +42,7 @@ void DataParallel::init_outer_over_shard() {
   fragments_.at(0).count = outer_numel_;  // one fragment: the whole shard
   norm_ranges_.assign(1, {0, outer_numel_});
   inflight_ = coll::CommBuffer(outer_comm_, outer_numel_);
-  // co2's first guess reads the momentum. (Unsharded local SGD also keeps a previous anchor,
-  // which nothing reads: not here.)
+  // co2's first guess reads the momentum.
   if (plan_.mode == SyncMode::kCo2) outer_.momentum().assign(outer_numel_, 0.0f);
 }
 

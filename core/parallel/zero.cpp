@@ -360,7 +360,7 @@ void DataParallel::fill_memory_stats(ParallelStats& s) const {
   // Local SGD and CO2: the outer optimizer's state (anchors, round start or co2's guess,
   // momentum) and its pseudo-gradient buffers; under ZeRO 1 the anchor, momentum and result
   // are one block each.
-  s.optimizer_state_bytes += static_cast<int64_t>(anchor_.size() + prev_anchor_.size() + round_start_.size() +
+  s.optimizer_state_bytes += static_cast<int64_t>(anchor_.size() + round_start_.size() +
                                                   outer_.momentum().size()) * f32;
   s.gradient_bytes += static_cast<int64_t>(inflight_.size() + result_.size()) * f32;
   // Top-k compression: the residuals (optimizer-like state, a whole model's worth) and the messages.

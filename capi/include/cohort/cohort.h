@@ -1155,7 +1155,7 @@ COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer*
                                                            cohort_parallel_stats* stats_out);
 
 /* Like cohort_trainer_save_checkpoint / _load_checkpoint — which already carry the outer state
- * of a data-parallel trainer (anchor, previous anchor, outer momentum, the reduction in flight —
+ * of a data-parallel trainer (anchor, outer momentum, the reduction in flight —
  * waited for and saved as its result — and the round position) — but return INVALID_STATE for
  * a trainer that is not data-parallel. Every rank saves its own file (the save waits for the
  * rank's reduction in flight). Load returns INVALID_ARGUMENT when the file has no outer state
