@@ -244,7 +244,7 @@ const char* usage_text() {
          "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco 0-1; co2 none;\n"
          "          with --shard-group S > 1 any of 1-3, inside each replica; with --tensor / --grid over\n"
          "          the data axis, 3 included; 3 not yet with --pipeline or --micro-batches)\n"
-         "         [--grad-keep K (0 < K <= 1)]  (sync, --zero 0: each gradient bucket sends only its K largest\n"
+         "         [--grad-keep K (0 < K <= 1)]  (sync, --zero 0|1: each gradient bucket sends only its K largest\n"
          "          entries, the rest kept for later steps (error feedback); fewer bytes below K ~ 1/ranks; 1: off)\n"
          "         [--shard-group S]  (not sync; 1: off): replicas of S consecutive ranks, each training\n"
          "          synchronously under --zero 1-3 over its S ranks; the outer rule runs between replicas on\n"
@@ -426,9 +426,9 @@ void check_parallel_flags(const Options& o) {
           "--overlap must be in 1..tau (" + std::to_string(tau) + "), got " + std::to_string(o.overlap.value_or(0)));
   require(o.outer_fragments <= tau, "--outer-fragments must be in 1..tau (" + std::to_string(tau) + "), got " +
                                         std::to_string(o.outer_fragments));
-  require(!o.grad_keep || *o.grad_keep == 1 || (o.parallel == "sync" && o.zero == 0 && o.tensor_degree() == 1 &&
+  require(!o.grad_keep || *o.grad_keep == 1 || (o.parallel == "sync" && o.zero <= 1 && o.tensor_degree() == 1 &&
                                                  o.pipeline == 1 && o.plan.empty()),
-          "--grad-keep compresses --parallel sync's gradients; with --zero, --tensor / --grid, --pipeline or --plan it "
+          "--grad-keep compresses --parallel sync's gradients; with --zero 2|3, --tensor / --grid, --pipeline or --plan it "
           "is not supported yet");
   require(o.shard_group == 1 || local_steps,
           "--shard-group needs --parallel localsgd, slowmo, diloco or co2 (replicas that synchronise every tau steps)");

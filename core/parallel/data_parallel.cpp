@@ -358,13 +358,17 @@ void DataParallel::before_update(std::vector<Tensor>& grads) {
     }
     first = std::min(first, b.launched);
     last = std::max(last, b.done);
-    if (plan_.zero_stage > 0) take_gradient_shard(b);  // grads stay local: the shard is stepped
-    else if (!b.topk)  // (top-k buckets are averaged below, all of them before any residual moves)
+    if (b.topk) {
+      // averaged below, all of them before any residual moves
+    } else if (plan_.zero_stage > 0) {
+      take_gradient_shard(b);  // grads stay local: the shard is stepped
+    } else {
       for (size_t j = 0; j < b.params.size(); ++j) {
         Tensor& g = grads[b.params[j]];
         if (b.dev.defined()) device_copy_queued(g.raw(), b.dev.data<float>() + b.offsets[j], g.device(), g.nbytes());
         else device_copy(g.raw(), g.device(), b.buf.data() + b.offsets[j], Device::kCpu, g.nbytes());
       }
+    }
     b.work.reset();
     b.finished = false;
     b.remaining = b.params.size();
@@ -809,7 +813,11 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
 }
 
 void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
-  if (shard_optimizer_ && !grouped()) return load_shard_state(extra)();
+  if (shard_optimizer_ && !grouped()) {  // both verified before either changes
+    const std::function<void()> apply = load_shard_state(extra);
+    if (plan_.mode == SyncMode::kSync) load_topk_state(extra);
+    return apply();
+  }
   if (outer_sharded()) return load_outer_shard(extra);
   // Shard groups: the inner optimizer's shard and the outer state of this rank's shard, both
   // verified before either changes.

@@ -55,6 +55,14 @@ void DataParallel::average_topk(std::vector<Tensor>& grads) {
     float* avg = topk_average_.data();
     b.topk->average(b.messages.data(), comm_->size(), avg, str_cat("data parallel: top-k gradient bucket ", i));
     sum_of_squares += kernels::cpu::sum_of_squares(avg, static_cast<int64_t>(b.numel));
+    if (shard_optimizer_) {  // ZeRO 1: this rank's block of the average is what its shard steps with
+      const size_t lo = std::min(b.numel, static_cast<size_t>(comm_->rank()) * b.block);
+      const size_t hi = std::min(b.numel, lo + b.block);
+      float* shard = shard_grads_.data<float>() + b.shard_offset;
+      std::copy(avg + lo, avg + hi, shard);
+      std::fill(shard + (hi - lo), shard + b.block, 0.0f);  // the bucket's padding
+      continue;
+    }
     for (size_t j = 0; j < b.params.size(); ++j) {
       Tensor& g = grads[b.params[j]];
       device_copy(g.raw(), g.device(), avg + b.offsets[j], Device::kCpu, g.nbytes());

@@ -109,10 +109,10 @@ void validate(const PlanConfig& p) {
     COHORT_CHECK(p.mode == SyncMode::kSync, Status::kUnsupported, "plan: grad_keep = ", p.grad_keep,
                  " compresses the sync mode's gradients; ", mode_name(p.mode),
                  " synchronises parameters every tau steps (outer_bits compresses co2's)");
-    COHORT_CHECK(p.zero_stage == 0 && p.model_degree() == 1 && !p.automatic, Status::kUnsupported,
+    COHORT_CHECK(p.zero_stage <= 1 && p.model_degree() == 1 && !p.automatic, Status::kUnsupported,
                  "plan: grad_keep = ", p.grad_keep,
-                 " is not implemented with a ZeRO stage, tensor / pipeline axes or an automatic layout yet "
-                 "(TODO(#29)); it has ",
+                 " is not implemented with ZeRO stage 2 or 3 (their gradients are reduce-scattered), tensor / "
+                 "pipeline axes or an automatic layout yet (TODO(#29)); it has ",
                  p.zero_stage != 0 ? str_cat("zero_stage ", p.zero_stage)
                  : p.automatic     ? std::string("automatic")
                                    : str_cat("model degree ", p.model_degree()));

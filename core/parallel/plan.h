@@ -210,8 +210,8 @@ inline int64_t outer_fragment_offset(int fragment, int fragments, int64_t tau) {
 // (overlap auto, ZeRO 1 of the outer state, shard groups, tensor or pipeline axes), and for
 // shard_group > 1 in the sync mode or with outer_bits 8 / 4, inner noise
 // scaling, tensor or pipeline axes or automatic (not implemented with groups yet); grad_keep
-// outside (0, 1] is kInvalidPlan, and below 1 kUnsupported outside the sync mode, with a ZeRO
-// stage, tensor or pipeline axes or automatic.
+// outside (0, 1] is kInvalidPlan, and below 1 kUnsupported outside the sync mode, with ZeRO
+// stage 2 or 3, tensor or pipeline axes or automatic.
 void validate(const PlanConfig& plan);
 // validate() plus the fit with a world of `world_size` ranks: the tensor degree x*y*z and the
 // data-parallel degree must divide it and their product equal it, and shard_group must divide

@@ -87,8 +87,8 @@ pub struct PlanOptions {
     /// DDP: top-k compression of the gradients with error feedback — each gradient bucket sends
     /// only this fraction of its entries of largest magnitude (its gradient plus what earlier
     /// steps left unsent), the ranks average the messages, and the rest waits for later steps.
-    /// 0 or 1: off. InvalidPlan below 0 or above 1; Unsupported below 1 outside DDP, with a ZeRO
-    /// stage, a tensor / pipeline axis or an automatic layout.
+    /// 0 or 1: off. InvalidPlan below 0 or above 1; Unsupported below 1 outside DDP, with ZeRO
+    /// stage 2 / 3, a tensor / pipeline axis or an automatic layout.
     pub grad_keep: f64,
     /// The tensor grid (AxoNN's X, Y, Z axes), ranks per axis, >= 1. Each rank trains its part
     /// of the model (split layers hold blocks): a split layer's weight is cut over X along its

@@ -987,7 +987,7 @@ typedef struct cohort_plan_options {
    * rank skip the step with the residuals unchanged. Every rank saves its own checkpoint (its
    * residual); a checkpoint from another world size resumes with the residuals at zero (logged).
    * 0 or 1 (the default): off, gradients all-reduced whole. INVALID_PLAN below 0 or above 1;
-   * UNSUPPORTED below 1 outside DDP mode, with a ZeRO stage, tensor / pipeline axes or automatic
+   * UNSUPPORTED below 1 outside DDP mode, with ZeRO stage 2 or 3, tensor / pipeline axes or automatic
    * (not implemented yet). On a CUDA trainer the buckets go through host memory. */
   double grad_keep;
 } cohort_plan_options;

@@ -254,7 +254,7 @@ public final class PlanOptions {
    * this fraction of its entries of largest magnitude (its gradient plus what earlier steps left
    * unsent), all ranks average the messages, and the rest waits for later steps. Fewer bytes than
    * an all-reduce below about 1 / data-parallel degree. 0 or 1 (the default): off. INVALID_PLAN
-   * below 0 or above 1; UNSUPPORTED below 1 outside DDP, with a ZeRO stage, a tensor / pipeline
+   * below 0 or above 1; UNSUPPORTED below 1 outside DDP, with ZeRO stage 2 / 3, a tensor / pipeline
    * axis or an automatic layout.
    */
   public PlanOptions gradKeep(double value) {
