@@ -192,7 +192,6 @@ void DataParallel::build_buckets(const std::vector<Tensor>& params) {
       b.topk = std::make_unique<GradTopk>(static_cast<int64_t>(b.numel), plan_.grad_keep);
       b.message.assign(b.topk->message_bytes(), 0);
       b.messages.assign(b.topk->message_bytes() * static_cast<size_t>(comm_->size()), 0);
-      topk_average_.resize(std::max(topk_average_.size(), b.numel));
     }
     stats_.gradient_sync_bytes +=
         static_cast<int64_t>(b.topk ? b.topk->message_bytes() : b.numel * sizeof(float));
@@ -720,11 +719,7 @@ std::function<void()> DataParallel::load_co2_state(const checkpoint::CheckpointE
   COHORT_CHECK(rule->second == kCo2Rule, Status::kInvalidArgument,
                "data parallel: the checkpoint holds co2 outer state of rule ", rule->second, ", this build runs rule ",
                kCo2Rule);
-  auto ints = [&](const char* name) {
-    auto it = extra.ints.find(name);
-    COHORT_CHECK(it != extra.ints.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '", name, "'");
-    return it->second;
-  };
+  auto ints = [&](const char* name) { return saved_int(extra, name); };
   auto tensor = [&](const char* name, size_t n) -> const Tensor& {
     auto it = extra.tensors.find(name);
     COHORT_CHECK(it != extra.tensors.end() && it->second.dtype() == DType::kF32 &&
@@ -849,11 +844,7 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
                  grouped() ? "this rank's shard has " : "the model has ", outer_numel_);
     return it->second;
   };
-  auto ints = [&](const char* name) {
-    auto it = extra.ints.find(name);
-    COHORT_CHECK(it != extra.ints.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '", name, "'");
-    return it->second;
-  };
+  auto ints = [&](const char* name) { return saved_int(extra, name); };
   COHORT_CHECK(ints("parallel.mode") == static_cast<int64_t>(plan_.mode), Status::kInvalidArgument,
                "data parallel: the checkpoint was saved in mode ", ints("parallel.mode"), ", the plan is ",
                mode_name(plan_.mode));
@@ -891,6 +882,13 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
   for (Fragment& fr : fragments_) fr.decoded = true;
   inner_steps_ = steps;
   stats_.rounds = rounds;
+}
+
+int64_t DataParallel::saved_int(const checkpoint::CheckpointExtra& extra, const std::string& name, const char* hint) {
+  auto it = extra.ints.find(name);
+  COHORT_CHECK(it != extra.ints.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '", name, "'",
+               hint);
+  return it->second;
 }
 
 ParallelStats DataParallel::stats() const {

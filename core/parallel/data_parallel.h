@@ -231,6 +231,11 @@ class DataParallel : public StepHook {
   void average_topk(std::vector<Tensor>& grads);
   void save_topk_state(checkpoint::CheckpointExtra& extra);
   void load_topk_state(const checkpoint::CheckpointExtra& extra);
+  // The buckets' residuals into `into_flat`, or (into_flat null) from `from_flat`: the model's
+  // elements in parameter order.
+  void copy_residuals(float* into_flat, const float* from_flat);
+  // A checkpoint's int entry `name`; kInvalidArgument "the checkpoint has no '<name>'<hint>".
+  static int64_t saved_int(const checkpoint::CheckpointExtra& extra, const std::string& name, const char* hint = "");
   // DDP: the first bucket of a step to be reduced after the loss exists gets element 0 set to
   // NaN when this rank's loss is not finite.
   void mark_if_loss_not_finite(Bucket& b);
@@ -312,7 +317,7 @@ class DataParallel : public StepHook {
   double sum_over(transport::coll::Communicator& comm, std::vector<float>& buffer, float* values, size_t n);
   double sum_over_ranks(float* values, size_t n) { return sum_over(*comm_, scalars_, values, n); }
   std::vector<float> scalars_;  // sum_over_ranks' reduction buffer
-  std::vector<float> topk_average_;  // top-k: one bucket's averaged gradient (the largest bucket's size)
+  std::vector<float> topk_average_;  // top-k: one bucket's averaged gradient (grown to the largest padded bucket)
   void save_outer_shard(checkpoint::CheckpointExtra& extra);
   void load_outer_shard(const checkpoint::CheckpointExtra& extra);
   void end_round_co2(Fragment& fr, std::vector<Tensor>& params);
@@ -351,7 +356,9 @@ class DataParallel : public StepHook {
   // ZeRO (zero.cpp).
   void build_shards(const optim::Optimizer& inner);
   void launch_reduction(Bucket& b);
-  void take_gradient_shard(Bucket& b);
+  // This rank's block of the bucket's averaged gradients into shard_grads_: from `averaged` (the
+  // bucket's padded length), or by default from buf, which stage 2 then frees.
+  void take_gradient_shard(Bucket& b, const float* averaged = nullptr);
   void copy_shard(const Bucket& b, std::vector<Tensor>& params, float* shard, bool to_params) const;
   double global_grad_norm();
   void gather_parameters(std::vector<Tensor>& params);

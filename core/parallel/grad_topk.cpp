@@ -52,15 +52,13 @@ void DataParallel::average_topk(std::vector<Tensor>& grads) {
   double sum_of_squares = 0;
   for (size_t i = 0; i < buckets_.size(); ++i) {
     Bucket& b = buckets_[i];
+    if (topk_average_.size() < b.padded) topk_average_.resize(b.padded);  // ZeRO pads buckets after build_buckets
     float* avg = topk_average_.data();
     b.topk->average(b.messages.data(), comm_->size(), avg, str_cat("data parallel: top-k gradient bucket ", i));
     sum_of_squares += kernels::cpu::sum_of_squares(avg, static_cast<int64_t>(b.numel));
     if (shard_optimizer_) {  // ZeRO 1: this rank's block of the average is what its shard steps with
-      const size_t lo = std::min(b.numel, static_cast<size_t>(comm_->rank()) * b.block);
-      const size_t hi = std::min(b.numel, lo + b.block);
-      float* shard = shard_grads_.data<float>() + b.shard_offset;
-      std::copy(avg + lo, avg + hi, shard);
-      std::fill(shard + (hi - lo), shard + b.block, 0.0f);  // the bucket's padding
+      std::fill(avg + b.numel, avg + b.padded, 0.0f);  // the bucket's padding
+      take_gradient_shard(b, avg);
       continue;
     }
     for (size_t j = 0; j < b.params.size(); ++j) {
@@ -75,14 +73,21 @@ void DataParallel::average_topk(std::vector<Tensor>& grads) {
 
 // The residuals, one flat vector in parameter order (so a different bucket_bytes still loads it),
 // with the world they belong to: each rank's file holds its own.
-void DataParallel::save_topk_state(checkpoint::CheckpointExtra& extra) {
+void DataParallel::copy_residuals(float* into_flat, const float* from_flat) {
   const std::vector<Tensor>& params = trainer_->parameters();
   const std::vector<size_t> at = flat_offsets(params);
+  for (Bucket& b : buckets_)
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      float* in_bucket = b.topk->residual().data() + b.offsets[j];
+      const size_t bytes = static_cast<size_t>(params[b.params[j]].numel()) * sizeof(float);
+      if (into_flat) std::memcpy(into_flat + at[b.params[j]], in_bucket, bytes);
+      else std::memcpy(in_bucket, from_flat + at[b.params[j]], bytes);
+    }
+}
+
+void DataParallel::save_topk_state(checkpoint::CheckpointExtra& extra) {
   Tensor flat = Tensor::zeros({static_cast<int64_t>(numel_)}, DType::kF32);
-  for (const Bucket& b : buckets_)
-    for (size_t j = 0; j < b.params.size(); ++j)
-      std::memcpy(flat.data<float>() + at[b.params[j]], b.topk->residual().data() + b.offsets[j],
-                  static_cast<size_t>(params[b.params[j]].numel()) * sizeof(float));
+  copy_residuals(flat.data<float>(), nullptr);
   extra.tensors["parallel.topk.residual"] = flat;
   extra.ints["parallel.topk.world"] = comm_->size();
   extra.ints["parallel.topk.rank"] = comm_->rank();
@@ -104,22 +109,11 @@ void DataParallel::load_topk_state(const checkpoint::CheckpointExtra& extra) {
   COHORT_CHECK(it->second.dtype() == DType::kF32 && static_cast<size_t>(it->second.numel()) == numel_,
                Status::kInvalidArgument, "data parallel: 'parallel.topk.residual' has ", it->second.numel(),
                " elements, the model has ", numel_);
-  auto get = [&](const char* name) {
-    auto i = extra.ints.find(name);
-    COHORT_CHECK(i != extra.ints.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '", name, "'");
-    return i->second;
-  };
-  const int64_t world = get("parallel.topk.world"), rank = get("parallel.topk.rank");
+  const int64_t world = saved_int(extra, "parallel.topk.world"), rank = saved_int(extra, "parallel.topk.rank");
   if (world != comm_->size() || rank != comm_->rank())
     return reset(str_cat("the checkpoint's residual is rank ", rank, " of ", world, "'s, this is rank ",
                          comm_->rank(), " of ", comm_->size(), " (each rank's residual is its own unsent gradient)"));
-  const std::vector<Tensor>& params = trainer_->parameters();
-  const std::vector<size_t> at = flat_offsets(params);
-  const float* flat = it->second.data<float>();
-  for (Bucket& b : buckets_)
-    for (size_t j = 0; j < b.params.size(); ++j)
-      std::memcpy(b.topk->residual().data() + b.offsets[j], flat + at[b.params[j]],
-                  static_cast<size_t>(params[b.params[j]].numel()) * sizeof(float));
+  copy_residuals(nullptr, it->second.data<float>());
 }
 
 }  // namespace cohort::parallel

@@ -88,10 +88,7 @@ void DataParallel::save_outer_shard(checkpoint::CheckpointExtra& extra) {
 void DataParallel::load_outer_shard(const checkpoint::CheckpointExtra& extra) {
   COHORT_CHECK(!any_in_flight(), Status::kInvalidState, "data parallel: cannot load while a reduction is in flight");
   auto ints = [&](const std::string& name) {
-    auto it = extra.ints.find(name);
-    COHORT_CHECK(it != extra.ints.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '", name,
-                 "' (saved without ZeRO 1 of the outer state?)");
-    return it->second;
+    return saved_int(extra, name, " (saved without ZeRO 1 of the outer state?)");
   };
   auto tensor = [&](const std::string& name, size_t n) -> const Tensor& {
     auto it = extra.tensors.find(name);

@@ -118,10 +118,10 @@ void DataParallel::launch_reduction(Bucket& b) {
   }
 }
 
-void DataParallel::take_gradient_shard(Bucket& b) {
-  const float* mine = b.buf.data() + static_cast<size_t>(comm_->rank()) * b.block;
+void DataParallel::take_gradient_shard(Bucket& b, const float* averaged) {
+  const float* mine = (averaged ? averaged : b.buf.data()) + static_cast<size_t>(comm_->rank()) * b.block;
   std::memcpy(shard_grads_.data<float>() + b.shard_offset, mine, b.block * sizeof(float));
-  if (plan_.zero_stage >= 2) b.buf.reset();  // only the shard is kept
+  if (!averaged && plan_.zero_stage >= 2) b.buf.reset();  // only the shard is kept
 }
 
 void DataParallel::copy_shard(const Bucket& b, std::vector<Tensor>& params, float* shard, bool to_params) const {
@@ -390,12 +390,7 @@ void DataParallel::save_shard_state(checkpoint::CheckpointExtra& extra) {
 }
 
 std::function<void()> DataParallel::load_shard_state(const checkpoint::CheckpointExtra& extra) {
-  auto ints = [&](const std::string& name) {
-    auto it = extra.ints.find(name);
-    COHORT_CHECK(it != extra.ints.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '", name,
-                 "' (saved without ZeRO?)");
-    return it->second;
-  };
+  auto ints = [&](const std::string& name) { return saved_int(extra, name, " (saved without ZeRO?)"); };
   // Stages 1 and 2 shard alike, so either loads into either; the layout must be this rank's.
   COHORT_CHECK(ints("parallel.zero.world") == comm_->size() && ints("parallel.zero.rank") == comm_->rank(),
                Status::kInvalidArgument, "data parallel: the checkpoint holds the ZeRO shard of rank ",

@@ -258,17 +258,21 @@ bool aliased(const Operand& o, size_t es) {
   const Rows r = storage_rows(o);
   return r.count > 1 && r.length > 1 && (r.stride * static_cast<int64_t>(es)) % kAliasBytes == 0;
 }
-// Copies o's storage rows into `buffer` kRowPadBytes further apart; returns the copy's operand.
-Operand pad_rows(const Operand& o, const void* p, size_t es, std::vector<char>& buffer, const void** copy) {
-  const Rows r = storage_rows(o);
-  const int64_t stride = r.stride + kRowPadBytes / static_cast<int64_t>(es);
-  const size_t bytes = static_cast<size_t>(r.count * stride) * es;
+// A thread's scratch of at least `bytes`: the old buffer freed before a larger one is taken.
+char* scratch_of(std::vector<char>& buffer, size_t bytes) {
   if (buffer.size() < bytes) {
     buffer = std::vector<char>();
     buffer.resize(bytes);
   }
+  return buffer.data();
+}
+
+// Copies o's storage rows into `buffer` kRowPadBytes further apart; returns the copy's operand.
+Operand pad_rows(const Operand& o, const void* p, size_t es, std::vector<char>& buffer, const void** copy) {
+  const Rows r = storage_rows(o);
+  const int64_t stride = r.stride + kRowPadBytes / static_cast<int64_t>(es);
   const char* src = static_cast<const char*>(p);
-  char* dst = buffer.data();
+  char* dst = scratch_of(buffer, static_cast<size_t>(r.count * stride) * es);
 #pragma omp parallel for if (r.count * r.length > (1 << 16))
   for (int64_t k = 0; k < r.count; ++k)
     std::memcpy(dst + static_cast<size_t>(k * stride) * es, src + static_cast<size_t>(k * r.stride) * es,
@@ -318,13 +322,9 @@ void run(memory::data_type ab, memory::data_type c, const Operand& a_in, const v
     if (bias) p.bias.set_data_handle(const_cast<void*>(bias));
     if (p.pack) {
       thread_local std::vector<char> scratch;
-      const size_t bytes = p.packed.get_desc().get_size() + 64;  // + 64: room to align the start
-      if (scratch.size() < bytes) {
-        scratch = std::vector<char>();  // free the old buffer before taking a larger one
-        scratch.resize(bytes);
-      }
-      const uintptr_t at = reinterpret_cast<uintptr_t>(scratch.data());
-      p.packed.set_data_handle(scratch.data() + ((64 - at % 64) % 64));
+      char* start = scratch_of(scratch, p.packed.get_desc().get_size() + 64);  // + 64: room to align the start
+      const uintptr_t at = reinterpret_cast<uintptr_t>(start);
+      p.packed.set_data_handle(start + ((64 - at % 64) % 64));
       p.pack->execute(dnnl_stream(), {{DNNL_ARG_FROM, p.b}, {DNNL_ARG_TO, p.packed}});
     }
     p.primitive.execute(dnnl_stream(), p.args);
