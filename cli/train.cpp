@@ -379,6 +379,21 @@ void Loop::run() {
   }
 }
 
+// The per-rank file a rank resumes from: its own; or, when the saved run had another number of
+// ranks — the same data-parallel replicas, each over more or fewer model ranks (another tensor
+// grid or pipeline) — the file of the first rank of its replica there, counting the saved files.
+// Every rank of a replica saves the same whole model and the replica's outer state. A miscount
+// (stale files of a larger run beside them) maps a rank to another replica's file, which the
+// data-parallel modes with outer state refuse at load; DDP's replicas are equal anyway.
+std::string rank_file_to_resume(const std::string& base, int rank, int world, int64_t model_degree) {
+  auto file = [&](int64_t r) { return base + ".rank" + std::to_string(r); };
+  int64_t saved = 0;
+  while (saved < (int64_t{1} << 16) && access(file(saved).c_str(), F_OK) == 0) ++saved;
+  const int64_t degree = std::max<int64_t>(model_degree, 1), replicas = world / degree;
+  if (saved == world || saved == 0 || replicas == 0 || saved % replicas != 0) return file(rank);
+  return file(rank / degree * (saved / replicas));
+}
+
 }  // namespace
 
 int run_train(Options o) {
@@ -401,7 +416,7 @@ int run_train(Options o) {
     }
     const std::string suffix = ".rank" + std::to_string(task.rank());
     if (!o.save.empty()) o.save += suffix;
-    if (!o.resume.empty()) o.resume += suffix;
+    if (!o.resume.empty()) o.resume = rank_file_to_resume(o.resume, task.rank(), task.world(), o.model_degree());
   }
   check_job_paths(o, task);  // before the first step: a run is not lost at its end to --save
   if (task.rank() == 0) print_warnings(warnings, o, task.world());

@@ -9,6 +9,7 @@
 
 #include "core/base/error.h"
 #include "core/base/log.h"
+#include "core/checkpoint/format.h"
 #include "core/device/device.h"
 #include "core/ops/collective.h"
 #include "core/parallel/device_comm.h"
@@ -786,15 +787,32 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
   };
   std::vector<float>& m = outer_.momentum();
   if (m.size() != outer_numel_) m.assign(outer_numel_, 0.0f);
-  extra.tensors["parallel.anchor"] = vec(anchor_);
-  extra.tensors["parallel.round_start"] = vec(round_start_);  // co2: the guess, while a merge is pending
-  if (plan_.mode == SyncMode::kCo2) save_co2_state(extra);
-  extra.tensors["parallel.outer_momentum"] = vec(m);
+  if (round_start_.size() != outer_numel_) round_start_.assign(outer_numel_, 0.0f);
   // inflight_ holds outer_numel_ floats outside ZeRO 1: the fragments' arrived averages, zeros elsewhere.
-  Tensor reduced = Tensor::zeros({static_cast<int64_t>(outer_numel_)}, DType::kF32);
+  std::vector<float> reduced(outer_numel_, 0.0f);
   for (const Fragment& fr : fragments_)
-    if (fr.have_result) std::memcpy(reduced.data<float>() + fr.begin, inflight_.data() + fr.begin, fr.count * sizeof(float));
-  extra.tensors["parallel.reduced"] = reduced;
+    if (fr.have_result) std::memcpy(reduced.data() + fr.begin, inflight_.data() + fr.begin, fr.count * sizeof(float));
+  // Shard groups keep this rank's shard as it is (a load needs the same groups); otherwise each
+  // model-sized vector is written per parameter in the whole model's layout, so that the file
+  // resumes under another tensor grid or pipeline (save_outer_vector).
+  auto put = [&](const char* key, const std::vector<float>& v) {
+    if (grouped()) {
+      extra.tensors[key] = vec(v);
+    } else {
+      save_outer_vector(extra, key, v);
+    }
+  };
+  put("parallel.anchor", anchor_);
+  put("parallel.round_start", round_start_);  // co2: the guess, while a merge is pending
+  if (plan_.mode == SyncMode::kCo2) save_co2_state(extra);
+  put("parallel.outer_momentum", m);
+  put("parallel.reduced", reduced);
+  if (!grouped()) {
+    extra.ints["parallel.whole_layout"] = 1;
+    extra.ints["parallel.replica"] = comm_->rank();
+    extra.ints["parallel.replicas"] = comm_->size();
+    extra.ints["parallel.local_layout"] = static_cast<int64_t>(local_layout_hash() >> 1);
+  }
   extra.ints["parallel.have_reduced"] = have_result ? 1 : 0;
   // Streaming synchronisation: which fragments hold an average, so a resumed run merges each at
   // its own step (their positions follow from the step counts).
@@ -835,16 +853,25 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
                "plan, world and rank");
   if (plan_.mode == SyncMode::kSync) return load_topk_state(extra);
   COHORT_CHECK(!any_in_flight(), Status::kInvalidState, "data parallel: cannot load while a reduction is in flight");
-  auto get = [&](const char* name) -> const Tensor& {
+  auto ints = [&](const char* name) { return saved_int(extra, name); };
+  // Written per parameter in the whole model's layout (save_state), or by an earlier build as
+  // this rank's flat vector (shard groups still are).
+  const bool whole = extra.ints.count("parallel.whole_layout") && ints("parallel.whole_layout") == 1;
+  COHORT_CHECK(!whole || !grouped(), Status::kInvalidArgument, "data parallel: the checkpoint holds the outer state "
+               "of the whole model; the plan's shard groups (shard_group ", plan_.shard_group, ") need one saved "
+               "under the same groups");
+  if (whole) check_outer_layout(extra);
+  auto get = [&](const char* name) -> std::vector<float> {
+    if (whole) return load_outer_vector(extra, name);
     auto it = extra.tensors.find(name);
     COHORT_CHECK(it != extra.tensors.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '", name,
                  "' (saved without outer state?)");
     COHORT_CHECK(it->second.dtype() == DType::kF32 && static_cast<size_t>(it->second.numel()) == outer_numel_,
                  Status::kInvalidArgument, "data parallel: '", name, "' has ", it->second.numel(), " elements, ",
                  grouped() ? "this rank's shard has " : "the model has ", outer_numel_);
-    return it->second;
+    const float* f = it->second.data<float>();
+    return std::vector<float>(f, f + outer_numel_);
   };
-  auto ints = [&](const char* name) { return saved_int(extra, name); };
   COHORT_CHECK(ints("parallel.mode") == static_cast<int64_t>(plan_.mode), Status::kInvalidArgument,
                "data parallel: the checkpoint was saved in mode ", ints("parallel.mode"), ", the plan is ",
                mode_name(plan_.mode));
@@ -854,19 +881,15 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
                "data parallel: the checkpoint's outer state is cut into ", fragments, " fragment(s), the plan's "
                "outer_fragments = ", fragments_.size());
   std::function<void()> load_co2 = plan_.mode == SyncMode::kCo2 ? load_co2_state(extra) : nullptr;
-  const Tensor &a = get("parallel.anchor"), &m = get("parallel.outer_momentum"), &r = get("parallel.reduced"),
-               &rs = get("parallel.round_start");
+  std::vector<float> a = get("parallel.anchor"), m = get("parallel.outer_momentum"), r = get("parallel.reduced"),
+                     rs = get("parallel.round_start");
   int64_t have = ints("parallel.have_reduced"), steps = ints("parallel.inner_steps"), rounds = ints("parallel.rounds");
   // Everything verified: now change state.
-  auto load = [&](const Tensor& t, std::vector<float>& v) {
-    v.resize(outer_numel_);
-    std::memcpy(v.data(), t.raw(), outer_numel_ * sizeof(float));
-  };
-  load(a, anchor_);
-  load(rs, round_start_);
+  anchor_ = std::move(a);
+  round_start_ = std::move(rs);
   if (load_co2) load_co2();
-  load(m, outer_.momentum());
-  std::memcpy(inflight_.data(), r.raw(), outer_numel_ * sizeof(float));  // sized at attach
+  outer_.momentum() = std::move(m);
+  std::memcpy(inflight_.data(), r.data(), outer_numel_ * sizeof(float));  // sized at attach
   if (load_shard) load_shard();
   const Clock::time_point now = Clock::now();
   for (size_t f = 0; f < fragments_.size(); ++f) {
@@ -882,6 +905,77 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
   for (Fragment& fr : fragments_) fr.decoded = true;
   inner_steps_ = steps;
   stats_.rounds = rounds;
+}
+
+void DataParallel::save_outer_vector(checkpoint::CheckpointExtra& extra, const std::string& key,
+                                     const std::vector<float>& flat) const {
+  COHORT_CHECK(flat.size() == outer_numel_, Status::kInternal, "data parallel: '", key, "' holds ", flat.size(),
+               " floats, the outer state ", outer_numel_);
+  const std::vector<Tensor>& params = trainer_->parameters();
+  const std::vector<size_t> at = flat_offsets(params);
+  // Every rank of the replica walks the whole model alike: whole_model_tensor gathers a block
+  // over the tensor axes and broadcasts a parameter from the pipeline stage holding it.
+  const Graph& model = trainer_->model_graph();
+  for (ValueId p : model.parameters()) {
+    const std::string& name = model.value(p).name;
+    const int64_t i = trainer_->local_parameter(name);
+    Tensor local;
+    if (i >= 0) {
+      local = Tensor::empty(params[static_cast<size_t>(i)].shape(), DType::kF32);
+      std::memcpy(local.raw(), flat.data() + at[static_cast<size_t>(i)], local.nbytes());
+    }
+    extra.tensors[key + "/" + name] = trainer_->whole_model_tensor(name, local);
+  }
+}
+
+std::vector<float> DataParallel::load_outer_vector(const checkpoint::CheckpointExtra& extra,
+                                                   const std::string& key) const {
+  const std::vector<Tensor>& params = trainer_->parameters();
+  const std::vector<size_t> at = flat_offsets(params);
+  std::vector<float> flat(outer_numel_);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string name = key + "/" + trainer_->parameter_names()[i];
+    auto it = extra.tensors.find(name);
+    COHORT_CHECK(it != extra.tensors.end(), Status::kInvalidArgument, "data parallel: the checkpoint has no '", name,
+                 "' (saved without outer state, or for another model?)");
+    const Shape whole = trainer_->whole_shape(i);
+    COHORT_CHECK(it->second.dtype() == DType::kF32 && it->second.shape() == whole, Status::kInvalidArgument,
+                 "data parallel: '", name, "' is ", dtype_name(it->second.dtype()), " ", shape_str(it->second.shape()),
+                 ", the parameter's whole shape f32 ", shape_str(whole));
+    const Tensor block = trainer_->block_of(i, it->second);  // this rank's block under the tensor grid
+    std::memcpy(flat.data() + at[i], block.raw(), params[i].numel() * sizeof(float));
+  }
+  return flat;
+}
+
+uint64_t DataParallel::local_layout_hash() const {
+  uint64_t h = checkpoint::hash64(nullptr, 0);
+  for (size_t i = 0; i < trainer_->parameters().size(); ++i) {
+    const std::string& name = trainer_->parameter_names()[i];
+    const int64_t n = trainer_->parameters()[i].numel();
+    h = checkpoint::hash64(name.c_str(), name.size() + 1, h);
+    h = checkpoint::hash64(&n, sizeof n, h);
+  }
+  return h;
+}
+
+void DataParallel::check_outer_layout(const checkpoint::CheckpointExtra& extra) const {
+  // Each replica trains its own copy between outer syncs: a rank continues its own replica's,
+  // among as many replicas as were saved. The tensor grid and pipeline may differ.
+  const int64_t replicas = saved_int(extra, "parallel.replicas"), replica = saved_int(extra, "parallel.replica");
+  COHORT_CHECK(replicas == comm_->size(), Status::kInvalidArgument, "data parallel: the checkpoint holds the outer "
+               "state of one of ", replicas, " data-parallel replicas; the plan has ", comm_->size(),
+               " (the model's ranks may change between a save and a resume, the replicas may not)");
+  COHORT_CHECK(replica == comm_->rank(), Status::kInvalidArgument, "data parallel: the checkpoint holds replica ",
+               replica, "'s outer state and parameters; this rank trains replica ", comm_->rank(), " of ",
+               comm_->size(), ": load a file saved by a rank of replica ", comm_->rank());
+  // Streaming synchronisation: which fragments hold an average depends on where they are cut,
+  // which follows the rank's parameters.
+  const int64_t saved_layout = saved_int(extra, "parallel.local_layout");
+  COHORT_CHECK(fragments_.size() == 1 || saved_layout == static_cast<int64_t>(local_layout_hash() >> 1),
+               Status::kInvalidArgument, "data parallel: outer state in ", fragments_.size(), " fragments resumes only "
+               "under the tensor grid and pipeline it was saved with (its fragments' pending averages follow the "
+               "rank's parameters); this rank's parameters differ from the saving rank's");
 }
 
 int64_t DataParallel::saved_int(const checkpoint::CheckpointExtra& extra, const std::string& name, const char* hint) {

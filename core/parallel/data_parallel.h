@@ -181,6 +181,10 @@ class DataParallel : public StepHook {
   // same step as if never stopped. load_state throws kInvalidArgument when the entries are
   // missing or sized for another model, and for co2 state written by the earlier
   // one-round-stale rule (no "parallel.co2.rule"), which this rule cannot continue.
+  // The model-sized vectors are written in the whole model's layout (save_outer_vector) with the
+  // replica's index: a rank of replica d resumes replica d's file under another tensor grid or
+  // pipeline (the same number of replicas; with outer_fragments > 1 the same layout). Files of
+  // earlier builds (this rank's flat vectors) still load under the layout that wrote them.
   // Under ZeRO they hold this rank's (outer) optimizer shard instead ("parallel.zero.*"): every rank
   // saves its own file, and a load needs the same world, rank and bucket layout. Under shard
   // groups both: the inner optimizer's shard ("parallel.zero.*") and the outer state of this
@@ -236,6 +240,17 @@ class DataParallel : public StepHook {
   void copy_residuals(float* into_flat, const float* from_flat);
   // A checkpoint's int entry `name`; kInvalidArgument "the checkpoint has no '<name>'<hint>".
   static int64_t saved_int(const checkpoint::CheckpointExtra& extra, const std::string& name, const char* hint = "");
+  // The outer state in the whole model's layout: a flat vector of this rank's parameters written
+  // as one whole tensor per parameter under "key/<parameter>" (a collective over the model axes,
+  // like the checkpoint's parameters), and read back as this rank's blocks. So a replica's state
+  // resumes under another tensor grid or pipeline, or on one process.
+  void save_outer_vector(checkpoint::CheckpointExtra& extra, const std::string& key,
+                         const std::vector<float>& flat) const;
+  std::vector<float> load_outer_vector(const checkpoint::CheckpointExtra& extra, const std::string& key) const;
+  // Names and sizes of this rank's parameters (the cut its fragments follow).
+  uint64_t local_layout_hash() const;
+  // The saved replica is this rank's, among as many; fragments need the saving rank's parameters.
+  void check_outer_layout(const checkpoint::CheckpointExtra& extra) const;
   // DDP: the first bucket of a step to be reduced after the loss exists gets element 0 set to
   // NaN when this rank's loss is not finite.
   void mark_if_loss_not_finite(Bucket& b);

@@ -85,8 +85,8 @@ awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d
   --tau 2 --tensor 2 >"$dir/co2.out" 2>&1 || { cat "$dir/co2.out"; echo "FAIL: co2 --tensor 2 exited non-zero"; exit 1; }
 grep -q "co2 tau 2 tensor 2, 8 steps (937 per epoch)" "$dir/co2.out" && [ "$(evals "$dir/co2.out" | wc -l)" -eq 2 ] ||
   { cat "$dir/co2.out"; echo "FAIL: co2 --tensor 2 did not train and evaluate as expected"; exit 1; }
-# co2's outer state stays per rank (blocks): stopped mid-round (step 5, a reduction in flight) and
-# resumed under the same grid, it ends bit-identical to the uninterrupted run.
+# co2's outer state: stopped mid-round (step 5, a reduction in flight) and resumed under the same
+# grid, it ends bit-identical to the uninterrupted run.
 co2=(train --model mlp --steps 12 --threads 1 --no-eval --parallel co2 --tau 2 --tensor 2)
 "$run" -n 4 -- "$cli" "${co2[@]}" --metrics "$dir/co2_full.jsonl" >"$dir/co2_full.out" 2>&1 &&
   "$run" -n 4 -- "$cli" "${co2[@]}" --save "$dir/co2ck" --stop-after 5 >"$dir/co2_stop.out" 2>&1 &&
@@ -131,3 +131,18 @@ refused "error: creating the trainer: .*tensor_z = 2 does not divide the 15 rows
 refused "--grid expects X x Y x Z written XxYxZ (e.g. 2x2x1), got '2x2'" --model mlp --grid 2x2
 refused "give one of --tensor and --grid" --model mlp --tensor 2 --grid 1x2x1
 echo "ok: --tensor 2 and --grid 2x2x1 train like one process, --grid 1x1x2 like DDP; bytes per rank of the replicated run:$sizes"
+# co2 over the data axis resumes under another layout: stopped at step 20 under 2 replicated
+# ranks, resumed with each replica over 2 tensor ranks (each rank reading its replica's file),
+# it ends at step 40 within fp32 rounding of the uninterrupted replicated run.
+moved=(--parallel co2 --tau 4 --no-eval)
+"$run" -n 2 -- "$cli" "${common[@]}" "${moved[@]}" --metrics "$dir/moved_full.jsonl" >"$dir/moved_full.out" 2>&1 &&
+  "$run" -n 2 -- "$cli" "${common[@]}" "${moved[@]}" --save "$dir/movedck" --stop-after 20 >"$dir/moved_stop.out" 2>&1 &&
+  "$run" -n 4 -- "$cli" "${common[@]}" "${moved[@]}" --tensor 2 --resume "$dir/movedck" \
+    --metrics "$dir/moved_res.jsonl" >"$dir/moved_res.out" 2>&1 ||
+  { cat "$dir"/moved_*.out; echo "FAIL: a co2 run stopped and resumed under another layout exited non-zero"; exit 1; }
+a=$(field "$dir/moved_full.jsonl" loss) b=$(field "$dir/moved_res.jsonl" loss)
+awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-5 * a) }' ||
+  { echo "FAIL: co2 resumed under --tensor 2: loss $b, the uninterrupted replicated run $a"; exit 1; }
+[ "$(field "$dir/moved_res.jsonl" step)" = 40 ] ||
+  { cat "$dir/moved_res.jsonl"; echo "FAIL: the resumed co2 run did not end at step 40"; exit 1; }
+echo "co2 resumed under --tensor 2 from 2 replicated ranks' files: loss $b, uninterrupted $a"

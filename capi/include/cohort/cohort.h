@@ -1158,7 +1158,11 @@ COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer*
  * of a data-parallel trainer (anchor, outer momentum, the reduction in flight —
  * waited for and saved as its result — and the round position) — but return INVALID_STATE for
  * a trainer that is not data-parallel. Every rank saves its own file (the save waits for the
- * rank's reduction in flight). Load returns INVALID_ARGUMENT when the file has no outer state
+ * rank's reduction in flight; a collective over the model's ranks). The outer state is written in
+ * the whole model's layout: a rank of replica d may resume from the file of any rank of replica
+ * d saved under another tensor grid or pipeline, with as many replicas (INVALID_ARGUMENT names
+ * a file of another replica, or another replica count; outer_fragments > 1 needs the saving
+ * layout). Load returns INVALID_ARGUMENT when the file has no outer state
  * for this plan; the trainer's own state has been restored then (load again from a matching
  * file). Under ZeRO the file holds the rank's optimizer shard: load it with the same world,
  * rank, model and bucket size (INVALID_ARGUMENT otherwise). Other statuses as the plain calls. */

@@ -709,74 +709,192 @@ struct OuterCase {
   bool pipeline = false;  // the model over 2 pipeline stages (2 micro-batches) instead of tensor_y 2
 };
 
-class TensorParallelOuter : public ::testing::TestWithParam<OuterCase> {};
+class TensorParallelOuter : public ::testing::TestWithParam<OuterCase> {
+ protected:
+  static constexpr int64_t kSteps = 6, kRows = 4, kTau = 2;
+  static constexpr int kData = 2;
 
-TEST_P(TensorParallelOuter, MatchesTheModeOverReplicatedRanks) {
-  const OuterCase& c = GetParam();
-  constexpr int64_t kSteps = 6, kRows = 4, kTau = 2;
-  constexpr int kData = 2;
-  auto plan_for = [&](int y) {
+  // The case's plan with `degree` model ranks a replica: tensor_y, or pipeline stages.
+  PlanConfig plan_for(int degree) const {
+    const OuterCase& c = GetParam();
     PlanConfig p = preset(c.preset, kTau);
     p.outer.clip_threshold = c.clip;
     p.outer.staleness_penalty = c.penalty;
     if (c.pipeline) {
-      p.pipeline.stages = y;
-      p.pipeline.micro_batches = y;
+      p.pipeline.stages = degree;
+      p.pipeline.micro_batches = degree;
     } else {
-      p.tensor.y = y;
+      p.tensor.y = degree;
     }
     return p;
-  };
-  auto train = [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm, int y, bool perturb) {
+  }
+  std::unique_ptr<Trainer> make(const std::shared_ptr<transport::coll::UcxCommunicator>& comm, int degree) const {
     TrainerOptions o;
     o.seed = 1;
     o.num_threads = 1;
-    auto t = make_parallel_trainer(test::tp_model(c.model, kRows), test::tp_optimizer(), o, plan_for(y), comm);
-    if (perturb) test::perturb_by_one_ulp(*t);
-    const int replica = comm->rank() / y;
-    for (int64_t s = 0; s < kSteps; ++s) t->step(test::tp_batch(c.model, s, replica * kRows, kRows));
-    return t;
-  };
-  std::mutex mutex;
-  // The replicated reference, plain and perturbed: each data rank's final parameters.
-  std::vector<test::TpReference> ref(kData);
-  std::vector<std::map<std::string, Tensor>> control(kData);
-  ParallelStats ref_stats;
-  for (bool perturb : {false, true})
-    ct::run_ranks_shared(kData, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
-      auto t = train(comm, 1, perturb);
-      std::lock_guard<std::mutex> lock(mutex);
-      auto& out = perturb ? control[static_cast<size_t>(comm->rank())] : ref[static_cast<size_t>(comm->rank())].parameters;
-      for (size_t i = 0; i < t->parameters().size(); ++i) out[t->parameter_names()[i]] = t->parameters()[i];
-      if (!perturb && comm->rank() == 0) ref_stats = dynamic_cast<DataParallel&>(*t->step_hook()).stats();
-    });
-  double control_diff = 0;
-  for (int r = 0; r < kData; ++r)
-    for (const auto& [name, p] : ref[static_cast<size_t>(r)].parameters) {
-      const Tensor& q = control[static_cast<size_t>(r)].at(name);
-      for (int64_t k = 0; k < p.numel(); ++k)
-        control_diff = std::max(control_diff, static_cast<double>(std::fabs(p.data<float>()[k] - q.data<float>()[k])));
-    }
-  for (test::TpReference& r : ref) {
-    r.control_diff = control_diff;
-    r.longest_sum = test::tp_longest_sum(c.model, kRows);
+    return make_parallel_trainer(test::tp_model(GetParam().model, kRows), test::tp_optimizer(), o, plan_for(degree),
+                                 comm);
   }
+  // Steps [from, to) of the replica's rows.
+  void train(Trainer& t, int replica, int64_t from, int64_t to) const {
+    for (int64_t s = from; s < to; ++s) t.step(test::tp_batch(GetParam().model, s, replica * kRows, kRows));
+  }
+  // The mode over kData replicated ranks, plain and from parameters moved by one ulp: each data
+  // rank's final parameters, with the bound the perturbed run measures (tp_reference.h).
+  std::vector<test::TpReference> replicated_reference(ParallelStats* rank0_stats = nullptr) const {
+    std::mutex mutex;
+    std::vector<test::TpReference> ref(kData);
+    std::vector<std::map<std::string, Tensor>> control(kData);
+    for (bool perturb : {false, true})
+      ct::run_ranks_shared(kData, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+        auto t = make(comm, 1);
+        if (perturb) test::perturb_by_one_ulp(*t);
+        train(*t, comm->rank(), 0, kSteps);
+        std::lock_guard<std::mutex> lock(mutex);
+        auto& out = perturb ? control[static_cast<size_t>(comm->rank())] : ref[static_cast<size_t>(comm->rank())].parameters;
+        for (size_t i = 0; i < t->parameters().size(); ++i) out[t->parameter_names()[i]] = t->parameters()[i];
+        if (!perturb && comm->rank() == 0 && rank0_stats) *rank0_stats = dynamic_cast<DataParallel&>(*t->step_hook()).stats();
+      });
+    double control_diff = 0;
+    for (int r = 0; r < kData; ++r)
+      for (const auto& [name, p] : ref[static_cast<size_t>(r)].parameters) {
+        const Tensor& q = control[static_cast<size_t>(r)].at(name);
+        for (int64_t k = 0; k < p.numel(); ++k)
+          control_diff = std::max(control_diff, static_cast<double>(std::fabs(p.data<float>()[k] - q.data<float>()[k])));
+      }
+    for (test::TpReference& r : ref) {
+      r.control_diff = control_diff;
+      r.longest_sum = test::tp_longest_sum(GetParam().model, kRows);
+    }
+    return ref;
+  }
+};
+
+TEST_P(TensorParallelOuter, MatchesTheModeOverReplicatedRanks) {
+  const OuterCase& c = GetParam();
+  std::mutex mutex;
+  ParallelStats ref_stats;
+  const std::vector<test::TpReference> ref = replicated_reference(&ref_stats);
   // The reference exercises what is under test: the clip binds, the penalty scales.
   EXPECT_GT(ref_stats.last_momentum_norm, c.clip) << c.label << ": the outer clip never binds";
   if (c.penalty) {
     EXPECT_LT(ref_stats.last_staleness_scale, 1.0) << c.label << ": the penalty does nothing";
   }
   ct::run_ranks_shared(2 * kData, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
-    auto t = train(comm, 2, false);
+    auto t = make(comm, 2);
+    train(*t, comm->rank() / 2, 0, kSteps);
     const test::TpReference& want = ref[static_cast<size_t>(comm->rank() / 2)];
     const test::TpDiff d = test::tp_parameter_diff(*t, want);
     std::lock_guard<std::mutex> lock(mutex);
     std::printf("%s rank %d: max |param - reference| %.3g (%s), bound %.3g (control %.3g); %d blocks\n",
-                c.label.c_str(), comm->rank(), d.max_abs, d.worst.c_str(), want.parameter_bound(), control_diff,
+                c.label.c_str(), comm->rank(), d.max_abs, d.worst.c_str(), want.parameter_bound(), want.control_diff,
                 d.blocks);
     EXPECT_EQ(d.blocks > 0, !c.pipeline);
     EXPECT_LE(d.max_abs, want.parameter_bound()) << c.label << " rank " << comm->rank() << ": parameter " << d.worst;
   });
+}
+
+// Every whole parameter (a collective over the model axes: every rank of a replica calls it).
+std::map<std::string, Tensor> whole_model(const Trainer& t) {
+  std::map<std::string, Tensor> out;
+  for (ValueId p : t.model_graph().parameters()) {
+    const std::string& name = t.model_graph().value(p).name;
+    const int64_t i = t.local_parameter(name);
+    out[name] = t.whole_model_tensor(name, i >= 0 ? t.parameters()[static_cast<size_t>(i)] : Tensor());
+  }
+  return out;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+// The outer state is written in the whole model's layout: saved mid-round (after the first
+// round's end, its average in flight: co2's merge pending) by the replicated ranks, it resumes
+// under 2 model ranks a replica (tensor_y 2, or 2 pipeline stages), each rank from its replica's
+// file; there the parameters and every outer vector, saved again, are the file's bit for bit,
+// and the rest of the run matches the uninterrupted replicated one within the reference's bound.
+// Then the other way: saved by the 2-rank replicas at the same step, resumed by replicated ranks.
+// A rank handed another replica's file, or a file of another replica count, is refused.
+TEST_P(TensorParallelOuter, OuterStateResumesUnderAnotherLayout) {
+  const OuterCase& c = GetParam();
+  constexpr int64_t kStop = kTau;
+  const std::vector<test::TpReference> ref = replicated_reference();
+  const std::string dir = ::testing::TempDir();
+  auto path = [&](const char* from, int rank) {
+    return dir + "tp_outer_" + c.label + "_" + from + ".rank" + std::to_string(rank);
+  };
+  std::mutex mutex;
+  std::vector<std::map<std::string, Tensor>> at_save(kData);  // each replica's whole parameters
+  // Saves after kStop steps under `degree` model ranks a replica; each rank its own file.
+  auto save = [&](int degree, const char* from) {
+    ct::run_ranks_shared(kData * degree, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+      auto t = make(comm, degree);
+      train(*t, comm->rank() / degree, 0, kStop);
+      checkpoint::CheckpointExtra extra;
+      dynamic_cast<DataParallel&>(*t->step_hook()).save_state(extra);
+      checkpoint::save_checkpoint(*t, path(from, comm->rank()), extra);
+      std::map<std::string, Tensor> whole = whole_model(*t);
+      std::lock_guard<std::mutex> lock(mutex);
+      if (comm->rank() % degree == 0) at_save[static_cast<size_t>(comm->rank() / degree)] = std::move(whole);
+    });
+  };
+  // Resumes under `degree` model ranks a replica from files saved under `saved_degree`.
+  auto resume = [&](int degree, int saved_degree, const char* from) {
+    ct::run_ranks_shared(kData * degree, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+      const int replica = comm->rank() / degree;
+      auto t = make(comm, degree);
+      auto& dp = dynamic_cast<DataParallel&>(*t->step_hook());
+      checkpoint::CheckpointExtra file;
+      checkpoint::load_checkpoint(*t, path(from, replica * saved_degree), &file);
+      dp.load_state(file);
+      checkpoint::CheckpointExtra again;
+      dp.save_state(again);
+      const std::map<std::string, Tensor> whole = whole_model(*t);
+      int outer = 0, differ = 0;
+      for (const auto& [name, v] : again.tensors) {
+        if (name.rfind("parallel.", 0) != 0 || name.find('/') == std::string::npos) continue;
+        ++outer;
+        differ += file.tensors.count(name) == 0 || !same_bits(v, file.tensors.at(name));
+      }
+      for (const auto& [name, p] : whole) differ += !same_bits(p, at_save[static_cast<size_t>(replica)].at(name));
+      train(*t, replica, kStop, kSteps);
+      const test::TpReference& want = ref[static_cast<size_t>(replica)];
+      const test::TpDiff d = test::tp_parameter_diff(*t, want);
+      std::lock_guard<std::mutex> lock(mutex);
+      std::printf("%s %s -> %d model ranks, rank %d: %d outer vectors and %zu parameters, %d differ from the file; "
+                  "then max |param - reference| %.3g (%s), bound %.3g\n",
+                  c.label.c_str(), from, degree, comm->rank(), outer, whole.size(), differ, d.max_abs, d.worst.c_str(),
+                  want.parameter_bound());
+      EXPECT_EQ(outer, 4 * static_cast<int>(whole.size())) << c.label << " rank " << comm->rank();
+      EXPECT_EQ(differ, 0) << c.label << " rank " << comm->rank();
+      if (c.preset == Preset::kCo2) {  // the save came with the round's average still to merge
+        EXPECT_EQ(file.ints.at("parallel.have_reduced"), 1) << c.label << " rank " << comm->rank();
+      }
+      EXPECT_LE(d.max_abs, want.parameter_bound()) << c.label << " rank " << comm->rank() << ": parameter " << d.worst;
+    });
+  };
+  save(1, "replicated");
+  resume(2, 1, "replicated");
+  save(2, "split");
+  resume(1, 2, "split");
+  // Replica 1's file on replica 0's rank; a file of one replica among two on a world of one.
+  ct::run_ranks_shared(kData, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    auto t = make(comm, 1);
+    checkpoint::CheckpointExtra file;
+    checkpoint::load_checkpoint(*t, path("split", 2 * (1 - comm->rank())), &file);
+    expect_error([&] { dynamic_cast<DataParallel&>(*t->step_hook()).load_state(file); }, Status::kInvalidArgument,
+                 "load a file saved by a rank of replica");
+  });
+  ct::run_ranks_shared(1, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    auto t = make(comm, 1);
+    checkpoint::CheckpointExtra file;
+    checkpoint::load_checkpoint(*t, path("split", 0), &file);
+    expect_error([&] { dynamic_cast<DataParallel&>(*t->step_hook()).load_state(file); }, Status::kInvalidArgument,
+                 "one of 2 data-parallel replicas; the plan has 1");
+  });
+  for (const char* from : {"replicated", "split"})
+    for (int r = 0; r < 2 * kData; ++r) std::remove(path(from, r).c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(
