@@ -206,6 +206,11 @@ class Rewriter {
         a2a_parts_(all_to_all_parts), seq_parts_(all_to_all_parts > 0 ? all_to_all_parts : grid.y),
         map_(model.values().size(), -1) {
     for (const Pair& p : pairs) {
+      if (a2a_parts_ > 0) {  // nothing cut by features: the pairs' weights only cut over Z
+        z_weights_.push_back(model.node(p.column).inputs[1]);
+        z_weights_.push_back(model.node(p.row).inputs[1]);
+        continue;
+      }
       column_[p.column] = feature_groups(model, p);
       row_.insert(p.row);
       for (NodeId n : p.between) between_.insert(n);
@@ -371,6 +376,7 @@ class Rewriter {
       add_cut(n.inputs[1], ShardCut{0, 1, grid_.z, at_.z, "z"});
       if (n.inputs.size() > 2) add_cut(n.inputs[2], ShardCut{0, 1, grid_.x, at_.x, "x"});
     }
+    for (ValueId w : z_weights_) add_cut(w, ShardCut{0, 1, grid_.z, at_.z, "z"});
     if (vocab_.loss >= 0) {  // the head's weight (and bias) along the vocabulary, over Y
       add_cut(vocab_.weight, ShardCut{0, 1, grid_.y, at_.y, "y"});
       if (vocab_.bias >= 0) add_cut(vocab_.bias, ShardCut{0, 1, grid_.y, at_.y, "y"});
@@ -463,9 +469,11 @@ class Rewriter {
       a.set("heads", n.attrs.get_int("heads") / grid_.y);
       out = g_.add_op(n.op->name, n.name, in, a);
     } else {
-      if (tokens_ > 0)  // a token-split region (layernorms, residual adds, dropout, embeddings)
+      // A token-split region (layernorms, residual adds, dropout, embeddings; under all-to-all
+      // every layer, its Z-gathered weights included: each rank's gradient covers its tokens).
+      if (tokens_ > 0)
         for (size_t i = 0; i < in.size(); ++i)
-          if (m_.value(n.inputs[i]).kind == ValueKind::kParameter && !cuts_.count(n.inputs[i]))
+          if (m_.value(n.inputs[i]).kind == ValueKind::kParameter && (a2a_parts_ > 0 || !cuts_.count(n.inputs[i])))
             in[i] = sequence_param(n, n.inputs[i]);
       out = g_.add_op(n.op->name, local_loss || gathered_output(n) ? n.name + ".local" : n.name, in, n.attrs);
     }
@@ -485,6 +493,7 @@ class Rewriter {
   std::map<ValueId, ValueId> sequence_params_;  // model parameter -> its read in the token-split regions
   std::vector<std::string> recompute_;          // nodes backward runs again (TensorParallelGraph::recompute)
   std::vector<ValueId> map_;                          // model value -> rank graph value
+  std::vector<ValueId> z_weights_;                    // all-to-all: the pairs' weights, cut over Z alone
   std::map<NodeId, int64_t> column_;                  // column-parallel node -> its feature groups
   std::set<NodeId> row_, between_;
   std::map<ValueId, std::vector<ShardCut>> cuts_;     // model parameter -> its cuts, in order
@@ -522,10 +531,19 @@ std::vector<LinearPair> find_linear_pairs(const Graph& model) {
 namespace {
 
 // All-to-all sequence parallelism over Y (shard_for_tensor_parallel's kAllToAll): checks what it
-// needs, then the Rewriter with nothing cut by features.
-TensorParallelGraph shard_all_to_all(const Graph& model, const TensorGrid& grid, const TensorPosition& position) {
-  COHORT_CHECK(grid.x == 1 && grid.z == 1, Status::kUnsupported, "plan: all-to-all sequence parallelism with tensor_x = ",
-               grid.x, " and tensor_z = ", grid.z, " is not implemented yet (it runs over tensor_y alone) (TODO(#27))");
+// needs, then the Rewriter with nothing cut by features. Z composes as everywhere: the pairs'
+// weights cut along their rows over Z and gathered before use, the Z ranks on their own rows (the
+// loss their mean, as the Y ranks' tokens'); a weight's gradient, gathered over Z, is summed over
+// Y (each Y rank's covers its tokens) and reduce-scattered over Z. X would cut the features that
+// all-to-all keeps whole per head: not combined.
+TensorParallelGraph shard_all_to_all(const Graph& model, const TensorGrid& grid, const TensorPosition& position,
+                                     const std::vector<Pair>& pairs) {
+  COHORT_CHECK(grid.x == 1, Status::kUnsupported, "plan: all-to-all sequence parallelism with tensor_x = ", grid.x,
+               ": X would cut the features it keeps whole per head; use Megatron's sequence parallelism on the X x Y "
+               "grid, or all-to-all over Y with Z");
+  TensorGrid z_only;
+  z_only.z = grid.z;
+  for (const Pair& p : pairs) check_divides(model, p, z_only);
   int64_t tokens = 0;
   for (const Node& n : model.nodes()) {
     if (n.op->name != "attention") continue;
@@ -543,9 +561,9 @@ TensorParallelGraph shard_all_to_all(const Graph& model, const TensorGrid& grid,
                grid.y, " does not divide the ", tokens, " tokens of the context");
   TensorParallelGraph r;
   r.pairs = find_linear_pairs(model);
-  TensorGrid none;
-  Rewriter rewriter(model, {}, VocabHead{}, none, position, tokens, grid.y);
+  Rewriter rewriter(model, pairs, VocabHead{}, z_only, position, tokens, grid.y);
   r.graph = rewriter.run();
+  r.recompute = rewriter.recompute();  // the Z gathers
   return r;
 }
 
@@ -573,7 +591,7 @@ TensorParallelGraph shard_for_tensor_parallel(const Graph& model, const TensorGr
     r.graph = model;
     return r;
   }
-  if (sequence == SequenceParallel::kAllToAll) return shard_all_to_all(model, grid, position);
+  if (sequence == SequenceParallel::kAllToAll) return shard_all_to_all(model, grid, position, pairs);
   COHORT_CHECK(!pairs.empty(), Status::kInvalidPlan, "plan: ",
                grid.x == 1 && grid.z == 1 ? str_cat("tensor_y = ", grid.y)
                                           : str_cat("tensor_x x tensor_y x tensor_z = ", grid.x, " x ", grid.y, " x ", grid.z),

@@ -114,6 +114,13 @@ same_run gpt a2a "loss grad_norm"  # all-to-all: Y a sequence axis, the same tra
 a=$(field "$dir/gpt.jsonl" peak_activation_bytes) b=$(field "$dir/sp.jsonl" peak_activation_bytes)
 [ "$b" -lt "$a" ] || { echo "FAIL: sequence parallelism holds $b activation bytes, without it $a"; exit 1; }
 sizes="$sizes; gpt activations with sequence parallelism $b/$a (all-to-all $(field "$dir/a2a.jsonl" peak_activation_bytes))"
+# All-to-all with Z (--grid 1x2x2: the weights also cut over Z): trains like the same grid without it.
+gpt_z=("${gpt[@]:0:$((${#gpt[@]} - 2))}" --grid 1x2x2)  # the gpt runs' flags, --tensor 2 replaced
+"$run" -n 4 -- "$cli" "${gpt_z[@]}" --metrics "$dir/gptz.jsonl" >"$dir/gptz.out" 2>&1 &&
+  "$run" -n 4 -- "$cli" "${gpt_z[@]}" --sequence-parallel all-to-all --metrics "$dir/a2az.jsonl" >"$dir/a2az.out" 2>&1 ||
+  { cat "$dir/gptz.out" "$dir/a2az.out"; echo "FAIL: the gpt --grid 1x2x2 runs exited non-zero"; exit 1; }
+grep -q "grid 1x2x2 sequence all-to-all" "$dir/a2az.out" || { cat "$dir/a2az.out"; echo "FAIL: the banner does not say it"; exit 1; }
+same_run gptz a2az "loss grad_norm"
 refused() {  # refused <expected text> <args...>
   local want=$1; shift
   if "$run" -n 2 -- "$cli" train --steps 2 --threads 1 --parallel sync "$@" >"$dir/bad.out" 2>&1; then

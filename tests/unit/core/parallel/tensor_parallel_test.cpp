@@ -235,10 +235,33 @@ TEST(TensorParallel, AllToAllSequenceParallelismExchangesTokensForHeadsAroundAtt
   expect_error([&] { shard_for_tensor_parallel(test::tp_model("mlp", 2), grid, {}, SequenceParallel::kAllToAll); },
                Status::kInvalidPlan, "plan: all-to-all sequence parallelism exchanges attention's heads for tokens, "
                "but the model has no attention");
-  TensorGrid y4z2 = grid;
-  y4z2.z = 2;
-  expect_error([&] { shard_for_tensor_parallel(model, y4z2, {}, SequenceParallel::kAllToAll); }, Status::kUnsupported,
-               "plan: all-to-all sequence parallelism with tensor_x = 1 and tensor_z = 2 is not implemented yet");
+  TensorGrid x2y2 = grid;
+  x2y2.x = 2;
+  expect_error([&] { shard_for_tensor_parallel(model, x2y2, {}, SequenceParallel::kAllToAll); }, Status::kUnsupported,
+               "plan: all-to-all sequence parallelism with tensor_x = 2: X would cut the features it keeps whole");
+  // With Z: each pair's weights cut along their rows over Z and gathered before use, then, like
+  // every parameter, summed over Y in backward (copy_to_axis after the gather); the loss the mean
+  // over Z and Y. Z must divide the rows.
+  TensorGrid y2z2 = grid;
+  y2z2.z = 2;
+  const TensorParallelGraph gz = shard_for_tensor_parallel(model, y2z2, TensorPosition{0, 1, 1}, SequenceParallel::kAllToAll);
+  int cut_over_z = 0;
+  for (ValueId p : gz.graph.parameters()) {
+    const std::vector<ShardCut>& cuts = gz.graph.value(p).shard;
+    if (cuts.empty()) continue;
+    ++cut_over_z;
+    EXPECT_TRUE(cuts.size() == 1 && cuts[0].axis == "z" && cuts[0].dim == 0) << gz.graph.value(p).name;
+  }
+  EXPECT_EQ(cut_over_z, 8);  // 2 blocks x (c_attn, c_proj, c_fc, mlp c_proj)
+  EXPECT_EQ(gz.graph.value(gz.graph.find("h.0.attn.c_attn.weight.gather_z")).type.shape, (Shape{48, 16}));
+  const Node& copy = gz.graph.node(gz.graph.value(gz.graph.find("h.0.attn.c_attn.weight.copy_to_y")).producer);
+  EXPECT_EQ(gz.graph.value(copy.inputs[0]).name, "h.0.attn.c_attn.weight.gather_z");
+  EXPECT_EQ(gz.recompute.size(), 8u);  // the Z gathers, again in backward
+  EXPECT_TRUE(gz.graph.find("loss.sum_z") >= 0);
+  TensorGrid y2z32 = grid;
+  y2z32.z = 32;
+  expect_error([&] { shard_for_tensor_parallel(model, y2z32, {}, SequenceParallel::kAllToAll); }, Status::kInvalidPlan,
+               "plan: tensor_z = 32 does not divide the 48 rows of the weight block of linear 'h.0.attn.c_attn'");
   models::GptConfig odd = test::tp_gpt_config(2);
   odd.heads = 2;
   TensorGrid four;
@@ -531,7 +554,7 @@ TEST_P(TensorParallelTraining, MatchesOneProcessOnTheGlobalBatch) {
                 worst_loss, ref.loss_relative_per_step, diff.blocks,
                 static_cast<long long>(trainer->stats().collectives.started));
     if (c.sequence_parallel == SequenceParallel::kAllToAll) {
-      EXPECT_EQ(diff.blocks, 0);  // nothing cut by features: every parameter whole
+      EXPECT_EQ(diff.blocks > 0, c.grid.z > 1);  // nothing cut by features: blocks only over Z
     } else {
       EXPECT_GT(diff.blocks, 0);
     }
@@ -575,7 +598,12 @@ INSTANTIATE_TEST_SUITE_P(
                       GridCase{"gpt", 2, grid_of(1, 2, 1), true, "gpt_y2_all_to_all", SequenceParallel::kAllToAll},
                       GridCase{"gpt", 4, grid_of(1, 4, 1), true, "gpt_y4_all_to_all", SequenceParallel::kAllToAll},
                       GridCase{"gpt", 4, grid_of(1, 2, 1), false, "gpt_data2_y2_all_to_all_no_overlap",
-                               SequenceParallel::kAllToAll}),
+                               SequenceParallel::kAllToAll},
+                      GridCase{"gpt", 4, grid_of(1, 2, 2), true, "gpt_y2_z2_all_to_all", SequenceParallel::kAllToAll},
+                      GridCase{"gpt", 4, grid_of(1, 2, 2), false, "gpt_y2_z2_all_to_all_no_overlap",
+                               SequenceParallel::kAllToAll},
+                      GridCase{"gpt", 4, grid_of(1, 2, 1), true, "gpt_data2_y2_all_to_all_zero3",
+                               SequenceParallel::kAllToAll, 3}),
     [](const ::testing::TestParamInfo<GridCase>& i) { return i.param.label; });
 
 // Dropout in the replicated regions (embeddings, residual branches) draws the same masks on
