@@ -336,12 +336,7 @@ float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOpti
   for (auto& env : base)
     for (size_t i = 0; i < param_ids_.size(); ++i) env[param_ids_[i]] = params_[i];
 
-  std::vector<PipelineOp> schedule = options_.schedule;
-  if (schedule.empty())
-    for (int m = 0; m < m_count; ++m) {
-      for (int c = 0; c < static_cast<int>(chunks_.size()); ++c) schedule.push_back({true, c, m});
-      for (int c = static_cast<int>(chunks_.size()); c-- > 0;) schedule.push_back({false, c, m});
-    }
+  const std::vector<PipelineOp> schedule = step_schedule();
   // Every parameter's contributions: one per micro-batch of each chunk that reaches it.
   std::vector<int> expected(params_.size(), 0), got(params_.size(), 0);
   for (const Chunk& c : chunks_)
@@ -356,11 +351,8 @@ float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOpti
   const auto begin = std::chrono::steady_clock::now();
   ro.unfinished_sends = &unfinished_sends_;
   try {
+    size_t offset = 0;  // of this run's positions in the step's (parameter_reads)
     for (const PipelineOp& op : schedule) {
-      COHORT_CHECK(op.chunk >= 0 && op.chunk < static_cast<int>(chunks_.size()) && op.micro_batch >= 0 &&
-                       op.micro_batch < m_count,
-                   Status::kInvalidArgument, "schedule: chunk ", op.chunk, " micro-batch ", op.micro_batch,
-                   " is outside the ", chunks_.size(), " chunks and ", m_count, " micro-batches");
       Chunk& chunk = chunks_[static_cast<size_t>(op.chunk)];
       const auto key = std::make_pair(op.chunk, op.micro_batch);
       std::unordered_map<ValueId, Tensor> env = base[static_cast<size_t>(op.micro_batch)];
@@ -379,6 +371,11 @@ float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOpti
                      op.micro_batch, " runs forward twice");
       }
       ro.micro_batch = op.micro_batch;
+      if (hook_ && hook_->observes_nodes()) {
+        ro.before_node = [this, offset](size_t position) { hook_->before_node(offset + position); };
+        ro.after_node = [this, offset](size_t position) { hook_->after_node(offset + position); };
+      }
+      offset += exec.order().size();
       const double waited = exec.collective_stats().wait_seconds;
       const auto t0 = std::chrono::steady_clock::now();
       exec.run(env, ro);
@@ -704,22 +701,19 @@ void Trainer::gather_parameters() {
   if (hook_) hook_->materialize_parameters(params_, true);
 }
 
-std::vector<std::vector<size_t>> Trainer::parameter_reads() const {
-  COHORT_CHECK(train_exec_ != nullptr, Status::kUnsupported,
-               "parameter reads: a step under micro-batches runs several orders (one per chunk and direction)");
-  // A view (an alias op's output) of a parameter reads it wherever the view is read.
-  std::unordered_map<ValueId, size_t> owner;
-  for (size_t i = 0; i < param_ids_.size(); ++i) owner[param_ids_[i]] = i;
-  std::vector<std::vector<size_t>> reads(param_ids_.size());
-  const std::vector<NodeId>& order = train_exec_->order();
+namespace {
+// Appends to reads[i] the positions (offset + s) of the nodes of `order` that read parameter i
+// (owner: parameter values and their views -> parameter index).
+void add_parameter_reads(const Graph& g, const std::vector<NodeId>& order, size_t offset,
+                         const std::unordered_map<ValueId, size_t>& owner, std::vector<std::vector<size_t>>& reads) {
   // A collective reading a parameter (the all-gather of a weight's Z blocks) holds it until the
   // executor waits for its result: before the first node that reads one of its outputs, or at
   // the end of the run when none does. Its read lasts until that position.
   std::unordered_map<ValueId, size_t> first_read;
   for (size_t s = 0; s < order.size(); ++s)
-    for (ValueId v : train_.node(order[s]).inputs) first_read.emplace(v, s);
+    for (ValueId v : g.node(order[s]).inputs) first_read.emplace(v, s);
   for (size_t s = 0; s < order.size(); ++s) {
-    const Node& n = train_.node(order[s]);
+    const Node& n = g.node(order[s]);
     size_t held_until = s;
     if (n.op->collective) {
       held_until = order.size() - 1;
@@ -732,13 +726,53 @@ std::vector<std::vector<size_t>> Trainer::parameter_reads() const {
       auto it = owner.find(v);
       if (it == owner.end()) continue;
       std::vector<size_t>& r = reads[it->second];
-      r.push_back(s);
-      if (held_until != s) r.push_back(held_until);
+      r.push_back(offset + s);
+      if (held_until != s) r.push_back(offset + held_until);
     }
+  }
+}
+}  // namespace
+
+std::vector<PipelineOp> Trainer::step_schedule() const {
+  std::vector<PipelineOp> schedule = options_.schedule;
+  if (schedule.empty())
+    for (int m = 0; m < options_.micro_batches; ++m) {
+      for (int c = 0; c < static_cast<int>(chunks_.size()); ++c) schedule.push_back({true, c, m});
+      for (int c = static_cast<int>(chunks_.size()); c-- > 0;) schedule.push_back({false, c, m});
+    }
+  for (const PipelineOp& op : schedule)
+    COHORT_CHECK(op.chunk >= 0 && op.chunk < static_cast<int>(chunks_.size()) && op.micro_batch >= 0 &&
+                     op.micro_batch < options_.micro_batches,
+                 Status::kInvalidArgument, "schedule: chunk ", op.chunk, " micro-batch ", op.micro_batch,
+                 " is outside the ", chunks_.size(), " chunks and ", options_.micro_batches, " micro-batches");
+  return schedule;
+}
+
+std::vector<const Executor*> Trainer::step_executors() const {
+  if (train_exec_) return {train_exec_.get()};
+  std::vector<const Executor*> runs;
+  for (const PipelineOp& op : step_schedule()) {
+    const Chunk& c = chunks_[static_cast<size_t>(op.chunk)];
+    runs.push_back(op.forward ? c.forward.get() : c.backward.get());
+  }
+  return runs;
+}
+
+std::vector<std::vector<size_t>> Trainer::parameter_reads() const {
+  // A view (an alias op's output) of a parameter reads it wherever the view is read — also in a
+  // backward that binds it as kept from its forward. Node ids are in topological order.
+  std::unordered_map<ValueId, size_t> owner;
+  for (size_t i = 0; i < param_ids_.size(); ++i) owner[param_ids_[i]] = i;
+  for (const Node& n : train_.nodes())
     if (n.op->alias_input0 && !n.inputs.empty()) {
       auto it = owner.find(n.inputs[0]);
       if (it != owner.end()) owner[n.outputs[0]] = it->second;
     }
+  std::vector<std::vector<size_t>> reads(param_ids_.size());
+  size_t offset = 0;
+  for (const Executor* e : step_executors()) {
+    add_parameter_reads(train_, e->order(), offset, owner, reads);
+    offset += e->order().size();
   }
   for (std::vector<size_t>& r : reads) {
     std::sort(r.begin(), r.end());
@@ -747,15 +781,22 @@ std::vector<std::vector<size_t>> Trainer::parameter_reads() const {
   return reads;
 }
 
-size_t Trainer::backward_begin() const {
-  COHORT_CHECK(train_exec_ != nullptr, Status::kUnsupported,
-               "backward begin: a step under micro-batches runs several orders (one per chunk and direction)");
-  // build_backward appends backward's nodes after the forward ones (node ids in order).
-  const std::vector<NodeId>& order = train_exec_->order();
-  const NodeId first_backward = static_cast<NodeId>(forward_.nodes().size());
-  size_t s = 0;
-  while (s < order.size() && order[s] < first_backward) ++s;
-  return s;
+std::vector<size_t> Trainer::step_segments() const {
+  if (train_exec_) {
+    // build_backward appends backward's nodes after the forward ones (node ids in order).
+    const std::vector<NodeId>& order = train_exec_->order();
+    const NodeId first_backward = static_cast<NodeId>(forward_.nodes().size());
+    size_t s = 0;
+    while (s < order.size() && order[s] < first_backward) ++s;
+    return {0, s};
+  }
+  std::vector<size_t> begins;
+  size_t offset = 0;
+  for (const Executor* e : step_executors()) {
+    begins.push_back(offset);
+    offset += e->order().size();
+  }
+  return begins;
 }
 
 void Trainer::restore_state(const std::vector<Tensor>& params, std::unique_ptr<optim::Optimizer> optimizer,

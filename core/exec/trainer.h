@@ -140,8 +140,9 @@ class StepHook {
   virtual void after_update(std::vector<Tensor>& params, int64_t step) = 0;
 
   // A hook that releases parameter memory between uses (ZeRO stage 3) returns true here and
-  // gets before_node / after_node around every node of a step (positions in the order of
-  // Trainer::parameter_reads), so it can make parameters whole just before they are read.
+  // gets before_node / after_node around every node of a step (positions in the step's node
+  // sequence of Trainer::parameter_reads: under micro-batches, every run of the schedule's, one
+  // after the other), so it can make parameters whole just before they are read.
   virtual bool observes_nodes() const { return false; }
   virtual void before_node(size_t /*position*/) {}
   virtual void after_node(size_t /*position*/) {}
@@ -202,10 +203,14 @@ class Trainer {
   // shards parameters between steps (ZeRO stage 3), where it is a collective: every rank calls
   // it at the same point. evaluate() and parameter() call it themselves.
   void gather_parameters();
-  // For each parameter, the positions in a step's node order of the nodes that read it
-  // (directly or through a view of it), ascending; and the first position of backward.
+  // For each parameter, the positions in a step's node sequence of the nodes that read it
+  // (directly or through a view of it), ascending. The sequence is the step's executor orders in
+  // the order it runs them: one order (forward then backward), or under micro-batches each
+  // schedule slot's (a chunk's forward or backward on one micro-batch), the slots' positions
+  // following one another. step_segments: the first position of each part — forward and
+  // backward of the one order, or each slot — ascending, the first 0.
   std::vector<std::vector<size_t>> parameter_reads() const;
-  size_t backward_begin() const;
+  std::vector<size_t> step_segments() const;
   const std::vector<std::string>& parameter_names() const { return param_names_; }
   const Graph& forward_graph() const { return forward_; }
   TrainerStats stats() const;
@@ -260,6 +265,11 @@ class Trainer {
   float run_whole(const std::map<std::string, Tensor>& inputs, std::unordered_map<ValueId, Tensor>& env,
                   RunOptions& ro);
   float run_schedule(const std::map<std::string, Tensor>& inputs, RunOptions& ro);
+  // Under micro-batches: the schedule a step runs (TrainerOptions::schedule, or each micro-batch
+  // forward then backward), checked against the chunks and micro-batches; and the executor of
+  // each of its slots (one order, train_exec_, without micro-batches).
+  std::vector<PipelineOp> step_schedule() const;
+  std::vector<const Executor*> step_executors() const;
   // Waits for the sends the schedule left in flight (all of them when the step fails, quietly).
   void finish_sends(bool quietly);
   // The whole model's gradient L2 norm from this rank's blocks (options_.axes): a collective

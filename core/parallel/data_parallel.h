@@ -223,8 +223,9 @@ class DataParallel : public StepHook {
     std::unique_ptr<GradTopk> topk;
     std::vector<uint8_t> message, messages;
   };
-  // ZeRO 3: the span of step positions over which one bucket's parameters are read — one in
-  // forward and one in backward, merged when no other bucket is needed in between.
+  // ZeRO 3: the span of step positions over which one bucket's parameters are read — one per
+  // segment of the step that reads it (forward and backward; under micro-batches each schedule
+  // slot: Trainer::step_segments), merged when no other bucket is needed in between.
   struct Use {
     size_t bucket, first, last;
   };

@@ -19,7 +19,7 @@
 // about to read one of a bucket's parameters the bucket is all-gathered straight from the
 // shards into one buffer, and each parameter's Storage borrows its slice of it (no copy);
 // after the last reader of the span the buffer goes again. The span list (build_uses) comes from the
-// trainer's node order, so every rank launches the same gathers in the same order, and the
+// trainer's node sequence, so every rank launches the same gathers in the same order, and the
 // next span's gather is launched when one begins: it travels while the current layers compute.
 //
 // Stage 3 over the data axis of a tensor grid (issue #27). Each tensor position's buckets hold
@@ -45,6 +45,39 @@
 //      p; by 1 every other member of C's communicator launches C at that same point, and each
 //      of them is finished, running, or blocked at a point >= p (p is least) — past C's launch.
 //      So all launched C, and by 2 it completes: R is not blocked. Hence no rank blocks forever.
+//
+// Stage 3 under micro-batches and pipeline stages (issue #28). The trainer then runs several
+// executor orders a step: one per schedule slot (a chunk's forward or backward on one micro-
+// batch), in the schedule's order. Trainer::parameter_reads lays them end to end into one
+// position sequence for the step, and step_segments marks where each slot begins: a bucket's
+// spans are cut per slot (as the one-order step cuts them into forward and backward), so a bucket
+// is gathered for each slot that reads it and released after that slot's last reader — at most
+// the buckets of the running span and the next one are whole at a time, as without micro-
+// batches, for 2 x micro-batches gathers a bucket each step (fewer where the spans of one bucket
+// meet: the last layers' forward and backward in 1F1B). The gradients are unchanged: the trainer
+// accumulates every micro-batch's into whole buffers and hands each to on_gradient once, after
+// the schedule's last slot, so the bucket's reduce-scatter runs once a step (as for stages 1-2).
+// The derivation above extends over the slots; the pipe axis adds point-to-point sends (never
+// waited for in the slot: Trainer::finish_sends) and receives (a pipe_recv node waits for the
+// previous or next stage of the same data index), and the loss broadcast and tied gradients'
+// all-reduces after the schedule:
+//   1'. Matching. The ranks of one data group hold the same stage(s), so they have the same
+//      chunk executors, the same schedule (TrainerOptions::schedule depends on the stage index,
+//      not the data index) and the same bucket layout: the same step sequence and the same
+//      spans; every gather on comm_ is launched at the same point of that sequence in the same
+//      order. Sends and receives pair up on the pipe communicator in program order, as without
+//      ZeRO (it neither adds nor moves any).
+//   3'. No cycle. Take the happens-before graph of one pipeline's step without ZeRO: each rank's
+//      program order, plus an edge from a send to its receive. The schedule is deadlock-free,
+//      so it is acyclic; let level(e) be the length of the longest path ending at event e — it
+//      grows strictly along program order. Every pipeline (data index) runs the same graph, and
+//      a gather, a tensor-axis collective or the loss broadcast joins events of equal level
+//      (the same point of the same program on the ranks of one data group or one tensor axis,
+//      or the step's end). Take the blocked wait with the least level L over all ranks. A
+//      receive: its send has a lower level, so its rank passed it (it is not blocked before,
+//      where levels are lower than L) and sends never block: the bytes come (2.). A collective:
+//      each other member reached the same point (blocked only at levels >= L, so not before it)
+//      and launched it: it completes (2.). So no wait blocks forever.
 // One thing stage 3 adds to the graph's reads: a collective node reading a parameter (the
 // all-gather of a weight's Z blocks) still reads it while in flight, so Trainer::parameter_reads
 // counts its read until the executor waits for it, and the bucket outlives the send.
@@ -199,23 +232,23 @@ void DataParallel::gather_parameters(std::vector<Tensor>& params) {
 
 void DataParallel::build_uses(const Trainer& trainer) {
   const std::vector<std::vector<size_t>> reads = trainer.parameter_reads();
-  const size_t backward = trainer.backward_begin();
+  // One span per bucket and segment of the step that reads it (forward and backward; under
+  // micro-batches each schedule slot): from its first read there to its last.
+  const std::vector<size_t> segments = trainer.step_segments();
+  auto segment_of = [&](size_t pos) {
+    return static_cast<size_t>(std::upper_bound(segments.begin(), segments.end(), pos) - segments.begin());
+  };
   size_t positions = 0;
   std::vector<Use> spans;
   for (size_t bi = 0; bi < buckets_.size(); ++bi) {
-    for (int phase = 0; phase < 2; ++phase) {  // forward, backward
-      bool any = false;
-      Use u{bi, 0, 0};
-      for (size_t j : buckets_[bi].params)
-        for (size_t pos : reads[j]) {
-          if ((pos >= backward) != (phase == 1)) continue;
-          u.first = any ? std::min(u.first, pos) : pos;
-          u.last = any ? std::max(u.last, pos) : pos;
-          any = true;
-          positions = std::max(positions, pos + 1);
-        }
-      if (any) spans.push_back(u);
+    std::vector<size_t> pos;
+    for (size_t j : buckets_[bi].params) pos.insert(pos.end(), reads[j].begin(), reads[j].end());
+    std::sort(pos.begin(), pos.end());
+    for (size_t k = 0; k < pos.size(); ++k) {
+      if (k == 0 || segment_of(pos[k]) != segment_of(pos[k - 1])) spans.push_back(Use{bi, pos[k], pos[k]});
+      spans.back().last = pos[k];
     }
+    if (!pos.empty()) positions = std::max(positions, pos.back() + 1);
   }
   std::sort(spans.begin(), spans.end(),
             [](const Use& a, const Use& b) { return a.first != b.first ? a.first < b.first : a.bucket < b.bucket; });

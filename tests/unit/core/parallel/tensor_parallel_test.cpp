@@ -356,7 +356,7 @@ TEST(TensorParallel, AnInFlightGatherOfAWeightReadsItUntilItsResultIsRead) {
       const std::vector<ShardCut>& cuts = g.value(g.find(t->parameter_names()[i])).shard;
       if (std::none_of(cuts.begin(), cuts.end(), [](const ShardCut& c) { return c.axis == "z"; })) continue;
       ++z_cut;
-      const size_t backward = t->backward_begin();
+      const size_t backward = t->step_segments().at(1);  // forward, then backward
       const auto forward = std::count_if(reads[i].begin(), reads[i].end(), [&](size_t p) { return p < backward; });
       ASSERT_EQ(forward, 2) << t->parameter_names()[i];
       // Only the layer's bias's Z node may stand between (it is the product's next input).
