@@ -243,7 +243,7 @@ const char* usage_text() {
          "         [--parallel sync|localsgd|slowmo|diloco|co2 [--tau N|auto (not sync)]]  (under a launcher, below)\n"
          "         [--zero 0|1|2|3]  (ZeRO stage: sync takes 0-3; localsgd, slowmo, diloco 0-1; co2 none;\n"
          "          with --shard-group S > 1 any of 1-3, inside each replica; with --tensor / --grid over\n"
-         "          the data axis, 3 included; 3 not yet with --pipeline or --micro-batches)\n"
+         "          the data axis, 3 included; 3 also with --pipeline / --micro-batches, gathered per slot)\n"
          "         [--grad-keep K (0 < K <= 1)]  (sync, --zero 0|1: each gradient bucket sends only its K largest\n"
          "          entries, the rest kept for later steps (error feedback); fewer bytes below K ~ 1/ranks; 1: off)\n"
          "         [--shard-group S]  (not sync; 1: off): replicas of S consecutive ranks, each training\n"
@@ -458,8 +458,6 @@ void check_parallel_flags(const Options& o) {
   require(o.schedule != "interleaved" || o.micro_batches % o.pipeline == 0,
           "--schedule interleaved needs --micro-batches (" + std::to_string(o.micro_batches) +
               ") to be a multiple of --pipeline (" + std::to_string(o.pipeline) + ")");
-  require(o.zero <= 2 || (o.pipeline == 1 && o.micro_batches == 1),
-          "--pipeline and --micro-batches with --zero 3 are not supported yet");
   require(!o.activation_checkpointing || o.model == "gpt",
           "--activation-checkpointing applies to --model gpt (it recomputes transformer blocks; " + o.model +
               " has none)");

@@ -214,10 +214,8 @@ void validate(const PlanConfig& p) {
                  "plan: fence chooses the stages, their cuts and compression itself: pipeline_chunks must be 1 and "
                  "pipeline_cuts and the keep ratios empty");
   }
-  // Stage 3 gathers each parameter bucket around the nodes of one order; a step under
-  // micro-batches runs one order per chunk and direction.
-  COHORT_CHECK(p.zero_stage < 3 || (pp.stages == 1 && pp.micro_batches == 1), Status::kUnsupported,
-               "plan: ZeRO stage 3 with pipeline stages or micro-batches is not implemented (TODO(#28)); use stage 1 or 2");
+  // ZeRO stage 3 runs with pipeline stages and micro-batches: each bucket is gathered per schedule
+  // slot that reads it (zero.cpp).
 }
 
 int grid_position(const PlanConfig& plan, int world_rank) {

@@ -709,7 +709,9 @@ std::vector<PlanPrediction> rank_plans(const Graph& model, const ClusterSpec& cl
           // all-gather after the step exposed; checkpointing adds a forward), so a layout's rungs
           // are tried in order until one fits and the rest, slower and not needed, are left out.
           // ZeRO 3 (parameters sharded too, gathered in every pass) comes last, without and then
-          // with checkpointing, where it runs: not yet with a pipeline or micro-batches.
+          // with checkpointing; not proposed with a pipeline or micro-batches, where it runs but
+          // gathers each bucket once per schedule slot, which this model does not price yet
+          // (TODO(#28)).
           bool fitted = false;
           for (int rung = 0; rung < 4; ++rung) {
             const bool ckpt = rung % 2 == 1;

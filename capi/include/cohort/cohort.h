@@ -865,7 +865,8 @@ typedef struct cohort_plan_options {
    * between neighbouring stages. 0 or 1: no pipeline. INVALID_PLAN naming pipeline_stages when
    * < 0 or above 65536 (at cohort_plan_create) or when it does not divide the communicator (at
    * cohort_trainer_create_parallel). Composes with the tensor grid and every data-parallel
-   * mode; UNSUPPORTED with ZeRO stage 3 (as are micro_batches > 1). */
+   * mode and ZeRO stage (stage 3 gathers each parameter bucket for every micro-batch's forward
+   * and backward of a stage that reads it, as it does under micro_batches > 1). */
   int32_t pipeline_stages;
   /* Stages per rank (virtual stages): the model is cut into pipeline_stages * pipeline_chunks
    * stages, rank p holding stages p, p + pipeline_stages, ... 0 or 1: one. INVALID_PLAN naming
@@ -1006,8 +1007,7 @@ typedef struct cohort_plan cohort_plan;
  * size too small, unknown preset); INVALID_PLAN naming the field (unknown mode or ZeRO stage,
  * tau < 1, negative lr, momentum, constant or threshold, momentum >= 1, bucket_bytes <= 0,
  * co2's overlap_steps outside [-1, tau], outer_bits not 0, 32, 8 or 4, or 8 / 4 outside co2,
- * a tensor degree < 1, a bad pipeline field: above); UNSUPPORTED for ZeRO stage 3 with
- * pipeline stages or micro-batches;
+ * a tensor degree < 1, a bad pipeline field: above);
  * UNSUPPORTED for ZeRO stages 2-3 outside the DDP mode. plan_out is written only
  * on OK. Thread-safe. */
 COHORT_API cohort_status cohort_plan_create(const cohort_plan_options* options, cohort_plan** plan_out);
