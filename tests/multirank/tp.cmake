@@ -47,6 +47,10 @@ tp_test(gpt-y2-zero3 4 shm)
 tp_test(gpt-y2-zero3 4 tcp)
 tp_test(mlp-y2-zero3 4 shm)
 tp_test(gpt-y1-z2-zero3 4 tcp)
+# ZeRO 3 over the data axis of pipeline stages (data 2 x pipe 2, 1F1B over 4 micro-batches): each
+# bucket gathered per schedule slot that reads it (zero.cpp), checked as above.
+tp_test(gpt-p2-y1-zero3 4 shm)
+tp_test(mlp-p2-y1-zero3 4 tcp)
 # Pipeline stages (core/parallel/pipeline.h) as processes: 2 stages over tcp, 2 stages x tensor 2,
 # 2 stages x tensor_z 2, 4 stages with the last one killed mid-run (every survivor fails naming it,
 # within the deadline).

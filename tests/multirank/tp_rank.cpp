@@ -18,7 +18,7 @@
 //                        the per-rank parameter memory bounded (the shard: 1/data of the rank's
 //                        blocks), a resume from per-rank checkpoints matching the uninterrupted run
 //                        bit for bit, and rank 0's file loading on one process with the gathered
-//                        whole parameters, bit for bit
+//                        whole parameters (every stage's under -pN), bit for bit
 //   tp_rank gpt-kill | mlp-kill   the last rank dies mid-run: every survivor must fail with
 //                        kPeerFailed / kTimeout naming its world rank, within the deadline
 // Each rank initialises with a different seed: the tensor axis takes its first rank's seed and
@@ -167,10 +167,16 @@ bool check_zero3_memory(Trainer& t, int data, int rank, bool gpt) {
   return ok;
 }
 
-// Every whole parameter of t (a collective over the model axes: every rank calls it alike).
+// Every whole parameter of the model — under pipeline stages the other stages' too (a collective
+// over the model axes: every rank calls it alike).
 std::map<std::string, Tensor> whole_parameters(Trainer& t) {
+  t.gather_parameters();
   std::map<std::string, Tensor> out;
-  for (const std::string& name : t.parameter_names()) out[name] = t.whole_parameter(name);
+  for (ValueId p : t.model_graph().parameters()) {
+    const std::string& name = t.model_graph().value(p).name;
+    const int64_t i = t.local_parameter(name);
+    out[name] = t.whole_model_tensor(name, i >= 0 ? t.parameters()[static_cast<size_t>(i)] : Tensor());
+  }
   return out;
 }
 
