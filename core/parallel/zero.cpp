@@ -51,33 +51,34 @@
 // batch), in the schedule's order. Trainer::parameter_reads lays them end to end into one
 // position sequence for the step, and step_segments marks where each slot begins: a bucket's
 // spans are cut per slot (as the one-order step cuts them into forward and backward), so a bucket
-// is gathered for each slot that reads it and released after that slot's last reader — at most
-// the buckets of the running span and the next one are whole at a time, as without micro-
-// batches, for 2 x micro-batches gathers a bucket each step (fewer where the spans of one bucket
-// meet: the last layers' forward and backward in 1F1B). The gradients are unchanged: the trainer
-// accumulates every micro-batch's into whole buffers and hands each to on_gradient once, after
-// the schedule's last slot, so the bucket's reduce-scatter runs once a step (as for stages 1-2).
-// The derivation above extends over the slots; the pipe axis adds point-to-point sends (never
-// waited for in the slot: Trainer::finish_sends) and receives (a pipe_recv node waits for the
-// previous or next stage of the same data index), and the loss broadcast and tied gradients'
-// all-reduces after the schedule:
+// is gathered for each slot that reads it and released after that slot's last reader: it is
+// whole from its span's prefetch to the span's end, as without micro-batches, never for the
+// whole step — at the price of up to 2 x micro-batches gathers of a bucket a step (one per
+// forward and backward slot that reads it; fewer where its spans meet with no other bucket in
+// between, as the last layers' forward and backward in 1F1B). The gradients are unchanged: the
+// trainer accumulates every micro-batch's into whole buffers and hands each to on_gradient once,
+// after the schedule's last slot, so the bucket's reduce-scatter runs once a step (as stages 1-2
+// reduce theirs). The derivation above extends over the slots; the pipe axis adds
+// point-to-point sends (never waited for inside a slot: Trainer::finish_sends) and receives (a
+// pipe_recv node waits for the previous or next stage of the same data index), and after the
+// schedule the loss broadcast and the tied gradients' all-reduces:
 //   1'. Matching. The ranks of one data group hold the same stage(s), so they have the same
-//      chunk executors, the same schedule (TrainerOptions::schedule depends on the stage index,
-//      not the data index) and the same bucket layout: the same step sequence and the same
-//      spans; every gather on comm_ is launched at the same point of that sequence in the same
-//      order. Sends and receives pair up on the pipe communicator in program order, as without
-//      ZeRO (it neither adds nor moves any).
-//   3'. No cycle. Take the happens-before graph of one pipeline's step without ZeRO: each rank's
-//      program order, plus an edge from a send to its receive. The schedule is deadlock-free,
-//      so it is acyclic; let level(e) be the length of the longest path ending at event e — it
-//      grows strictly along program order. Every pipeline (data index) runs the same graph, and
-//      a gather, a tensor-axis collective or the loss broadcast joins events of equal level
-//      (the same point of the same program on the ranks of one data group or one tensor axis,
-//      or the step's end). Take the blocked wait with the least level L over all ranks. A
-//      receive: its send has a lower level, so its rank passed it (it is not blocked before,
-//      where levels are lower than L) and sends never block: the bytes come (2.). A collective:
-//      each other member reached the same point (blocked only at levels >= L, so not before it)
-//      and launched it: it completes (2.). So no wait blocks forever.
+//      chunk executors, the same schedule (pipeline_schedule depends on the stage index, not the
+//      data index) and the same bucket layout: the same step sequence and the same spans; every
+//      gather on comm_ is launched at the same point of that sequence, in the same order. Sends
+//      and receives pair up on the pipe communicator in program order as without ZeRO, which
+//      neither adds nor moves any.
+//   3'. No cycle. Without ZeRO the step is deadlock-free: its happens-before graph — each rank's
+//      program order, an edge from each send to its receive, and each collective (the tensor
+//      axes', the loss broadcast, the tied all-reduce) one node after every member's previous
+//      event and before every member's next — is acyclic. The data indices run copies of one
+//      such graph; a gather adds a node joining the copies of one point (1'). Mapping every copy
+//      onto the first and each gather onto the point it precedes takes every edge to an edge or a
+//      point of the same program order, so a cycle would map onto a cycle of the acyclic graph:
+//      the graph with the gathers is acyclic too. Every wait is one of its edges (a receive on
+//      its send, a collective on each member's launch), and launches and sends never block (2.):
+//      the blocked wait of least depth in the graph waits for an event of lesser depth, which
+//      has therefore happened, so it completes (2.). Hence no wait blocks forever.
 // One thing stage 3 adds to the graph's reads: a collective node reading a parameter (the
 // all-gather of a weight's Z blocks) still reads it while in flight, so Trainer::parameter_reads
 // counts its read until the executor waits for it, and the bucket outlives the send.
