@@ -708,16 +708,14 @@ std::vector<PlanPrediction> rank_plans(const Graph& model, const ClusterSpec& cl
           // rung saves memory for time (in this model ZeRO 1-2 move as many bytes as DDP, the
           // all-gather after the step exposed; checkpointing adds a forward), so a layout's rungs
           // are tried in order until one fits and the rest, slower and not needed, are left out.
-          // ZeRO 3 (parameters sharded too, gathered in every pass) comes last, without and then
-          // with checkpointing; not proposed with a pipeline or micro-batches, where it runs but
-          // gathers each bucket once per schedule slot, which this model does not price yet
-          // (TODO(#28)).
+          // ZeRO 3 (parameters sharded too, gathered in every pass: with micro-batches in every
+          // slot, 2 M gathers a step, as predict prices it) comes last, without and then with
+          // checkpointing.
           bool fitted = false;
           for (int rung = 0; rung < 4; ++rung) {
             const bool ckpt = rung % 2 == 1;
             if (ckpt && f.blocks.empty()) continue;
             const std::vector<int> zeros = rung < 2 ? std::vector<int>{0, 1, 2} : std::vector<int>{3};
-            if (rung >= 2 && (P > 1 || M > 1)) continue;
             for (int zero : zeros) {
               if ((zero > 0 && D == 1) || fitted) continue;
               PlanConfig plan;

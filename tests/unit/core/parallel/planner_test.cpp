@@ -172,14 +172,14 @@ TEST_F(Planner, ZeroThreeShardsTheDataAxisOfATensorGrid) {
   const double m2 = predict(model, c, grid_plan(2)).memory_bytes, m3 = predict(model, c, grid_plan(3)).memory_bytes;
   EXPECT_LT(m3, m2);
   c.memory_bytes_per_rank = 1;  // nothing fits: every rung of every layout is listed
-  int tensor_zero3 = 0;
+  int tensor_zero3 = 0, pipelined_zero3 = 0;  // stage 3 runs under pipeline stages and micro-batches too
   for (const PlanPrediction& p : rank_plans(model, c, workload_)) {
     if (p.plan.zero_stage != 3) continue;
-    EXPECT_EQ(p.plan.pipeline.stages, 1) << p.describe();
-    EXPECT_EQ(p.plan.pipeline.micro_batches, 1) << p.describe();
     tensor_zero3 += p.plan.tensor.degree() > 1;
+    pipelined_zero3 += p.plan.pipeline.stages > 1 || p.plan.pipeline.micro_batches > 1;
   }
   EXPECT_GT(tensor_zero3, 0);
+  EXPECT_GT(pipelined_zero3, 0);
 }
 
 TEST_F(Planner, ShardGroupsShardOverTheReplica) {
