@@ -62,13 +62,7 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
   if (trainer.axes() && trainer.axes()->size("model") > 1) {
     dp->axes_ = trainer.axes();
     dp->model_ = trainer.axes()->find("model");
-    dp->replica_ = dp->model_;
-    size_t offset = 0;
-    for (size_t i = 0; i < params.size(); ++i) {
-      const size_t n = static_cast<size_t>(params[i].numel());
-      if (trainer.counts_in_norm()[i]) dp->norm_ranges_.emplace_back(offset, n);
-      offset += n;
-    }
+    dp->replica_ = dp->model_;  // norm_ranges_: build_fragments, in the outer state's layout
   }
   dp->outer_numel_ = dp->numel_;
   if (dp->grouped()) dp->split_shard_groups();  // comm_: the replica; outer_comm_: across replicas
@@ -91,13 +85,16 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
     dp->init_outer_shard(flat);
   } else {
     dp->build_fragments(params);
-    dp->anchor_ = flat;
-    dp->round_start_ = flat;
+    std::vector<float> outer(flat.size());  // the outer state's layout: fragment after fragment
+    for (const Fragment& fr : dp->fragments_) dp->read_outer(fr, params, outer.data());
+    dp->anchor_ = outer;
+    dp->round_start_ = std::move(outer);
     dp->inflight_ = coll::CommBuffer(comm, flat.size());
     if (plan.mode == SyncMode::kCo2) {
       dp->outer_.momentum().assign(flat.size(), 0.0f);  // read by the first guess
       if (plan.outer_bits < 32) {
         for (Fragment& fr : dp->fragments_) {  // each fragment's elements quantized on their own
+          if (fr.count == 0) continue;  // none on this rank: nothing sent (end_round_co2)
           fr.quant = std::make_unique<Quantizer>(plan.outer_bits, fr.count);
           fr.packed.assign(fr.quant->bytes(), 0);
           fr.gathered.assign(fr.quant->bytes() * static_cast<size_t>(comm->size()), 0);
@@ -219,20 +216,41 @@ void DataParallel::poll() {
 }
 
 void DataParallel::build_fragments(const std::vector<Tensor>& params) {
+  // The cut is the whole model's (graph order, whole sizes), the same under every layout of it;
+  // each fragment then takes this rank's parts of its parameters. Without model axes the model's
+  // parameters are this rank's, in its order: fragment f is the parameters [cut f, cut f + 1).
+  const Graph& model = trainer_->model_graph();
   std::vector<int64_t> numel;
-  for (const Tensor& p : params) numel.push_back(p.numel());
+  std::vector<int64_t> local;  // model parameter -> this rank's index, or -1
+  for (ValueId p : model.parameters()) {
+    numel.push_back(shape_numel(model.value(p).type.shape));
+    local.push_back(trainer_->local_parameter(model.value(p).name));
+  }
   const std::vector<size_t> cuts = outer_fragment_cuts(numel, plan_.outer_fragments);  // kInvalidPlan: F > params
   fragments_.resize(static_cast<size_t>(plan_.outer_fragments));
+  constexpr size_t kNone = std::numeric_limits<size_t>::max();
+  outer_at_.assign(params.size(), kNone);
   size_t begin = 0;
   for (size_t f = 0; f < fragments_.size(); ++f) {
     Fragment& fr = fragments_[f];
-    fr.first = cuts[f];
-    fr.last = cuts[f + 1];
+    for (size_t k = cuts[f]; k < cuts[f + 1]; ++k)
+      if (local[k] >= 0) fr.params.push_back(static_cast<size_t>(local[k]));
+    std::sort(fr.params.begin(), fr.params.end());
     fr.begin = begin;
-    for (size_t i = fr.first; i < fr.last; ++i) fr.count += static_cast<size_t>(numel[i]);
+    for (size_t i : fr.params) {
+      outer_at_[i] = begin + fr.count;
+      fr.count += static_cast<size_t>(params[i].numel());
+    }
     begin += fr.count;
     fr.offset = outer_fragment_offset(static_cast<int>(f), plan_.outer_fragments, plan_.tau);
   }
+  for (size_t i = 0; i < params.size(); ++i)
+    COHORT_ASSERT(outer_at_[i] != kNone, "data parallel: parameter '", trainer_->parameter_names()[i],
+                  "' is not among the model's");
+  // The model axes' norms: each replicated parameter counted once (counts_in_norm), by offset.
+  if (model_)
+    for (size_t i = 0; i < params.size(); ++i)
+      if (trainer_->counts_in_norm()[i]) norm_ranges_.emplace_back(outer_at_[i], static_cast<size_t>(params[i].numel()));
 }
 
 bool DataParallel::any_in_flight() const {
@@ -408,6 +426,15 @@ void DataParallel::before_update(std::vector<Tensor>& grads) {
 // part is clipped when it steps, as F = 1 clips all of it at once. A fragment whose pseudo-
 // gradient or parameters are not finite drops its own round (the others go on), and a non-finite
 // average skips that fragment's outer step on every rank.
+// Tensor / pipeline axes (a replica over several ranks): the cut is the whole model's, so a
+// fragment is the same parameters under every layout; each rank runs it on its parts of them
+// (blocks under a tensor grid; under a pipeline possibly none, another stage holding them all).
+// Every rank of a replica still runs every fragment's round end and merge at the same step, so the
+// replica's collectives — the finiteness checks, the clip's norm (the whole momentum, as above) and
+// the penalty's norms (the fragment's elements, each replicated parameter counted once) — match;
+// an empty fragment sends nothing, which its data group's ranks (holding the same parameters) skip
+// alike, and its average counts as arrived at once (have_result), so a checkpoint's per-fragment
+// flags are the same on every rank of the replica and mean the same under another layout.
 // Why the offsets: F <= tau, so at most one fragment's average is launched a step; the bytes of a
 // round are the same, but a link carries 1/F of the model every tau / F steps instead of all of
 // it every tau (the peak need is 1/F), and co2 hides each fragment's all-reduce behind `overlap`
@@ -453,12 +480,12 @@ void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
 }
 
 void DataParallel::read_outer(const Fragment& fr, const std::vector<Tensor>& params, float* flat) const {
-  if (!grouped()) return flatten_range(params, fr.first, fr.last, flat, fr.begin);
+  if (!grouped()) return flatten_some(params, fr.params, outer_at_, flat);
   std::memcpy(flat + fr.begin, shard_params_.data<float>() + fr.begin, fr.count * sizeof(float));
 }
 
 void DataParallel::write_outer(const Fragment& fr, const float* flat, std::vector<Tensor>& params) {
-  if (!grouped()) return unflatten_range(flat, fr.begin, params, fr.first, fr.last);
+  if (!grouped()) return unflatten_some(flat, outer_at_, params, fr.params);
   std::memcpy(shard_params_.data<float>() + fr.begin, flat + fr.begin, fr.count * sizeof(float));
   shard_written_ = true;
 }
@@ -475,12 +502,17 @@ void DataParallel::end_round_blocking(Fragment& fr, std::vector<Tensor>& params)
   // fragment fr's elements (all of them with one fragment).
   const size_t b = fr.begin, e = fr.begin + fr.count;
   take_pseudo_gradient(fr, params);
-  Clock::time_point start = Clock::now();
-  outer_comm_->all_reduce(inflight_.data() + b, fr.count, coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
-  const double took = seconds(note_wait(start) - start);  // note_blocking's, kept for the outer share
-  stats_.comm_seconds += took;
-  note_outer(took, took);
-  ++stats_.outer_syncs;
+  // A fragment with none of this rank's parameters (another pipeline stage holds them) has no
+  // all-reduce; its data group skips it alike (they hold the same parameters). The replica's
+  // collectives (the finiteness checks, the clip's norm) still run on every one of its ranks.
+  if (fr.count > 0) {
+    Clock::time_point start = Clock::now();
+    outer_comm_->all_reduce(inflight_.data() + b, fr.count, coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
+    const double took = seconds(note_wait(start) - start);  // note_blocking's, kept for the outer share
+    stats_.comm_seconds += took;
+    note_outer(took, took);
+    ++stats_.outer_syncs;
+  }
   outer_step(inflight_.data(), fr);
   write_outer(fr, anchor_.data(), params);
   std::copy(anchor_.begin() + static_cast<std::ptrdiff_t>(b), anchor_.begin() + static_cast<std::ptrdiff_t>(e),
@@ -541,9 +573,12 @@ void DataParallel::end_round_co2(Fragment& fr, std::vector<Tensor>& params) {
   write_outer(fr, round_start_.data(), params);
   // 3. e^{(i)}_k averaged in the background; nothing touches its slice of inflight_ until the
   //    merge. With outer_bits 8 or 4 the message is the fragment's low-bit packing,
-  //    gathered from every rank.
+  //    gathered from every rank. None of this rank's parameters in it (another pipeline stage
+  //    holds them): nothing to send, by its whole data group alike; its empty average is there.
   fr.launched = Clock::now();
-  if (fr.quant) {
+  if (fr.count == 0) {
+    fr.have_result = true;
+  } else if (fr.quant) {
     fr.quant->pack(inflight_.data() + b, fr.packed.data());
     fr.work = outer_comm_->all_gather(fr.packed.data(), fr.gathered.data(), fr.packed.size(), coll::DataType::kU8);
     fr.decoded = false;
@@ -551,7 +586,7 @@ void DataParallel::end_round_co2(Fragment& fr, std::vector<Tensor>& params) {
     fr.work = outer_comm_->all_reduce(inflight_.data() + b, fr.count, coll::DataType::kF32, coll::ReduceOp::kAvg);
   }
   fr.merge_pending = true;
-  ++stats_.outer_syncs;
+  if (fr.count > 0) ++stats_.outer_syncs;
   if (fr.offset == 0) note_round_end();  // fragment 0's round is the plan's
 }
 
@@ -598,8 +633,9 @@ void DataParallel::merge_co2(Fragment& fr, std::vector<Tensor>& params) {
     };
     if (!replica_) {
       add(b, fr.count);
-    } else {  // the whole model's norms: each replicated parameter counted once over replica_ (one fragment)
-      for (const auto& [offset, count] : norm_ranges_) add(offset, count);
+    } else {  // the fragment's norms over the replica: each replicated parameter counted once
+      for (const auto& [offset, count] : norm_ranges_)
+        if (offset >= b && offset + count <= e) add(offset, count);  // a fragment holds whole parameters  // a fragment holds whole parameters
       float sums[2] = {static_cast<float>(gap), static_cast<float>(progress)};
       sum_over_model(sums, 2);
       gap = sums[0];
@@ -811,7 +847,6 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
     extra.ints["parallel.whole_layout"] = 1;
     extra.ints["parallel.replica"] = comm_->rank();
     extra.ints["parallel.replicas"] = comm_->size();
-    extra.ints["parallel.local_layout"] = static_cast<int64_t>(local_layout_hash() >> 1);
   }
   extra.ints["parallel.have_reduced"] = have_result ? 1 : 0;
   // Streaming synchronisation: which fragments hold an average, so a resumed run merges each at
@@ -912,7 +947,7 @@ void DataParallel::save_outer_vector(checkpoint::CheckpointExtra& extra, const s
   COHORT_CHECK(flat.size() == outer_numel_, Status::kInternal, "data parallel: '", key, "' holds ", flat.size(),
                " floats, the outer state ", outer_numel_);
   const std::vector<Tensor>& params = trainer_->parameters();
-  const std::vector<size_t> at = flat_offsets(params);
+  const std::vector<size_t>& at = outer_at_;  // parameter i's elements in the outer state
   // Every rank of the replica walks the whole model alike: whole_model_tensor gathers a block
   // over the tensor axes and broadcasts a parameter from the pipeline stage holding it.
   const Graph& model = trainer_->model_graph();
@@ -931,7 +966,7 @@ void DataParallel::save_outer_vector(checkpoint::CheckpointExtra& extra, const s
 std::vector<float> DataParallel::load_outer_vector(const checkpoint::CheckpointExtra& extra,
                                                    const std::string& key) const {
   const std::vector<Tensor>& params = trainer_->parameters();
-  const std::vector<size_t> at = flat_offsets(params);
+  const std::vector<size_t>& at = outer_at_;
   std::vector<float> flat(outer_numel_);
   for (size_t i = 0; i < params.size(); ++i) {
     const std::string name = key + "/" + trainer_->parameter_names()[i];
@@ -948,17 +983,6 @@ std::vector<float> DataParallel::load_outer_vector(const checkpoint::CheckpointE
   return flat;
 }
 
-uint64_t DataParallel::local_layout_hash() const {
-  uint64_t h = checkpoint::hash64(nullptr, 0);
-  for (size_t i = 0; i < trainer_->parameters().size(); ++i) {
-    const std::string& name = trainer_->parameter_names()[i];
-    const int64_t n = trainer_->parameters()[i].numel();
-    h = checkpoint::hash64(name.c_str(), name.size() + 1, h);
-    h = checkpoint::hash64(&n, sizeof n, h);
-  }
-  return h;
-}
-
 void DataParallel::check_outer_layout(const checkpoint::CheckpointExtra& extra) const {
   // Each replica trains its own copy between outer syncs: a rank continues its own replica's,
   // among as many replicas as were saved. The tensor grid and pipeline may differ.
@@ -969,13 +993,10 @@ void DataParallel::check_outer_layout(const checkpoint::CheckpointExtra& extra) 
   COHORT_CHECK(replica == comm_->rank(), Status::kInvalidArgument, "data parallel: the checkpoint holds replica ",
                replica, "'s outer state and parameters; this rank trains replica ", comm_->rank(), " of ",
                comm_->size(), ": load a file saved by a rank of replica ", comm_->rank());
-  // Streaming synchronisation: which fragments hold an average depends on where they are cut,
-  // which follows the rank's parameters.
-  const int64_t saved_layout = saved_int(extra, "parallel.local_layout");
-  COHORT_CHECK(fragments_.size() == 1 || saved_layout == static_cast<int64_t>(local_layout_hash() >> 1),
-               Status::kInvalidArgument, "data parallel: outer state in ", fragments_.size(), " fragments resumes only "
-               "under the tensor grid and pipeline it was saved with (its fragments' pending averages follow the "
-               "rank's parameters); this rank's parameters differ from the saving rank's");
+  // Streaming synchronisation: which fragments hold an average (parallel.fragment_reduced.f) is
+  // layout-free too: the fragments are cut by the whole model's parameters (build_fragments), and
+  // a fragment's flag is the same on every rank of its replica (set at its round end where it is
+  // empty, its average waited for at the save where not).
 }
 
 int64_t DataParallel::saved_int(const checkpoint::CheckpointExtra& extra, const std::string& name, const char* hint) {
@@ -992,7 +1013,7 @@ ParallelStats DataParallel::stats() const {
   s.outer_fragments = static_cast<int64_t>(fragments_.size());
   for (const Fragment& fr : fragments_)  // what one outer collective carries from this rank
     s.outer_sync_bytes = std::max(s.outer_sync_bytes, static_cast<int64_t>(fr.count * sizeof(float)));
-  if (!fragments_.empty() && fragments_[0].quant) {  // the largest low-bit message
+  if (plan_.outer_bits < 32) {  // the largest low-bit message
     s.outer_sync_bytes = 0;
     for (const Fragment& fr : fragments_)
       s.outer_sync_bytes = std::max(s.outer_sync_bytes, static_cast<int64_t>(fr.packed.size()));

@@ -183,7 +183,8 @@ class DataParallel : public StepHook {
   // one-round-stale rule (no "parallel.co2.rule"), which this rule cannot continue.
   // The model-sized vectors are written in the whole model's layout (save_outer_vector) with the
   // replica's index: a rank of replica d resumes replica d's file under another tensor grid or
-  // pipeline (the same number of replicas; with outer_fragments > 1 the same layout). Files of
+  // pipeline (the same number of replicas; outer_fragments > 1 too: the fragments are cut by the
+  // whole model's parameters, so their saved pending averages mean the same ones). Files of
   // earlier builds (this rank's flat vectors) still load under the layout that wrote them.
   // Under ZeRO they hold this rank's (outer) optimizer shard instead ("parallel.zero.*"): every rank
   // saves its own file, and a load needs the same world, rank and bucket layout. Under shard
@@ -248,9 +249,7 @@ class DataParallel : public StepHook {
   void save_outer_vector(checkpoint::CheckpointExtra& extra, const std::string& key,
                          const std::vector<float>& flat) const;
   std::vector<float> load_outer_vector(const checkpoint::CheckpointExtra& extra, const std::string& key) const;
-  // Names and sizes of this rank's parameters (the cut its fragments follow).
-  uint64_t local_layout_hash() const;
-  // The saved replica is this rank's, among as many; fragments need the saving rank's parameters.
+  // The saved replica is this rank's, among as many (the tensor grid and pipeline may differ).
   void check_outer_layout(const checkpoint::CheckpointExtra& extra) const;
   // DDP: the first bucket of a step to be reduced after the loss exists gets element 0 set to
   // NaN when this rank's loss is not finite.
@@ -273,13 +272,17 @@ class DataParallel : public StepHook {
   // thrown here (the communicator's sticky error reaches the next collective).
   static void settle(transport::coll::WorkPtr& work);
   // Streaming outer synchronisation (plan.outer_fragments; the rule is the comment above
-  // after_update): fragment f is the parameters [first, last), the flat elements [begin,
-  // begin + count), whose rounds end `offset` steps into the plan's (fragment 0's: 0). Unsharded
-  // local SGD and co2 run every round end, reduction and merge per fragment; with one fragment
-  // (the default) it is the whole model. Each fragment has at most one average in flight, in its
-  // own slice of inflight_.
+  // after_update): fragment f is cut from the whole model's parameters (model_graph(), graph
+  // order, whole sizes), so it names the same parameters under every tensor grid and pipeline;
+  // on this rank it is `params` (this rank's parts of them, local indices ascending; none where
+  // another pipeline stage holds them all), the elements [begin, begin + count) of the outer
+  // state, whose rounds end `offset` steps into the plan's (fragment 0's: 0). Unsharded local SGD
+  // and co2 run every round end, reduction and merge per fragment; with one fragment (the
+  // default) it is the whole model. Each fragment has at most one average in flight, in its own
+  // slice of inflight_.
   struct Fragment {
-    size_t first = 0, last = 0, begin = 0, count = 0;
+    std::vector<size_t> params;
+    size_t begin = 0, count = 0;
     int64_t offset = 0;
     transport::coll::WorkPtr work;     // its average in flight (co2)
     Clock::time_point launched, done_at;  // launched; when poll() saw it arrive
@@ -293,6 +296,10 @@ class DataParallel : public StepHook {
     bool decoded = true;
   };
   std::vector<Fragment> fragments_;
+  // The outer state's layout: fragment after fragment, each its parameters in local order, so
+  // parameter i's elements start at outer_at_[i] (with one fragment, or without model axes, the
+  // parameters' own flat order). Also the model axes' norm_ranges_ in that layout.
+  std::vector<size_t> outer_at_;
   void build_fragments(const std::vector<Tensor>& params);
   bool any_in_flight() const;
   // co2: steps fragment fr has run of its current round, 1..round_tau_ after a step's increment.

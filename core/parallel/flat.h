@@ -41,19 +41,15 @@ inline void unflatten(const float* flat, std::vector<Tensor>& ts) {
   }
 }
 
-// flatten / unflatten of the parameters [first, last) only: `flat` is the whole model's flat
-// buffer (parameter first's values start at its offset there, `begin`).
-inline void flatten_range(const std::vector<Tensor>& ts, size_t first, size_t last, float* flat, size_t begin) {
-  for (size_t i = first; i < last; ++i) {
-    device_copy(flat + begin, Device::kCpu, ts[i].raw(), ts[i].device(), ts[i].nbytes());
-    begin += static_cast<size_t>(ts[i].numel());
-  }
+// flatten / unflatten of the tensors `which` only: tensor i's values at flat + at[i] (a layout
+// of the caller's, e.g. the outer state's fragment after fragment).
+inline void flatten_some(const std::vector<Tensor>& ts, const std::vector<size_t>& which,
+                         const std::vector<size_t>& at, float* flat) {
+  for (size_t i : which) device_copy(flat + at[i], Device::kCpu, ts[i].raw(), ts[i].device(), ts[i].nbytes());
 }
-inline void unflatten_range(const float* flat, size_t begin, std::vector<Tensor>& ts, size_t first, size_t last) {
-  for (size_t i = first; i < last; ++i) {
-    device_copy(ts[i].raw(), ts[i].device(), flat + begin, Device::kCpu, ts[i].nbytes());
-    begin += static_cast<size_t>(ts[i].numel());
-  }
+inline void unflatten_some(const float* flat, const std::vector<size_t>& at, std::vector<Tensor>& ts,
+                           const std::vector<size_t>& which) {
+  for (size_t i : which) device_copy(ts[i].raw(), ts[i].device(), flat + at[i], Device::kCpu, ts[i].nbytes());
 }
 
 }  // namespace cohort::parallel

@@ -161,14 +161,15 @@ void validate(const PlanConfig& p) {
     COHORT_CHECK(p.outer_fragments <= p.tau, Status::kInvalidPlan, "plan: outer_fragments = ", p.outer_fragments,
                  " must be <= tau = ", p.tau, ": fragment f is synchronised f * tau / F steps into each round, "
                  "so each fragment needs a step of its own");
-    COHORT_CHECK(!p.overlap_auto && p.zero_stage == 0 && p.shard_group == 1 && p.model_degree() == 1,
-                 Status::kUnsupported, "plan: outer_fragments = ", p.outer_fragments,
-                 " is not implemented with overlap auto, ZeRO 1 of the outer state, shard groups or tensor / "
-                 "pipeline axes yet (TODO(#30)); it has ",
+    // Tensor / pipeline axes take fragments cut by the whole model's parameters (data_parallel.cpp,
+    // build_fragments).
+    COHORT_CHECK(!p.overlap_auto && p.zero_stage == 0 && p.shard_group == 1, Status::kUnsupported,
+                 "plan: outer_fragments = ", p.outer_fragments,
+                 " is not implemented with overlap auto, ZeRO 1 of the outer state or shard groups yet (TODO(#30)); "
+                 "it has ",
                  p.overlap_auto      ? "overlap auto"
                  : p.zero_stage != 0 ? str_cat("zero_stage ", p.zero_stage)
-                 : p.shard_group != 1 ? str_cat("shard_group ", p.shard_group)
-                                      : str_cat("model degree ", p.model_degree()));
+                                     : str_cat("shard_group ", p.shard_group));
   }
   validate_tensor_grid(p);
   COHORT_CHECK(p.auto_trials >= 0 && p.auto_trials <= 64, Status::kInvalidPlan, "plan: auto_trials = ", p.auto_trials,

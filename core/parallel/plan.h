@@ -99,8 +99,9 @@ struct PlanConfig {
   // (block-scaled integers, all-gathered and averaged in fp32 by every rank: quantize.h).
   int outer_bits = 32;
   // localsgd, co2: streaming outer synchronisation (after Streaming DiLoCo, Douillard et al.
-  // 2025, arXiv 2501.18512). The parameters are cut, in graph order, into this many contiguous
-  // fragments of about equal bytes (outer_fragment_cuts); fragment f runs its own rounds of tau
+  // 2025, arXiv 2501.18512). The whole model's parameters are cut, in graph order, into this many
+  // contiguous fragments of about equal bytes (outer_fragment_cuts; the same cut under every
+  // tensor grid and pipeline, each rank taking its parts of them); fragment f runs its own rounds of tau
   // steps, offset f * tau / F steps into each round (outer_fragment_offset), so each outer
   // all-reduce carries about 1/F of the model. 1 = the whole model at once. The rule is derived
   // above DataParallel::after_update (data_parallel.cpp).
@@ -207,7 +208,7 @@ inline int64_t outer_fragment_offset(int fragment, int fragments, int64_t tau) {
 // without a ZeRO stage) and kUnsupported for stages 2-3 outside the sync mode without shard
 // groups (localsgd takes stage 1: its outer state sharded), for any stage under co2 without
 // them, for outer_fragments > 1 outside localsgd / co2 or with what has no fragmented form yet
-// (overlap auto, ZeRO 1 of the outer state, shard groups, tensor or pipeline axes), and for
+// (overlap auto, ZeRO 1 of the outer state, shard groups), and for
 // shard_group > 1 in the sync mode or with outer_bits 8 / 4, inner noise
 // scaling, tensor or pipeline axes or automatic (not implemented with groups yet); grad_keep
 // outside (0, 1] is kInvalidPlan, and below 1 kUnsupported outside the sync mode, with ZeRO

@@ -735,6 +735,11 @@ struct OuterCase {
   bool penalty;
   std::string label;
   bool pipeline = false;  // the model over 2 pipeline stages (2 micro-batches) instead of tensor_y 2
+  // plan.outer_fragments: cut by the whole model's parameters, so the replicated reference's
+  // fragments are the same parameters. empty_fragment: a stage holds none of one (the MLP's
+  // fragment 0 is its first weight alone), so it sends fewer averages than the reference's ranks.
+  int fragments = 1;
+  bool empty_fragment = false;
 };
 
 class TensorParallelOuter : public ::testing::TestWithParam<OuterCase> {
@@ -748,6 +753,7 @@ class TensorParallelOuter : public ::testing::TestWithParam<OuterCase> {
     PlanConfig p = preset(c.preset, kTau);
     p.outer.clip_threshold = c.clip;
     p.outer.staleness_penalty = c.penalty;
+    p.outer_fragments = c.fragments;
     if (c.pipeline) {
       p.pipeline.stages = degree;
       p.pipeline.micro_batches = degree;
@@ -808,18 +814,24 @@ TEST_P(TensorParallelOuter, MatchesTheModeOverReplicatedRanks) {
   if (c.penalty) {
     EXPECT_LT(ref_stats.last_staleness_scale, 1.0) << c.label << ": the penalty does nothing";
   }
+  int64_t fewest_syncs = ref_stats.outer_syncs;
   ct::run_ranks_shared(2 * kData, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
     auto t = make(comm, 2);
     train(*t, comm->rank() / 2, 0, kSteps);
     const test::TpReference& want = ref[static_cast<size_t>(comm->rank() / 2)];
     const test::TpDiff d = test::tp_parameter_diff(*t, want);
+    const ParallelStats st = dynamic_cast<DataParallel&>(*t->step_hook()).stats();
     std::lock_guard<std::mutex> lock(mutex);
-    std::printf("%s rank %d: max |param - reference| %.3g (%s), bound %.3g (control %.3g); %d blocks\n",
+    std::printf("%s rank %d: max |param - reference| %.3g (%s), bound %.3g (control %.3g); %d blocks; %lld outer "
+                "all-reduces (reference rank 0: %lld)\n",
                 c.label.c_str(), comm->rank(), d.max_abs, d.worst.c_str(), want.parameter_bound(), want.control_diff,
-                d.blocks);
+                d.blocks, static_cast<long long>(st.outer_syncs), static_cast<long long>(ref_stats.outer_syncs));
+    EXPECT_EQ(st.outer_fragments, c.fragments);
+    fewest_syncs = std::min(fewest_syncs, st.outer_syncs);
     EXPECT_EQ(d.blocks > 0, !c.pipeline);
     EXPECT_LE(d.max_abs, want.parameter_bound()) << c.label << " rank " << comm->rank() << ": parameter " << d.worst;
   });
+  EXPECT_EQ(fewest_syncs < ref_stats.outer_syncs, c.empty_fragment) << c.label;
 }
 
 // Every whole parameter (a collective over the model axes: every rank of a replica calls it).
@@ -874,7 +886,8 @@ TEST_P(TensorParallelOuter, OuterStateResumesUnderAnotherLayout) {
       auto t = make(comm, degree);
       auto& dp = dynamic_cast<DataParallel&>(*t->step_hook());
       checkpoint::CheckpointExtra file;
-      checkpoint::load_checkpoint(*t, path(from, replica * saved_degree), &file);
+      // Replica 1 takes its last rank's file: under 2 stages, one holding none of a fragment.
+      checkpoint::load_checkpoint(*t, path(from, replica * saved_degree + (replica == 1 ? saved_degree - 1 : 0)), &file);
       dp.load_state(file);
       checkpoint::CheckpointExtra again;
       dp.save_state(again);
@@ -931,7 +944,12 @@ INSTANTIATE_TEST_SUITE_P(
                       OuterCase{"mlp", Preset::kCo2, 0.02, true, "mlp_co2"},
                       OuterCase{"gpt", Preset::kSlowMo, 0.02, false, "gpt_slowmo"},
                       OuterCase{"gpt", Preset::kCo2, 0.02, true, "gpt_co2_pipeline", true},
-                      OuterCase{"gpt", Preset::kDiLoCo, 0.02, false, "gpt_diloco_pipeline", true}),
+                      OuterCase{"gpt", Preset::kDiLoCo, 0.02, false, "gpt_diloco_pipeline", true},
+                      OuterCase{"gpt", Preset::kCo2, 0.02, true, "gpt_co2_f2", false, 2},
+                      OuterCase{"gpt", Preset::kCo2, 0.02, true, "gpt_co2_pipeline_f2", true, 2},
+                      OuterCase{"gpt", Preset::kDiLoCo, 0.02, false, "gpt_diloco_pipeline_f2", true, 2},
+                      OuterCase{"mlp", Preset::kCo2, 0.02, true, "mlp_co2_pipeline_f2", true, 2, true},
+                      OuterCase{"mlp", Preset::kDiLoCo, 0.02, false, "mlp_diloco_pipeline_f2", true, 2, true}),
     [](const ::testing::TestParamInfo<OuterCase>& i) { return i.param.label; });
 
 }  // namespace
