@@ -946,16 +946,17 @@ typedef struct cohort_plan_options {
    * compressed. INVALID_PLAN naming pipeline keep for a bad count or value. */
   const char* pipeline_keep;
   /* Added after pipeline_keep (read only when size covers it). localsgd and co2: streaming outer
-   * synchronisation (after Streaming DiLoCo, Douillard et al. 2025). The parameters are cut, in
-   * graph order, into this many contiguous fragments of about equal bytes (a fragment holds whole
-   * parameters, at least one); fragment f takes the mode's outer step on its own elements every
+   * synchronisation (after Streaming DiLoCo, Douillard et al. 2025). The whole model's parameters
+   * are cut, in graph order, into this many contiguous fragments of about equal bytes (a fragment
+   * holds whole parameters, at least one; under tensor / pipeline axes each rank runs its parts of
+   * them, the same cut under every layout); fragment f takes the mode's outer step on its own elements every
    * tau steps, f * tau / outer_fragments steps into each round (its first round that much
    * shorter), so each outer all-reduce carries about 1 / outer_fragments of the model and they
    * are spread over the round (cohort_parallel_stats.outer_sync_bytes: the largest). 0 or 1 (the
    * default): the whole model at once, as before. INVALID_PLAN when negative or above tau (at
    * cohort_trainer_create_parallel: above the model's number of parameters); UNSUPPORTED above 1
-   * in DDP mode, and with overlap_steps -1, ZeRO stage 1 or tensor / pipeline axes (not
-   * implemented yet). With outer_bits 8 / 4 each fragment's message is its own low-bit packing.
+   * in DDP mode, and with overlap_steps -1, ZeRO stage 1 or shard_group > 1 (not implemented
+   * yet). With outer_bits 8 / 4 each fragment's message is its own low-bit packing.
    * A checkpoint's outer state loads only under the same count. */
   int32_t outer_fragments;
   /* Added after outer_fragments (read only when size covers it). localsgd and co2: shard groups
@@ -1161,8 +1162,7 @@ COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer*
  * rank's reduction in flight; a collective over the model's ranks). The outer state is written in
  * the whole model's layout: a rank of replica d may resume from the file of any rank of replica
  * d saved under another tensor grid or pipeline, with as many replicas (INVALID_ARGUMENT names
- * a file of another replica, or another replica count; outer_fragments > 1 needs the saving
- * layout). Load returns INVALID_ARGUMENT when the file has no outer state
+ * a file of another replica, or another replica count; outer_fragments > 1 too). Load returns INVALID_ARGUMENT when the file has no outer state
  * for this plan; the trainer's own state has been restored then (load again from a matching
  * file). Under ZeRO the file holds the rank's optimizer shard: load it with the same world,
  * rank, model and bucket size (INVALID_ARGUMENT otherwise). Other statuses as the plain calls. */
