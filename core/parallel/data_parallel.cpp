@@ -80,28 +80,29 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
       dp->build_fragments(params);  // one: the outer rule steps the whole shard (plan.cpp)
       dp->init_outer_over_shard();
     }
-  } else if (dp->outer_sharded()) {
-    dp->build_fragments(params);  // one: ZeRO 1 steps the whole model's blocks (plan.cpp)
-    dp->init_outer_shard(flat);
   } else {
     dp->build_fragments(params);
     std::vector<float> outer(flat.size());  // the outer state's layout: fragment after fragment
     for (const Fragment& fr : dp->fragments_) dp->read_outer(fr, params, outer.data());
-    dp->anchor_ = outer;
-    dp->round_start_ = std::move(outer);
-    dp->inflight_ = coll::CommBuffer(comm, flat.size());
-    if (plan.mode == SyncMode::kCo2) {
-      dp->outer_.momentum().assign(flat.size(), 0.0f);  // read by the first guess
-      if (plan.outer_bits < 32) {
-        for (Fragment& fr : dp->fragments_) {  // each fragment's elements quantized on their own
-          if (fr.count == 0) continue;  // none on this rank: nothing sent (end_round_co2)
-          fr.quant = std::make_unique<Quantizer>(plan.outer_bits, fr.count);
-          fr.packed.assign(fr.quant->bytes(), 0);
-          fr.gathered.assign(fr.quant->bytes() * static_cast<size_t>(comm->size()), 0);
-        }
-      }
+    if (dp->outer_sharded()) {
+      dp->init_outer_shard(outer);  // this rank's block of each fragment
     } else {
-      dp->result_ = coll::CommBuffer(comm, flat.size());
+      dp->anchor_ = outer;
+      dp->round_start_ = std::move(outer);
+      dp->inflight_ = coll::CommBuffer(comm, flat.size());
+      if (plan.mode == SyncMode::kCo2) {
+        dp->outer_.momentum().assign(flat.size(), 0.0f);  // read by the first guess
+        if (plan.outer_bits < 32) {
+          for (Fragment& fr : dp->fragments_) {  // each fragment's elements quantized on their own
+            if (fr.count == 0) continue;  // none on this rank: nothing sent (end_round_co2)
+            fr.quant = std::make_unique<Quantizer>(plan.outer_bits, fr.count);
+            fr.packed.assign(fr.quant->bytes(), 0);
+            fr.gathered.assign(fr.quant->bytes() * static_cast<size_t>(comm->size()), 0);
+          }
+        }
+      } else {
+        dp->result_ = coll::CommBuffer(comm, flat.size());
+      }
     }
   }
   // Local steps normalised for the group's averaged gradient (plan.h); the trainer's optimizer
@@ -462,11 +463,15 @@ void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
       for (size_t f = 1; f < fragments_.size(); ++f)
         if (round_pos_ == fragments_[f].offset) end_round_co2(fragments_[f], params);
       if (round_pos_ == round_tau_) end_round_co2(fragments_[0], params);
-    } else if (outer_sharded()) {
-      if (inner_steps_ % plan_.tau == 0) end_round_sharded(params);
     } else {
-      for (Fragment& fr : fragments_)
-        if ((inner_steps_ - fr.offset) % plan_.tau == 0) end_round_blocking(fr, params);
+      for (Fragment& fr : fragments_) {
+        if ((inner_steps_ - fr.offset) % plan_.tau != 0) continue;
+        if (outer_sharded()) {
+          end_round_sharded(fr, params);  // ZeRO 1: this rank's block of the fragment stepped
+        } else {
+          end_round_blocking(fr, params);
+        }
+      }
     }
     // Stages 1-2 read the whole parameters in the next step (and take the shard from them in
     // apply_update): the replica's new shards gathered into them; stage 3 keeps the shard alone.
@@ -1018,7 +1023,12 @@ ParallelStats DataParallel::stats() const {
     for (const Fragment& fr : fragments_)
       s.outer_sync_bytes = std::max(s.outer_sync_bytes, static_cast<int64_t>(fr.packed.size()));
   }
-  if (outer_sharded()) s.outer_sync_bytes = static_cast<int64_t>(inflight_.size() * sizeof(float));
+  if (outer_sharded()) {  // a fragment padded to a multiple of the world
+    s.outer_sync_bytes = 0;
+    for (const Fragment& fr : fragments_)
+      s.outer_sync_bytes = std::max(s.outer_sync_bytes,
+                                    static_cast<int64_t>(fr.block * static_cast<size_t>(comm_->size()) * sizeof(float)));
+  }
   s.hidden_fraction = s.comm_seconds > 0 ? std::clamp(1.0 - s.wait_seconds / s.comm_seconds, 0.0, 1.0) : 1.0;
   s.outer_hidden_fraction =
       s.outer_seconds > 0 ? std::clamp(1.0 - s.outer_wait_seconds / s.outer_seconds, 0.0, 1.0) : 1.0;

@@ -92,7 +92,7 @@ struct ParallelStats {
   // localsgd, co2: the fragments the outer synchronisation is cut into (plan.outer_fragments),
   // the outer collectives this rank launched (one per fragment's round end), and the most bytes
   // one of them carries from this rank (the largest fragment, or co2's low-bit message, or
-  // ZeRO 1's padded model): the peak bandwidth the outer synchronisation needs, ~1/F of the
+  // ZeRO 1's padded fragment): the peak bandwidth the outer synchronisation needs, ~1/F of the
   // model's bytes.
   int64_t outer_fragments = 0;
   int64_t outer_syncs = 0;
@@ -284,6 +284,10 @@ class DataParallel : public StepHook {
     std::vector<size_t> params;
     size_t begin = 0, count = 0;
     int64_t offset = 0;
+    // ZeRO 1 of the outer state (outer_shard.cpp): the fragment padded to a multiple of the world
+    // is `block` elements a rank; this rank's block lives at anchor_[shard_begin], the padded
+    // fragment at inflight_[padded_begin].
+    size_t block = 0, shard_begin = 0, padded_begin = 0;
     transport::coll::WorkPtr work;     // its average in flight (co2)
     Clock::time_point launched, done_at;  // launched; when poll() saw it arrive
     bool have_result = false;    // co2: its slice of inflight_ holds the arrived average
@@ -332,8 +336,12 @@ class DataParallel : public StepHook {
     stats_.outer_seconds += comm_seconds;
     stats_.outer_wait_seconds += wait_seconds;
   }
-  void init_outer_shard(const std::vector<float>& flat);
-  void end_round_sharded(std::vector<Tensor>& params);
+  // outer: the model in the outer state's layout (fragment after fragment).
+  void init_outer_shard(const std::vector<float>& outer);
+  void end_round_sharded(const Fragment& fr, std::vector<Tensor>& params);
+  // Under model axes: the squares of this rank's momentum blocks over the elements it counts in
+  // the whole model's norms (norm_ranges_), every fragment's.
+  double counted_block_sum_of_squares();
   // Blocking sum of n floats over `comm`'s ranks, reduced in `buffer` (a member: a failed
   // reduction may leave a send holding it, work.h); returns values[0]. sum_over_ranks is it over
   // the data-parallel communicator, sum_over_model over the model axis.
@@ -427,8 +435,8 @@ class DataParallel : public StepHook {
   // Outer state (localsgd, co2): the anchor x_k (anchor_), the
   // pseudo-gradient snapshot being reduced (inflight_) and a second buffer (result_, localsgd).
   // co2 also keeps this rank's guess G while a merge is pending (round_start_). Under ZeRO 1
-  // (localsgd, outer_shard.cpp) anchor_, the momentum and result_ hold this rank's block of
-  // outer_block_ elements and inflight_ the whole padded model. inflight_ (and result_) are
+  // (localsgd, outer_shard.cpp) anchor_, the momentum and result_ hold this rank's block of each
+  // fragment, outer_block_ elements in all, and inflight_ every fragment padded. inflight_ (and result_) are
   // reduced in the communicator's registered memory where it has some (comm_buffer.h).
   std::vector<float> anchor_, round_start_;
   transport::coll::CommBuffer inflight_, result_;

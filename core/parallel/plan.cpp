@@ -162,14 +162,10 @@ void validate(const PlanConfig& p) {
                  " must be <= tau = ", p.tau, ": fragment f is synchronised f * tau / F steps into each round, "
                  "so each fragment needs a step of its own");
     // Tensor / pipeline axes take fragments cut by the whole model's parameters (data_parallel.cpp,
-    // build_fragments).
-    COHORT_CHECK(!p.overlap_auto && p.zero_stage == 0 && p.shard_group == 1, Status::kUnsupported,
-                 "plan: outer_fragments = ", p.outer_fragments,
-                 " is not implemented with overlap auto, ZeRO 1 of the outer state or shard groups yet (TODO(#30)); "
-                 "it has ",
-                 p.overlap_auto      ? "overlap auto"
-                 : p.zero_stage != 0 ? str_cat("zero_stage ", p.zero_stage)
-                                     : str_cat("shard_group ", p.shard_group));
+    // build_fragments); ZeRO 1 of the outer state shards each fragment (outer_shard.cpp).
+    COHORT_CHECK(!p.overlap_auto && p.shard_group == 1, Status::kUnsupported, "plan: outer_fragments = ",
+                 p.outer_fragments, " is not implemented with overlap auto or shard groups yet (TODO(#30)); it has ",
+                 p.overlap_auto ? std::string("overlap auto") : str_cat("shard_group ", p.shard_group));
   }
   validate_tensor_grid(p);
   COHORT_CHECK(p.auto_trials >= 0 && p.auto_trials <= 64, Status::kInvalidPlan, "plan: auto_trials = ", p.auto_trials,

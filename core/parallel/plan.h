@@ -208,7 +208,7 @@ inline int64_t outer_fragment_offset(int fragment, int fragments, int64_t tau) {
 // without a ZeRO stage) and kUnsupported for stages 2-3 outside the sync mode without shard
 // groups (localsgd takes stage 1: its outer state sharded), for any stage under co2 without
 // them, for outer_fragments > 1 outside localsgd / co2 or with what has no fragmented form yet
-// (overlap auto, ZeRO 1 of the outer state, shard groups), and for
+// (overlap auto, shard groups), and for
 // shard_group > 1 in the sync mode or with outer_bits 8 / 4, inner noise
 // scaling, tensor or pipeline axes or automatic (not implemented with groups yet); grad_keep
 // outside (0, 1] is kInvalidPlan, and below 1 kUnsupported outside the sync mode, with ZeRO
