@@ -15,9 +15,10 @@
 // just before a node reads it (forward and again in backward), one bucket ahead, releasing its
 // memory after its last reader. The trainer's gradients stay this rank's local ones, and its
 // own optimizer holds no state. Local SGD with stage 1 shards the outer state instead
-// (core/parallel/outer_shard.cpp): the anchor and outer momentum of rank r are block r of the
-// flat model (padded to a multiple of the world); its round end reduce-scatters the parameters,
-// steps the block and all-gathers the new anchor. CO2 takes no ZeRO stage alone: each rank's
+// (core/parallel/outer_shard.cpp): the anchor and outer momentum of rank r are block r of each
+// fragment of the outer synchronisation (the flat model with one; padded to a multiple of the
+// world); a fragment's round end reduce-scatters its parameters, steps the block and all-gathers
+// the new anchor. CO2 takes no ZeRO stage alone: each rank's
 // guess needs the whole anchor and outer momentum (plan.cpp says so to the caller).
 //
 // Shard groups (plan.shard_group = S > 1; localsgd / DiLoCo / co2 with ZeRO stage 1-3): attach

@@ -6,7 +6,7 @@
 //           a level apart, so these compare within one level's effect, and every rank must
 //           hold the same anchor bit for bit)
 //   dp_rank localsgd-zero1 | diloco-zero1 | diloco-clip-zero1   the outer state sharded (ZeRO 1):
-//           same reference as unsharded
+//           same reference as unsharded (with "-f<F>": each fragment's state sharded on its own)
 //   dp_rank co2-resume   a run stopped mid-round (reduction in flight) and resumed from a
 //                        checkpoint matches the uninterrupted run bit for bit
 //   dp_rank diloco-zero1-resume   the same with the outer state's blocks in per-rank files

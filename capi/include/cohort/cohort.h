@@ -955,8 +955,8 @@ typedef struct cohort_plan_options {
    * are spread over the round (cohort_parallel_stats.outer_sync_bytes: the largest). 0 or 1 (the
    * default): the whole model at once, as before. INVALID_PLAN when negative or above tau (at
    * cohort_trainer_create_parallel: above the model's number of parameters); UNSUPPORTED above 1
-   * in DDP mode, and with overlap_steps -1, ZeRO stage 1 or shard_group > 1 (not implemented
-   * yet). With outer_bits 8 / 4 each fragment's message is its own low-bit packing.
+   * in DDP mode, and with overlap_steps -1 or shard_group > 1 (not implemented yet); with
+   * zero_stage 1 (localsgd) each fragment's outer state is sharded on its own. With outer_bits 8 / 4 each fragment's message is its own low-bit packing.
    * A checkpoint's outer state loads only under the same count. */
   int32_t outer_fragments;
   /* Added after outer_fragments (read only when size covers it). localsgd and co2: shard groups
