@@ -11,21 +11,23 @@
 # The anchor is sync in the same invocation, over the same links, seeds and evaluation points.
 #
 #   bench/time_to_accuracy/run.sh BUILD_DIR [--models cnn,gpt] [--rates 1gbit,100mbit]
-#       [--modes sync,diloco,co2] [--seeds 1,2] [--ranks 4] [--tau 8] [--co2 "ARGS"]
+#       [--modes sync,diloco,co2] [--seeds 1,2] [--ranks 4] [--tau 8] [--co2 "ARGS"] [--diloco "ARGS"]
 #       [--cnn-steps 1404] [--cnn-target 0.89] [--cnn-eval-every 117]
 #       [--gpt-steps 2500] [--gpt-target 1.75] [--gpt-eval-every 250] [--timeout 14400] [--keep DIR]
 #       [--report-only]
 # --keep DIR keeps every run's metrics and log there; --report-only prints the tables from a kept
 # DIR again (another target, say) without running anything.
 # --co2 passes extra arguments to co2's runs (default "--tau auto": the overlap chosen from the
-# measured times, tau at least --tau). Defaults are the CLI's full runs (3 CNN epochs, 2500 GPT
-# steps); on a box of 2 shared cores that is hours per run: pass fewer steps and a nearer target.
+# measured times, tau at least --tau); --diloco passes extra arguments to DiLoCo's (default none;
+# give both the same inner settings, e.g. --noise-scaling 1 to each). Defaults are the CLI's full
+# runs (3 CNN epochs, 2500 GPT steps); on a box of 2 shared cores that is hours per run: pass
+# fewer steps and a nearer target.
 # Exits 0 with a message where network namespaces are not permitted (netns.sh says why).
 set -euo pipefail
 
 BUILD="${1:?usage: run.sh BUILD_DIR [options] (see the header)}"
 shift
-MODELS=cnn,gpt; RATES=1gbit,100mbit; MODES=sync,diloco,co2; SEEDS=1,2; RANKS=4; TAU=8; CO2="--tau auto"
+MODELS=cnn,gpt; RATES=1gbit,100mbit; MODES=sync,diloco,co2; SEEDS=1,2; RANKS=4; TAU=8; CO2="--tau auto"; DILOCO=""
 CNN_STEPS=1404; CNN_TARGET=0.89; CNN_EVAL=117; GPT_STEPS=2500; GPT_TARGET=1.75; GPT_EVAL=250
 TIMEOUT=14400; KEEP=""; REPORT_ONLY=0
 while [[ $# -gt 0 ]]; do
@@ -37,6 +39,7 @@ while [[ $# -gt 0 ]]; do
     --ranks) RANKS="$2"; shift 2 ;;
     --tau) TAU="$2"; shift 2 ;;
     --co2) CO2="$2"; shift 2 ;;
+    --diloco) DILOCO="$2"; shift 2 ;;
     --cnn-steps) CNN_STEPS="$2"; shift 2 ;;
     --cnn-target) CNN_TARGET="$2"; shift 2 ;;
     --cnn-eval-every) CNN_EVAL="$2"; shift 2 ;;
@@ -77,7 +80,7 @@ IFS=, read -r -a SEED_LIST <<<"$SEEDS"
 
 ((REPORT_ONLY)) && MODEL_LIST=()
 echo "time_to_accuracy: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc --all) cores, load $(cut -d' ' -f1-3 /proc/loadavg)," \
-  "$RANKS ranks, seeds $SEEDS, tau $TAU, co2 '$CO2'"
+  "$RANKS ranks, seeds $SEEDS, tau $TAU, co2 '$CO2', diloco '$DILOCO'"
 for model in "${MODEL_LIST[@]}"; do
   if [[ "$model" == cnn ]]; then
     steps=$CNN_STEPS; target=$CNN_TARGET; every=$CNN_EVAL; extra=()
@@ -88,7 +91,8 @@ for model in "${MODEL_LIST[@]}"; do
     for mode in "${MODE_LIST[@]}"; do
       case "$mode" in
         sync) args=(--parallel sync) ;;
-        diloco) args=(--parallel diloco --tau "$TAU") ;;
+        # shellcheck disable=SC2206  # --diloco is a list of words
+        diloco) args=(--parallel diloco --tau "$TAU" $DILOCO) ;;
         # shellcheck disable=SC2206  # --co2 is a list of words
         co2) args=(--parallel co2 --tau "$TAU" $CO2) ;;
         *) echo "run.sh: unknown mode $mode" >&2; exit 2 ;;
