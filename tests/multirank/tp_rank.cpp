@@ -167,17 +167,11 @@ bool check_zero3_memory(Trainer& t, int data, int rank, bool gpt) {
   return ok;
 }
 
-// Every whole parameter of the model — under pipeline stages the other stages' too (a collective
-// over the model axes: every rank calls it alike).
+// Every whole parameter of the model (tp_whole_model), ZeRO 3's shards gathered first (a
+// collective: every rank calls it alike).
 std::map<std::string, Tensor> whole_parameters(Trainer& t) {
   t.gather_parameters();
-  std::map<std::string, Tensor> out;
-  for (ValueId p : t.model_graph().parameters()) {
-    const std::string& name = t.model_graph().value(p).name;
-    const int64_t i = t.local_parameter(name);
-    out[name] = t.whole_model_tensor(name, i >= 0 ? t.parameters()[static_cast<size_t>(i)] : Tensor());
-  }
-  return out;
+  return test::tp_whole_model(t);
 }
 
 bool same_bits(const std::map<std::string, Tensor>& a, const std::map<std::string, Tensor>& b) {

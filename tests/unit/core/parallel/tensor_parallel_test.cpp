@@ -837,17 +837,6 @@ TEST_P(TensorParallelOuter, MatchesTheModeOverReplicatedRanks) {
   EXPECT_EQ(fewest_syncs < ref_stats.outer_syncs, c.empty_fragment) << c.label;
 }
 
-// Every whole parameter (a collective over the model axes: every rank of a replica calls it).
-std::map<std::string, Tensor> whole_model(const Trainer& t) {
-  std::map<std::string, Tensor> out;
-  for (ValueId p : t.model_graph().parameters()) {
-    const std::string& name = t.model_graph().value(p).name;
-    const int64_t i = t.local_parameter(name);
-    out[name] = t.whole_model_tensor(name, i >= 0 ? t.parameters()[static_cast<size_t>(i)] : Tensor());
-  }
-  return out;
-}
-
 bool same_bits(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
@@ -880,7 +869,7 @@ TEST_P(TensorParallelOuter, OuterStateResumesUnderAnotherLayout) {
       checkpoint::CheckpointExtra extra;
       dynamic_cast<DataParallel&>(*t->step_hook()).save_state(extra);
       checkpoint::save_checkpoint(*t, path(from, comm->rank()), extra);
-      std::map<std::string, Tensor> whole = whole_model(*t);
+      std::map<std::string, Tensor> whole = test::tp_whole_model(*t);
       std::lock_guard<std::mutex> lock(mutex);
       if (comm->rank() % degree == 0) at_save[static_cast<size_t>(comm->rank() / degree)] = std::move(whole);
     });
@@ -897,7 +886,7 @@ TEST_P(TensorParallelOuter, OuterStateResumesUnderAnotherLayout) {
       dp.load_state(file);
       checkpoint::CheckpointExtra again;
       dp.save_state(again);
-      const std::map<std::string, Tensor> whole = whole_model(*t);
+      const std::map<std::string, Tensor> whole = test::tp_whole_model(*t);
       int outer = 0, differ = 0;
       for (const auto& [name, v] : again.tensors) {
         if (name.rfind("parallel.", 0) != 0 || name.find('/') == std::string::npos) continue;

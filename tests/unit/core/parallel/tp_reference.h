@@ -170,6 +170,18 @@ struct TpDiff {
   int blocks = 0;
 };
 
+// Every whole parameter of the model by name — under pipeline stages the other stages' too. A
+// collective over the model axes (whole_model_tensor): every rank of a replica calls it alike.
+inline std::map<std::string, Tensor> tp_whole_model(const Trainer& t) {
+  std::map<std::string, Tensor> out;
+  for (ValueId p : t.model_graph().parameters()) {
+    const std::string& name = t.model_graph().value(p).name;
+    const int64_t i = t.local_parameter(name);
+    out[name] = t.whole_model_tensor(name, i >= 0 ? t.parameters()[static_cast<size_t>(i)] : Tensor());
+  }
+  return out;
+}
+
 inline TpDiff tp_parameter_diff(const Trainer& rank, const TpReference& ref) {
   TpDiff d;
   const Graph& g = rank.forward_graph();
