@@ -142,29 +142,12 @@ bool compare_without_checkpointing(Mode m, const std::shared_ptr<coll::Communica
   return ok;
 }
 
-// ZeRO 3 over the data axis (run right after the steps, before anything gathers the parameters):
-// between steps this rank holds only its shard — its block of every bucket, 1/data of the
-// parameters it holds under the tensor grid, plus at most data - 1 padding elements a bucket —
-// and within a step (the GPT: many buckets) never all its parameters whole at once (one bucket in
-// use, one prefetched; the MLP's two layers are each in use or prefetched throughout).
+// ZeRO 3's shard memory over the data axis (tp_reference.h), run right after the steps, before
+// anything gathers the parameters.
 bool check_zero3_memory(Trainer& t, int data, int rank, bool gpt) {
-  const parallel::ParallelStats s = dynamic_cast<parallel::DataParallel&>(*t.step_hook()).stats();
-  int64_t local = 0, whole = 0;
-  for (const Tensor& p : t.parameters()) local += p.numel() * 4;
-  for (ValueId p : t.model_graph().parameters()) whole += shape_numel(t.model_graph().value(p).type.shape) * 4;
-  const int64_t bound = local / data + s.buckets * (data - 1) * 4;
-  const bool ok = s.parameter_bytes >= local / data && s.parameter_bytes <= bound && s.peak_parameter_bytes > 0 &&
-                  (s.peak_parameter_bytes < local || !gpt) && s.parameter_gathers > 0;
-  std::printf("rank %d: ZeRO 3 parameters %lld B between steps (bound %lld; this rank's blocks %lld B, the whole model "
-              "%lld B: %.2fx smaller), step peak of whole ones %lld B, %lld buckets, %lld gathers (%lld prefetched) "
-              "-> %s\n",
-              rank, static_cast<long long>(s.parameter_bytes), static_cast<long long>(bound),
-              static_cast<long long>(local), static_cast<long long>(whole),
-              static_cast<double>(whole) / static_cast<double>(s.parameter_bytes),
-              static_cast<long long>(s.peak_parameter_bytes), static_cast<long long>(s.buckets),
-              static_cast<long long>(s.parameter_gathers), static_cast<long long>(s.parameter_gathers_prefetched),
-              ok ? "ok" : "MISMATCH");
-  return ok;
+  const test::Zero3Memory m = test::zero3_memory(t, data, gpt);
+  std::printf("rank %d: %s\n", rank, m.describe().c_str());
+  return m.ok;
 }
 
 // Every whole parameter of the model (tp_whole_model), ZeRO 3's shards gathered first (a

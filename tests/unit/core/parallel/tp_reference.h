@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "core/graph/shard.h"
 #include "core/models/gpt.h"
 #include "core/models/mlp.h"
+#include "core/parallel/data_parallel.h"
 
 namespace cohort::test {
 
@@ -180,6 +182,48 @@ inline std::map<std::string, Tensor> tp_whole_model(const Trainer& t) {
     out[name] = t.whole_model_tensor(name, i >= 0 ? t.parameters()[static_cast<size_t>(i)] : Tensor());
   }
   return out;
+}
+
+// ZeRO 3 over the data axis, read right after the steps, before anything gathers the
+// parameters: between steps a rank holds only its shard — 1/data of the parameters it holds
+// under the layout (its blocks, its stage's), plus at most data - 1 padding elements a bucket —
+// and, where the model has many buckets (the GPT's), never all of them whole at once within a
+// step (one bucket in use, one prefetched; the MLP's two layers are each in use or prefetched
+// throughout, so `many_buckets` is false for it). The figures and the verdict, for every test
+// of ZeRO 3 under model axes to check and print alike.
+struct Zero3Memory {
+  int64_t between = 0;  // parameter bytes held between steps
+  int64_t local = 0;    // this rank's parameters whole (its blocks / its stage's)
+  int64_t bound = 0;    // local / data + the buckets' padding
+  int64_t peak = 0;     // the step's peak of whole parameter bytes
+  int64_t buckets = 0, gathers = 0, prefetched = 0;
+  bool ok = false;
+
+  std::string describe() const {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "ZeRO 3 parameters %lld B between steps (this rank's %lld B, bound %lld), step peak of whole "
+                  "ones %lld B, %lld buckets, %lld gathers (%lld prefetched) -> %s",
+                  static_cast<long long>(between), static_cast<long long>(local), static_cast<long long>(bound),
+                  static_cast<long long>(peak), static_cast<long long>(buckets), static_cast<long long>(gathers),
+                  static_cast<long long>(prefetched), ok ? "ok" : "MISMATCH");
+    return line;
+  }
+};
+
+inline Zero3Memory zero3_memory(Trainer& t, int data, bool many_buckets) {
+  const parallel::ParallelStats s = dynamic_cast<parallel::DataParallel&>(*t.step_hook()).stats();
+  Zero3Memory m;
+  for (const Tensor& p : t.parameters()) m.local += p.numel() * static_cast<int64_t>(sizeof(float));
+  m.between = s.parameter_bytes;
+  m.bound = m.local / data + s.buckets * (data - 1) * static_cast<int64_t>(sizeof(float));
+  m.peak = s.peak_parameter_bytes;
+  m.buckets = s.buckets;
+  m.gathers = s.parameter_gathers;
+  m.prefetched = s.parameter_gathers_prefetched;
+  m.ok = m.gathers > 0 && m.between >= m.local / data && m.between <= m.bound && m.peak > 0 &&
+         (!many_buckets || m.peak < m.local);
+  return m;
 }
 
 inline TpDiff tp_parameter_diff(const Trainer& rank, const TpReference& ref) {
