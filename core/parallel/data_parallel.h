@@ -84,7 +84,8 @@ struct ParallelStats {
   double last_momentum_norm = 0;    // outer momentum L2 norm before clipping, last outer step
   // co2: the current round's length and the steps its average travels before the merge (the
   // plan's, or chosen under overlap auto from the two times after them: how long the last
-  // merged average took to arrive, the quickest rank's, and the compute time per step, the
+  // merged average took to arrive, the quickest rank's — over F fragments the slowest of a
+  // round's fragments' averages, each ~1/F of the model — and the compute time per step, the
   // slowest rank's).
   int64_t tau = 0;
   int64_t overlap = 0;
@@ -458,7 +459,9 @@ class DataParallel : public StepHook {
   // the round just ended], maxed over the ranks from a round end to its merge (timing_work_).
   std::vector<float> timing_;
   transport::coll::WorkPtr timing_work_;
-  double merged_comm_seconds_ = -1;  // this rank's: the last merged average's travel time, -1 unknown
+  // This rank's: the last merged average's travel time (over F fragments the slowest of those
+  // merged since fragment 0's merge: note_merge), -1 unknown.
+  double merged_comm_seconds_ = -1;
   // The quickest rank's travel times of the last kTravelHistory merges, oldest first; overlap
   // auto decides on their median (update_round_shape).
   static constexpr size_t kTravelHistory = 5;
