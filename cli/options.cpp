@@ -249,9 +249,11 @@ const char* usage_text() {
          "         [--shard-group S]  (not sync; 1: off): replicas of S consecutive ranks, each training\n"
          "          synchronously under --zero 1-3 over its S ranks; the outer rule runs between replicas on\n"
          "          each rank's shard, so a rank's outer state and each outer all-reduce are ~1/S of the model\n"
+         "          (with --outer-fragments F, ~1/(F S) an all-reduce)\n"
          "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1] [--noise-scaling 0|1 (adamw)]  (not sync)\n"
          "         [--outer-fragments F (1..tau)]  (not sync: the outer sync streamed in F fragments, each\n"
-         "          synchronised tau/F steps after the one before, so a sync carries ~1/F of the model)\n"
+         "          synchronised tau/F steps after the one before, so a sync carries ~1/F of the model; with\n"
+         "          --overlap auto each fragment's average is merged before the next fragment's sync)\n"
          "         [--staleness-penalty 0|1] [--outer-clip C] [--overlap N|auto (1..tau)] [--outer-bits 32|8|4]\n"
          "         (co2 only; --tau auto = --overlap auto: chosen from the measured all-reduce and step times)\n"
          "         [--tensor N | --grid XxYxZ]  (mlp and gpt: tensor parallelism over groups of N or X*Y*Z ranks)\n"
@@ -420,8 +422,6 @@ void check_parallel_flags(const Options& o) {
   require(!o.tau || *o.tau != kAuto || o.parallel == "co2", "--tau auto needs --parallel co2");
   require(o.outer_fragments == 1 || local_steps,
           "--outer-fragments needs --parallel localsgd, slowmo, diloco or co2 (sync has no outer synchronisation)");
-  require(o.outer_fragments == 1 || (o.overlap != kAuto && (!o.tau || *o.tau != kAuto)),
-          "--outer-fragments with --overlap auto or --tau auto is not supported yet");
   const int64_t tau = o.tau && *o.tau != kAuto ? *o.tau : 8;
   require(!o.overlap || *o.overlap == kAuto || *o.overlap <= tau,
           "--overlap must be in 1..tau (" + std::to_string(tau) + "), got " + std::to_string(o.overlap.value_or(0)));
@@ -435,10 +435,10 @@ void check_parallel_flags(const Options& o) {
           "--shard-group needs --parallel localsgd, slowmo, diloco or co2 (replicas that synchronise every tau steps)");
   require(o.shard_group == 1 || o.zero >= 1,
           "--shard-group " + std::to_string(o.shard_group) + " runs ZeRO inside each replica: give --zero 1, 2 or 3");
-  require(o.shard_group == 1 || (o.outer_bits == 32 && o.noise_scaling == 0 && o.outer_fragments == 1 &&
-                                 o.tensor_degree() == 1 && o.pipeline == 1 && o.plan.empty()),
-          "--shard-group with --outer-bits 8|4, --noise-scaling 1, --outer-fragments, --tensor / --grid, --pipeline "
-          "or --plan is not supported yet");
+  require(o.shard_group == 1 || (o.outer_bits == 32 && o.noise_scaling == 0 && o.tensor_degree() == 1 &&
+                                 o.pipeline == 1 && o.plan.empty()),
+          "--shard-group with --outer-bits 8|4, --noise-scaling 1, --tensor / --grid, --pipeline or --plan is not "
+          "supported yet");
   require(o.tensor_degree() == 1 || !o.parallel.empty(),
           "--tensor and --grid need --parallel (sync, localsgd, slowmo, diloco or co2: how the model replicas "
           "train)");

@@ -273,9 +273,12 @@ void Loop::report_round_shape() {
   shown_tau_ = p.tau;
   shown_overlap_ = p.overlap_steps;
   if (tty_) std::printf("\n");
-  std::printf("co2: overlap %lld step(s), tau %lld: an average took %.3f s to arrive, a step computes in %.3f s\n",
-              static_cast<long long>(p.overlap_steps), static_cast<long long>(p.tau), p.outer_comm_seconds,
-              p.step_seconds);
+  // Over F fragments the average timed is one fragment's, each merged before the next one's sync.
+  const std::string whose = p.outer_fragments > 1 ? "a fragment's average (1 of " + std::to_string(p.outer_fragments) + ")"
+                                                  : std::string("an average");
+  std::printf("co2: overlap %lld step(s), tau %lld: %s took %.3f s to arrive, a step computes in %.3f s\n",
+              static_cast<long long>(p.overlap_steps), static_cast<long long>(p.tau), whose.c_str(),
+              p.outer_comm_seconds, p.step_seconds);
   std::fflush(stdout);
 }
 

@@ -77,7 +77,7 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
       }
     }
     if (dp->grouped()) {
-      dp->build_fragments(params);  // one: the outer rule steps the whole shard (plan.cpp)
+      dp->build_fragments(params);  // of whole parameters; their pieces of the shard: init_outer_over_shard
       dp->init_outer_over_shard();
     }
   } else {
@@ -243,8 +243,8 @@ void DataParallel::build_fragments(const std::vector<Tensor>& params) {
       fr.count += static_cast<size_t>(params[i].numel());
     }
     begin += fr.count;
-    fr.offset = outer_fragment_offset(static_cast<int>(f), plan_.outer_fragments, plan_.tau);
   }
+  place_fragments(plan_.tau);
   for (size_t i = 0; i < params.size(); ++i)
     COHORT_ASSERT(outer_at_[i] != kNone, "data parallel: parameter '", trainer_->parameter_names()[i],
                   "' is not among the model's");
@@ -252,6 +252,11 @@ void DataParallel::build_fragments(const std::vector<Tensor>& params) {
   if (model_)
     for (size_t i = 0; i < params.size(); ++i)
       if (trainer_->counts_in_norm()[i]) norm_ranges_.emplace_back(outer_at_[i], static_cast<size_t>(params[i].numel()));
+}
+
+void DataParallel::place_fragments(int64_t tau) {
+  for (size_t f = 0; f < fragments_.size(); ++f)
+    fragments_[f].offset = outer_fragment_offset(static_cast<int>(f), plan_.outer_fragments, tau);
 }
 
 bool DataParallel::any_in_flight() const {
@@ -444,6 +449,19 @@ void DataParallel::before_update(std::vector<Tensor>& grads) {
 // local one; here co2's carry-over does that job exactly (DiLoCo's outer step on the anchor, the
 // local steps since added), so no mixing factor enters. F = 1 is one fragment of every parameter
 // with offset 0: the unfragmented code path, bit for bit.
+// co2 with overlap auto: the round's length T (fragment 0's) and the overlap h change at fragment
+// 0's merge, the one point of a round where no other fragment's average is pending, and fragment
+// f >= 1 ends floor(f T / F) steps into the round now running (place_fragments). That holds
+// because h <= floor(T / F) always (validate starts there, choose_round_shape keeps it): fragment
+// f's average, launched at floor(f T / F), is merged h steps later, by fragment f + 1's round end
+// (fragment F - 1's by fragment 0's, at T), and fragment 0's is merged at h, by fragment 1's round
+// end — so the F averages of a round travel one after another, each measured on its own (its
+// travel, ~1/F of the model's, is what h must hide), and the new T >= F x h_old keeps fragment
+// 1's end of the running round ahead of the merge that re-chose it. Fragment f's rounds then
+// last T_old - floor(f T_old / F) + floor(f T_new / F) steps across a change, which the rule
+// allows (a round is the steps between two syncs). Every rank decides on the same reduced times
+// at the same step count (note_round_end, update_round_shape), so the shape, the offsets and
+// every fragment's syncs and merges stay matched across ranks.
 void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
   if (plan_.mode == SyncMode::kSync) {
     ++stats_.rounds;
@@ -486,12 +504,22 @@ void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
 
 void DataParallel::read_outer(const Fragment& fr, const std::vector<Tensor>& params, float* flat) const {
   if (!grouped()) return flatten_some(params, fr.params, outer_at_, flat);
-  std::memcpy(flat + fr.begin, shard_params_.data<float>() + fr.begin, fr.count * sizeof(float));
+  const float* shard = shard_params_.data<float>();
+  size_t at = fr.begin;  // the fragment's pieces of the shard, one after another
+  for (const auto& [offset, count] : fr.pieces) {
+    std::memcpy(flat + at, shard + offset, count * sizeof(float));
+    at += count;
+  }
 }
 
 void DataParallel::write_outer(const Fragment& fr, const float* flat, std::vector<Tensor>& params) {
   if (!grouped()) return unflatten_some(flat, outer_at_, params, fr.params);
-  std::memcpy(shard_params_.data<float>() + fr.begin, flat + fr.begin, fr.count * sizeof(float));
+  float* shard = shard_params_.data<float>();
+  size_t at = fr.begin;
+  for (const auto& [offset, count] : fr.pieces) {
+    std::memcpy(shard + offset, flat + at, count * sizeof(float));
+    at += count;
+  }
   shard_written_ = true;
 }
 
@@ -640,7 +668,7 @@ void DataParallel::merge_co2(Fragment& fr, std::vector<Tensor>& params) {
       add(b, fr.count);
     } else {  // the fragment's norms over the replica: each replicated parameter counted once
       for (const auto& [offset, count] : norm_ranges_)
-        if (offset >= b && offset + count <= e) add(offset, count);  // a fragment holds whole parameters  // a fragment holds whole parameters
+        if (offset >= b && offset + count <= e) add(offset, count);  // a fragment holds whole parameters
       float sums[2] = {static_cast<float>(gap), static_cast<float>(progress)};
       sum_over_model(sums, 2);
       gap = sums[0];
@@ -652,7 +680,7 @@ void DataParallel::merge_co2(Fragment& fr, std::vector<Tensor>& params) {
   const float s = static_cast<float>(scale);
   for (size_t i = b; i < e; ++i) round_start_[i] = anchor_[i] + s * (inflight_[i] - round_start_[i]);
   write_outer(fr, round_start_.data(), params);
-  note_merge(travel);
+  note_merge(travel, &fr == &fragments_.front());
 }
 
 void DataParallel::decode_average(Fragment& fr) {
@@ -685,9 +713,11 @@ void DataParallel::note_round_end() {
   timing_work_ = group_comm_->all_reduce(timing_.data(), 2, coll::DataType::kF32, coll::ReduceOp::kMax);
 }
 
-void DataParallel::note_merge(double comm_seconds) {
-  merged_comm_seconds_ = comm_seconds;  // -1: not measured (a resumed merge)
-  if (plan_.overlap_auto) update_round_shape();
+void DataParallel::note_merge(double comm_seconds, bool first_fragment) {
+  // -1: not measured (a resumed merge). Over F fragments, the slowest of the round's merges
+  // (fragment 0's comes first in each round under overlap auto: choose_round_shape).
+  merged_comm_seconds_ = first_fragment ? comm_seconds : std::max(merged_comm_seconds_, comm_seconds);
+  if (plan_.overlap_auto && first_fragment) update_round_shape();
 }
 
 void DataParallel::wait_timing() {
@@ -724,9 +754,11 @@ void DataParallel::update_round_shape() {
   }
   stats_.outer_comm_seconds = travel;
   stats_.step_seconds = timing_[1];
-  const RoundShape r = choose_round_shape(travel, timing_[1], merge_overlap_, plan_.tau, round_pos_);
+  const RoundShape r = choose_round_shape(travel, timing_[1], merge_overlap_, plan_.tau, round_pos_,
+                                          plan_.outer_fragments);
   merge_overlap_ = r.overlap;
   round_tau_ = r.tau;
+  place_fragments(round_tau_);  // fragment f >= 1 ends f tau / F steps into the round now running
 }
 
 namespace {
@@ -776,7 +808,8 @@ std::function<void()> DataParallel::load_co2_state(const checkpoint::CheckpointE
                "data parallel: the checkpoint's co2 travel history holds ", travels, " times (at most ",
                kTravelHistory, ")");
   COHORT_CHECK(pos >= 0 && pos < tau && overlap >= 1 && overlap <= tau && tau >= plan_.tau &&
-                   (plan_.overlap_auto || (tau == plan_.tau && overlap == plan_.overlap)),
+                   (plan_.overlap_auto || (tau == plan_.tau && overlap == plan_.overlap)) &&
+                   (!plan_.overlap_auto || overlap * plan_.outer_fragments <= tau),
                Status::kInvalidArgument, "data parallel: the checkpoint's co2 round (step ", pos, " of ", tau,
                ", merge after ", overlap, ") does not fit this plan (tau ", plan_.tau, ", overlap ",
                plan_.overlap_auto ? std::string("auto") : std::to_string(plan_.overlap), ")");
@@ -790,6 +823,7 @@ std::function<void()> DataParallel::load_co2_state(const checkpoint::CheckpointE
     round_pos_ = pos;
     round_tau_ = tau;
     merge_overlap_ = overlap;
+    place_fragments(tau);  // as update_round_shape left them
   };
 }
 

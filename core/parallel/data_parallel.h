@@ -84,7 +84,8 @@ struct ParallelStats {
   double last_momentum_norm = 0;    // outer momentum L2 norm before clipping, last outer step
   // co2: the current round's length and the steps its average travels before the merge (the
   // plan's, or chosen under overlap auto from the two times after them: how long the last
-  // merged average took to arrive, the quickest rank's, and the compute time per step, the
+  // merged average took to arrive, the quickest rank's — over F fragments the slowest of a
+  // round's fragments' averages, each ~1/F of the model — and the compute time per step, the
   // slowest rank's).
   int64_t tau = 0;
   int64_t overlap = 0;
@@ -289,6 +290,9 @@ class DataParallel : public StepHook {
     // is `block` elements a rank; this rank's block lives at anchor_[shard_begin], the padded
     // fragment at inflight_[padded_begin].
     size_t block = 0, shard_begin = 0, padded_begin = 0;
+    // Shard groups (shard_group.cpp): its elements in this rank's ZeRO shard, (offset, count)
+    // pieces in shard order, laid end to end at [begin, begin + count) of the outer state.
+    std::vector<std::pair<size_t, size_t>> pieces;
     transport::coll::WorkPtr work;     // its average in flight (co2)
     Clock::time_point launched, done_at;  // launched; when poll() saw it arrive
     bool have_result = false;    // co2: its slice of inflight_ holds the arrived average
@@ -306,6 +310,9 @@ class DataParallel : public StepHook {
   // parameters' own flat order). Also the model axes' norm_ranges_ in that layout.
   std::vector<size_t> outer_at_;
   void build_fragments(const std::vector<Tensor>& params);
+  // The fragments' offsets into rounds of tau steps: the plan's, or under overlap auto the
+  // running round's (update_round_shape; merges are pending then on no fragment but the first).
+  void place_fragments(int64_t tau);
   bool any_in_flight() const;
   // co2: steps fragment fr has run of its current round, 1..round_tau_ after a step's increment.
   int64_t fragment_position(const Fragment& fr) const;
@@ -326,6 +333,8 @@ class DataParallel : public StepHook {
   // every replica (collective over the data-parallel group); the outer state is this rank's shard.
   void split_shard_groups();
   void init_outer_over_shard();
+  // Each fragment's pieces of this rank's shard, its slice of the outer state, norm_ranges_.
+  void cut_shard_into_fragments();
   // The outer rule's view of this rank's part of the model, fragment fr's elements [begin, begin
   // + count) of `flat` (indexed like the outer state): the parameters (unsharded) or the ZeRO
   // shard (shard groups; write_outer then has the parameters gathered at the step's end).
@@ -359,7 +368,7 @@ class DataParallel : public StepHook {
   void decode_average(Fragment& fr);
   // co2: the round-end and merge bookkeeping (round shape, overlap auto's timing).
   void note_round_end();
-  void note_merge(double comm_seconds);
+  void note_merge(double comm_seconds, bool first_fragment);
   // Waits for overlap auto's reduction of the ranks' times, if one is in flight.
   void wait_timing();
   // overlap auto: at a merge, the next merge's overlap and the running round's tau from the
@@ -450,7 +459,9 @@ class DataParallel : public StepHook {
   // the round just ended], maxed over the ranks from a round end to its merge (timing_work_).
   std::vector<float> timing_;
   transport::coll::WorkPtr timing_work_;
-  double merged_comm_seconds_ = -1;  // this rank's: the last merged average's travel time, -1 unknown
+  // This rank's: the last merged average's travel time (over F fragments the slowest of those
+  // merged since fragment 0's merge: note_merge), -1 unknown.
+  double merged_comm_seconds_ = -1;
   // The quickest rank's travel times of the last kTravelHistory merges, oldest first; overlap
   // auto decides on their median (update_round_shape).
   static constexpr size_t kTravelHistory = 5;

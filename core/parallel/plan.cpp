@@ -43,15 +43,19 @@ PlanConfig preset(Preset p, int64_t tau) {
 }
 
 RoundShape choose_round_shape(double comm_seconds, double step_seconds, int64_t overlap, int64_t tau_floor,
-                              int64_t round_pos) {
+                              int64_t round_pos, int fragments) {
   constexpr int64_t kMaxOverlap = 1 << 16;
+  // Rounds per overlap: half of each round after its merge, or F merges one after another.
+  const int64_t per_overlap = std::max<int64_t>(2, fragments);
+  // The round now running must not end behind itself, nor (F > 1) put fragment 1's end behind.
+  const int64_t reached = fragments > 1 ? fragments * round_pos : round_pos + 1;
   RoundShape r;
   r.overlap = overlap;
   if (comm_seconds > 0 && step_seconds > 0)
     r.overlap = static_cast<int64_t>(std::ceil(std::min(1.5 * comm_seconds / step_seconds, double{kMaxOverlap})));
-  const int64_t tau_cap = std::max(kMaxTauGrowth * tau_floor, round_pos + 1);
-  r.overlap = std::clamp<int64_t>(r.overlap, 1, std::max<int64_t>(1, std::min(kMaxOverlap, tau_cap / 2)));
-  r.tau = std::min(std::max({tau_floor, 2 * r.overlap, round_pos + 1}), tau_cap);
+  const int64_t tau_cap = std::max(kMaxTauGrowth * tau_floor, reached);
+  r.overlap = std::clamp<int64_t>(r.overlap, 1, std::max<int64_t>(1, std::min(kMaxOverlap, tau_cap / per_overlap)));
+  r.tau = std::min(std::max({tau_floor, per_overlap * r.overlap, reached}), tau_cap);
   return r;
 }
 
@@ -161,11 +165,15 @@ void validate(const PlanConfig& p) {
     COHORT_CHECK(p.outer_fragments <= p.tau, Status::kInvalidPlan, "plan: outer_fragments = ", p.outer_fragments,
                  " must be <= tau = ", p.tau, ": fragment f is synchronised f * tau / F steps into each round, "
                  "so each fragment needs a step of its own");
+    // Overlap auto merges each fragment's average before the next fragment's round end
+    // (choose_round_shape): it starts that way.
+    COHORT_CHECK(!p.overlap_auto || p.overlap * p.outer_fragments <= p.tau, Status::kInvalidPlan,
+                 "plan: overlap auto over outer_fragments = ", p.outer_fragments, " starts from overlap = ", p.overlap,
+                 ", which must be <= tau / outer_fragments = ", p.tau / p.outer_fragments,
+                 ": each fragment's average is merged before the next fragment's round end");
     // Tensor / pipeline axes take fragments cut by the whole model's parameters (data_parallel.cpp,
-    // build_fragments); ZeRO 1 of the outer state shards each fragment (outer_shard.cpp).
-    COHORT_CHECK(!p.overlap_auto && p.shard_group == 1, Status::kUnsupported, "plan: outer_fragments = ",
-                 p.outer_fragments, " is not implemented with overlap auto or shard groups yet (TODO(#30)); it has ",
-                 p.overlap_auto ? std::string("overlap auto") : str_cat("shard_group ", p.shard_group));
+    // build_fragments); ZeRO 1 of the outer state shards each fragment (outer_shard.cpp); shard
+    // groups run each fragment on its pieces of every rank's shard (shard_group.cpp).
   }
   validate_tensor_grid(p);
   COHORT_CHECK(p.auto_trials >= 0 && p.auto_trials <= 64, Status::kInvalidPlan, "plan: auto_trials = ", p.auto_trials,

@@ -119,6 +119,8 @@ struct PlanConfig {
   // all-reduces of 1/S of the model each, at once), the clip's and penalty's norms summed over
   // the replica. What the stage shards with S > 1: 1 the inner optimizer state and the outer
   // state; 2 also the reduced gradients; 3 also the parameters between steps (data_parallel.h).
+  // With outer_fragments F > 1 each fragment runs on its pieces of every rank's shard: an outer
+  // all-reduce carries ~1/(F S) of the model (shard_group.cpp).
   // 1 (the default): no groups — every rank its own replica, as before.
   int shard_group = 1;
   // localsgd, co2 with an AdamW inner optimizer: each rank normalises its local steps by the
@@ -185,12 +187,19 @@ const char* mode_name(SyncMode mode);
 // tau_floor (or round_pos + 1 when that is more), the overlap at most half of that: past it co2
 // waits for the average rather than averaging less often (the CNN at 4 ranks ended at 84.5%
 // instead of 88-89% when a few slow all-reduces raised tau to 490).
+// With F > 1 fragments (plan.outer_fragments) comm_seconds is one fragment's travel (~1/F of the
+// model) and the F merges of a round follow one another: each fragment's average is merged
+// before the next fragment's round end, so one average travels at a time and its measured time
+// is its own, not a share of a link carrying several. So tau >= F x overlap (fragment f ends
+// floor(f tau / F) steps into the round: gaps of at least floor(tau / F) >= overlap), the
+// overlap at most tau_cap / F, and the round now running, at round_pos (fragment 0's merge),
+// must leave fragment 1's round end ahead: tau >= F x round_pos. F = 1 is the rule above.
 constexpr int64_t kMaxTauGrowth = 4;
 struct RoundShape {
   int64_t overlap = 1, tau = 1;
 };
 RoundShape choose_round_shape(double comm_seconds, double step_seconds, int64_t overlap, int64_t tau_floor,
-                              int64_t round_pos);
+                              int64_t round_pos, int fragments = 1);
 
 // Streaming outer synchronisation: the F + 1 parameter indices that cut parameters of the given
 // element counts, in order, into F contiguous non-empty fragments balanced by bytes (cut f is
@@ -204,11 +213,11 @@ inline int64_t outer_fragment_offset(int fragment, int fragments, int64_t tau) {
 
 // Throws kInvalidPlan naming the first bad field (unknown mode, tau < 1, negative lr, momentum
 // or threshold, momentum >= 1, data_parallel < 0, bucket_bytes 0, unknown ZeRO stage, co2's
-// overlap outside [1, tau], outer_fragments < 1 or > tau, shard_group < 1, shard_group > 1
+// overlap outside [1, tau], outer_fragments < 1 or > tau, overlap auto over F > 1 fragments
+// starting from an overlap above tau / F, shard_group < 1, shard_group > 1
 // without a ZeRO stage) and kUnsupported for stages 2-3 outside the sync mode without shard
 // groups (localsgd takes stage 1: its outer state sharded), for any stage under co2 without
-// them, for outer_fragments > 1 outside localsgd / co2 or with what has no fragmented form yet
-// (overlap auto, shard groups), and for
+// them, for outer_fragments > 1 outside localsgd / co2, and for
 // shard_group > 1 in the sync mode or with outer_bits 8 / 4, inner noise
 // scaling, tensor or pipeline axes or automatic (not implemented with groups yet); grad_keep
 // outside (0, 1] is kInvalidPlan, and below 1 kUnsupported outside the sync mode, with ZeRO

@@ -8,7 +8,21 @@
 // axis plays under tensor parallelism): the ranks of one position in every replica hold the same
 // bucket layout, so their shards line up element for element and their average is the shard of
 // the replicas' average. The clip's norm sums each rank's whole shard (padding included: it is
-// zero), so norm_ranges_ is one range.
+// zero), so norm_ranges_ covers it all: one range per fragment.
+//
+// Streaming synchronisation (plan.outer_fragments = F > 1): a fragment is whole parameters
+// (build_fragments' cut, the same as without groups), and its part of this rank's shard is the
+// intersection — the pieces of its parameters inside this rank's block of each bucket, plus the
+// bucket's padding where its last parameter is the fragment's. The outer state is laid out
+// fragment after fragment, each its pieces in shard order (cut_shard_into_fragments), so a
+// fragment is one contiguous slice [begin, begin + count) of the outer state, as unsharded:
+// every round end, all-reduce over outer_comm_ (the same pieces at the same position of every
+// replica), merge and norm runs on it unchanged. Per rank the outer state is still the shard's
+// elements (outer_numel_), only reordered; each outer all-reduce carries ~1/(F S) of the model.
+// A fragment may have no piece on a position (a small parameter inside another position's
+// block): its ranks there send nothing, alike in every replica, and still take part in the
+// replica's collectives (finiteness, norms). With F = 1 the one fragment is the whole shard, in
+// its own order: the layout, and checkpoints, are as before.
 #include <algorithm>
 #include <cstring>
 
@@ -36,14 +50,50 @@ void DataParallel::init_outer_over_shard() {
   std::vector<Tensor>& params = trainer_->mutable_parameters();
   for (const Bucket& b : buckets_) copy_shard(b, params, shard_params_.data<float>() + b.shard_offset, false);
   outer_numel_ = static_cast<size_t>(shard_params_.numel());
-  const float* shard = shard_params_.data<float>();
-  anchor_.assign(shard, shard + outer_numel_);
+  cut_shard_into_fragments();
+  anchor_.assign(outer_numel_, 0.0f);
+  for (const Fragment& fr : fragments_) read_outer(fr, params, anchor_.data());
   round_start_ = anchor_;
-  fragments_.at(0).count = outer_numel_;  // one fragment: the whole shard
-  norm_ranges_.assign(1, {0, outer_numel_});
   inflight_ = coll::CommBuffer(outer_comm_, outer_numel_);
   // co2's first guess reads the momentum.
   if (plan_.mode == SyncMode::kCo2) outer_.momentum().assign(outer_numel_, 0.0f);
+}
+
+void DataParallel::cut_shard_into_fragments() {
+  const std::vector<Tensor>& params = trainer_->parameters();
+  std::vector<size_t> fragment_of(params.size(), 0);  // parameter -> its fragment
+  for (size_t f = 0; f < fragments_.size(); ++f)
+    for (size_t i : fragments_[f].params) fragment_of[i] = f;
+  auto add = [this](size_t f, size_t at, size_t n) {  // the shard's [at, at + n) to fragment f
+    std::vector<std::pair<size_t, size_t>>& pieces = fragments_[f].pieces;
+    if (!pieces.empty() && pieces.back().first + pieces.back().second == at) pieces.back().second += n;
+    else pieces.emplace_back(at, n);
+  };
+  // This rank's block of bucket b is its elements [lo, lo + block), at b.shard_offset in the
+  // shard; parameter j of the bucket covers [offsets[j], offsets[j] + numel), the padding the
+  // rest, after its last parameter.
+  const size_t position = static_cast<size_t>(comm_->rank());
+  for (const Bucket& b : buckets_) {
+    const size_t lo = position * b.block, hi = lo + b.block;
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      const size_t first = std::max(lo, b.offsets[j]);
+      const size_t last = std::min(hi, b.offsets[j] + static_cast<size_t>(params[b.params[j]].numel()));
+      if (first < last) add(fragment_of[b.params[j]], b.shard_offset + (first - lo), last - first);
+    }
+    const size_t padding = std::max(lo, b.numel);
+    if (padding < hi) add(fragment_of[b.params.back()], b.shard_offset + (padding - lo), hi - padding);
+  }
+  size_t begin = 0;
+  norm_ranges_.clear();
+  for (Fragment& fr : fragments_) {
+    fr.begin = begin;
+    fr.count = 0;
+    for (const auto& piece : fr.pieces) fr.count += piece.second;
+    norm_ranges_.emplace_back(fr.begin, fr.count);
+    begin += fr.count;
+  }
+  COHORT_ASSERT(begin == outer_numel_, "data parallel: the fragments hold ", begin, " of the shard's ", outer_numel_,
+                " elements");
 }
 
 }  // namespace cohort::parallel

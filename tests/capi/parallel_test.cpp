@@ -539,8 +539,9 @@ TEST_F(CapiParallel, OuterFragmentsValidateTrainReportAndResume) {
   o.outer_fragments = 5;
   EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN, "plan: outer_fragments = 5 must be <= tau = 4");
   o.outer_fragments = 2;
-  o.overlap_steps = -1;  // auto
-  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_UNSUPPORTED, "it has overlap auto");
+  o.overlap_steps = -1;  // auto, from 1 step: each fragment's average merged before the next one's sync
+  EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(cohort_plan_destroy(older), COHORT_OK);
   o.overlap_steps = 0;
   o.outer_bits = 8;  // each fragment's own low-bit message
   EXPECT_EQ(cohort_plan_create(&o, &older), COHORT_OK) << cohort_last_error();

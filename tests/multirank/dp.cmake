@@ -17,7 +17,8 @@ foreach(mode ddp localsgd slowmo diloco co2 co2-plain co2-heavy co2-late co2-pen
              diloco-clip diloco-clip-zero1 diloco-zero1-resume outer-memory co2-auto ddp-wide ddp-zero1-wide co2-wide
              co2-wide-resume diloco-f2 diloco-f4 co2-f2 co2-f4 co2-clip-f4 co2-penalty-f2 co2-late-f4 co2-f2-resume
              co2-f4-resume diloco-f4-resume co2-8bit-f2 co2-4bit-f4 co2-8bit-f2-resume ddp-k25 ddp-k3 ddp-k25-resume ddp-zero1-k25
-             ddp-zero1-k3-resume diloco-zero1-f2 diloco-clip-zero1-f4 diloco-zero1-f4-resume)
+             ddp-zero1-k3-resume diloco-zero1-f2 diloco-clip-zero1-f4 diloco-zero1-f4-resume co2-auto-resume
+             co2-auto-f2 co2-auto-f4 co2-auto-f2-resume co2-auto-f4-resume)
   foreach(n 2 4)
     foreach(tls shm tcp)
       dp_test(${mode} ${n} ${tls})
@@ -45,10 +46,13 @@ endforeach()
 # world 2), ZeRO 1-3 inside each replica, localsgd / DiLoCo / co2 between them on each rank's
 # shard, against the reference with one simulated rank per replica; resumed bit for bit; NaN in
 # the last rank's batch (its replica skips) or parameters (its replica drops the round); the last
-# rank killed mid-round; and the memory per rank against unsharded runs (shard-memory).
+# rank killed mid-round; and the memory per rank against unsharded runs (shard-memory). "-f<F>":
+# the outer synchronisation streamed over F fragments, each on its pieces of every rank's shard.
 foreach(mode localsgd-zero3-g2 diloco-zero1-g2 diloco-zero2-g2 diloco-zero3-g2 diloco-clip-zero2-g2 co2-zero1-g2
              co2-zero2-g2 co2-zero3-g2 co2-clip-zero3-g2 co2-penalty-zero2-g2 co2-late-zero3-g2 co2-auto-zero2-g2
-             diloco-zero2-g2-resume diloco-zero3-g2-resume co2-zero2-g2-resume co2-zero3-g2-resume shard-memory)
+             diloco-zero2-g2-resume diloco-zero3-g2-resume co2-zero2-g2-resume co2-zero3-g2-resume shard-memory
+             diloco-zero2-g2-f2 localsgd-zero1-g2-f4 co2-zero3-g2-f2 co2-clip-zero1-g2-f4 co2-penalty-zero2-g2-f2
+             co2-auto-zero2-g2-f2 co2-zero2-g2-f2-resume diloco-zero3-g2-f4-resume co2-auto-zero3-g2-f2-resume)
   foreach(n 2 4)
     # One replica's guess is its average: no gap for the penalty to scale.
     if(n EQUAL 2 AND mode MATCHES "penalty")

@@ -14,8 +14,12 @@
 //                        with the same parameters as unsharded
 //   dp_rank shard-memory shard groups of 2 against unsharded runs: the model state per rank
 //                        shrinks to ~1/2 as each ZeRO stage says (diloco and co2)
-//   dp_rank co2-auto     overlap auto: every rank chose the same tau and overlap and reached the
-//                        same anchor bit for bit, in range
+//   dp_rank co2-auto     overlap auto: every rank chose the same tau and overlap at every step
+//                        and reached the same anchor bit for bit, in range (tau >= max(2, F) x
+//                        overlap), and the parameters match the reference given the shapes
+//                        chosen (with "-f<F>": over F fragments, each merged before the next
+//                        one's round end; "-resume": stopped at step 7 and resumed from a
+//                        checkpoint, the shape in force carried over)
 //   dp_rank co2-kill | diloco-zero1-kill   the last rank dies mid-round; the others must fail
 //                        with kPeerFailed / kTimeout naming it, within the deadline
 //   dp_rank ddp-wide | ddp-zero1-wide | co2-wide-resume | ...   any mode with a model wide enough
@@ -52,10 +56,12 @@
 //                        with one simulated rank per replica on its ranks' rows; the stats must
 //                        show each outer sync carrying ~1/S of the model, localsgd's outer
 //                        collectives all waited and co2's partly hidden. With -nan / -nanparam the
-//                        whole last replica skips / drops its round
+//                        whole last replica skips / drops its round; with -f<F> each fragment runs
+//                        on its pieces of every rank's shard
 // Each rank initialises with a different seed: attach must broadcast rank 0's weights.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -144,7 +150,8 @@ parallel::PlanConfig plan_for_mode(std::string mode) {
   if (mode == "co2-plain") p.outer.lr = 1, p.outer.momentum = 0, p.outer.nesterov = false, p.overlap = 1;
   if (mode == "co2-heavy") p.outer.lr = 0.5, p.outer.momentum = 0.8, p.outer.nesterov = false;
   if (mode == "co2-late") p.overlap = plan_tau();
-  if (mode == "co2-auto") p.overlap_auto = true;
+  // -auto starts from 2 steps as well, or over F fragments from at most tau / F (one average in flight).
+  if (mode == "co2-auto") p.overlap_auto = true, p.overlap = std::min<int64_t>(2, plan_tau() / g_fragments);
   if (mode == "co2-8bit") p.outer_bits = 8;
   if (mode == "co2-4bit") p.outer_bits = 4;
   if (mode == "co2-penalty") p.outer.staleness_penalty = true;
@@ -185,7 +192,11 @@ bool fragment_stats_hold(const parallel::PlanConfig& plan, const parallel::Paral
   if (plan.shard_group > 1)
     smaller = st.outer_sync_bytes > 0 &&
               st.outer_sync_bytes <= model_bytes / plan.shard_group + st.buckets * static_cast<int64_t>(sizeof(float));
-  if (st.outer_fragments == plan.outer_fragments && st.outer_syncs == syncs &&
+  // Shard groups over F fragments: a fragment may have no piece in this rank's shard (a small
+  // parameter inside another position's block), and then no sync here.
+  const bool syncs_hold = plan.shard_group > 1 && plan.outer_fragments > 1 ? st.outer_syncs > 0 && st.outer_syncs <= syncs
+                                                                           : st.outer_syncs == syncs;
+  if (st.outer_fragments == plan.outer_fragments && syncs_hold &&
       (smaller || plan.outer_bits < 32 || (plan.zero_stage > 0 && plan.shard_group == 1)))
     return true;
   std::printf("outer stats: %lld fragments (plan %d), %lld syncs (expected %lld), %lld B a sync (model %lld B)\n",
@@ -194,6 +205,9 @@ bool fragment_stats_hold(const parallel::PlanConfig& plan, const parallel::Paral
               static_cast<long long>(model_bytes));
   return false;
 }
+
+// co2 under overlap auto (run_auto): the round shape each step left, the reference's to follow.
+std::vector<parallel::RoundShape> g_shapes;
 
 // *skipped: the steps the reference skipped for NaN or Inf on this rank.
 std::vector<float> reference(const std::string& mode, int world, int rank, const parallel::PlanConfig& plan,
@@ -231,7 +245,9 @@ std::vector<float> reference(const std::string& mode, int world, int rank, const
     poison_batch(s, r, replicas, b, (group - 1) * test::kShard);
   };
   sim.after_step = [replicas](int64_t s, int r, Trainer& t) { poison_parameters(s, r, replicas, t); };
-  for (int64_t s = 0; s < kSteps; ++s) sim.step(s);
+  if (!g_shapes.empty()) sim.shape = [](int64_t s) { return g_shapes.at(static_cast<size_t>(s)); };
+  const int64_t steps = g_shapes.empty() ? kSteps : static_cast<int64_t>(g_shapes.size());
+  for (int64_t s = 0; s < steps; ++s) sim.step(s);
   *skipped = sim.skipped.at(static_cast<size_t>(rank / group));
   return test::dp_flat(sim.rank(rank / group));
 }
@@ -334,24 +350,50 @@ int run_compare(const std::string& mode, std::shared_ptr<coll::Communicator> com
   return diff <= (device == Device::kCpu ? 2e-5 : 2e-4) ? 0 : 1;
 }
 
-// co2 with overlap auto: the shape of each round follows measured times, so there is no
-// reference to match; what must hold is that every rank made the same choices (the same tau
-// and overlap, the same anchor bit for bit) and that they are in range.
-int run_auto(const std::string& mode, std::shared_ptr<coll::Communicator> comm) {
+// co2 with overlap auto: the shape of each round follows measured times, so it is recorded after
+// every step and given to the reference. Every rank must have made the same choices at every step
+// (the same tau and overlap, the same anchor bit for bit), in range, and match the reference.
+int run_auto(const std::string& mode, std::shared_ptr<coll::Communicator> comm, bool resume) {
   parallel::PlanConfig plan = plan_for(mode);
-  auto trainer = make_trainer(comm->rank());
+  const int rank = comm->rank();
+  const std::string path = "/tmp/cohort_dp_auto_" + std::to_string(getppid()) + "_" + std::to_string(rank);
+  const int64_t steps = 8 * kTau, stop = 2 * kTau + 1;
+  auto trainer = make_trainer(rank);
   auto dp = parallel::DataParallel::attach(*trainer, plan, comm);
-  for (int64_t s = 0; s < 8 * kTau; ++s) trainer->step(test::dp_batch(s, comm->rank() * test::kShard, test::kShard));
+  bool in_range = true;
+  uint64_t shapes_hash = 1469598103934665603ull;  // FNV-1a over every step's (tau, overlap)
+  for (int64_t s = 0; s < steps; ++s) {
+    if (resume && s == stop) {  // a new trainer and hook from the checkpoint, the shape in force with them
+      checkpoint::CheckpointExtra extra;
+      dp->save_state(extra);
+      checkpoint::save_checkpoint(*trainer, path, extra);
+      trainer->set_step_hook(nullptr);
+      dp.reset();
+      trainer = make_trainer(rank + 100);
+      dp = parallel::DataParallel::attach(*trainer, plan, comm);
+      checkpoint::CheckpointExtra loaded;
+      checkpoint::load_checkpoint(*trainer, path, &loaded);
+      dp->load_state(loaded);
+      std::remove(path.c_str());
+    }
+    trainer->step(test::dp_batch(s, rank * test::kShard, test::kShard));
+    const parallel::ParallelStats now = dp->stats();
+    g_shapes.push_back({now.overlap, now.tau});
+    // Over F fragments one average in flight at a time, from the plan's shape on (F = 1: overlap <= tau).
+    in_range = in_range && now.overlap >= 1 && now.tau >= plan.tau && now.tau >= plan.outer_fragments * now.overlap;
+    for (int64_t v : {now.tau, now.overlap}) shapes_hash = (shapes_hash ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+  }
   parallel::ParallelStats st = dp->stats();
+  in_range = in_range && st.tau >= std::max(2, plan.outer_fragments) * st.overlap;  // as re-chosen
   uint64_t hash = 1469598103934665603ull;  // FNV-1a over the anchor's bytes (whole or this rank's block)
   for (float v : dp->anchor()) {
     uint32_t bits = 0;
     std::memcpy(&bits, &v, sizeof bits);
     hash = (hash ^ bits) * 1099511628211ull;
   }
-  // Min and max over the ranks of tau and overlap in one kMax all-reduce.
-  float v[4] = {static_cast<float>(st.tau), static_cast<float>(st.overlap), -static_cast<float>(st.tau),
-                -static_cast<float>(st.overlap)};
+  // Min and max over the ranks of the shapes' hash in one kMax all-reduce (24 bits a float).
+  float v[4] = {static_cast<float>(shapes_hash >> 40), static_cast<float>(shapes_hash & 0xffffff)};
+  v[2] = -v[0], v[3] = -v[1];
   comm->all_reduce(v, 4, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
   bool same = v[0] == -v[2] && v[1] == -v[3];
   // The anchor (whole, or this rank's shard under shard groups) over the ranks that hold the
@@ -362,13 +404,20 @@ int run_auto(const std::string& mode, std::shared_ptr<coll::Communicator> comm) 
   h[2] = -h[0], h[3] = -h[1];
   holders->all_reduce(h, 4, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
   same = same && h[0] == -h[2] && h[1] == -h[3];
-  const bool in_range = st.overlap >= 1 && st.tau >= kTau && st.tau >= 2 * st.overlap;
-  std::printf("rank %d/%d %s: tau %lld, overlap %lld (an average took %.4f s, a step %.4f s), hidden %.2f; "
-              "the ranks %s\n",
-              comm->rank(), comm->size(), mode.c_str(), static_cast<long long>(st.tau),
+  std::string seen;  // the shapes chosen, each from the step count it took effect
+  for (size_t s = 0; s < g_shapes.size(); ++s)
+    if (s == 0 || g_shapes[s].tau != g_shapes[s - 1].tau || g_shapes[s].overlap != g_shapes[s - 1].overlap)
+      seen += " " + std::to_string(s + 1) + ":(" + std::to_string(g_shapes[s].overlap) + "," +
+              std::to_string(g_shapes[s].tau) + ")";
+  trainer->gather_parameters();  // ZeRO 3 keeps only shards between steps (a collective; elsewhere a no-op)
+  std::vector<int64_t> skipped;
+  const double diff = test::dp_max_diff(test::dp_flat(*trainer), reference(mode, comm->size(), rank, plan, &skipped));
+  std::printf("rank %d/%d %s%s: tau %lld, overlap %lld (an average took %.4f s, a step %.4f s), hidden %.2f; "
+              "(overlap, tau) from step:%s; the ranks %s; max |param - reference| = %.3g\n",
+              rank, comm->size(), mode.c_str(), resume ? "-resume" : "", static_cast<long long>(st.tau),
               static_cast<long long>(st.overlap), st.outer_comm_seconds, st.step_seconds, st.hidden_fraction,
-              same ? "agree" : "DISAGREE");
-  return same && in_range && st.step_seconds > 0 ? 0 : 1;
+              seen.c_str(), same ? "agree" : "DISAGREE", diff);
+  return same && in_range && st.step_seconds > 0 && diff <= 2e-5 ? 0 : 1;
 }
 
 int run_outer_memory(const std::string& mode, std::shared_ptr<coll::Communicator> comm) {
@@ -552,11 +601,13 @@ int main(int argc, char** argv) {
       return mode.size() > tail.size() && mode.compare(mode.size() - tail.size(), tail.size(), tail) == 0;
     };
     const bool killing = ends_with("-kill");
-    int rc = ends_with("-resume") ? run_resume(mode.substr(0, mode.size() - 7), comm)
+    const bool automatic = mode.rfind("co2-auto", 0) == 0;
+    int rc = automatic ? run_auto(ends_with("-resume") ? mode.substr(0, mode.size() - 7) : mode, comm,
+                                  ends_with("-resume"))
+             : ends_with("-resume") ? run_resume(mode.substr(0, mode.size() - 7), comm)
              : killing            ? run_kill(mode.substr(0, mode.size() - 5), comm)
              : mode == "outer-memory" ? run_outer_memory("diloco", comm)
              : mode == "shard-memory" ? run_shard_memory(comm)
-             : mode.rfind("co2-auto", 0) == 0 ? run_auto(mode, comm)
                                       : run_compare(mode, comm, device, store);
     if (!killing) comm->barrier()->wait();  // rank 0's store outlives every peer's use
     return rc;

@@ -955,9 +955,13 @@ typedef struct cohort_plan_options {
    * are spread over the round (cohort_parallel_stats.outer_sync_bytes: the largest). 0 or 1 (the
    * default): the whole model at once, as before. INVALID_PLAN when negative or above tau (at
    * cohort_trainer_create_parallel: above the model's number of parameters); UNSUPPORTED above 1
-   * in DDP mode, and with overlap_steps -1 or shard_group > 1 (not implemented yet); with
-   * zero_stage 1 (localsgd) each fragment's outer state is sharded on its own. With outer_bits 8 / 4 each fragment's message is its own low-bit packing.
-   * A checkpoint's outer state loads only under the same count. */
+   * in DDP mode; with zero_stage 1 (localsgd) each fragment's outer state is sharded on its own.
+   * With outer_bits 8 / 4 each fragment's message is its own low-bit packing. With overlap_steps
+   * -1 (co2, chosen as it runs) each fragment's average is merged before the next fragment's
+   * round end: the overlap chosen hides one fragment's all-reduce and tau is kept at least
+   * outer_fragments times it. With shard_group > 1 each fragment runs on its pieces of every
+   * rank's shard (an outer all-reduce carries about 1 / (outer_fragments x shard_group) of the
+   * model). A checkpoint's outer state loads only under the same count. */
   int32_t outer_fragments;
   /* Added after outer_fragments (read only when size covers it). localsgd and co2: shard groups
    * (DiLoCo-style hybrid sharding). The data-parallel ranks D are D / shard_group replicas of
@@ -973,7 +977,7 @@ typedef struct cohort_plan_options {
    * round. 0 or 1 (the default): every rank its own replica, as before. INVALID_PLAN when
    * negative, above 1 with zero_stage 0, or (at cohort_trainer_create_parallel) not dividing the
    * data-parallel degree; UNSUPPORTED above 1 in DDP mode, with outer_bits 8 / 4,
-   * inner_noise_scaling, outer_fragments > 1, tensor / pipeline axes, automatic, or on a CUDA
+   * inner_noise_scaling, tensor / pipeline axes, automatic, or on a CUDA
    * trainer (not implemented yet). Every rank saves its own checkpoint (its inner optimizer shard
    * and its shard's outer state); it loads only under the same shard_group, position and
    * bucket_bytes. */

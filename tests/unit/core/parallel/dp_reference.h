@@ -7,6 +7,10 @@
 // Streaming synchronisation (plan.outer_fragments = F): fragment f (parallel::outer_fragment_cuts,
 // checked on its own in parallel_test.cpp) runs that rule on its elements alone, its rounds
 // ending at step counts n = f tau / F (mod tau); the clip's norm stays the whole momentum's.
+// co2 under overlap auto (DpSimulation::shape, the round shape the engine chose after each step):
+// fragment 0's round lasts the tau in force at its end, fragment f >= 1 ends floor(f tau / F)
+// steps into it, and each average is merged `overlap` steps after its launch — the overlap in
+// force when it was launched.
 // Shard groups (plan.shard_group = S): a replica of S ranks training synchronously under ZeRO is
 // one simulated rank on their S shards of the batch concatenated (`rows` = S x kShard samples),
 // and the outer rule between replicas is the same elementwise rule — so the reference simulates
@@ -116,6 +120,8 @@ class DpSimulation {
       lo_.push_back(n);
     }
     pending_.assign(static_cast<size_t>(plan.outer_fragments), false);
+    launched_.assign(pending_.size(), 0);
+    merge_after_.assign(pending_.size(), 0);
   }
 
   // Called with each rank's batch before its step (tests that put NaN or Inf into one rank's
@@ -123,6 +129,9 @@ class DpSimulation {
   // make a rank's parameters NaN).
   std::function<void(int64_t step, int rank, std::map<std::string, Tensor>& batch)> edit_batch;
   std::function<void(int64_t step, int rank, Trainer& trainer)> after_step;
+  // co2: the round shape in force after each step (the engine's stats under overlap auto);
+  // unset, the plan's tau and overlap.
+  std::function<parallel::RoundShape(int64_t step)> shape;
   std::vector<std::vector<int64_t>> skipped;  // per rank: the steps its trainer skipped for NaN
 
   void step(int64_t step) {
@@ -189,6 +198,21 @@ class DpSimulation {
   // guess (times the penalty's factor when that is on; nothing when its parameters are not finite).
   void co2_after(int64_t steps) {
     const size_t fragments = pending_.size();
+    if (shape) {
+      const parallel::RoundShape now = shape(steps - 1);
+      for (size_t f = 0; f < fragments; ++f)
+        if (pending_[f] && steps - launched_[f] == merge_after_[f]) co2_merge(f, lo_[f], lo_[f + 1]);
+      const int64_t pos = steps - round_begin_;
+      for (size_t f = 0; f < fragments; ++f) {
+        const bool ends = f == 0 ? pos == now.tau : pos == static_cast<int64_t>(f) * now.tau / static_cast<int64_t>(fragments);
+        if (!ends) continue;
+        co2_round_end(f, lo_[f], lo_[f + 1]);
+        launched_[f] = steps;
+        merge_after_[f] = now.overlap;
+        if (f == 0) round_begin_ = steps;
+      }
+      return;
+    }
     for (size_t f = 0; f < fragments; ++f)
       if (pending_[f] && round_ends(f, steps - plan_.overlap)) co2_merge(f, lo_[f], lo_[f + 1]);
     for (size_t f = 0; f < fragments; ++f)
@@ -308,6 +332,10 @@ class DpSimulation {
   // awaits its merge.
   std::vector<size_t> lo_;
   std::vector<bool> pending_;
+  // With `shape`: where fragment 0's round began, and per fragment its launch and the steps to
+  // its merge (step counts).
+  int64_t round_begin_ = 0;
+  std::vector<int64_t> launched_, merge_after_;
 };
 
 // Synchronous DDP with top-k gradient compression and error feedback (plan.grad_keep < 1),

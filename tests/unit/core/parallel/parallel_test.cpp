@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "core/base/error.h"
@@ -106,9 +107,17 @@ TEST(Plan, OuterFragmentsFitTauAndTheMode) {
   expect_plan_error(p, Status::kUnsupported, "plan: outer_fragments = 2 applies to the outer synchronisation");
   p = preset(Preset::kCo2, 4);
   p.outer_fragments = 2;
-  p.overlap_auto = true;
-  expect_plan_error(p, Status::kUnsupported, "outer_fragments = 2 is not implemented with overlap auto");
-  p.overlap_auto = false;
+  p.overlap_auto = true;  // each fragment's average merged before the next fragment's round end
+  EXPECT_NO_THROW(validate_for_world(p, 4));
+  p.overlap = 2;  // 2 x 2 fragments = tau: still one average in flight at a time
+  EXPECT_NO_THROW(validate_for_world(p, 4));
+  p.outer_fragments = 4;
+  expect_plan_error(p, Status::kInvalidPlan, "plan: overlap auto over outer_fragments = 4 starts from overlap = 2, "
+                    "which must be <= tau / outer_fragments = 1");
+  p.overlap_auto = false;  // a fixed overlap may leave several fragments' averages in flight
+  EXPECT_NO_THROW(validate_for_world(p, 4));
+  p.outer_fragments = 2;
+  p.overlap = 1;
   p.outer_bits = 8;  // each fragment's message its own low-bit packing
   EXPECT_NO_THROW(validate_for_world(p, 4));
   p = preset(Preset::kDiLoCo, 4);
@@ -121,11 +130,14 @@ TEST(Plan, OuterFragmentsFitTauAndTheMode) {
   p.tensor.y = 1;
   p.pipeline.stages = 2;  // a stage may hold none of a fragment
   EXPECT_NO_THROW(validate_for_world(p, 4));
-  p.shard_group = 2;
+  p.shard_group = 2;  // each fragment on its pieces of every rank's shard
   p.zero_stage = 1;
   p.pipeline.stages = 1;
-  expect_plan_error(p, Status::kUnsupported, "outer_fragments = 2 is not implemented with overlap auto or shard "
-                    "groups yet (TODO(#30)); it has shard_group 2");
+  EXPECT_NO_THROW(validate_for_world(p, 4));
+  p.mode = SyncMode::kCo2;
+  p.zero_stage = 3;
+  p.overlap_auto = true;
+  EXPECT_NO_THROW(validate_for_world(p, 4));
 }
 
 TEST(Plan, OuterFragmentsAreContiguousAndBalancedByBytes) {
@@ -205,6 +217,36 @@ TEST(Plan, Co2RoundShapeHidesTheMeasuredAllReduce) {
   r = choose_round_shape(0.0, 0.1, 4, 8, 4);
   EXPECT_EQ(r.overlap, 4);
   EXPECT_EQ(r.tau, 8);
+}
+
+TEST(Plan, Co2RoundShapeOverFragmentsMergesEachBeforeTheNext) {
+  // comm is one fragment's travel; a step takes 0.1 s and tau's floor is 8.
+  struct Case {
+    double comm;
+    int64_t overlap, round_pos;
+    int fragments;
+    int64_t want_overlap, want_tau;
+    const char* why;
+  };
+  const Case cases[] = {
+      {0.25, 1, 1, 4, 4, 16, "2.5 steps: merged after 4; tau 4 x 4, each merge by the next round end (0, 4, 8, 12)"},
+      {0.01, 1, 1, 4, 1, 8, "quick: tau at its floor, offsets 0, 2, 4, 6 leave 2 >= 1 between syncs"},
+      {2.5, 4, 4, 4, 8, 32, "past the cap: the overlap stops at 4 x 8 / 4, tau at 32"},
+      {0.01, 8, 8, 4, 1, 32, "fast again 8 steps in: fragment 1 ends at floor(tau / 4) >= 8, not at step 2 of 9"},
+      {0.12, 3, 3, 2, 2, 8, "two fragments 3 steps in: tau at its floor, fragment 1 at 4, ahead"},
+  };
+  for (const Case& c : cases) {
+    const RoundShape r = choose_round_shape(c.comm, 0.1, c.overlap, 8, c.round_pos, c.fragments);
+    EXPECT_EQ(r.overlap, c.want_overlap) << c.why;
+    EXPECT_EQ(r.tau, c.want_tau) << c.why;
+  }
+  // One fragment is the rule of the test above, bit for bit.
+  for (double comm : {0.0, 0.01, 0.25, 1.0, 2.5})
+    for (int64_t pos : {1, 4, 30, 40}) {
+      const RoundShape a = choose_round_shape(comm, 0.1, 4, 8, pos), b = choose_round_shape(comm, 0.1, 4, 8, pos, 1);
+      EXPECT_EQ(a.overlap, b.overlap);
+      EXPECT_EQ(a.tau, b.tau);
+    }
 }
 
 TEST(Quantizer, EveryValueWithinHalfALevel) {
@@ -339,8 +381,8 @@ TEST(Plan, ShardGroupsDivideTheDataDegreeAndTakeZeroInside) {
   p.automatic = true;
   expect_plan_error(p, Status::kUnsupported, "it has automatic");
   p.automatic = false;
-  p.outer_fragments = 2;
-  expect_plan_error(p, Status::kUnsupported, "outer_fragments = 2 is not implemented");
+  p.outer_fragments = 2;  // streamed: each fragment on its pieces of the shard
+  EXPECT_NO_THROW(validate_for_world(p, 4));
 }
 
 TEST(DataParallel, WorldOfOneMatchesTheReferenceForEveryPreset) {
@@ -363,6 +405,14 @@ TEST(DataParallel, WorldOfOneMatchesTheReferenceForEveryPreset) {
   }
 }
 
+// A trainer's options for a test against the reference: one thread, the reference's seed.
+TrainerOptions one_thread(uint64_t seed) {
+  TrainerOptions o;
+  o.seed = seed;
+  o.num_threads = 1;
+  return o;
+}
+
 TEST(DataParallel, WorldOfOneMatchesTheFragmentedReference) {
   // Streaming synchronisation at world 1 (the multi-rank runs are multirank.dp.*-f2 / -f4):
   // DiLoCo and co2 (overlap 1 and 3 of tau 4: several fragments' averages in flight at once),
@@ -376,10 +426,7 @@ TEST(DataParallel, WorldOfOneMatchesTheFragmentedReference) {
         plan.outer_fragments = fragments;
         plan.overlap = overlap;
         plan.outer.clip_threshold = 0.05;
-        TrainerOptions o;
-        o.seed = 4;
-        o.num_threads = 1;
-        Trainer t(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);
+        Trainer t(test::dp_model(test::kShard), test::dp_inner_optimizer(), one_thread(4));
         auto dp = DataParallel::attach(t, plan, comm);
         test::DpSimulation sim(1, plan, 4);
         for (int64_t s = 0; s < 11; ++s) {
@@ -397,6 +444,74 @@ TEST(DataParallel, WorldOfOneMatchesTheFragmentedReference) {
         EXPECT_GT(st.last_momentum_norm, plan.outer.clip_threshold) << what;  // the clip binds
         t.set_step_hook(nullptr);
       }
+}
+
+TEST(DataParallel, OverlapAutoOverFragmentsMatchesTheReference) {
+  // co2 under overlap auto over 2 and 4 fragments, against the reference given the round shapes
+  // the engine chose after each step (DpSimulation::shape): every fragment's round end and merge
+  // must fall where that shape puts them. At world 1 the travel is short and the shape moves
+  // little (tau 4 to 12 here), so the run is saved at the first round end from step 8 on and resumed with the shape
+  // a slow link would have left, tau 16 and fragment 0's average merged after 16 / F steps (the
+  // most tau allows): the fragments' offsets follow the loaded tau (fragment 1 at 16 / F, not
+  // 4 / F), fragment 0's merge re-chooses the shape with fragment 1's end still ahead (tau stays
+  // >= F x 16 / F), and a later merge brings tau back mid-round as the measured times say.
+  auto comm = test::world_of_one().comm;
+  constexpr int64_t kSteps = 48;
+  for (int fragments : {2, 4}) {
+    PlanConfig plan = preset(Preset::kCo2, 4);
+    plan.outer_fragments = fragments;
+    plan.overlap_auto = true;
+    plan.outer.clip_threshold = 0.05;
+    const TrainerOptions o = one_thread(4);
+    const std::string path = ::testing::TempDir() + "cohort_auto_fragments_" + std::to_string(fragments);
+    auto t = std::make_unique<Trainer>(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);
+    auto dp = DataParallel::attach(*t, plan, comm);
+    std::vector<RoundShape> shapes;
+    int64_t round_begin = 0, lengthened = -1;
+    const std::string what = str_cat("F ", fragments);
+    for (int64_t s = 0; s < kSteps; ++s) {
+      t->step(test::dp_batch(s, 0, test::kShard));
+      const ParallelStats st = dp->stats();
+      shapes.push_back({st.overlap, st.tau});
+      EXPECT_GE(st.overlap, 1) << what;
+      EXPECT_GE(st.tau, fragments * st.overlap) << what << " step " << s;  // one average in flight at a time
+      if (s + 1 - round_begin != st.tau) continue;
+      round_begin = s + 1;  // fragment 0's round ended
+      if (lengthened >= 0 || s + 1 < 8) continue;
+      checkpoint::CheckpointExtra extra;
+      dp->save_state(extra);
+      ASSERT_EQ(extra.ints.at("parallel.co2.round_pos"), 0) << what;
+      extra.ints["parallel.co2.round_tau"] = 16;
+      extra.ints["parallel.co2.merge_overlap"] = 16 / fragments;
+      shapes.back().overlap = 16 / fragments;  // the overlap fragment 0's average was launched with
+      checkpoint::save_checkpoint(*t, path, extra);
+      t->set_step_hook(nullptr);
+      t = std::make_unique<Trainer>(test::dp_model(test::kShard), test::dp_inner_optimizer(), o);
+      dp = DataParallel::attach(*t, plan, comm);
+      checkpoint::CheckpointExtra loaded;
+      checkpoint::load_checkpoint(*t, path, &loaded);
+      dp->load_state(loaded);
+      std::remove(path.c_str());
+      EXPECT_EQ(dp->stats().tau, 16) << what;
+      lengthened = s + 1;
+    }
+    ASSERT_GE(lengthened, 8) << what;
+    test::DpSimulation sim(1, plan, 4);
+    sim.shape = [&shapes](int64_t s) { return shapes.at(static_cast<size_t>(s)); };
+    for (int64_t s = 0; s < kSteps; ++s) sim.step(s);
+    const double diff = test::dp_max_diff(test::dp_flat(*t), test::dp_flat(sim.rank(0)));
+    EXPECT_LE(diff, 1e-6) << what;
+    // Fragment 0's merge 16 / F steps into the loaded round kept tau at 16.
+    EXPECT_EQ(shapes.at(static_cast<size_t>(lengthened + 16 / fragments - 1)).tau, 16) << what;
+    std::string seen;
+    for (size_t s = 0; s < shapes.size(); ++s)
+      if (s == 0 || shapes[s].tau != shapes[s - 1].tau || shapes[s].overlap != shapes[s - 1].overlap)
+        seen += str_cat(" step ", s + 1, ": (", shapes[s].overlap, ", ", shapes[s].tau, ")");
+    std::printf("co2 overlap auto over %d fragments, resumed at step %lld; (overlap, tau):%s; max |param - "
+                "reference| = %.3g\n",
+                fragments, static_cast<long long>(lengthened), seen.c_str(), diff);
+    t->set_step_hook(nullptr);
+  }
 }
 
 TEST(DataParallel, OuterStateOfOtherFragmentsIsRefused) {
