@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,5 +50,22 @@ struct WorkloadOptions {
 
 // Seconds per forward node of `forward` (forward + backward), indexed like forward.nodes().
 std::vector<double> estimate_node_seconds(const Graph& forward, const WorkloadOptions& options = {});
+
+// What one executor run costs beyond its nodes, in seconds: under micro-batches or pipeline stages
+// a trainer runs each micro-batch's forward and backward as separate runs (a chunk's, on its own
+// executor: the run's bookkeeping, what forward keeps handed to backward, the gradients
+// accumulated), where without them a step is one run of both, as estimate_node_seconds' whole-
+// graph timing is. Calibrated like the nodes (cached, per graph and thread count): `forward` (a
+// graph with a loss, at one micro-batch's rows) trained on zeros by a trainer of each kind, steps
+// alternated; half the difference of their median steps. 0 when not measured (options.measure
+// false and nothing cached, or a graph a trainer alone cannot run).
+double estimate_run_overhead_seconds(const Graph& forward, const WorkloadOptions& options = {});
+
+// One forward and backward of `forward` (a graph with a loss) as a step without micro-batches runs
+// them — one executor run, on zeros — at `num_threads` (0: the process setting): work with a
+// step's mix of arithmetic and memory traffic, for the communication probe's compute stretch
+// (comm_probe.h). Each call runs it once; from one thread at a time. kInvalidArgument without a
+// loss.
+std::function<void()> make_step_runner(const Graph& forward, int num_threads = 0);
 
 }  // namespace cohort::parallel
