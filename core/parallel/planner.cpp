@@ -133,15 +133,17 @@ std::string format_plan_table(const std::vector<PlanPrediction>& plans, size_t l
   for (size_t i = 0; i < n; ++i) width = std::max(width, plans[i].describe().size());
   std::ostringstream s;
   char line[512];
-  std::snprintf(line, sizeof line, "%4s  %-*s  %10s  %10s  %10s  %10s  %11s  %4s\n", "rank", static_cast<int>(width),
-                "plan", "step ms", "compute ms", "comm ms", "bubble ms", "memory MiB", "fits");
+  // "of it runs": the part of compute that is the executor runs' own cost.
+  std::snprintf(line, sizeof line, "%4s  %-*s  %10s  %10s  %11s  %10s  %10s  %11s  %4s\n", "rank",
+                static_cast<int>(width), "plan", "step ms", "compute ms", "of it runs", "comm ms", "bubble ms",
+                "memory MiB", "fits");
   s << line;
   for (size_t i = 0; i < n; ++i) {
     const PlanPrediction& p = plans[i];
-    std::snprintf(line, sizeof line, "%4zu  %-*s  %10.2f  %10.2f  %10.2f  %10.2f  %11.0f  %4s\n", i + 1,
+    std::snprintf(line, sizeof line, "%4zu  %-*s  %10.2f  %10.2f  %11.2f  %10.2f  %10.2f  %11.0f  %4s\n", i + 1,
                   static_cast<int>(width), p.describe().c_str(), p.step_seconds() * 1e3, p.compute_seconds * 1e3,
-                  p.exposed_comm_seconds * 1e3, p.bubble_seconds * 1e3, p.memory_bytes / (1024.0 * 1024.0),
-                  p.fits ? "yes" : "NO");
+                  p.run_overhead_seconds * 1e3, p.exposed_comm_seconds * 1e3, p.bubble_seconds * 1e3,
+                  p.memory_bytes / (1024.0 * 1024.0), p.fits ? "yes" : "NO");
     s << line;
   }
   return s.str();
@@ -350,6 +352,7 @@ struct Planner {
   const WorkloadOptions& workload;
   ModelFacts facts;
   std::map<int64_t, std::shared_ptr<Priced>> by_rows;
+  std::map<int64_t, double> run_overhead_by_rows;
   std::map<std::tuple<int, int, int, int>, bool> grid_ok;
 
   Planner(const Graph& m, const ClusterSpec& c, const WorkloadOptions& w)
@@ -362,6 +365,20 @@ struct Planner {
       slot = std::make_shared<Priced>(price_graph(g, facts, cluster, workload));
     }
     return *slot;
+  }
+
+  // Seconds one executor run costs beyond its nodes at `rows` a micro-batch: the cluster's, else
+  // calibrated on this machine (not under a cluster's own rates); asked only by layouts that run
+  // more than one executor run a step.
+  double run_overhead(int64_t rows) {
+    if (cluster.run_overhead_seconds >= 0) return cluster.run_overhead_seconds;
+    if (cluster.flops_per_second > 0) return 0.0;
+    auto it = run_overhead_by_rows.find(rows);
+    if (it == run_overhead_by_rows.end()) {
+      const Graph g = rows == facts.batch ? model : model.with_batch(rows);
+      it = run_overhead_by_rows.emplace(rows, estimate_run_overhead_seconds(g, workload)).first;
+    }
+    return it->second;
   }
 
   // Whether the tensor rewrite takes `grid` (cached; the real builder decides).
@@ -434,6 +451,15 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
           ? std::max(1.0, static_cast<double>(std::min(rpn, world)) * std::max(1, cluster.threads_per_rank) /
                               cluster.cores_per_node)
           : 1.0;
+  // A core to spare per rank for the transport's progress beside its compute threads: without one,
+  // communication the model would overlap with compute takes turns with it instead. Not known
+  // (no probe, no cores given: devices compute, host cores drive the transport): spare.
+  const double cores_per_rank =
+      cluster.comm.cores_per_rank > 0 ? cluster.comm.cores_per_rank
+      : cluster.cores_per_node > 0
+          ? static_cast<double>(cluster.cores_per_node) / std::min(rpn, world)
+          : std::numeric_limits<double>::infinity();
+  const bool spare_core = cores_per_rank >= std::max(1, cluster.threads_per_rank) + 1;
   const int64_t rows = facts.batch / (static_cast<int64_t>(D) * Z * M);
   const Priced& g = priced(rows);
   const size_t n_nodes = facts.role.size();
@@ -456,7 +482,8 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
   // The tensor axes' communication per micro-batch (forward and backward), at the pair's column
   // node. Megatron's collectives and AxoNN's X / Y ones sit on the critical path of the layer they
   // serve: counted as exposed. Z's weight gathers are prefetched (FSDP-style) and hidden behind
-  // the pair's own compute, exposed only beyond it.
+  // the pair's own compute, exposed only beyond it — where a core is spare for the transport;
+  // else exposed whole (no core moves their bytes while the pair computes).
   double z_other_grad_bytes = 0;  // parameters outside the pairs: gradients summed over Z
   std::vector<double> pair_compute(facts.pairs.size(), 0);
   for (size_t i = 0; i < n_nodes; ++i)
@@ -488,7 +515,7 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
         const double w = facts.pair_weight_bytes[pr] / (X * Y);
         const double zc = 2 * comm.seconds(CommOp::kAllGather, Z, w / Z, z_across) +
                           comm.seconds(CommOp::kReduceScatter, Z, w, z_across);
-        tcomm[i] += std::max(0.0, zc - pair_compute[pr]);
+        tcomm[i] += spare_core ? std::max(0.0, zc - pair_compute[pr]) : zc;
       }
     }
     if (Y > 1 && facts.vocab_head && g.embedding_bytes > 0) {
@@ -519,6 +546,12 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
     for (size_t i = begin[s]; i < end; ++i) stage_of[i] = static_cast<int>(s);
   }
   std::vector<double> rank_compute(P, 0), rank_tcomm(P, 0), rank_act(P, 0), rank_block_act(P, 0);
+  // Micro-batches or stages: a forward and a backward run per micro-batch of each of a rank's V
+  // chunks, each costing a run's own time (stretched like the nodes); one run a step otherwise,
+  // whose cost the whole-graph calibration already holds.
+  const double runs_per_micro = P > 1 || M > 1 ? 2.0 * V : 0.0;
+  const double run_seconds = runs_per_micro > 0 ? runs_per_micro * run_overhead(rows) * contention : 0.0;
+  for (double& r : rank_compute) r = run_seconds;
   for (size_t i = 0; i < n_nodes; ++i) {
     const int r = stage_of[i] % P;
     rank_compute[r] += compute[i];
@@ -541,6 +574,7 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
     if (rank_compute[r] + rank_tcomm[r] > rank_compute[slow] + rank_tcomm[slow]) slow = r;
   const double t_micro = rank_compute[slow] + rank_tcomm[slow];
   out.compute_seconds = M * rank_compute[slow];
+  out.run_overhead_seconds = M * run_seconds;
   double exposed = M * rank_tcomm[slow];
   out.bubble_seconds = P > 1 ? (P - 1) * t_micro / V : 0;
   if (P > 1) {
