@@ -57,7 +57,7 @@ std::vector<double> estimate_node_seconds(const Graph& forward, const WorkloadOp
 // accumulated), where without them a step is one run of both, as estimate_node_seconds' whole-
 // graph timing is. Calibrated like the nodes (cached, per graph and thread count): `forward` (a
 // graph with a loss, at one micro-batch's rows) trained on zeros by a trainer of each kind, steps
-// alternated; half the difference of their median steps. 0 when not measured (options.measure
+// alternated; half the difference of their fastest steps. 0 when not measured (options.measure
 // false and nothing cached, or a graph a trainer alone cannot run).
 double estimate_run_overhead_seconds(const Graph& forward, const WorkloadOptions& options = {});
 

@@ -412,10 +412,11 @@ TEST_F(Planner, ExecutorRunsCostPerMicroBatchAndChunk) {
     EXPECT_NEAR(b.run_overhead_seconds, c.runs * 1e-3, 1e-12) << b.describe();
     EXPECT_NEAR(b.compute_seconds - a.compute_seconds, c.runs * 1e-3, 1e-9) << b.describe();
     // A stage's micro-batch takes the runs' time too: the bubble keeps its share of the pipeline.
-    if (c.stages > 1)
+    if (c.stages > 1) {
       EXPECT_NEAR(b.bubble_seconds / (b.compute_seconds + b.bubble_seconds),
                   (c.stages - 1.0) / (c.chunks * c.micro + c.stages - 1.0), 1e-12)
           << b.describe();
+    }
   }
   // Taking turns on the cores stretches a run like the nodes.
   ClusterSpec shared = costly;
