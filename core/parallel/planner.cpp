@@ -29,6 +29,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -352,7 +353,7 @@ struct Planner {
   const WorkloadOptions& workload;
   ModelFacts facts;
   std::map<int64_t, std::shared_ptr<Priced>> by_rows;
-  std::map<int64_t, double> run_overhead_by_rows;
+  std::optional<RunCost> calibrated_runs;
   std::map<std::tuple<int, int, int, int>, bool> grid_ok;
 
   Planner(const Graph& m, const ClusterSpec& c, const WorkloadOptions& w)
@@ -367,18 +368,18 @@ struct Planner {
     return *slot;
   }
 
-  // Seconds one executor run costs beyond its nodes at `rows` a micro-batch: the cluster's, else
-  // calibrated on this machine (not under a cluster's own rates); asked only by layouts that run
-  // more than one executor run a step.
-  double run_overhead(int64_t rows) {
-    if (cluster.run_overhead_seconds >= 0) return cluster.run_overhead_seconds;
-    if (cluster.flops_per_second > 0) return 0.0;
-    auto it = run_overhead_by_rows.find(rows);
-    if (it == run_overhead_by_rows.end()) {
-      const Graph g = rows == facts.batch ? model : model.with_batch(rows);
-      it = run_overhead_by_rows.emplace(rows, estimate_run_overhead_seconds(g, workload)).first;
-    }
-    return it->second;
+  // What running a step as several executor runs costs: the cluster's, else calibrated on this
+  // machine (none under a cluster's own rates), once, asked only by layouts that run more than one
+  // executor run a step. Calibrated at one row a micro-batch: a run's bookkeeping is per node and
+  // value and a gradient pass per parameter, neither per row, and the shortest steps make the
+  // difference of two step times least noisy (under load at 8 rows it ranged 0-3.8 ms a run where
+  // at 1 row 0.04-0.16 ms).
+  RunCost run_cost() {
+    if (cluster.run_cost.seconds_per_run >= 0 && cluster.run_cost.seconds_per_gradient_byte >= 0)
+      return cluster.run_cost;
+    if (cluster.flops_per_second > 0) return RunCost{};
+    if (!calibrated_runs) calibrated_runs = estimate_run_cost(facts.batch == 1 ? model : model.with_batch(1), workload);
+    return *calibrated_runs;
   }
 
   // Whether the tensor rewrite takes `grid` (cached; the real builder decides).
@@ -545,13 +546,34 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
     const size_t end = s + 1 < begin.size() ? begin[s + 1] : n_nodes;
     for (size_t i = begin[s]; i < end; ++i) stage_of[i] = static_cast<int>(s);
   }
+  // Parameters (and so gradients and optimizer state) per rank.
+  std::vector<double> rank_param_elements(P, 0), rank_param_bytes(P, 0);
+  double master_bytes_per_element = 0;
+  for (const auto& p : facts.params) {
+    double div = 1;
+    if (p.role == Role::kColumn || p.role == Role::kRow) div = p.bias ? (p.role == Role::kColumn ? Y : 1) : X * Y * Z;
+    if (p.role == Role::kHead) div = Y;
+    std::set<int> holders;
+    for (size_t n : p.readers) holders.insert(stage_of[n] % P);
+    if (holders.empty()) holders.insert(0);
+    for (int r : holders) {
+      rank_param_elements[r] += p.elements / div;
+      rank_param_bytes[r] += p.elements * p.dtype_bytes / div;
+    }
+    if (p.dtype_bytes != 4) master_bytes_per_element = 4;
+  }
   std::vector<double> rank_compute(P, 0), rank_tcomm(P, 0), rank_act(P, 0), rank_block_act(P, 0);
-  // Micro-batches or stages: a forward and a backward run per micro-batch of each of a rank's V
-  // chunks, each costing a run's own time (stretched like the nodes); one run a step otherwise,
-  // whose cost the whole-graph calibration already holds.
-  const double runs_per_micro = P > 1 || M > 1 ? 2.0 * V : 0.0;
-  const double run_seconds = runs_per_micro > 0 ? runs_per_micro * run_overhead(rows) * contention : 0.0;
-  for (double& r : rank_compute) r = run_seconds;
+  // Micro-batches or stages: per micro-batch a forward and a backward run of each of a rank's V
+  // chunks and a pass accumulating its gradients (f32), at the calibrated cost (stretched like the
+  // nodes); one run a step otherwise, whose cost the whole-graph calibration already holds.
+  std::vector<double> rank_runs(P, 0);  // per micro-batch
+  if (P > 1 || M > 1) {
+    const RunCost rc = run_cost();
+    for (int r = 0; r < P; ++r)
+      rank_runs[r] = (2.0 * V * rc.seconds_per_run + rc.seconds_per_gradient_byte * rank_param_elements[r] * 4) *
+                     contention;
+  }
+  rank_compute = rank_runs;
   for (size_t i = 0; i < n_nodes; ++i) {
     const int r = stage_of[i] % P;
     rank_compute[r] += compute[i];
@@ -574,7 +596,7 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
     if (rank_compute[r] + rank_tcomm[r] > rank_compute[slow] + rank_tcomm[slow]) slow = r;
   const double t_micro = rank_compute[slow] + rank_tcomm[slow];
   out.compute_seconds = M * rank_compute[slow];
-  out.run_overhead_seconds = M * run_seconds;
+  out.run_overhead_seconds = M * rank_runs[slow];
   double exposed = M * rank_tcomm[slow];
   out.bubble_seconds = P > 1 ? (P - 1) * t_micro / V : 0;
   if (P > 1) {
@@ -587,22 +609,6 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
     exposed += 2 * (stage_count - 1) * worst + 2.0 * M * V * std::max(0.0, worst - t_micro / (2.0 * V));
   }
 
-  // Parameters, gradients and optimizer state per rank (the largest over pipe ranks).
-  std::vector<double> rank_param_elements(P, 0), rank_param_bytes(P, 0);
-  double master_bytes_per_element = 0;
-  for (const auto& p : facts.params) {
-    double div = 1;
-    if (p.role == Role::kColumn || p.role == Role::kRow) div = p.bias ? (p.role == Role::kColumn ? Y : 1) : X * Y * Z;
-    if (p.role == Role::kHead) div = Y;
-    std::set<int> holders;
-    for (size_t n : p.readers) holders.insert(stage_of[n] % P);
-    if (holders.empty()) holders.insert(0);
-    for (int r : holders) {
-      rank_param_elements[r] += p.elements / div;
-      rank_param_bytes[r] += p.elements * p.dtype_bytes / div;
-    }
-    if (p.dtype_bytes != 4) master_bytes_per_element = 4;
-  }
   // AdamW's moments (fp32) and the fp32 master copy of low-precision parameters; local SGD and
   // co2 add an fp32 anchor and outer momentum.
   const double outer = plan.mode == SyncMode::kSync ? 0 : 8;

@@ -16,8 +16,8 @@
 //     (CommTable::cores_per_rank, else ClusterSpec's cores, against the rank's threads + 1).
 //   - The bubble: (P - 1) / (V M + P - 1) of the pipeline's time for P stages, V chunks per rank
 //     and M micro-batches (1F1B and GPipe: V = 1).
-//   - Executor runs: under micro-batches or stages, 2 M V runs a step on each rank, each adding
-//     the calibrated cost of a run (ClusterSpec::run_overhead_seconds) to its compute.
+//   - Executor runs: under micro-batches or stages, 2 M V runs a step on each rank and M passes
+//     accumulating its gradients, at the calibrated cost (ClusterSpec::run_cost), in its compute.
 //   - Memory per rank: parameters, gradients and optimizer state (ZeRO shards them over the data
 //     axis), and activations: what one micro-batch keeps for backward (the graph's exact sizes;
 //     under activation checkpointing only each block's input) times the micro-batches in flight
@@ -101,11 +101,12 @@ struct ClusterSpec {
   // the table measured the stretch (CommTable::compute_stretch), which is used instead.
   int cores_per_node = 0;
   int threads_per_rank = 1;
-  // What one executor run costs beyond its nodes (seconds): a layout with micro-batches or pipeline
-  // stages runs every micro-batch's forward and backward of each of a rank's chunks as runs of
-  // their own, 2 M V a step. < 0: the workload estimator's calibration at each layout's micro-
-  // batch (estimate_run_overhead_seconds), or 0 under the cluster's own rates (flops_per_second).
-  double run_overhead_seconds = -1;
+  // What running a step as several executor runs costs (workload.h): a layout with micro-batches
+  // or pipeline stages runs every micro-batch's forward and backward of each of a rank's V chunks
+  // as runs of their own, 2 M V a step, and accumulates each micro-batch's gradients, M passes
+  // over the rank's (f32). Negative: the workload estimator's calibration (estimate_run_cost, at one
+  // row a micro-batch), or none under the cluster's own rates (flops_per_second).
+  RunCost run_cost{-1, -1};
   CommTable comm;
 };
 
@@ -113,7 +114,7 @@ struct ClusterSpec {
 struct PlanPrediction {
   PlanConfig plan;
   double compute_seconds = 0;         // per step, the slowest rank's
-  double run_overhead_seconds = 0;    // of compute_seconds: its executor runs' own cost
+  double run_overhead_seconds = 0;    // of compute_seconds: its executor runs and gradient passes
   double exposed_comm_seconds = 0;    // communication the step waits for
   double bubble_seconds = 0;          // pipeline idle time
   double step_seconds() const { return compute_seconds + exposed_comm_seconds + bubble_seconds; }

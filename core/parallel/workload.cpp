@@ -29,6 +29,7 @@
 #include "core/graph/autodiff.h"
 #include "core/graph/initializer.h"
 #include "core/parallel/workload_generated.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/threads.h"
 
 namespace cohort::parallel {
@@ -38,7 +39,7 @@ namespace {
 namespace wf = workload_file;
 
 // Bump with any change of the key or of count_node_work (cached counts feed the fit).
-constexpr uint32_t kWorkloadFormatVersion = 2;  // 2: executor-run overheads ((runs))
+constexpr uint32_t kWorkloadFormatVersion = 2;  // 2: executor runs' cost ((runs), (gradient pass))
 
 // Rates used when nothing is timed at this thread count: a modest core, so that a plan made
 // before any calibration is not wildly optimistic.
@@ -276,9 +277,10 @@ double median(std::vector<double> v) {
 }
 
 // The "operators" of a whole graph's timing (estimate_node_seconds' calibration of the sum) and of
-// its executor runs' own cost (estimate_run_overhead_seconds).
+// its executor runs' own cost and a pass over its gradients (estimate_run_cost).
 const char* const kWholeGraph = "(graph)";
 const char* const kRunOverhead = "(runs)";
+const char* const kGradientPass = "(gradient pass)";
 
 // Seconds of one run of `graph`'s targets, the median of a few after a warm-up.
 double time_graph(const Graph& graph, const std::vector<ValueId>& targets,
@@ -398,16 +400,21 @@ std::string whole_graph_key(const std::vector<std::string>& keys, int threads) {
 }
 
 // Timings of whole graphs rather than of one operator: kept out of the per-operator fit.
-bool whole_graph_entry(const Timing& t) { return t.op == kWholeGraph || t.op == kRunOverhead; }
+bool whole_graph_entry(const Timing& t) {
+  return t.op == kWholeGraph || t.op == kRunOverhead || t.op == kGradientPass;
+}
 
-// One executor run's own cost (estimate_run_overhead_seconds): `forward` trained by two trainers
-// on zeros, one running each step as one executor run (no micro-batches), the other as a stage
-// under micro-batches does (its whole loss as one chunk, TrainerOptions::chunk_losses: a forward
-// run, a backward run given what forward kept, the gradients accumulated), their steps
-// alternated (a drift of the machine's load falls on both alike); half the difference of their
-// fastest steps, never below 0. The fastest, not the median: a difference of two step times is
-// small beside either, and another process taking the core adds to some steps, never takes away.
-double time_run_overhead(const Graph& forward, int threads) {
+// The executor runs' own cost (estimate_run_cost). `forward` trained by two trainers on zeros,
+// one running each step as one executor run (no micro-batches), the other as a stage under
+// micro-batches does (its whole loss as one chunk, TrainerOptions::chunk_losses: a forward run, a
+// backward run given what forward kept, the gradients copied into the trainer's own), their steps
+// alternated (a drift of the machine's load falls on both alike): the difference of their fastest
+// steps is 2 runs' cost plus one pass over the gradients. That pass is timed on its own (adding
+// every parameter's gradient into another, as the trainer accumulates micro-batches), the fastest
+// of a few; the rest, halved, is a run's. The fastest, not the median: a difference of two step
+// times is small beside either, and another process taking the core adds to some steps, never
+// takes away.
+RunCost time_run_cost(const Graph& forward, int threads) {
   optim::OptimizerConfig sgd;
   TrainerOptions one, split;
   one.seed = split.seed = 1;
@@ -418,26 +425,48 @@ double time_run_overhead(const Graph& forward, int threads) {
   for (ValueId v : forward.inputs())
     zeros[forward.value(v).name] = Tensor::zeros(forward.value(v).type.shape, forward.value(v).type.dtype);
   using Clock = std::chrono::steady_clock;
-  auto step_seconds = [&](Trainer& t) {
+  auto seconds_of = [](const auto& f) {
     const auto start = Clock::now();
+    f();
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  auto step = [&](Trainer& t) {
     try {
       t.step(zeros);
     } catch (const Error& e) {
       if (e.status() != Status::kNonFinite) throw;  // a skipped update still ran both passes
     }
-    return std::chrono::duration<double>(Clock::now() - start).count();
   };
-  step_seconds(whole);  // warm-up: buffers, oneDNN primitives, optimizer state
-  step_seconds(chunked);
-  std::vector<double> a, b;
-  double spent = 0;
+  step(whole);  // warm-up: buffers, oneDNN primitives, optimizer state
+  step(chunked);
+  double best_whole = INFINITY, best_chunked = INFINITY, spent = 0;
   // More steps than a node's timing gets: the fastest of a few is what a difference needs.
-  while (static_cast<int>(a.size()) < 4 * kMaxRuns && (a.size() < 5 || spent < 3 * kRunBudgetSeconds)) {
-    a.push_back(step_seconds(whole));
-    b.push_back(step_seconds(chunked));
-    spent += a.back() + b.back();
+  for (int k = 0; k < 4 * kMaxRuns && (k < 5 || spent < 3 * kRunBudgetSeconds); ++k) {
+    const double a = seconds_of([&] { step(whole); }), b = seconds_of([&] { step(chunked); });
+    best_whole = std::min(best_whole, a);
+    best_chunked = std::min(best_chunked, b);
+    spent += a + b;
   }
-  return std::max(0.0, (*std::min_element(b.begin(), b.end()) - *std::min_element(a.begin(), a.end())) / 2);
+  // One pass over the gradients (f32 [n] += [n], per parameter).
+  std::vector<Tensor> sums, grads;
+  double bytes = 0;
+  for (ValueId v : forward.parameters()) {
+    const Shape& shape = forward.value(v).type.shape;
+    sums.push_back(Tensor::zeros(shape, DType::kF32));
+    grads.push_back(Tensor::zeros(shape, DType::kF32));
+    bytes += static_cast<double>(sums.back().nbytes());
+  }
+  double pass = INFINITY;
+  for (int k = 0; k < kMaxRuns; ++k)
+    pass = std::min(pass, seconds_of([&] {
+      for (size_t i = 0; i < sums.size(); ++i)
+        kernels::cpu::binary(kernels::cpu::BinaryOp::kAdd, sums[i].data<float>(), sums[i].shape(),
+                             grads[i].data<float>(), grads[i].shape(), sums[i].data<float>(), sums[i].shape());
+    }));
+  RunCost cost;
+  cost.seconds_per_gradient_byte = bytes > 0 ? pass / bytes : 0.0;
+  cost.seconds_per_run = std::max(0.0, (best_chunked - best_whole - pass) / 2);
+  return cost;
 }
 
 // seconds ~ s_op * (fixed + flops / F + bytes / B): F and B the best rates any timed instance
@@ -580,27 +609,33 @@ std::vector<double> estimate_node_seconds(const Graph& forward, const WorkloadOp
   return seconds;
 }
 
-double estimate_run_overhead_seconds(const Graph& forward, const WorkloadOptions& options) {
+RunCost estimate_run_cost(const Graph& forward, const WorkloadOptions& options) {
   const int threads = resolve_threads(options.num_threads);
   const std::string path = options.cache_path.empty() ? default_cache_path() : options.cache_path;
   std::vector<std::string> keys;
   for (const Node& n : forward.nodes()) keys.push_back(instance_key(forward, n, threads));
-  const std::string key = "runs " + whole_graph_key(keys, threads);
+  const std::string graph = whole_graph_key(keys, threads);
+  const std::string run_key = "runs " + graph, pass_key = "gradient pass " + graph;
   std::lock_guard<std::mutex> lock(g_mutex);
   CacheState& cache = process_cache()[path];
   const FileState file = path.empty() ? FileState::kMissing : read_cache(path, cache.timings);
-  if (options.measure && forward.loss() >= 0 && !cache.timings.count(key) && !cache.failed.count(key)) {
+  if (options.measure && forward.loss() >= 0 && !cache.timings.count(run_key) && !cache.failed.count(run_key)) {
     try {
-      cache.timings[key] = Timing{kRunOverhead, threads, time_run_overhead(forward, threads), {}};
+      const RunCost measured = time_run_cost(forward, threads);
+      cache.timings[run_key] = Timing{kRunOverhead, threads, measured.seconds_per_run, {}};
+      cache.timings[pass_key] = Timing{kGradientPass, threads, measured.seconds_per_gradient_byte, {}};
       if (!path.empty()) write_cache(path, cache.timings);
     } catch (const std::exception&) {
-      cache.failed.insert(key);  // collectives without their axes, ...: no overhead known
+      cache.failed.insert(run_key);  // collectives without their axes, ...: no cost known
       if (!path.empty() && file == FileState::kUnreadable) write_cache(path, cache.timings);
     }
     kernels::cpu::use_threads(0);
   }
-  auto it = cache.timings.find(key);
-  return it == cache.timings.end() ? 0.0 : it->second.seconds;
+  RunCost cost;
+  auto run = cache.timings.find(run_key), pass = cache.timings.find(pass_key);
+  if (run != cache.timings.end()) cost.seconds_per_run = run->second.seconds;
+  if (pass != cache.timings.end()) cost.seconds_per_gradient_byte = pass->second.seconds;
+  return cost;
 }
 
 std::function<void()> make_step_runner(const Graph& forward, int num_threads) {

@@ -390,12 +390,13 @@ TEST_F(Planner, TensorZGathersAreExposedWithoutASpareCore) {
 
 // Under micro-batches or pipeline stages every micro-batch's forward and backward of each chunk is
 // an executor run of its own: 2 M V runs a step, each at the cluster's (or the calibration's)
-// cost of a run; a step without either is one run, already in the whole-graph calibration.
+// cost of a run; a step without either is one run, already in the whole-graph calibration. The
+// gradients' passes are priced below.
 TEST_F(Planner, ExecutorRunsCostPerMicroBatchAndChunk) {
   const Graph model = models::build_gpt(small_gpt());
   ClusterSpec free_runs = cluster(4), costly = cluster(4);
-  free_runs.run_overhead_seconds = 0;
-  costly.run_overhead_seconds = 1e-3;
+  free_runs.run_cost = RunCost{};
+  costly.run_cost = RunCost{1e-3, 0};
   struct Case {
     int data, stages, chunks, micro;
     double runs;  // 2 M V, or 0 for one run of the whole step
@@ -426,6 +427,33 @@ TEST_F(Planner, ExecutorRunsCostPerMicroBatchAndChunk) {
   EXPECT_NEAR(predict(model, shared, two).run_overhead_seconds, 2 * 4e-3, 1e-12);
   // The printed table shows the runs' part of compute.
   EXPECT_NE(format_plan_table({predict(model, costly, two)}).find("of it runs"), std::string::npos);
+}
+
+// Each micro-batch's gradients are accumulated into the trainer's own: a pass over the parameters
+// a rank holds, M a step — the whole model's on a data rank, about half of it on each of 2 stages
+// (the tied embedding on both), the pairs' Z blocks under tensor_z 2.
+TEST_F(Planner, GradientPassesCostPerMicroBatchAndTheRanksParameters) {
+  const models::GptConfig config = small_gpt();
+  const Graph model = models::build_gpt(config);
+  ClusterSpec c = cluster(4);
+  c.run_cost = RunCost{0, 1e-9};
+  const double whole = static_cast<double>(models::gpt_parameter_count(config)) * 4 * 1e-9;
+  PlanConfig data = data_plan(4);
+  EXPECT_EQ(predict(model, c, data).run_overhead_seconds, 0.0);  // one run, no accumulation
+  data.pipeline.micro_batches = 2;
+  EXPECT_NEAR(predict(model, c, data).run_overhead_seconds, 2 * whole, 1e-12);
+  PlanConfig stages = data_plan(2);
+  stages.pipeline.stages = 2;
+  stages.pipeline.micro_batches = 2;
+  const double staged = predict(model, c, stages).run_overhead_seconds;
+  EXPECT_LT(staged, 2 * whole * 0.75);
+  EXPECT_GT(staged, 2 * whole * 0.5);
+  PlanConfig z = data_plan(2);
+  z.tensor.z = 2;
+  z.pipeline.micro_batches = 2;
+  const double blocks = predict(model, c, z).run_overhead_seconds;
+  EXPECT_LT(blocks, 2 * whole * 0.75);
+  EXPECT_GT(blocks, 2 * whole * 0.5);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The workload estimator (core/parallel/workload.h): exact counts for a product, prices that grow
 // with the work, the cache file read back instead of timing again (a file that is read and
 // finds every instance is left byte for byte as it was), a corrupt file ignored and rewritten,
-// default rates without any timing, the GPT's blocks priced alike, an executor run's own cost
+// default rates without any timing, the GPT's blocks priced alike, the executor runs' cost
 // calibrated and cached, and the probe's step runner.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -201,22 +201,33 @@ TEST_F(Workload, PricesTheGptsBlocksAlike) {
   EXPECT_GT(block_seconds(blocks[0], timed) * static_cast<double>(config.layers), 0.5 * total);
 }
 
-// An executor run's own cost: 0 before anything is measured; measured once (a trainer running
-// each step as one run against one running forward and backward apart), cached in the file
-// beside the nodes' timings, read back by another process; and kept out of the nodes' fit (a
-// cache holding only it prices the nodes as an empty one does).
-TEST_F(Workload, CalibratesAnExecutorRunsOwnCostAndCachesIt) {
+// The executor runs' cost: nothing before anything is measured; measured once (a trainer running
+// each step as one run against one running forward and backward apart, and a pass over the
+// gradients alone), cached in the file beside the nodes' timings, read back by another process;
+// and kept out of the nodes' fit (a cache holding only it prices the nodes as an empty one does).
+TEST_F(Workload, CalibratesTheExecutorRunsCostAndCachesIt) {
   models::MlpConfig mlp;
   mlp.batch = 4;
   const Graph m = models::build_mlp(mlp);
-  EXPECT_EQ(estimate_run_overhead_seconds(m, options("runs.bin", false)), 0.0);
+  const RunCost none = estimate_run_cost(m, options("runs.bin", false));
+  EXPECT_EQ(none.seconds_per_run, 0.0);
+  EXPECT_EQ(none.seconds_per_gradient_byte, 0.0);
   EXPECT_FALSE(fs::exists(path("runs.bin")));
-  const double timed = estimate_run_overhead_seconds(m, options("runs.bin"));
-  std::printf("an executor run of the MLP at 4 rows: %.1f us\n", timed * 1e6);
-  EXPECT_TRUE(std::isfinite(timed) && timed >= 0 && timed < 0.05) << timed;
-  EXPECT_NE(read_all(path("runs.bin")).find("(runs)"), std::string::npos);
+  const RunCost timed = estimate_run_cost(m, options("runs.bin"));
+  std::printf("the MLP at 4 rows: an executor run %.1f us, a gradient pass %.2f GB/s\n", timed.seconds_per_run * 1e6,
+              timed.seconds_per_gradient_byte > 0 ? 1e-9 / timed.seconds_per_gradient_byte : 0.0);
+  EXPECT_TRUE(std::isfinite(timed.seconds_per_run) && timed.seconds_per_run >= 0 && timed.seconds_per_run < 0.05)
+      << timed.seconds_per_run;
+  // A pass over 0.4 MB of gradients: timed, so not free, and faster than 10 MB/s.
+  EXPECT_GT(timed.seconds_per_gradient_byte, 0.0);
+  EXPECT_LT(timed.seconds_per_gradient_byte, 1e-7);
+  const std::string written = read_all(path("runs.bin"));
+  EXPECT_NE(written.find("(runs)"), std::string::npos);
+  EXPECT_NE(written.find("(gradient pass)"), std::string::npos);
   fs::copy_file(path("runs.bin"), path("copy.bin"));
-  EXPECT_EQ(estimate_run_overhead_seconds(m, options("copy.bin", false)), timed);
+  const RunCost read = estimate_run_cost(m, options("copy.bin", false));
+  EXPECT_EQ(read.seconds_per_run, timed.seconds_per_run);
+  EXPECT_EQ(read.seconds_per_gradient_byte, timed.seconds_per_gradient_byte);
   EXPECT_EQ(estimate_node_seconds(m, options("copy.bin", false)), estimate_node_seconds(m, options("none.bin", false)));
 }
 
