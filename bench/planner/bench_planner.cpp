@@ -124,14 +124,15 @@ double time_plan(const Options& o, const parallel::PlanConfig& plan, const std::
 
 int run(const Options& o, const std::shared_ptr<coll::Communicator>& world) {
   const bool lead = world->rank() == 0;
-  const parallel::CommTable table = parallel::probe_communication(*world);
+  const Graph model = models::build_gpt(o.gpt);
+  const parallel::CommTable table =
+      parallel::probe_communication(*world, parallel::probe_options_for(model, world->size(), 1));
   parallel::ClusterSpec cluster;
   cluster.world = world->size();
   cluster.ranks_per_node = world->size();
   cluster.cores_per_node = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   cluster.threads_per_rank = 1;
   cluster.comm = table;
-  const Graph model = models::build_gpt(o.gpt);
   std::vector<parallel::PlanPrediction> ranked;
   std::vector<int64_t> fields;
   int64_t count = 0;

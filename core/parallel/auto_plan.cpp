@@ -42,6 +42,15 @@ PlanConfig with_layout(const PlanConfig& base, const int64_t* f) {
   return p;
 }
 
+ProbeOptions probe_options_for(const Graph& global_model, int world_size, int num_threads) {
+  const int64_t batch = global_model.value(global_model.inputs().at(0)).type.shape.at(0);
+  const int64_t rows = std::max<int64_t>(1, batch / std::max(1, world_size));
+  ProbeOptions o;
+  o.step = make_step_runner(rows == batch ? global_model : global_model.with_batch(rows), num_threads);
+  o.step_name = str_cat("the model's forward and backward (", rows, rows == 1 ? " row)" : " rows)");
+  return o;
+}
+
 double memory_limit_per_rank(const PlanConfig& plan, int world_size) {
   if (plan.memory_limit_bytes > 0) return plan.memory_limit_bytes;
   const double pages = static_cast<double>(sysconf(_SC_PHYS_PAGES));
@@ -95,7 +104,7 @@ PlanConfig choose_plan(const Graph& global_model, const PlanConfig& requested, c
   validate(requested);
   COHORT_CHECK(!global_model.inputs().empty() && !global_model.value(global_model.inputs()[0]).type.shape.empty(),
                Status::kInvalidPlan, "auto plan: the model has no batched input");
-  const CommTable table = probe_communication(world);
+  const CommTable table = probe_communication(world, probe_options_for(global_model, world.size(), options.num_threads));
   ClusterSpec cluster;
   cluster.world = world.size();
   cluster.ranks_per_node = world.size();  // one host: the probe measured its links

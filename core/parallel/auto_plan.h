@@ -11,6 +11,7 @@
 
 #include "core/exec/trainer.h"
 #include "core/graph/graph.h"
+#include "core/parallel/comm_probe.h"
 #include "core/parallel/plan.h"
 #include "transport/coll/communicator.h"
 
@@ -35,6 +36,12 @@ PlanConfig choose_plan(const Graph& global_model, const PlanConfig& requested, t
 constexpr size_t kLayoutFields = 11;
 std::vector<int64_t> layout_fields(const PlanConfig& plan);
 PlanConfig with_layout(const PlanConfig& base, const int64_t* fields);
+
+// The communication probe's options for training `global_model` (at the global batch B) over
+// `world_size` ranks of `num_threads` threads each (0: the process setting): the compute stretch
+// measured with the model's own forward and backward at a data-parallel rank's rows (B / world,
+// at least 1), as make_step_runner (workload.h) runs them.
+ProbeOptions probe_options_for(const Graph& global_model, int world_size, int num_threads);
 
 // A rank's memory limit under `plan` over a world of `world_size` ranks: the plan's
 // memory_limit_bytes, else the host's physical memory / world_size.

@@ -1,6 +1,7 @@
 // probe_communication: see comm_probe.h.
 #include "core/parallel/comm_probe.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <memory>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -87,15 +89,42 @@ double compute_once() {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// The slowdown of computing on every rank at once against world rank 0 alone (the others
-// blocked in a barrier, their progress threads running as in training): the median of 3 of each.
-double measure_compute_stretch(coll::Communicator& world) {
+// The probe's own step when the caller gives none: a triad over buffers larger than the caches
+// (a step's memory traffic: activations, gradients, optimizer state) and a dependent chain of
+// arithmetic, about 20 ms on one core here.
+void builtin_step() {
+  thread_local std::vector<float> a(1 << 21, 1.0f), b(1 << 21, 0.5f), c(1 << 21, 0.25f);  // 8 MiB each
+  for (int pass = 0; pass < 4; ++pass)
+    for (size_t i = 0; i < a.size(); ++i) a[i] = a[i] * 0.999f + b[i] * c[i];
+  volatile double x = a[a.size() / 2];
+  for (int k = 0; k < 1 << 21; ++k) x = std::sqrt(x * 1.0000001 + 0.5);
+}
+
+// The slowdown of `step` run on every rank at once against world rank 0 alone (the others blocked
+// in a barrier, their progress threads running as in training). Each timing runs `step` as many
+// times as take rank 0 about 30 ms alone (long beside the skew of leaving a barrier); the median
+// of 3 of each.
+double measure_compute_stretch(coll::Communicator& world, const std::function<void()>& step) {
+  step();  // every rank warm: buffers allocated, primitives made
+  int64_t runs = 1;
+  if (world.rank() == 0) {
+    const auto start = Clock::now();
+    step();
+    const double once = std::chrono::duration<double>(Clock::now() - start).count();
+    runs = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(0.03 / std::max(once, 1e-6))), 1, 1000);
+  }
+  world.broadcast(&runs, 1, coll::DataType::kI64, 0)->wait();
+  auto timed = [&] {
+    const auto start = Clock::now();
+    for (int64_t k = 0; k < runs; ++k) step();
+    return static_cast<float>(std::chrono::duration<double>(Clock::now() - start).count());
+  };
   std::vector<double> alone, together;
   for (int r = 0; r < 3; ++r) {
     world.barrier()->wait();
-    float a = world.rank() == 0 ? static_cast<float>(compute_once()) : 0.0f;
+    float a = world.rank() == 0 ? timed() : 0.0f;
     world.barrier()->wait();
-    float t = static_cast<float>(compute_once());
+    float t = timed();
     world.all_reduce(&a, 1, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
     world.all_reduce(&t, 1, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
     alone.push_back(a);
@@ -104,6 +133,14 @@ double measure_compute_stretch(coll::Communicator& world) {
   std::sort(alone.begin(), alone.end());
   std::sort(together.begin(), together.end());
   return together[1] / alone[1];
+}
+
+// The cores this process may run on (its affinity), else those online.
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
 }
 
 }  // namespace
@@ -134,10 +171,12 @@ CommTable probe_communication(coll::Communicator& world, const ProbeOptions& opt
     table.source = "one rank: nothing to measure";
     return table;
   }
-  table.compute_stretch = measure_compute_stretch(world);  // before any busy thread starts
+  // Before any busy thread starts.
+  table.compute_stretch = measure_compute_stretch(world, options.step ? options.step : builtin_step);
   const int host_ranks = options.ranks_on_host > 0 ? options.ranks_on_host : n;
-  const bool busy = options.busy >= 0 ? options.busy > 0
-                                      : host_ranks * 2 > static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  const int cores = options.cores > 0 ? options.cores : available_cores();
+  table.cores_per_rank = static_cast<double>(cores) / host_ranks;
+  const bool busy = options.busy >= 0 ? options.busy > 0 : host_ranks * 2 > cores;
   std::unique_ptr<BusyThread> spinner;
   if (busy) spinner = std::make_unique<BusyThread>(true);
   // Room for the largest output: an all_gather of max_bytes from each of n ranks.
@@ -169,9 +208,12 @@ CommTable probe_communication(coll::Communicator& world, const ProbeOptions& opt
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   char text[160];
-  std::snprintf(text, sizeof text, "measured in %.2f s over %d ranks%s; computing together %.2fx as slow as alone",
-                seconds, n, busy ? ", each keeping a thread busy" : "", table.compute_stretch);
-  table.source = text;
+  std::snprintf(text, sizeof text, "measured in %.2f s over %d ranks%s", seconds, n,
+                busy ? ", each keeping a thread busy" : "");
+  char stretch[96];
+  std::snprintf(stretch, sizeof stretch, " together %.2fx as slow as alone; %.2f cores per rank",
+                table.compute_stretch, table.cores_per_rank);
+  table.source = str_cat(text, "; ", options.step ? options.step_name : "the built-in mix", stretch);
   return table;
 }
 

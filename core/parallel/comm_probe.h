@@ -9,8 +9,13 @@
 // costs them little time and fast ones at one that shows their bandwidth.
 //
 // It also measures how much slower the ranks compute all at once than one alone
-// (CommTable::compute_stretch: shared cores, polling progress threads), which the planner applies
-// to every layout's compute.
+// (CommTable::compute_stretch: shared cores, caches and memory bandwidth, polling progress
+// threads), which the planner applies to every layout's compute, with work that resembles a
+// step's (ProbeOptions::step: the model's own forward and backward where the caller gives it —
+// pure arithmetic on every rank at once ran 1.01x as long as on one here, where a 2-rank step
+// computed ~1.3x its calibration); and it reports the cores each rank of the host has
+// (CommTable::cores_per_rank), which tells the planner whether a transport can progress on a
+// core of its own while the rank computes.
 //
 // The one thing to know: the probe is a collective over `world`; every rank calls it at the same
 // point, and every rank gets the same table.
@@ -18,6 +23,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +60,12 @@ struct ProbeOptions {
   size_t first_large_bytes = 256 << 10;
   size_t max_bytes = 16 << 20;
   int repetitions = 3;  // timed runs per size (after one warm-up)
+  // One run of work resembling a training step, for the compute stretch: every rank's own
+  // (the same work on each), e.g. make_step_runner (workload.h) of the model at one rank's rows.
+  // Empty: a built-in mix of arithmetic and memory traffic over a buffer larger than the caches.
+  std::function<void()> step{};
+  std::string step_name{};  // what `step` runs, for CommTable::source ("" : "the built-in mix")
+  int cores = 0;  // the cores the ranks of this host share; 0: those this process may run on
 };
 
 // The table (CommTable::source says how long it took and over how many ranks). A world of one

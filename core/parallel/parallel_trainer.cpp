@@ -79,6 +79,7 @@ void check_plan_memory(const Graph& model, const PlanConfig& plan, int world_siz
   cluster.memory_bytes_per_rank = memory_limit_per_rank(plan, world_size);
   // Memory does not depend on the links: a nominal table for the prediction's time, unused here.
   cluster.comm = ring_comm_table(LinkSpec{1e9, 1e-5}, LinkSpec{1e9, 1e-5}, "nominal");
+  cluster.run_cost = RunCost{};  // nor on the executor runs' cost
   WorkloadOptions w;
   w.measure = false;
   PlanPrediction p;

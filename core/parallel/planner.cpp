@@ -29,6 +29,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -133,15 +134,17 @@ std::string format_plan_table(const std::vector<PlanPrediction>& plans, size_t l
   for (size_t i = 0; i < n; ++i) width = std::max(width, plans[i].describe().size());
   std::ostringstream s;
   char line[512];
-  std::snprintf(line, sizeof line, "%4s  %-*s  %10s  %10s  %10s  %10s  %11s  %4s\n", "rank", static_cast<int>(width),
-                "plan", "step ms", "compute ms", "comm ms", "bubble ms", "memory MiB", "fits");
+  // "of it runs": the part of compute that is the executor runs' own cost.
+  std::snprintf(line, sizeof line, "%4s  %-*s  %10s  %10s  %11s  %10s  %10s  %11s  %4s\n", "rank",
+                static_cast<int>(width), "plan", "step ms", "compute ms", "of it runs", "comm ms", "bubble ms",
+                "memory MiB", "fits");
   s << line;
   for (size_t i = 0; i < n; ++i) {
     const PlanPrediction& p = plans[i];
-    std::snprintf(line, sizeof line, "%4zu  %-*s  %10.2f  %10.2f  %10.2f  %10.2f  %11.0f  %4s\n", i + 1,
+    std::snprintf(line, sizeof line, "%4zu  %-*s  %10.2f  %10.2f  %11.2f  %10.2f  %10.2f  %11.0f  %4s\n", i + 1,
                   static_cast<int>(width), p.describe().c_str(), p.step_seconds() * 1e3, p.compute_seconds * 1e3,
-                  p.exposed_comm_seconds * 1e3, p.bubble_seconds * 1e3, p.memory_bytes / (1024.0 * 1024.0),
-                  p.fits ? "yes" : "NO");
+                  p.run_overhead_seconds * 1e3, p.exposed_comm_seconds * 1e3, p.bubble_seconds * 1e3,
+                  p.memory_bytes / (1024.0 * 1024.0), p.fits ? "yes" : "NO");
     s << line;
   }
   return s.str();
@@ -350,6 +353,7 @@ struct Planner {
   const WorkloadOptions& workload;
   ModelFacts facts;
   std::map<int64_t, std::shared_ptr<Priced>> by_rows;
+  std::optional<RunCost> calibrated_runs;
   std::map<std::tuple<int, int, int, int>, bool> grid_ok;
 
   Planner(const Graph& m, const ClusterSpec& c, const WorkloadOptions& w)
@@ -362,6 +366,20 @@ struct Planner {
       slot = std::make_shared<Priced>(price_graph(g, facts, cluster, workload));
     }
     return *slot;
+  }
+
+  // What running a step as several executor runs costs: the cluster's, else calibrated on this
+  // machine (none under a cluster's own rates), once, asked only by layouts that run more than one
+  // executor run a step. Calibrated at one row a micro-batch: a run's bookkeeping is per node and
+  // value and a gradient pass per parameter, neither per row, and the shortest steps make the
+  // difference of two step times least noisy (under load at 8 rows it ranged 0-3.8 ms a run where
+  // at 1 row 0.04-0.16 ms).
+  RunCost run_cost() {
+    if (cluster.run_cost.seconds_per_run >= 0 && cluster.run_cost.seconds_per_gradient_byte >= 0)
+      return cluster.run_cost;
+    if (cluster.flops_per_second > 0) return RunCost{};
+    if (!calibrated_runs) calibrated_runs = estimate_run_cost(facts.batch == 1 ? model : model.with_batch(1), workload);
+    return *calibrated_runs;
   }
 
   // Whether the tensor rewrite takes `grid` (cached; the real builder decides).
@@ -434,6 +452,15 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
           ? std::max(1.0, static_cast<double>(std::min(rpn, world)) * std::max(1, cluster.threads_per_rank) /
                               cluster.cores_per_node)
           : 1.0;
+  // A core to spare per rank for the transport's progress beside its compute threads: without one,
+  // communication the model would overlap with compute takes turns with it instead. Not known
+  // (no probe, no cores given: devices compute, host cores drive the transport): spare.
+  const double cores_per_rank =
+      cluster.comm.cores_per_rank > 0 ? cluster.comm.cores_per_rank
+      : cluster.cores_per_node > 0
+          ? static_cast<double>(cluster.cores_per_node) / std::min(rpn, world)
+          : std::numeric_limits<double>::infinity();
+  const bool spare_core = cores_per_rank >= std::max(1, cluster.threads_per_rank) + 1;
   const int64_t rows = facts.batch / (static_cast<int64_t>(D) * Z * M);
   const Priced& g = priced(rows);
   const size_t n_nodes = facts.role.size();
@@ -456,7 +483,8 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
   // The tensor axes' communication per micro-batch (forward and backward), at the pair's column
   // node. Megatron's collectives and AxoNN's X / Y ones sit on the critical path of the layer they
   // serve: counted as exposed. Z's weight gathers are prefetched (FSDP-style) and hidden behind
-  // the pair's own compute, exposed only beyond it.
+  // the pair's own compute, exposed only beyond it — where a core is spare for the transport;
+  // else exposed whole (no core moves their bytes while the pair computes).
   double z_other_grad_bytes = 0;  // parameters outside the pairs: gradients summed over Z
   std::vector<double> pair_compute(facts.pairs.size(), 0);
   for (size_t i = 0; i < n_nodes; ++i)
@@ -488,7 +516,7 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
         const double w = facts.pair_weight_bytes[pr] / (X * Y);
         const double zc = 2 * comm.seconds(CommOp::kAllGather, Z, w / Z, z_across) +
                           comm.seconds(CommOp::kReduceScatter, Z, w, z_across);
-        tcomm[i] += std::max(0.0, zc - pair_compute[pr]);
+        tcomm[i] += spare_core ? std::max(0.0, zc - pair_compute[pr]) : zc;
       }
     }
     if (Y > 1 && facts.vocab_head && g.embedding_bytes > 0) {
@@ -518,7 +546,34 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
     const size_t end = s + 1 < begin.size() ? begin[s + 1] : n_nodes;
     for (size_t i = begin[s]; i < end; ++i) stage_of[i] = static_cast<int>(s);
   }
+  // Parameters (and so gradients and optimizer state) per rank.
+  std::vector<double> rank_param_elements(P, 0), rank_param_bytes(P, 0);
+  double master_bytes_per_element = 0;
+  for (const auto& p : facts.params) {
+    double div = 1;
+    if (p.role == Role::kColumn || p.role == Role::kRow) div = p.bias ? (p.role == Role::kColumn ? Y : 1) : X * Y * Z;
+    if (p.role == Role::kHead) div = Y;
+    std::set<int> holders;
+    for (size_t n : p.readers) holders.insert(stage_of[n] % P);
+    if (holders.empty()) holders.insert(0);
+    for (int r : holders) {
+      rank_param_elements[r] += p.elements / div;
+      rank_param_bytes[r] += p.elements * p.dtype_bytes / div;
+    }
+    if (p.dtype_bytes != 4) master_bytes_per_element = 4;
+  }
   std::vector<double> rank_compute(P, 0), rank_tcomm(P, 0), rank_act(P, 0), rank_block_act(P, 0);
+  // Micro-batches or stages: per micro-batch a forward and a backward run of each of a rank's V
+  // chunks and a pass accumulating its gradients (f32), at the calibrated cost (stretched like the
+  // nodes); one run a step otherwise, whose cost the whole-graph calibration already holds.
+  std::vector<double> rank_runs(P, 0);  // per micro-batch
+  if (P > 1 || M > 1) {
+    const RunCost rc = run_cost();
+    for (int r = 0; r < P; ++r)
+      rank_runs[r] = (2.0 * V * rc.seconds_per_run + rc.seconds_per_gradient_byte * rank_param_elements[r] * 4) *
+                     contention;
+  }
+  rank_compute = rank_runs;
   for (size_t i = 0; i < n_nodes; ++i) {
     const int r = stage_of[i] % P;
     rank_compute[r] += compute[i];
@@ -541,6 +596,7 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
     if (rank_compute[r] + rank_tcomm[r] > rank_compute[slow] + rank_tcomm[slow]) slow = r;
   const double t_micro = rank_compute[slow] + rank_tcomm[slow];
   out.compute_seconds = M * rank_compute[slow];
+  out.run_overhead_seconds = M * rank_runs[slow];
   double exposed = M * rank_tcomm[slow];
   out.bubble_seconds = P > 1 ? (P - 1) * t_micro / V : 0;
   if (P > 1) {
@@ -553,22 +609,6 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
     exposed += 2 * (stage_count - 1) * worst + 2.0 * M * V * std::max(0.0, worst - t_micro / (2.0 * V));
   }
 
-  // Parameters, gradients and optimizer state per rank (the largest over pipe ranks).
-  std::vector<double> rank_param_elements(P, 0), rank_param_bytes(P, 0);
-  double master_bytes_per_element = 0;
-  for (const auto& p : facts.params) {
-    double div = 1;
-    if (p.role == Role::kColumn || p.role == Role::kRow) div = p.bias ? (p.role == Role::kColumn ? Y : 1) : X * Y * Z;
-    if (p.role == Role::kHead) div = Y;
-    std::set<int> holders;
-    for (size_t n : p.readers) holders.insert(stage_of[n] % P);
-    if (holders.empty()) holders.insert(0);
-    for (int r : holders) {
-      rank_param_elements[r] += p.elements / div;
-      rank_param_bytes[r] += p.elements * p.dtype_bytes / div;
-    }
-    if (p.dtype_bytes != 4) master_bytes_per_element = 4;
-  }
   // AdamW's moments (fp32) and the fp32 master copy of low-precision parameters; local SGD and
   // co2 add an fp32 anchor and outer momentum.
   const double outer = plan.mode == SyncMode::kSync ? 0 : 8;

@@ -11,8 +11,13 @@
 //     cut), priced by a CommTable of latency and bandwidth per operation and group — measured at
 //     start-up by probe_communication (comm_probe.cpp) or given (a cluster description) — and
 //     counted as exposed where it cannot overlap compute.
+//     Communication that the model overlaps with compute (Z's weight gathers behind the pair's
+//     compute) is hidden only where a rank has a core to spare for the transport's progress
+//     (CommTable::cores_per_rank, else ClusterSpec's cores, against the rank's threads + 1).
 //   - The bubble: (P - 1) / (V M + P - 1) of the pipeline's time for P stages, V chunks per rank
 //     and M micro-batches (1F1B and GPipe: V = 1).
+//   - Executor runs: under micro-batches or stages, 2 M V runs a step on each rank and M passes
+//     accumulating its gradients, at the calibrated cost (ClusterSpec::run_cost), in its compute.
 //   - Memory per rank: parameters, gradients and optimizer state (ZeRO shards them over the data
 //     axis), and activations: what one micro-batch keeps for backward (the graph's exact sizes;
 //     under activation checkpointing only each block's input) times the micro-batches in flight
@@ -54,6 +59,10 @@ struct CommTable {
   // (cores shared, progress threads polling): measured by the probe; 0 when not measured (the
   // planner then counts threads against ClusterSpec::cores_per_node).
   double compute_stretch = 0;
+  // The cores of the host over the ranks on it (probe_communication: the cores this process may
+  // run on); 0 when not measured (the planner then divides ClusterSpec::cores_per_node). Below
+  // threads_per_rank + 1, no core is spare for a transport's progress while a rank computes.
+  double cores_per_rank = 0;
   std::string source;  // "measured in 1.8 s over 4 ranks", "cluster description", ...
   // The time of `op` on `bytes` over `ranks` ranks: the entry of that op and group size (and
   // placement), else the nearest measured group size (an entry of the other placement only when
@@ -92,6 +101,12 @@ struct ClusterSpec {
   // the table measured the stretch (CommTable::compute_stretch), which is used instead.
   int cores_per_node = 0;
   int threads_per_rank = 1;
+  // What running a step as several executor runs costs (workload.h): a layout with micro-batches
+  // or pipeline stages runs every micro-batch's forward and backward of each of a rank's V chunks
+  // as runs of their own, 2 M V a step, and accumulates each micro-batch's gradients, M passes
+  // over the rank's (f32). Negative: the workload estimator's calibration (estimate_run_cost, at one
+  // row a micro-batch), or none under the cluster's own rates (flops_per_second).
+  RunCost run_cost{-1, -1};
   CommTable comm;
 };
 
@@ -99,6 +114,7 @@ struct ClusterSpec {
 struct PlanPrediction {
   PlanConfig plan;
   double compute_seconds = 0;         // per step, the slowest rank's
+  double run_overhead_seconds = 0;    // of compute_seconds: its executor runs and gradient passes
   double exposed_comm_seconds = 0;    // communication the step waits for
   double bubble_seconds = 0;          // pipeline idle time
   double step_seconds() const { return compute_seconds + exposed_comm_seconds + bubble_seconds; }
@@ -138,8 +154,8 @@ std::vector<PlanPrediction> rank_plans(const Graph& model, const ClusterSpec& cl
 PlanPrediction predict_plan(const Graph& model, const ClusterSpec& cluster, const PlanConfig& plan,
                             const WorkloadOptions& workload = {});
 
-// The ranked table as text: plan, predicted step time split into compute / exposed communication
-// / bubble, predicted memory per rank; `limit` rows (0: all).
+// The ranked table as text: plan, predicted step time split into compute (and of it the executor
+// runs' own cost) / exposed communication / bubble, predicted memory per rank; `limit` rows (0: all).
 std::string format_plan_table(const std::vector<PlanPrediction>& plans, size_t limit = 0);
 
 }  // namespace cohort::parallel

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -24,9 +25,11 @@
 #include "core/base/error.h"
 #include "core/base/file_io.h"
 #include "core/exec/executor.h"
+#include "core/exec/trainer.h"
 #include "core/graph/autodiff.h"
 #include "core/graph/initializer.h"
 #include "core/parallel/workload_generated.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/threads.h"
 
 namespace cohort::parallel {
@@ -36,7 +39,7 @@ namespace {
 namespace wf = workload_file;
 
 // Bump with any change of the key or of count_node_work (cached counts feed the fit).
-constexpr uint32_t kWorkloadFormatVersion = 1;
+constexpr uint32_t kWorkloadFormatVersion = 2;  // 2: executor runs' cost ((runs), (gradient pass))
 
 // Rates used when nothing is timed at this thread count: a modest core, so that a plan made
 // before any calibration is not wildly optimistic.
@@ -273,8 +276,11 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
-// The "operator" of a whole graph's timing (estimate_node_seconds' calibration of the sum).
+// The "operators" of a whole graph's timing (estimate_node_seconds' calibration of the sum) and of
+// its executor runs' own cost and a pass over its gradients (estimate_run_cost).
 const char* const kWholeGraph = "(graph)";
+const char* const kRunOverhead = "(runs)";
+const char* const kGradientPass = "(gradient pass)";
 
 // Seconds of one run of `graph`'s targets, the median of a few after a warm-up.
 double time_graph(const Graph& graph, const std::vector<ValueId>& targets,
@@ -367,6 +373,102 @@ int resolve_threads(int requested) {
   return configured > 0 ? configured : std::max(1, omp_get_max_threads());
 }
 
+// The forward and backward of a model as a step without micro-batches runs them: the graph with
+// its backward, the targets (the loss and every parameter's gradient), zeros bound to its inputs
+// and parameters.
+struct WholeStep {
+  Graph train;
+  std::vector<ValueId> targets;
+  std::unordered_map<ValueId, Tensor> bound;
+
+  explicit WholeStep(const Graph& forward) : train(forward) {
+    const std::vector<ValueId> params = train.parameters();
+    targets = {train.loss()};
+    for (ValueId g : build_backward(train, train.loss(), params))
+      if (g >= 0) targets.push_back(g);
+    for (ValueId v : train.inputs()) bound[v] = Tensor::zeros(train.value(v).type.shape, train.value(v).type.dtype);
+    for (ValueId v : params) bound[v] = Tensor::zeros(train.value(v).type.shape, train.value(v).type.dtype);
+  }
+};
+
+// "graph <hash of every node's instance key> <n> nodes, threads <t>": a whole graph's timings.
+std::string whole_graph_key(const std::vector<std::string>& keys, int threads) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const std::string& k : keys)
+    for (char c : k) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  return str_cat("graph ", h, " ", keys.size(), " nodes, threads ", threads);
+}
+
+// Timings of whole graphs rather than of one operator: kept out of the per-operator fit.
+bool whole_graph_entry(const Timing& t) {
+  return t.op == kWholeGraph || t.op == kRunOverhead || t.op == kGradientPass;
+}
+
+// The executor runs' own cost (estimate_run_cost). `forward` trained by two trainers on zeros,
+// one running each step as one executor run (no micro-batches), the other as a stage under
+// micro-batches does (its whole loss as one chunk, TrainerOptions::chunk_losses: a forward run, a
+// backward run given what forward kept, the gradients copied into the trainer's own), their steps
+// alternated (a drift of the machine's load falls on both alike): the difference of their fastest
+// steps is 2 runs' cost plus one pass over the gradients. That pass is timed on its own (adding
+// every parameter's gradient into another, as the trainer accumulates micro-batches), the fastest
+// of a few; the rest, halved, is a run's. The fastest, not the median: a difference of two step
+// times is small beside either, and another process taking the core adds to some steps, never
+// takes away.
+RunCost time_run_cost(const Graph& forward, int threads) {
+  optim::OptimizerConfig sgd;
+  TrainerOptions one, split;
+  one.seed = split.seed = 1;
+  one.num_threads = split.num_threads = threads;
+  split.chunk_losses = {forward.value(forward.loss()).name};
+  Trainer whole(forward, sgd, one), chunked(forward, sgd, split);
+  std::map<std::string, Tensor> zeros;
+  for (ValueId v : forward.inputs())
+    zeros[forward.value(v).name] = Tensor::zeros(forward.value(v).type.shape, forward.value(v).type.dtype);
+  using Clock = std::chrono::steady_clock;
+  auto seconds_of = [](const auto& f) {
+    const auto start = Clock::now();
+    f();
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  auto step = [&](Trainer& t) {
+    try {
+      t.step(zeros);
+    } catch (const Error& e) {
+      if (e.status() != Status::kNonFinite) throw;  // a skipped update still ran both passes
+    }
+  };
+  step(whole);  // warm-up: buffers, oneDNN primitives, optimizer state
+  step(chunked);
+  double best_whole = INFINITY, best_chunked = INFINITY, spent = 0;
+  // More steps than a node's timing gets: the fastest of a few is what a difference needs.
+  for (int k = 0; k < 4 * kMaxRuns && (k < 5 || spent < 3 * kRunBudgetSeconds); ++k) {
+    const double a = seconds_of([&] { step(whole); }), b = seconds_of([&] { step(chunked); });
+    best_whole = std::min(best_whole, a);
+    best_chunked = std::min(best_chunked, b);
+    spent += a + b;
+  }
+  // One pass over the gradients (f32 [n] += [n], per parameter).
+  std::vector<Tensor> sums, grads;
+  double bytes = 0;
+  for (ValueId v : forward.parameters()) {
+    const Shape& shape = forward.value(v).type.shape;
+    sums.push_back(Tensor::zeros(shape, DType::kF32));
+    grads.push_back(Tensor::zeros(shape, DType::kF32));
+    bytes += static_cast<double>(sums.back().nbytes());
+  }
+  double pass = INFINITY;
+  for (int k = 0; k < kMaxRuns; ++k)
+    pass = std::min(pass, seconds_of([&] {
+      for (size_t i = 0; i < sums.size(); ++i)
+        kernels::cpu::binary(kernels::cpu::BinaryOp::kAdd, sums[i].data<float>(), sums[i].shape(),
+                             grads[i].data<float>(), grads[i].shape(), sums[i].data<float>(), sums[i].shape());
+    }));
+  RunCost cost;
+  cost.seconds_per_gradient_byte = bytes > 0 ? pass / bytes : 0.0;
+  cost.seconds_per_run = std::max(0.0, (best_chunked - best_whole - pass) / 2);
+  return cost;
+}
+
 // seconds ~ s_op * (fixed + flops / F + bytes / B): F and B the best rates any timed instance
 // reached (a roofline of this machine), s_op the median ratio of the operator's timings to that
 // line. One factor per operator keeps the fit monotone in the counts and robust to a handful of
@@ -387,7 +489,7 @@ Fit fit_rates(const std::map<std::string, Timing>& timings, int threads) {
   Fit f;
   double best_flops = 0, best_bytes = 0, min_seconds = 0;
   for (const auto& [key, t] : timings) {
-    if (t.threads != threads || t.seconds <= 0 || t.op == kWholeGraph) continue;
+    if (t.threads != threads || t.seconds <= 0 || whole_graph_entry(t)) continue;
     best_flops = std::max(best_flops, t.work.flops / t.seconds);
     best_bytes = std::max(best_bytes, t.work.bytes / t.seconds);
     min_seconds = min_seconds == 0 ? t.seconds : std::min(min_seconds, t.seconds);
@@ -399,7 +501,7 @@ Fit fit_rates(const std::map<std::string, Timing>& timings, int threads) {
   std::map<std::string, std::vector<double>> ratios;
   std::vector<double> all;
   for (const auto& [key, t] : timings) {
-    if (t.threads != threads || t.seconds <= 0 || t.op == kWholeGraph) continue;
+    if (t.threads != threads || t.seconds <= 0 || whole_graph_entry(t)) continue;
     const double r = t.seconds / f.base(t.work);
     ratios[t.op].push_back(r);
     all.push_back(r);
@@ -472,27 +574,17 @@ std::vector<double> estimate_node_seconds(const Graph& forward, const WorkloadOp
   // another through the executor's buffer pool, with the caches each node leaves to the next,
   // which a node timed alone does not see (small nodes cost several times their lone timing).
   // The nodes' prices are scaled to sum to it; the key is every node's instance key.
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (const std::string& k : keys)
-    for (char c : k) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
-  const std::string graph_key = str_cat("graph ", h, " ", forward.nodes().size(), " nodes, threads ", threads);
+  const std::string graph_key = whole_graph_key(keys, threads);
   if (options.measure && forward.loss() >= 0 && !cache.timings.count(graph_key) && !cache.failed.count(graph_key)) {
     kernels::cpu::use_threads(threads);
     try {
-      Graph train = forward;
-      const std::vector<ValueId> params = train.parameters();
-      std::vector<ValueId> targets = {train.loss()};
-      for (ValueId g : build_backward(train, train.loss(), params))
-        if (g >= 0) targets.push_back(g);
-      std::unordered_map<ValueId, Tensor> bound;
-      for (ValueId v : train.inputs()) bound[v] = Tensor::zeros(train.value(v).type.shape, train.value(v).type.dtype);
-      for (ValueId v : params) bound[v] = Tensor::zeros(train.value(v).type.shape, train.value(v).type.dtype);
+      const WholeStep step(forward);
       NodeWork total;
       for (const NodeWork& w : work) {
         total.flops += w.flops;
         total.bytes += w.bytes;
       }
-      cache.timings[graph_key] = Timing{kWholeGraph, threads, time_graph(train, targets, bound, threads), total};
+      cache.timings[graph_key] = Timing{kWholeGraph, threads, time_graph(step.train, step.targets, step.bound, threads), total};
       added = true;
     } catch (const std::exception&) {
       cache.failed.insert(graph_key);  // collectives without their axes, ...: the nodes' sum stands
@@ -515,6 +607,51 @@ std::vector<double> estimate_node_seconds(const Graph& forward, const WorkloadOp
   if (whole != cache.timings.end() && sum > 0)
     for (double& s : seconds) s *= whole->second.seconds / sum;
   return seconds;
+}
+
+RunCost estimate_run_cost(const Graph& forward, const WorkloadOptions& options) {
+  const int threads = resolve_threads(options.num_threads);
+  const std::string path = options.cache_path.empty() ? default_cache_path() : options.cache_path;
+  std::vector<std::string> keys;
+  for (const Node& n : forward.nodes()) keys.push_back(instance_key(forward, n, threads));
+  const std::string graph = whole_graph_key(keys, threads);
+  const std::string run_key = "runs " + graph, pass_key = "gradient pass " + graph;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  CacheState& cache = process_cache()[path];
+  const FileState file = path.empty() ? FileState::kMissing : read_cache(path, cache.timings);
+  if (options.measure && forward.loss() >= 0 && !cache.timings.count(run_key) && !cache.failed.count(run_key)) {
+    try {
+      const RunCost measured = time_run_cost(forward, threads);
+      cache.timings[run_key] = Timing{kRunOverhead, threads, measured.seconds_per_run, {}};
+      cache.timings[pass_key] = Timing{kGradientPass, threads, measured.seconds_per_gradient_byte, {}};
+      if (!path.empty()) write_cache(path, cache.timings);
+    } catch (const std::exception&) {
+      cache.failed.insert(run_key);  // collectives without their axes, ...: no cost known
+      if (!path.empty() && file == FileState::kUnreadable) write_cache(path, cache.timings);
+    }
+    kernels::cpu::use_threads(0);
+  }
+  RunCost cost;
+  auto run = cache.timings.find(run_key), pass = cache.timings.find(pass_key);
+  if (run != cache.timings.end()) cost.seconds_per_run = run->second.seconds;
+  if (pass != cache.timings.end()) cost.seconds_per_gradient_byte = pass->second.seconds;
+  return cost;
+}
+
+std::function<void()> make_step_runner(const Graph& forward, int num_threads) {
+  COHORT_CHECK(forward.loss() >= 0, Status::kInvalidArgument, "step runner: the graph has no loss");
+  const int threads = resolve_threads(num_threads);
+  auto step = std::make_shared<WholeStep>(forward);
+  auto exec = std::make_shared<Executor>(step->train, step->targets);
+  return [step, exec, threads] {
+    kernels::cpu::use_threads(threads);
+    RunOptions ro;
+    ro.num_threads = threads;
+    ro.training = true;
+    std::unordered_map<ValueId, Tensor> env = step->bound;
+    exec->run(env, ro);
+    kernels::cpu::use_threads(0);
+  };
 }
 
 }  // namespace cohort::parallel

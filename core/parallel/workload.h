@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,5 +50,29 @@ struct WorkloadOptions {
 
 // Seconds per forward node of `forward` (forward + backward), indexed like forward.nodes().
 std::vector<double> estimate_node_seconds(const Graph& forward, const WorkloadOptions& options = {});
+
+// What running a step as several executor runs costs beyond its nodes: under micro-batches or
+// pipeline stages a trainer runs each micro-batch's forward and backward of each chunk as runs of
+// their own (on the chunk's executors, what forward keeps handed to backward) and accumulates
+// every micro-batch's gradients into its own, where without them a step is one run of both, as
+// estimate_node_seconds' whole-graph timing is.
+struct RunCost {
+  double seconds_per_run = 0;            // one executor run's bookkeeping
+  double seconds_per_gradient_byte = 0;  // accumulating a micro-batch's gradients: one pass
+};
+
+// The RunCost of `forward` (a graph with a loss; the planner gives it at one row) on this machine,
+// calibrated like the nodes (cached, per graph and thread count): the model trained on zeros by a
+// trainer of each kind, steps alternated; the difference of their fastest steps less one pass over
+// the gradients (timed on its own), halved, is a run's. Zeros when not measured (options.measure
+// false and nothing cached, or a graph a trainer alone cannot run).
+RunCost estimate_run_cost(const Graph& forward, const WorkloadOptions& options = {});
+
+// One forward and backward of `forward` (a graph with a loss) as a step without micro-batches runs
+// them — one executor run, on zeros — at `num_threads` (0: the process setting): work with a
+// step's mix of arithmetic and memory traffic, for the communication probe's compute stretch
+// (comm_probe.h). Each call runs it once; from one thread at a time. kInvalidArgument without a
+// loss.
+std::function<void()> make_step_runner(const Graph& forward, int num_threads = 0);
 
 }  // namespace cohort::parallel

@@ -1,5 +1,6 @@
 // The communication probe (core/parallel/comm_probe.h): every operation and group size measured,
-// positive finite numbers, one table on every rank, seconds not minutes.
+// positive finite numbers, one table on every rank, seconds not minutes; the compute stretch
+// measured with the step given (or the built-in mix) and the cores per rank reported.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,14 +18,30 @@ namespace ct = transport::coll::testing;
 TEST(CommProbe, MeasuresEveryOperationAndGroupSizeAlikeOnEveryRank) {
   std::mutex mutex;
   std::vector<CommTable> tables(4);
+  std::vector<int> steps(4, 0);
   ct::run_ranks_shared(4, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
     ProbeOptions o;
     o.max_bytes = 1 << 20;  // enough to see shared memory's bandwidth, quick on 2 cores
+    o.cores = 2;            // the ranks share 2 cores
+    const size_t me = static_cast<size_t>(comm->rank());
+    o.step = [&steps, me] {
+      ++steps[me];  // this rank's own counter
+      volatile double x = 1.0;
+      for (int k = 0; k < 100000; ++k) x = x * 1.0000001 + 0.5;
+    };
+    o.step_name = "a counting step";
     CommTable t = probe_communication(*comm, o);
     std::lock_guard<std::mutex> lock(mutex);
-    tables[static_cast<size_t>(comm->rank())] = t;
+    tables[me] = t;
   });
   const CommTable& t = tables[0];
+  // The stretch is measured with the given step, on every rank; the cores are shared 4 ways.
+  for (int n : steps) EXPECT_GE(n, 4);  // a warm-up and 3 timings together
+  EXPECT_GE(steps[0], steps[1]);        // rank 0 alone too
+  EXPECT_TRUE(std::isfinite(t.compute_stretch) && t.compute_stretch > 0) << t.compute_stretch;
+  EXPECT_EQ(t.cores_per_rank, 0.5);
+  EXPECT_NE(t.source.find("a counting step together"), std::string::npos) << t.source;
+  EXPECT_NE(t.source.find("0.50 cores per rank"), std::string::npos) << t.source;
   // Groups of 2: point-to-point and the five collectives; of 4: the five collectives.
   ASSERT_EQ(t.entries.size(), 11u) << t.source;
   int pairs = 0;
@@ -48,6 +65,22 @@ TEST(CommProbe, MeasuresEveryOperationAndGroupSizeAlikeOnEveryRank) {
   }
   EXPECT_NE(t.source.find("over 4 ranks"), std::string::npos) << t.source;
   std::printf("%s\n", t.source.c_str());
+}
+
+// Without a step, the built-in mix is timed, and the cores are those this process may run on.
+TEST(CommProbe, WithoutAStepTheBuiltInMixIsTimed) {
+  std::mutex mutex;
+  CommTable t;
+  ct::run_ranks_shared(2, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    ProbeOptions o;
+    o.max_bytes = 1 << 20;
+    CommTable mine = probe_communication(*comm, o);
+    std::lock_guard<std::mutex> lock(mutex);
+    if (comm->rank() == 0) t = mine;
+  });
+  EXPECT_TRUE(std::isfinite(t.compute_stretch) && t.compute_stretch > 0) << t.compute_stretch;
+  EXPECT_GE(t.cores_per_rank, 0.5);
+  EXPECT_NE(t.source.find("the built-in mix together"), std::string::npos) << t.source;
 }
 
 TEST(CommProbe, OneRankMeasuresNothingAndBadSizesAreRefused) {

@@ -354,5 +354,104 @@ TEST_F(Planner, ClusterRatesPriceNodes) {
   EXPECT_NEAR(a / b, 100.0, 1e-6);
 }
 
+// Z's weight gathers hide behind the pair's compute only where a rank has a core to spare for the
+// transport: with 2 cores for 2 ranks of 1 thread each they are exposed whole. Here the links are
+// fast beside the pairs' compute, so with a spare core the gathers are hidden entirely and the
+// difference is every pair's gathers: 2 all-gathers of half the pair's weights and 1
+// reduce-scatter of them, over Z = 2.
+TEST_F(Planner, TensorZGathersAreExposedWithoutASpareCore) {
+  const models::GptConfig config = small_gpt();
+  const Graph model = models::build_gpt(config);
+  PlanConfig plan = data_plan(1);
+  plan.tensor.z = 2;
+  ClusterSpec spare = cluster(2), none = cluster(2);
+  spare.cores_per_node = 4;  // 2 ranks on the node: 2 cores each
+  none.cores_per_node = 2;   // 1 core each: no room for the transport
+  const PlanPrediction a = predict(model, spare, plan), b = predict(model, none, plan);
+  // The ring table's times over 2 ranks at 10 GB/s, 5 us: all_gather of a block b: 5 us + b / L;
+  // reduce_scatter of b: 5 us + b / (2 L). A layer's pairs: attention (qkv [C, 3C], proj [C, C])
+  // and the MLP (fc [C, 4C], proj [4C, C]), 12 C^2 floats.
+  const double L = 10e9, C = static_cast<double>(config.width);
+  const double weights = static_cast<double>(config.layers) * 12 * C * C * 4;
+  const double pairs = 2.0 * static_cast<double>(config.layers);
+  const double gathers = pairs * 3 * 5e-6 + 2 * (weights / 2) / L + weights / (2 * L);
+  EXPECT_NEAR(b.exposed_comm_seconds - a.exposed_comm_seconds, gathers, 1e-9)
+      << a.exposed_comm_seconds << " vs " << b.exposed_comm_seconds;
+  EXPECT_EQ(a.compute_seconds, b.compute_seconds);  // 2 ranks on 2 or 4 cores: no turns taken
+  // The probe's figure wins over the cluster's cores: 2 cores a rank measured, spare again.
+  ClusterSpec probed = none;
+  probed.comm.cores_per_rank = 2;
+  EXPECT_EQ(predict(model, probed, plan).exposed_comm_seconds, a.exposed_comm_seconds);
+  probed.comm.cores_per_rank = 1;
+  EXPECT_EQ(predict(model, probed, plan).exposed_comm_seconds, b.exposed_comm_seconds);
+  // Without Z there is nothing to gather: the cores change nothing.
+  EXPECT_EQ(predict(model, spare, data_plan(2)).step_seconds(), predict(model, none, data_plan(2)).step_seconds());
+}
+
+// Under micro-batches or pipeline stages every micro-batch's forward and backward of each chunk is
+// an executor run of its own: 2 M V runs a step, each at the cluster's (or the calibration's)
+// cost of a run; a step without either is one run, already in the whole-graph calibration. The
+// gradients' passes are priced below.
+TEST_F(Planner, ExecutorRunsCostPerMicroBatchAndChunk) {
+  const Graph model = models::build_gpt(small_gpt());
+  ClusterSpec free_runs = cluster(4), costly = cluster(4);
+  free_runs.run_cost = RunCost{};
+  costly.run_cost = RunCost{1e-3, 0};
+  struct Case {
+    int data, stages, chunks, micro;
+    double runs;  // 2 M V, or 0 for one run of the whole step
+  };
+  for (const Case& c : {Case{4, 1, 1, 1, 0}, Case{4, 1, 1, 2, 4}, Case{2, 2, 1, 4, 8}, Case{2, 2, 1, 2, 4},
+                        Case{1, 4, 1, 8, 16}, Case{2, 2, 2, 4, 16}}) {
+    PlanConfig plan = data_plan(c.data);
+    plan.pipeline.stages = c.stages;
+    plan.pipeline.chunks = c.chunks;
+    plan.pipeline.micro_batches = c.micro;
+    plan.pipeline.schedule = c.chunks > 1 ? PipelineSchedule::kInterleaved : PipelineSchedule::kOneFOneB;
+    const PlanPrediction a = predict(model, free_runs, plan), b = predict(model, costly, plan);
+    EXPECT_EQ(a.run_overhead_seconds, 0.0) << b.describe();
+    EXPECT_NEAR(b.run_overhead_seconds, c.runs * 1e-3, 1e-12) << b.describe();
+    EXPECT_NEAR(b.compute_seconds - a.compute_seconds, c.runs * 1e-3, 1e-9) << b.describe();
+    // A stage's micro-batch takes the runs' time too: the bubble keeps its share of the pipeline.
+    if (c.stages > 1) {
+      EXPECT_NEAR(b.bubble_seconds / (b.compute_seconds + b.bubble_seconds),
+                  (c.stages - 1.0) / (c.chunks * c.micro + c.stages - 1.0), 1e-12)
+          << b.describe();
+    }
+  }
+  // Taking turns on the cores stretches a run like the nodes.
+  ClusterSpec shared = costly;
+  shared.comm.compute_stretch = 2;
+  PlanConfig two = data_plan(4);
+  two.pipeline.micro_batches = 2;
+  EXPECT_NEAR(predict(model, shared, two).run_overhead_seconds, 2 * 4e-3, 1e-12);
+  // The printed table shows the runs' part of compute.
+  EXPECT_NE(format_plan_table({predict(model, costly, two)}).find("of it runs"), std::string::npos);
+}
+
+// Each micro-batch's gradients are accumulated into the trainer's own: a pass over the parameters
+// a rank holds, M a step — the whole model's on a data rank, about half of it on each of 2 stages
+// (the tied embedding on both), the pairs' Z blocks under tensor_z 2.
+TEST_F(Planner, GradientPassesCostPerMicroBatchAndTheRanksParameters) {
+  const models::GptConfig config = small_gpt();
+  const Graph model = models::build_gpt(config);
+  ClusterSpec c = cluster(4);
+  c.run_cost = RunCost{0, 1e-9};
+  const double whole = static_cast<double>(models::gpt_parameter_count(config)) * 4 * 1e-9;
+  PlanConfig data = data_plan(4);
+  EXPECT_EQ(predict(model, c, data).run_overhead_seconds, 0.0);  // one run, no accumulation
+  data.pipeline.micro_batches = 2;
+  EXPECT_NEAR(predict(model, c, data).run_overhead_seconds, 2 * whole, 1e-12);
+  PlanConfig stages = data_plan(2), z = data_plan(2);
+  stages.pipeline.stages = 2;
+  z.tensor.z = 2;
+  for (PlanConfig& plan : {std::ref(stages), std::ref(z)}) {
+    plan.pipeline.micro_batches = 2;
+    const PlanPrediction p = predict(model, c, plan);
+    EXPECT_LT(p.run_overhead_seconds, 2 * whole * 0.75) << p.describe();
+    EXPECT_GT(p.run_overhead_seconds, 2 * whole * 0.5) << p.describe();
+  }
+}
+
 }  // namespace
 }  // namespace cohort::parallel

@@ -1,7 +1,8 @@
 // The workload estimator (core/parallel/workload.h): exact counts for a product, prices that grow
 // with the work, the cache file read back instead of timing again (a file that is read and
 // finds every instance is left byte for byte as it was), a corrupt file ignored and rewritten,
-// default rates without any timing, and the GPT's blocks priced alike.
+// default rates without any timing, the GPT's blocks priced alike, the executor runs' cost
+// calibrated and cached, and the probe's step runner.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,9 +11,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <numeric>
 
+#include "core/base/error.h"
 #include "core/graph/autodiff.h"
 #include "core/models/cnn.h"
 #include "core/models/gpt.h"
@@ -196,6 +199,47 @@ TEST_F(Workload, PricesTheGptsBlocksAlike) {
   // The blocks hold most of the work: the logits' product and the loss are one block's worth at most.
   const double total = std::accumulate(timed.begin(), timed.end(), 0.0);
   EXPECT_GT(block_seconds(blocks[0], timed) * static_cast<double>(config.layers), 0.5 * total);
+}
+
+// The executor runs' cost: nothing before anything is measured; measured once (a trainer running
+// each step as one run against one running forward and backward apart, and a pass over the
+// gradients alone), cached in the file beside the nodes' timings, read back by another process;
+// and kept out of the nodes' fit (a cache holding only it prices the nodes as an empty one does).
+TEST_F(Workload, CalibratesTheExecutorRunsCostAndCachesIt) {
+  models::MlpConfig mlp;
+  mlp.batch = 4;
+  const Graph m = models::build_mlp(mlp);
+  const RunCost none = estimate_run_cost(m, options("runs.bin", false));
+  EXPECT_EQ(none.seconds_per_run, 0.0);
+  EXPECT_EQ(none.seconds_per_gradient_byte, 0.0);
+  EXPECT_FALSE(fs::exists(path("runs.bin")));
+  const RunCost timed = estimate_run_cost(m, options("runs.bin"));
+  std::printf("the MLP at 4 rows: an executor run %.1f us, a gradient pass %.2f GB/s\n", timed.seconds_per_run * 1e6,
+              timed.seconds_per_gradient_byte > 0 ? 1e-9 / timed.seconds_per_gradient_byte : 0.0);
+  EXPECT_TRUE(std::isfinite(timed.seconds_per_run) && timed.seconds_per_run >= 0 && timed.seconds_per_run < 0.05)
+      << timed.seconds_per_run;
+  // A pass over 0.4 MB of gradients: timed, so not free, and faster than 10 MB/s.
+  EXPECT_GT(timed.seconds_per_gradient_byte, 0.0);
+  EXPECT_LT(timed.seconds_per_gradient_byte, 1e-7);
+  const std::string written = read_all(path("runs.bin"));
+  EXPECT_NE(written.find("(runs)"), std::string::npos);
+  EXPECT_NE(written.find("(gradient pass)"), std::string::npos);
+  fs::copy_file(path("runs.bin"), path("copy.bin"));
+  const RunCost read = estimate_run_cost(m, options("copy.bin", false));
+  EXPECT_EQ(read.seconds_per_run, timed.seconds_per_run);
+  EXPECT_EQ(read.seconds_per_gradient_byte, timed.seconds_per_gradient_byte);
+  EXPECT_EQ(estimate_node_seconds(m, options("copy.bin", false)), estimate_node_seconds(m, options("none.bin", false)));
+}
+
+// The probe's step: the model's forward and backward, runnable again and again.
+TEST_F(Workload, AStepRunnerRunsTheModelsForwardAndBackward) {
+  models::MlpConfig mlp;
+  mlp.batch = 2;
+  const std::function<void()> step = make_step_runner(models::build_mlp(mlp), 1);
+  for (int k = 0; k < 3; ++k) EXPECT_NO_THROW(step());
+  Graph no_loss;
+  no_loss.mark_output(no_loss.add_input("x", DType::kF32, {2}));
+  EXPECT_THROW(make_step_runner(no_loss, 1), Error);
 }
 
 }  // namespace
