@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <cstdio>
 #include <functional>
@@ -135,12 +136,49 @@ double measure_compute_stretch(coll::Communicator& world, const std::function<vo
   return together[1] / alone[1];
 }
 
-// The cores this process may run on (its affinity), else those online.
-int available_cores() {
+// The ranks that share this rank's machine and the cores they may run on together. Every rank
+// sends its host name's hash and its affinity mask (the cores online where it has none); the
+// ranks with this rank's name are its host's, and their cores the union of their masks. A
+// launcher that binds each local rank to its share of the cores (cohort-run, mpirun --bind-to)
+// gives each a part of the union, an unbound one the whole machine to every rank: either way
+// cores / ranks is what each rank has. Ranks in network namespaces of one machine keep its name:
+// they do share its cores. A collective: every rank calls it alike.
+struct HostShare {
+  int ranks = 1;
+  int cores = 1;
+};
+
+HostShare host_share(coll::Communicator& world) {
+  constexpr size_t kMaskWords = 16;  // 1024 cores
+  std::vector<uint64_t> mine(1 + kMaskWords, 0);
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a: the same on every rank, whatever its build
+  for (const char* c = name; *c; ++c) hash = (hash ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  mine[0] = hash;
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  return std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  const bool bound = sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0;
+  const long online = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  for (size_t cpu = 0; cpu < kMaskWords * 64; ++cpu)
+    if (bound ? (cpu < CPU_SETSIZE && CPU_ISSET(cpu, &set)) : static_cast<long>(cpu) < online)
+      mine[1 + cpu / 64] |= uint64_t{1} << (cpu % 64);
+  const size_t n = static_cast<size_t>(world.size()), words = mine.size();
+  std::vector<uint64_t> all(words * n, 0);
+  world.all_gather(mine.data(), all.data(), words * sizeof(uint64_t), coll::DataType::kU8)->wait();
+  HostShare share;
+  share.ranks = 0;
+  std::vector<uint64_t> cores(kMaskWords, 0);
+  for (size_t r = 0; r < n; ++r) {
+    if (all[r * words] != hash) continue;
+    ++share.ranks;
+    for (size_t w = 0; w < kMaskWords; ++w) cores[w] |= all[r * words + 1 + w];
+  }
+  share.cores = 0;
+  for (uint64_t w : cores) share.cores += __builtin_popcountll(w);
+  share.ranks = std::max(share.ranks, 1);
+  share.cores = std::max(share.cores, 1);
+  return share;
 }
 
 }  // namespace
@@ -173,8 +211,9 @@ CommTable probe_communication(coll::Communicator& world, const ProbeOptions& opt
   }
   // Before any busy thread starts.
   table.compute_stretch = measure_compute_stretch(world, options.step ? options.step : builtin_step);
-  const int host_ranks = options.ranks_on_host > 0 ? options.ranks_on_host : n;
-  const int cores = options.cores > 0 ? options.cores : available_cores();
+  const HostShare share = host_share(world);  // a collective, so taken whatever the options say
+  const int host_ranks = options.ranks_on_host > 0 ? options.ranks_on_host : share.ranks;
+  const int cores = options.cores > 0 ? options.cores : share.cores;
   table.cores_per_rank = static_cast<double>(cores) / host_ranks;
   const bool busy = options.busy >= 0 ? options.busy > 0 : host_ranks * 2 > cores;
   std::unique_ptr<BusyThread> spinner;

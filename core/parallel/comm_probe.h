@@ -52,10 +52,11 @@ struct ProbeOptions {
   // Measure while every rank keeps one thread computing, as a training step does while its
   // collectives are in flight: where ranks outnumber a host's cores their progress threads then
   // wait for a core (a collective's latency on this 2-core host grows from tens of microseconds
-  // to milliseconds), which an idle probe would not see. -1: when the ranks on this host (the
-  // world, by default) times 2 — a training thread and a progress thread each — exceed its cores.
+  // to milliseconds), which an idle probe would not see. -1: when the ranks on this host (those
+  // that share its host name, by default) times 2 — a training thread and a progress thread
+  // each — exceed its cores.
   int busy = -1;
-  int ranks_on_host = 0;  // 0: the world's size
+  int ranks_on_host = 0;  // 0: the ranks whose host name is this rank's
   size_t small_bytes = 1024;
   size_t first_large_bytes = 256 << 10;
   size_t max_bytes = 16 << 20;
@@ -65,7 +66,7 @@ struct ProbeOptions {
   // Empty: a built-in mix of arithmetic and memory traffic over a buffer larger than the caches.
   std::function<void()> step{};
   std::string step_name{};  // what `step` runs, for CommTable::source ("" : "the built-in mix")
-  int cores = 0;  // the cores the ranks of this host share; 0: those this process may run on
+  int cores = 0;  // the cores the ranks of this host share; 0: the union of their affinities
 };
 
 // The table (CommTable::source says how long it took and over how many ranks). A world of one

@@ -2,6 +2,7 @@
 // positive finite numbers, one table on every rank, seconds not minutes; the compute stretch
 // measured with the step given (or the built-in mix) and the cores per rank reported.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <cmath>
 #include <mutex>
@@ -67,7 +68,8 @@ TEST(CommProbe, MeasuresEveryOperationAndGroupSizeAlikeOnEveryRank) {
   std::printf("%s\n", t.source.c_str());
 }
 
-// Without a step, the built-in mix is timed, and the cores are those this process may run on.
+// Without a step, the built-in mix is timed; without given cores, the ranks of one host (these
+// threads share a host name) share the union of their affinities: this process's.
 TEST(CommProbe, WithoutAStepTheBuiltInMixIsTimed) {
   std::mutex mutex;
   CommTable t;
@@ -79,7 +81,10 @@ TEST(CommProbe, WithoutAStepTheBuiltInMixIsTimed) {
     if (comm->rank() == 0) t = mine;
   });
   EXPECT_TRUE(std::isfinite(t.compute_stretch) && t.compute_stretch > 0) << t.compute_stretch;
-  EXPECT_GE(t.cores_per_rank, 0.5);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  EXPECT_EQ(t.cores_per_rank, CPU_COUNT(&set) / 2.0) << t.source;  // 2 ranks on this host
   EXPECT_NE(t.source.find("the built-in mix together"), std::string::npos) << t.source;
 }
 
