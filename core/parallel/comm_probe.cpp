@@ -8,14 +8,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <memory>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 #include <functional>
 #include <limits>
 #include <utility>
 #include <vector>
 
 #include "core/base/error.h"
+#include "core/checkpoint/format.h"
 
 namespace cohort::parallel {
 
@@ -153,8 +155,7 @@ HostShare host_share(coll::Communicator& world) {
   std::vector<uint64_t> mine(1 + kMaskWords, 0);
   char name[256] = {};
   gethostname(name, sizeof name - 1);
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a: the same on every rank, whatever its build
-  for (const char* c = name; *c; ++c) hash = (hash ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  const uint64_t hash = checkpoint::hash64(name, std::strlen(name));  // the same on every rank, whatever its build
   mine[0] = hash;
   cpu_set_t set;
   CPU_ZERO(&set);

@@ -24,6 +24,7 @@
 
 #include "core/base/error.h"
 #include "core/base/file_io.h"
+#include "core/checkpoint/format.h"
 #include "core/exec/executor.h"
 #include "core/exec/trainer.h"
 #include "core/graph/autodiff.h"
@@ -393,9 +394,8 @@ struct WholeStep {
 
 // "graph <hash of every node's instance key> <n> nodes, threads <t>": a whole graph's timings.
 std::string whole_graph_key(const std::vector<std::string>& keys, int threads) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (const std::string& k : keys)
-    for (char c : k) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  uint64_t h = checkpoint::hash64(nullptr, 0);  // FNV-1a chained over the keys' bytes
+  for (const std::string& k : keys) h = checkpoint::hash64(k.data(), k.size(), h);
   return str_cat("graph ", h, " ", keys.size(), " nodes, threads ", threads);
 }
 
