@@ -684,13 +684,7 @@ void DataParallel::merge_co2(Fragment& fr, std::vector<Tensor>& params) {
 }
 
 void DataParallel::decode_average(Fragment& fr) {
-  float* avg = inflight_.data() + fr.begin;
-  std::fill(avg, avg + fr.count, 0.0f);
-  const size_t bytes = fr.packed.size();
-  for (int r = 0; r < outer_comm_->size(); ++r)
-    fr.quant->add_decoded(fr.gathered.data() + static_cast<size_t>(r) * bytes, avg);
-  const float inv_world = 1.0f / static_cast<float>(outer_comm_->size());
-  for (size_t i = 0; i < fr.count; ++i) avg[i] *= inv_world;
+  fr.quant->average(fr.gathered.data(), outer_comm_->size(), inflight_.data() + fr.begin);
   fr.decoded = true;
 }
 

@@ -252,7 +252,7 @@ TEST(Plan, Co2RoundShapeOverFragmentsMergesEachBeforeTheNext) {
 TEST(Quantizer, EveryValueWithinHalfALevel) {
   // 601 values: a full block of magnitude 2, an all-zero block, a block of magnitude 0.01 and
   // 89 more (odd: the last 4-bit byte holds one nibble). Each value decodes within half a level
-  // of its block's scale; decoding adds to what is there.
+  // of its block's scale; a zero block decodes to zeros.
   std::vector<float> x(601, 0.0f);
   for (size_t i = 0; i < x.size(); ++i)
     if (i < 256 || i >= 512) x[i] = std::sin(0.37f * static_cast<float>(i)) * (i < 256 ? 2.0f : 0.01f);
@@ -260,18 +260,80 @@ TEST(Quantizer, EveryValueWithinHalfALevel) {
     Quantizer q(bits, x.size());
     const size_t scales = 3 * sizeof(float), payload = bits == 8 ? 601 : 301;
     EXPECT_EQ(q.bytes(), (scales + payload + 3) / 4 * 4);
-    std::vector<uint8_t> msg(q.bytes());
+    std::vector<uint8_t> msg(q.bytes(), 0xAB);
     q.pack(x.data(), msg.data());
     std::vector<float> y(x.size(), 1.0f);
-    q.add_decoded(msg.data(), y.data());
+    q.average(msg.data(), 1, y.data());
     const float levels = bits == 8 ? 127.0f : 7.0f;
     for (size_t i = 0; i < x.size(); ++i) {
       float amax = 0;
       for (size_t j = i / kQuantBlock * kQuantBlock; j < std::min(x.size(), (i / kQuantBlock + 1) * kQuantBlock); ++j)
         amax = std::max(amax, std::fabs(x[j]));
-      EXPECT_LE(std::fabs(y[i] - 1.0f - x[i]), 0.5f * amax / levels + 1e-6f) << bits << " bits, value " << i;
+      EXPECT_LE(std::fabs(y[i] - x[i]), 0.5f * amax / levels + 1e-6f) << bits << " bits, value " << i;
       if (amax == 0) {
-        EXPECT_EQ(y[i], 1.0f);
+        EXPECT_EQ(y[i], 0.0f);
+      }
+    }
+    // Packing writes every byte of the message (the padding too): the same values give the same
+    // message whatever the buffer held before.
+    std::vector<uint8_t> again(q.bytes(), 0x5C);
+    q.pack(x.data(), again.data());
+    EXPECT_EQ(msg, again) << bits << " bits";
+  }
+}
+
+TEST(Quantizer, LevelsRoundToNearestEvenAndLandExactly) {
+  // One block of 7 values (odd) whose largest magnitude is the largest level, so the scale is 1:
+  // every level decodes exactly and the halves round to the even level (in both nibbles at 4 bits).
+  const std::vector<float> v = {7.0f, -7.0f, 2.5f, 3.5f, -2.5f, 0.49f, -0.5f};
+  const std::vector<float> want = {7.0f, -7.0f, 2.0f, 4.0f, -2.0f, 0.0f, -0.0f};
+  Quantizer q(4, v.size());
+  std::vector<uint8_t> msg(q.bytes());
+  q.pack(v.data(), msg.data());
+  std::vector<float> y(v.size());
+  q.average(msg.data(), 1, y.data());
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(y[i], want[i]) << "value " << i;
+  const std::vector<float> v8 = {127.0f, -127.0f, 40.5f, 41.5f, -40.5f, 0.49f, -0.5f};
+  const std::vector<float> want8 = {127.0f, -127.0f, 40.0f, 42.0f, -40.0f, 0.0f, -0.0f};
+  Quantizer q8(8, v8.size());
+  std::vector<uint8_t> msg8(q8.bytes());
+  q8.pack(v8.data(), msg8.data());
+  q8.average(msg8.data(), 1, y.data());
+  for (size_t i = 0; i < v8.size(); ++i) EXPECT_EQ(y[i], want8[i]) << "8 bits, value " << i;
+}
+
+TEST(Quantizer, AveragesMessagesInRankOrderAndKeepsNaNVisible) {
+  // Three messages of 300 values (two blocks): the average is (m0 + m1 + m2) / 3 of the decoded
+  // messages, each within half a level; a block holding a NaN decodes to NaN throughout, the
+  // other block untouched by it.
+  const size_t n = 300;
+  std::vector<std::vector<float>> xs(3, std::vector<float>(n));
+  for (size_t r = 0; r < 3; ++r)
+    for (size_t i = 0; i < n; ++i) xs[r][i] = std::cos(0.11f * static_cast<float>(i * (r + 1))) * (1.0f + r);
+  for (int bits : {8, 4}) {
+    Quantizer q(bits, n);
+    std::vector<uint8_t> all(3 * q.bytes());
+    std::vector<std::vector<float>> single(3, std::vector<float>(n));
+    for (size_t r = 0; r < 3; ++r) {
+      q.pack(xs[r].data(), all.data() + r * q.bytes());
+      q.average(all.data() + r * q.bytes(), 1, single[r].data());
+    }
+    std::vector<float> avg(n);
+    q.average(all.data(), 3, avg.data());
+    const float levels = bits == 8 ? 127.0f : 7.0f;
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_NEAR(avg[i], (single[0][i] + single[1][i] + single[2][i]) / 3.0f, 1e-5f) << bits << " bits, " << i;
+      EXPECT_NEAR(avg[i], (xs[0][i] + xs[1][i] + xs[2][i]) / 3.0f, 0.5f * 3.0f / levels + 1e-5f) << i;
+    }
+    std::vector<float> bad = xs[1];
+    bad[260] = std::nanf("");
+    q.pack(bad.data(), all.data() + q.bytes());
+    q.average(all.data(), 3, avg.data());
+    for (size_t i = 0; i < n; ++i) {
+      if (i >= kQuantBlock) {
+        EXPECT_TRUE(std::isnan(avg[i])) << bits << " bits, value " << i;
+      } else {
+        EXPECT_FALSE(std::isnan(avg[i])) << bits << " bits, value " << i;
       }
     }
   }
