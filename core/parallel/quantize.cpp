@@ -21,6 +21,7 @@ void Quantizer::pack(const float* x, uint8_t* out) const {
 }
 
 void Quantizer::average(const uint8_t* msgs, int count, float* out) const {
+  COHORT_ASSERT(count >= 1, "quantizer: an average of ", count, " messages");
   kernels::cpu::quant_average(msgs, static_cast<int64_t>(bytes_), static_cast<int64_t>(levels_at()), count,
                               static_cast<int64_t>(n_), kQuantBlock, bits_, 1.0f / static_cast<float>(count), out);
 }

@@ -102,7 +102,10 @@ void quant_average(const uint8_t* msg, int64_t stride, int64_t levels_at, int co
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t lo = b * block, c = std::min(n, lo + block) - lo;
     float* acc = out + lo;
-    if (count == 0) std::fill(acc, acc + c, 0.0f);
+    if (count == 0) {  // no messages: zeros
+      std::fill(acc, acc + c, 0.0f);
+      continue;
+    }
     for (int r = 0; r < count; ++r) {
       const uint8_t* m = msg + static_cast<int64_t>(r) * stride;
       float scale;
