@@ -18,6 +18,8 @@
 //     and M micro-batches (1F1B and GPipe: V = 1).
 //   - Executor runs: under micro-batches or stages, 2 M V runs a step on each rank and M passes
 //     accumulating its gradients, at the calibrated cost (ClusterSpec::run_cost), in its compute.
+//   - The optimizer's update: once a step, over a rank's parameters (its shard under ZeRO), at
+//     RunCost's calibrated cost per byte, in its compute (every layout, micro-batches or not).
 //   - Memory per rank: parameters, gradients and optimizer state (ZeRO shards them over the data
 //     axis), and activations: what one micro-batch keeps for backward (the graph's exact sizes;
 //     under activation checkpointing only each block's input) times the micro-batches in flight
@@ -104,8 +106,9 @@ struct ClusterSpec {
   // What running a step as several executor runs costs (workload.h): a layout with micro-batches
   // or pipeline stages runs every micro-batch's forward and backward of each of a rank's V chunks
   // as runs of their own, 2 M V a step, and accumulates each micro-batch's gradients, M passes
-  // over the rank's (f32). Negative: the workload estimator's calibration (estimate_run_cost, at one
-  // row a micro-batch), or none under the cluster's own rates (flops_per_second).
+  // over the rank's (f32); and every layout's optimizer update, per parameter byte. Negative: the
+  // workload estimator's calibration (estimate_run_cost, at one row a micro-batch), or none under
+  // the cluster's own rates (flops_per_second).
   RunCost run_cost{-1, -1};
   CommTable comm;
 };
@@ -115,6 +118,7 @@ struct PlanPrediction {
   PlanConfig plan;
   double compute_seconds = 0;         // per step, the slowest rank's
   double run_overhead_seconds = 0;    // of compute_seconds: its executor runs and gradient passes
+  double update_seconds = 0;          // of compute_seconds: the optimizer's update (RunCost)
   double exposed_comm_seconds = 0;    // communication the step waits for
   double bubble_seconds = 0;          // pipeline idle time
   double step_seconds() const { return compute_seconds + exposed_comm_seconds + bubble_seconds; }

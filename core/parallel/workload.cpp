@@ -29,6 +29,7 @@
 #include "core/exec/trainer.h"
 #include "core/graph/autodiff.h"
 #include "core/graph/initializer.h"
+#include "core/optim/optimizer.h"
 #include "core/parallel/workload_generated.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/threads.h"
@@ -40,7 +41,7 @@ namespace {
 namespace wf = workload_file;
 
 // Bump with any change of the key or of count_node_work (cached counts feed the fit).
-constexpr uint32_t kWorkloadFormatVersion = 2;  // 2: executor runs' cost ((runs), (gradient pass))
+constexpr uint32_t kWorkloadFormatVersion = 3;  // 2: executor runs' cost ((runs), (gradient pass)); 3: (update)
 
 // Rates used when nothing is timed at this thread count: a modest core, so that a plan made
 // before any calibration is not wildly optimistic.
@@ -282,6 +283,7 @@ double median(std::vector<double> v) {
 const char* const kWholeGraph = "(graph)";
 const char* const kRunOverhead = "(runs)";
 const char* const kGradientPass = "(gradient pass)";
+const char* const kUpdate = "(update)";
 
 // Seconds of one run of `graph`'s targets, the median of a few after a warm-up.
 double time_graph(const Graph& graph, const std::vector<ValueId>& targets,
@@ -401,7 +403,7 @@ std::string whole_graph_key(const std::vector<std::string>& keys, int threads) {
 
 // Timings of whole graphs rather than of one operator: kept out of the per-operator fit.
 bool whole_graph_entry(const Timing& t) {
-  return t.op == kWholeGraph || t.op == kRunOverhead || t.op == kGradientPass;
+  return t.op == kWholeGraph || t.op == kRunOverhead || t.op == kGradientPass || t.op == kUpdate;
 }
 
 // The executor runs' own cost (estimate_run_cost). `forward` trained by two trainers on zeros,
@@ -463,8 +465,19 @@ RunCost time_run_cost(const Graph& forward, int threads) {
         kernels::cpu::binary(kernels::cpu::BinaryOp::kAdd, sums[i].data<float>(), sums[i].shape(),
                              grads[i].data<float>(), grads[i].shape(), sums[i].data<float>(), sums[i].shape());
     }));
+  // One optimizer update over them: AdamW with clipping, as the models train (the gradients'
+  // norm, then the parameters and both moments); the first call allocates the state.
+  optim::OptimizerConfig adamw;
+  adamw.kind = optim::OptimizerKind::kAdamW;
+  adamw.clip_norm = 1.0;
+  optim::Optimizer optimizer(adamw);
+  kernels::cpu::use_threads(threads);
+  optimizer.step(sums, grads);
+  double update = INFINITY;
+  for (int k = 0; k < kMaxRuns; ++k) update = std::min(update, seconds_of([&] { optimizer.step(sums, grads); }));
   RunCost cost;
   cost.seconds_per_gradient_byte = bytes > 0 ? pass / bytes : 0.0;
+  cost.seconds_per_update_byte = bytes > 0 ? update / bytes : 0.0;
   cost.seconds_per_run = std::max(0.0, (best_chunked - best_whole - pass) / 2);
   return cost;
 }
@@ -615,15 +628,17 @@ RunCost estimate_run_cost(const Graph& forward, const WorkloadOptions& options) 
   std::vector<std::string> keys;
   for (const Node& n : forward.nodes()) keys.push_back(instance_key(forward, n, threads));
   const std::string graph = whole_graph_key(keys, threads);
-  const std::string run_key = "runs " + graph, pass_key = "gradient pass " + graph;
+  const std::string run_key = "runs " + graph, pass_key = "gradient pass " + graph, update_key = "update " + graph;
   std::lock_guard<std::mutex> lock(g_mutex);
   CacheState& cache = process_cache()[path];
   const FileState file = path.empty() ? FileState::kMissing : read_cache(path, cache.timings);
-  if (options.measure && forward.loss() >= 0 && !cache.timings.count(run_key) && !cache.failed.count(run_key)) {
+  if (options.measure && forward.loss() >= 0 && (!cache.timings.count(run_key) || !cache.timings.count(update_key)) &&
+      !cache.failed.count(run_key)) {
     try {
       const RunCost measured = time_run_cost(forward, threads);
       cache.timings[run_key] = Timing{kRunOverhead, threads, measured.seconds_per_run, {}};
       cache.timings[pass_key] = Timing{kGradientPass, threads, measured.seconds_per_gradient_byte, {}};
+      cache.timings[update_key] = Timing{kUpdate, threads, measured.seconds_per_update_byte, {}};
       if (!path.empty()) write_cache(path, cache.timings);
     } catch (const std::exception&) {
       cache.failed.insert(run_key);  // collectives without their axes, ...: no cost known
@@ -632,9 +647,10 @@ RunCost estimate_run_cost(const Graph& forward, const WorkloadOptions& options) 
     kernels::cpu::use_threads(0);
   }
   RunCost cost;
-  auto run = cache.timings.find(run_key), pass = cache.timings.find(pass_key);
+  auto run = cache.timings.find(run_key), pass = cache.timings.find(pass_key), update = cache.timings.find(update_key);
   if (run != cache.timings.end()) cost.seconds_per_run = run->second.seconds;
   if (pass != cache.timings.end()) cost.seconds_per_gradient_byte = pass->second.seconds;
+  if (update != cache.timings.end()) cost.seconds_per_update_byte = update->second.seconds;
   return cost;
 }
 

@@ -59,12 +59,15 @@ std::vector<double> estimate_node_seconds(const Graph& forward, const WorkloadOp
 struct RunCost {
   double seconds_per_run = 0;            // one executor run's bookkeeping
   double seconds_per_gradient_byte = 0;  // accumulating a micro-batch's gradients: one pass
+  double seconds_per_update_byte = 0;    // the optimizer's update, per byte of the parameters it steps
 };
 
 // The RunCost of `forward` (a graph with a loss; the planner gives it at one row) on this machine,
 // calibrated like the nodes (cached, per graph and thread count): the model trained on zeros by a
 // trainer of each kind, steps alternated; the difference of their fastest steps less one pass over
-// the gradients (timed on its own), halved, is a run's. Zeros when not measured (options.measure
+// the gradients (timed on its own), halved, is a run's; and an AdamW update with clipping over
+// parameters of the model's shapes (the norm, then parameters and both moments), timed alone,
+// per parameter byte — what a step adds after its last backward. Zeros when not measured (options.measure
 // false and nothing cached, or a graph a trainer alone cannot run).
 RunCost estimate_run_cost(const Graph& forward, const WorkloadOptions& options = {});
 

@@ -453,5 +453,35 @@ TEST_F(Planner, GradientPassesCostPerMicroBatchAndTheRanksParameters) {
   }
 }
 
+// The optimizer's update runs once a step after the last backward, over the parameters a rank
+// steps: the whole model on a data rank whatever the micro-batches, its shard under ZeRO 1,
+// about half on each of 2 stages; shown in the table.
+TEST_F(Planner, OptimizerUpdateCostsOnceAStepOverTheRanksParameters) {
+  const models::GptConfig config = small_gpt();
+  const Graph model = models::build_gpt(config);
+  ClusterSpec c = cluster(4), free_update = cluster(4);
+  c.run_cost = RunCost{0, 0, 1e-9};
+  free_update.run_cost = RunCost{0, 0, 0};
+  const double whole = static_cast<double>(models::gpt_parameter_count(config)) * 4 * 1e-9;
+  PlanConfig data = data_plan(4);
+  for (int micro : {1, 2}) {
+    data.pipeline.micro_batches = micro;
+    const PlanPrediction a = predict(model, c, data), b = predict(model, free_update, data);
+    EXPECT_NEAR(a.update_seconds, whole, 1e-12) << a.describe();
+    EXPECT_NEAR(a.compute_seconds - b.compute_seconds, whole, 1e-12) << a.describe();
+    EXPECT_EQ(b.update_seconds, 0.0);
+  }
+  data.pipeline.micro_batches = 1;
+  data.zero_stage = 1;
+  EXPECT_NEAR(predict(model, c, data).update_seconds, whole / 4, 1e-12);
+  PlanConfig stages = data_plan(2);
+  stages.pipeline.stages = 2;
+  stages.pipeline.micro_batches = 2;
+  const PlanPrediction p = predict(model, c, stages);
+  EXPECT_LT(p.update_seconds, whole * 0.75) << p.describe();
+  EXPECT_GT(p.update_seconds, whole * 0.5) << p.describe();
+  EXPECT_NE(format_plan_table({p}).find("of it update"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace cohort::parallel

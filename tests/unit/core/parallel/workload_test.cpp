@@ -202,9 +202,10 @@ TEST_F(Workload, PricesTheGptsBlocksAlike) {
 }
 
 // The executor runs' cost: nothing before anything is measured; measured once (a trainer running
-// each step as one run against one running forward and backward apart, and a pass over the
-// gradients alone), cached in the file beside the nodes' timings, read back by another process;
-// and kept out of the nodes' fit (a cache holding only it prices the nodes as an empty one does).
+// each step as one run against one running forward and backward apart, a pass over the gradients
+// alone, and the optimizer's update), cached in the file beside the nodes' timings, read back by
+// another process; and kept out of the nodes' fit (a cache holding only it prices the nodes as an
+// empty one does).
 TEST_F(Workload, CalibratesTheExecutorRunsCostAndCachesIt) {
   models::MlpConfig mlp;
   mlp.batch = 4;
@@ -212,6 +213,7 @@ TEST_F(Workload, CalibratesTheExecutorRunsCostAndCachesIt) {
   const RunCost none = estimate_run_cost(m, options("runs.bin", false));
   EXPECT_EQ(none.seconds_per_run, 0.0);
   EXPECT_EQ(none.seconds_per_gradient_byte, 0.0);
+  EXPECT_EQ(none.seconds_per_update_byte, 0.0);
   EXPECT_FALSE(fs::exists(path("runs.bin")));
   const RunCost timed = estimate_run_cost(m, options("runs.bin"));
   std::printf("the MLP at 4 rows: an executor run %.1f us, a gradient pass %.2f GB/s\n", timed.seconds_per_run * 1e6,
@@ -221,13 +223,19 @@ TEST_F(Workload, CalibratesTheExecutorRunsCostAndCachesIt) {
   // A pass over 0.4 MB of gradients: timed, so not free, and faster than 10 MB/s.
   EXPECT_GT(timed.seconds_per_gradient_byte, 0.0);
   EXPECT_LT(timed.seconds_per_gradient_byte, 1e-7);
+  // AdamW's update reads and writes more than the pass (parameters, both moments): dearer per
+  // byte than the pass, and faster than 10 MB/s.
+  EXPECT_GT(timed.seconds_per_update_byte, timed.seconds_per_gradient_byte);
+  EXPECT_LT(timed.seconds_per_update_byte, 1e-7);
   const std::string written = read_all(path("runs.bin"));
   EXPECT_NE(written.find("(runs)"), std::string::npos);
   EXPECT_NE(written.find("(gradient pass)"), std::string::npos);
+  EXPECT_NE(written.find("(update)"), std::string::npos);
   fs::copy_file(path("runs.bin"), path("copy.bin"));
   const RunCost read = estimate_run_cost(m, options("copy.bin", false));
   EXPECT_EQ(read.seconds_per_run, timed.seconds_per_run);
   EXPECT_EQ(read.seconds_per_gradient_byte, timed.seconds_per_gradient_byte);
+  EXPECT_EQ(read.seconds_per_update_byte, timed.seconds_per_update_byte);
   EXPECT_EQ(estimate_node_seconds(m, options("copy.bin", false)), estimate_node_seconds(m, options("none.bin", false)));
 }
 
