@@ -3,6 +3,9 @@
 // after a failure (the communicator frees the memory when destroyed).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "tests/unit/transport/coll/coll_test_util.h"
 #include "transport/coll/comm_buffer.h"
 
@@ -99,7 +102,19 @@ TEST(CommBuffer, AfterAFailureTheMemoryIsLeftToTheCommunicator) {
   run_ranks_shared(2, RankSetup{}, [](const std::shared_ptr<UcxCommunicator>& comm) {
     CommBuffer large(comm, kLarge);
     float* p = large.data();
-    comm->abort("test: failing on purpose");
+    // Both ranks hold their buffer before the failure (the allocation maps the peers' regions: a
+    // rank still allocating when the other aborted saw that abort instead). Rank 0 fails; rank 1
+    // learns it from its peer (bounded wait). Rank 0 leaves the barrier once rank 1 entered it,
+    // so its abort can overtake the barrier's end on rank 1: that is the failure made here.
+    try {
+      comm->barrier()->wait();
+    } catch (const Error&) {
+      EXPECT_EQ(comm->rank(), 1);
+    }
+    if (comm->rank() == 0) comm->abort("test: failing on purpose");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (comm->status() == Status::kOk && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     EXPECT_NE(comm->status(), Status::kOk);
     large.reset();  // no deallocate on a failed communicator, and no throw
     EXPECT_TRUE(large.empty());
