@@ -59,25 +59,16 @@ float pack_block(const float* x, int64_t c, int bits, uint8_t* out) {
   return scale;
 }
 
-// acc[0, c) = (first ? 0 : acc) + scale * (the block's values).
-void add_block(const uint8_t* in, int64_t c, int bits, float scale, bool first, float* acc) {
+// acc[0, c) += scale * (the block's values).
+void add_block(const uint8_t* in, int64_t c, int bits, float scale, float* acc) {
   if (bits == 8) {
-    if (first) {
-      for (int64_t i = 0; i < c; ++i) acc[i] = static_cast<float>(static_cast<int8_t>(in[i])) * scale;
-    } else {
-      for (int64_t i = 0; i < c; ++i) acc[i] += static_cast<float>(static_cast<int8_t>(in[i])) * scale;
-    }
+    for (int64_t i = 0; i < c; ++i) acc[i] += static_cast<float>(static_cast<int8_t>(in[i])) * scale;
     return;
   }
   const int64_t h = (c + 1) / 2, pairs = c - h;
   float* high = acc + h;
-  if (first) {
-    for (int64_t j = 0; j < h; ++j) acc[j] = static_cast<float>((in[j] & 15) - 8) * scale;
-    for (int64_t j = 0; j < pairs; ++j) high[j] = static_cast<float>((in[j] >> 4) - 8) * scale;
-  } else {
-    for (int64_t j = 0; j < h; ++j) acc[j] += static_cast<float>((in[j] & 15) - 8) * scale;
-    for (int64_t j = 0; j < pairs; ++j) high[j] += static_cast<float>((in[j] >> 4) - 8) * scale;
-  }
+  for (int64_t j = 0; j < h; ++j) acc[j] += static_cast<float>((in[j] & 15) - 8) * scale;
+  for (int64_t j = 0; j < pairs; ++j) high[j] += static_cast<float>((in[j] >> 4) - 8) * scale;
 }
 
 // Where block b's levels start within a message's levels.
@@ -102,17 +93,15 @@ void quant_average(const uint8_t* msg, int64_t stride, int64_t levels_at, int co
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t lo = b * block, c = std::min(n, lo + block) - lo;
     float* acc = out + lo;
-    if (count == 0) {  // no messages: zeros
-      std::fill(acc, acc + c, 0.0f);
-      continue;
-    }
+    std::fill(acc, acc + c, 0.0f);  // the block is in cache: zeroing it costs no pass over memory
     for (int r = 0; r < count; ++r) {
       const uint8_t* m = msg + static_cast<int64_t>(r) * stride;
       float scale;
       std::memcpy(&scale, m + b * static_cast<int64_t>(sizeof(float)), sizeof scale);
-      add_block(m + levels_at + block_levels(b, block, bits), c, bits, scale, r == 0, acc);
+      add_block(m + levels_at + block_levels(b, block, bits), c, bits, scale, acc);
     }
-    for (int64_t i = 0; i < c; ++i) acc[i] *= weight;
+    if (count > 0)  // no messages: zeros, whatever the weight
+      for (int64_t i = 0; i < c; ++i) acc[i] *= weight;
   }
 }
 
