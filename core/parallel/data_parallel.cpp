@@ -99,6 +99,7 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
             fr.packed.assign(fr.quant->bytes(), 0);
             fr.gathered.assign(fr.quant->bytes() * static_cast<size_t>(comm->size()), 0);
           }
+          dp->residual_.assign(flat.size(), 0.0f);
         }
       } else {
         dp->result_ = coll::CommBuffer(comm, flat.size());
@@ -612,8 +613,20 @@ void DataParallel::end_round_co2(Fragment& fr, std::vector<Tensor>& params) {
   if (fr.count == 0) {
     fr.have_result = true;
   } else if (fr.quant) {
-    fr.quant->pack(inflight_.data() + b, fr.packed.data());
+    // Error feedback: the message is e^{(i)}_k plus what this rank's earlier messages left out
+    // (residual_), and what its own rounding drops is kept for the next one. The slice of
+    // inflight_ is free once packed (the average arrives in fr.gathered): it takes the message as
+    // every rank decodes it. A value that decodes to NaN (a non-finite block) keeps no residual.
+    float* v = inflight_.data() + b;
+    float* r = residual_.data() + b;
+    for (size_t i = 0; i < fr.count; ++i) r[i] += v[i];
+    fr.quant->pack(r, fr.packed.data());
     fr.work = outer_comm_->all_gather(fr.packed.data(), fr.gathered.data(), fr.packed.size(), coll::DataType::kU8);
+    fr.quant->average(fr.packed.data(), 1, v);
+    for (size_t i = 0; i < fr.count; ++i) {
+      const float left = r[i] - v[i];
+      r[i] = std::isfinite(left) ? left : 0.0f;
+    }
     fr.decoded = false;
   } else {
     fr.work = outer_comm_->all_reduce(inflight_.data() + b, fr.count, coll::DataType::kF32, coll::ReduceOp::kAvg);
@@ -876,6 +889,10 @@ void DataParallel::save_state(checkpoint::CheckpointExtra& extra) {
   if (plan_.mode == SyncMode::kCo2) save_co2_state(extra);
   put("parallel.outer_momentum", m);
   put("parallel.reduced", reduced);
+  if (!residual_.empty()) {
+    put("parallel.co2.residual", residual_);
+    extra.ints["parallel.co2.has_residual"] = 1;
+  }
   if (!grouped()) {
     extra.ints["parallel.whole_layout"] = 1;
     extra.ints["parallel.replica"] = comm_->rank();
@@ -951,12 +968,19 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
   std::function<void()> load_co2 = plan_.mode == SyncMode::kCo2 ? load_co2_state(extra) : nullptr;
   std::vector<float> a = get("parallel.anchor"), m = get("parallel.outer_momentum"), r = get("parallel.reduced"),
                      rs = get("parallel.round_start");
+  // Low-bit messages' error feedback: what they have not carried yet. A checkpoint saved with fp32
+  // messages (or before error feedback) has none: they start from zero. One saved with low-bit
+  // messages, loaded under fp32 ones, leaves its residual out (at most half a level a value).
+  const bool has_residual = extra.ints.count("parallel.co2.has_residual") && ints("parallel.co2.has_residual") == 1;
+  std::vector<float> residual;
+  if (!residual_.empty()) residual = has_residual ? get("parallel.co2.residual") : std::vector<float>(outer_numel_, 0.0f);
   int64_t have = ints("parallel.have_reduced"), steps = ints("parallel.inner_steps"), rounds = ints("parallel.rounds");
   // Everything verified: now change state.
   anchor_ = std::move(a);
   round_start_ = std::move(rs);
   if (load_co2) load_co2();
   outer_.momentum() = std::move(m);
+  if (!residual_.empty()) residual_ = std::move(residual);
   std::memcpy(inflight_.data(), r.data(), outer_numel_ * sizeof(float));  // sized at attach
   if (load_shard) load_shard();
   const Clock::time_point now = Clock::now();

@@ -110,6 +110,7 @@ class DpSimulation {
     m_.assign(x_.size(), 0.0);
     mean_.assign(x_.size(), 0.0);
     guess_.assign(static_cast<size_t>(ranks), x_);
+    residual_.assign(static_cast<size_t>(ranks), std::vector<float>(x_.size(), 0.0f));
     std::vector<int64_t> numel;
     for (const Tensor& p : trainers_[0]->parameters()) numel.push_back(p.numel());
     std::vector<size_t> cuts = parallel::outer_fragment_cuts(numel, plan.outer_fragments);
@@ -269,7 +270,7 @@ class DpSimulation {
         std::fill(sent.begin(), sent.end(), 0.0f);
         for (size_t i = lo; i < hi; ++i) y[i] = static_cast<float>(x_[i]);
       }
-      if (plan_.outer_bits < 32) add_low_bit(sent, plan_.outer_bits, low_bit_sum);
+      if (plan_.outer_bits < 32) add_low_bit(sent, plan_.outer_bits, residual_[r].data() + lo, low_bit_sum);
       for (size_t i = lo; i < hi; ++i) {
         const double e = x_[i] - y[i];
         mean_[i] += e / w;
@@ -284,17 +285,25 @@ class DpSimulation {
     pending_[f] = true;
   }
 
-  // A rank's message with outer_bits 8 or 4, written out from its definition (quantize.h): per
-  // block of 256 values the largest magnitude is the top level, each value the nearest level
-  // (ties to even), decoded as level x scale and added, in fp32.
-  static void add_low_bit(const std::vector<float>& e, int bits, std::vector<float>& sum) {
+  // A rank's message with outer_bits 8 or 4, written out from its definition (quantize.h,
+  // data_parallel.h's residual_): the values sent are e plus what the rank's earlier messages
+  // left out (res, which then keeps what this one leaves out); per block of 256 of them the
+  // largest magnitude is the top level, each value the nearest level (ties to even), decoded as
+  // level x scale and added, in fp32.
+  static void add_low_bit(const std::vector<float>& e, int bits, float* res, std::vector<float>& sum) {
     const float top = bits == 8 ? 127.0f : 7.0f;
-    for (size_t lo = 0; lo < e.size(); lo += 256) {
-      const size_t hi = std::min(e.size(), lo + 256);
+    std::vector<float> x(e.size());
+    for (size_t i = 0; i < e.size(); ++i) x[i] = res[i] + e[i];
+    for (size_t lo = 0; lo < x.size(); lo += 256) {
+      const size_t hi = std::min(x.size(), lo + 256);
       float amax = 0;
-      for (size_t i = lo; i < hi; ++i) amax = std::max(amax, std::fabs(e[i]));
+      for (size_t i = lo; i < hi; ++i) amax = std::max(amax, std::fabs(x[i]));
       const float scale = amax / top, inv = scale > 0 ? 1.0f / scale : 0.0f;
-      for (size_t i = lo; i < hi; ++i) sum[i] += std::clamp(std::nearbyint(e[i] * inv), -top, top) * scale;
+      for (size_t i = lo; i < hi; ++i) {
+        const float d = std::clamp(std::nearbyint(x[i] * inv), -top, top) * scale;
+        sum[i] += d;
+        res[i] = std::isfinite(x[i] - d) ? x[i] - d : 0.0f;
+      }
     }
   }
 
@@ -328,6 +337,7 @@ class DpSimulation {
   // co2: the anchor, the outer momentum, the average in flight, and each rank's guess.
   std::vector<double> x_, m_, mean_;
   std::vector<std::vector<double>> guess_;
+  std::vector<std::vector<float>> residual_;  // co2 with outer_bits 8 / 4: each rank's error feedback
   // Per fragment: where its elements begin (lo_[F] = all of them), and (co2) whether its average
   // awaits its merge.
   std::vector<size_t> lo_;
