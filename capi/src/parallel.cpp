@@ -94,7 +94,6 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   c.inner_noise_scaling = has_noise && o.inner_noise_scaling != 0;
   if (has_overlap && o.overlap_steps == -1) c.overlap_auto = true;       // starting from 1
   else if (has_overlap && o.overlap_steps != 0) c.overlap = o.overlap_steps;  // else the default, 1
-  if (has_bits && o.outer_bits != 0) c.outer_bits = o.outer_bits;
   if (has_tensor) {
     c.tensor.x = o.tensor_x;
     c.tensor.y = o.tensor_y;
@@ -127,6 +126,8 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   if (has_fragments && o.outer_fragments != 0) c.outer_fragments = o.outer_fragments;  // 0: the default, 1
   if (has_groups && o.shard_group != 0) c.shard_group = o.shard_group;  // 0: the default, 1
   if (has_keep && o.grad_keep != 0) c.grad_keep = o.grad_keep;  // 0: the default, 1
+  // 0 (or a caller built before the field): the mode's default, known once mode and shard_group are.
+  c.outer_bits = has_bits && o.outer_bits != 0 ? o.outer_bits : parallel::default_outer_bits(c);
   parallel::validate(c);
   return c;
 }

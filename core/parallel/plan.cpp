@@ -86,6 +86,10 @@ const char* mode_name(SyncMode mode) {
   return "unknown";
 }
 
+int default_outer_bits(const PlanConfig& plan) {
+  return plan.mode == SyncMode::kCo2 && plan.shard_group == 1 ? 4 : 32;
+}
+
 void validate(const PlanConfig& p) {
   int mode = static_cast<int>(p.mode);
   COHORT_CHECK(mode >= 0 && mode <= 2, Status::kInvalidPlan, "plan: unknown sync mode ", mode);

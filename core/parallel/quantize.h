@@ -5,7 +5,8 @@
 // bit, and nothing but the message itself is low-bit (the anchor, momentum and the average are
 // fp32). The one thing to know: a value is off by at most half a level, scale / 2, where
 // scale = (the block's largest magnitude) / 127 (8 bits) or / 7 (4 bits); a block holding NaN or Inf
-// decodes to NaN throughout. The layout of the levels is kernels/cpu/quantize.h's.
+// decodes to NaN throughout. The layout of the levels is kernels/cpu/quantize.h's. co2 adds each
+// rank's rounding error to its next message (DataParallel's residual_, error feedback).
 #pragma once
 
 #include <cstddef>

@@ -580,7 +580,9 @@ TEST_F(CapiParallel, OuterFragmentsValidateTrainReportAndResume) {
   ASSERT_EQ(cohort_trainer_get_parallel_stats(a, &s), COHORT_OK) << cohort_last_error();
   EXPECT_EQ(s.outer_fragments, 2);
   EXPECT_EQ(s.outer_syncs, 6);  // fragment 0 at steps 4, 8, 12; fragment 1 at 2, 6, 10
-  EXPECT_EQ(s.outer_sync_bytes, 8 * 6 * 4);  // fc1.weight alone; fc1.bias and fc2 are 35 floats
+  // fc1.weight alone (fc1.bias and fc2 are 35 floats), in co2's default 4-bit message: its 48
+  // values two to a byte, and one fp32 scale for the block of 256 that holds them.
+  EXPECT_EQ(s.outer_sync_bytes, 8 * 6 / 2 + 4);
   EXPECT_EQ(s.rounds, 3);
   ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &b), COHORT_OK);
   ASSERT_EQ(cohort_trainer_load_parallel_checkpoint(b, path.c_str()), COHORT_OK) << cohort_last_error();
@@ -623,7 +625,7 @@ TEST_F(CapiParallel, ShardGroupsValidateTrainReportAndResume) {
   o.outer_bits = 8;
   EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_UNSUPPORTED,
                 "plan: shard_group = 2 is not implemented with outer_bits 8");
-  o.outer_bits = 0;
+  o.outer_bits = 0;  // the default under shard groups: 32 (co2's 4 elsewhere)
   o.bucket_bytes = 64;  // two buckets of this MLP's 83 floats
   ASSERT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
   int32_t rank = 0, world = 1;

@@ -140,8 +140,10 @@ refused "give one of --tensor and --grid" --model mlp --tensor 2 --grid 1x2x1
 echo "ok: --tensor 2 and --grid 2x2x1 train like one process, --grid 1x1x2 like DDP; bytes per rank of the replicated run:$sizes"
 # co2 over the data axis resumes under another layout: stopped at step 20 under 2 replicated
 # ranks, resumed with each replica over 2 tensor ranks (each rank reading its replica's file),
-# it ends at step 40 within fp32 rounding of the uninterrupted replicated run.
-moved=(--parallel co2 --tau 4 --no-eval)
+# it ends at step 40 within fp32 rounding of the uninterrupted replicated run. fp32 messages: a
+# 4-bit message's blocks of 256 values follow each rank's own parameters, so another layout
+# rounds them differently.
+moved=(--parallel co2 --tau 4 --outer-bits 32 --no-eval)
 "$run" -n 2 -- "$cli" "${common[@]}" "${moved[@]}" --metrics "$dir/moved_full.jsonl" >"$dir/moved_full.out" 2>&1 &&
   "$run" -n 2 -- "$cli" "${common[@]}" "${moved[@]}" --save "$dir/movedck" --stop-after 20 >"$dir/moved_stop.out" 2>&1 &&
   "$run" -n 4 -- "$cli" "${common[@]}" "${moved[@]}" --tensor 2 --resume "$dir/movedck" \

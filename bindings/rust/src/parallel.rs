@@ -67,8 +67,9 @@ pub struct PlanOptions {
     /// co2: inner steps a round's average travels before it is merged, 1..=tau; 0 means 1, -1
     /// chosen (and re-chosen) from the measured all-reduce and step times.
     pub overlap_steps: i64,
-    /// co2: bits per value of the pseudo-gradient each rank sends: 32 (0 means 32), 8 or 4
-    /// (block-scaled integers averaged in fp32).
+    /// co2: bits per value of the pseudo-gradient each rank sends: 32, 8 or 4 (block-scaled
+    /// integers averaged in fp32); 0 means the default: 4 under co2, 32 with shard groups or in
+    /// another mode.
     pub outer_bits: i32,
     /// localsgd, co2: streaming outer synchronisation — the parameters cut, in graph order, into
     /// this many fragments of about equal bytes, fragment f synchronised f * tau / F steps into
