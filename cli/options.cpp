@@ -418,7 +418,8 @@ void check_parallel_flags(const Options& o) {
           "--noise-scaling 1 applies to --optimizer adamw (it rescales AdamW's second moment), not sgd");
   require((!o.outer_lr && !o.outer_momentum && !o.nesterov) || local_steps,
           "--outer-lr, --outer-momentum and --nesterov need --parallel localsgd, slowmo, diloco or co2");
-  require((!o.staleness_penalty && !o.outer_clip && !o.overlap && (!o.outer_bits || o.outer_bits == 32)) || o.parallel == "co2",
+  const bool fp32_messages = !o.outer_bits || o.outer_bits == 32;  // 0: the plan's default
+  require((!o.staleness_penalty && !o.outer_clip && !o.overlap && fp32_messages) || o.parallel == "co2",
           "--staleness-penalty, --outer-clip, --overlap and --outer-bits need --parallel co2");
   require(!o.tau || *o.tau != kAuto || o.parallel == "co2", "--tau auto needs --parallel co2");
   require(o.outer_fragments == 1 || local_steps,
@@ -436,7 +437,7 @@ void check_parallel_flags(const Options& o) {
           "--shard-group needs --parallel localsgd, slowmo, diloco or co2 (replicas that synchronise every tau steps)");
   require(o.shard_group == 1 || o.zero >= 1,
           "--shard-group " + std::to_string(o.shard_group) + " runs ZeRO inside each replica: give --zero 1, 2 or 3");
-  require(o.shard_group == 1 || ((!o.outer_bits || o.outer_bits == 32) && o.noise_scaling == 0 && o.tensor_degree() == 1 &&
+  require(o.shard_group == 1 || (fp32_messages && o.noise_scaling == 0 && o.tensor_degree() == 1 &&
                                  o.pipeline == 1 && o.plan.empty()),
           "--shard-group with --outer-bits 8|4, --noise-scaling 1, --tensor / --grid, --pipeline or --plan is not "
           "supported yet");

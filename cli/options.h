@@ -64,7 +64,7 @@ struct Options {
   // co2: steps a round's average travels before its merge, 1..tau, or kAuto (chosen as it runs;
   // also set by --tau auto). Not given: the preset's, 1.
   std::optional<int64_t> overlap;
-  int64_t outer_bits = 0;                    // co2: 32, 8 or 4 bits per value of the pseudo-gradient sent; 0: the plan's default
+  int64_t outer_bits = 0;                    // co2: 32, 8 or 4 bits a value sent; 0: the plan's default
   int64_t outer_fragments = 1;  // localsgd/slowmo/diloco/co2: cohort_plan_options::outer_fragments (1..tau)
   int64_t shard_group = 1;      // localsgd/slowmo/diloco/co2 with --zero 1-3: cohort_plan_options::shard_group
   std::optional<double> grad_keep;  // sync: top-k gradient compression, cohort_plan_options::grad_keep

@@ -973,7 +973,8 @@ void DataParallel::load_state(const checkpoint::CheckpointExtra& extra) {
   // messages, loaded under fp32 ones, leaves its residual out (at most half a level a value).
   const bool has_residual = extra.ints.count("parallel.co2.has_residual") && ints("parallel.co2.has_residual") == 1;
   std::vector<float> residual;
-  if (!residual_.empty()) residual = has_residual ? get("parallel.co2.residual") : std::vector<float>(outer_numel_, 0.0f);
+  if (!residual_.empty())
+    residual = has_residual ? get("parallel.co2.residual") : std::vector<float>(outer_numel_, 0.0f);
   int64_t have = ints("parallel.have_reduced"), steps = ints("parallel.inner_steps"), rounds = ints("parallel.rounds");
   // Everything verified: now change state.
   anchor_ = std::move(a);
