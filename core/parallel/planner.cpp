@@ -370,12 +370,12 @@ struct Planner {
     return *slot;
   }
 
-  // What running a step as several executor runs costs: the cluster's, else calibrated on this
-  // machine (none under a cluster's own rates), once, asked only by layouts that run more than one
-  // executor run a step. Calibrated at one row a micro-batch: a run's bookkeeping is per node and
-  // value and a gradient pass per parameter, neither per row, and the shortest steps make the
-  // difference of two step times least noisy (under load at 8 rows it ranged 0-3.8 ms a run where
-  // at 1 row 0.04-0.16 ms).
+  // What running a step as several executor runs costs, and the optimizer's update: the
+  // cluster's, else calibrated on this machine (none under a cluster's own rates), once, asked by
+  // every layout (the update) and for the runs by layouts that run more than one a step.
+  // Calibrated at one row a micro-batch: a run's bookkeeping is per node and value and a gradient
+  // pass per parameter, neither per row, and the shortest steps make the difference of two step
+  // times least noisy (under load at 8 rows it ranged 0-3.8 ms a run where at 1 row 0.04-0.16 ms).
   RunCost run_cost() {
     if (cluster.run_cost.seconds_per_run >= 0 && cluster.run_cost.seconds_per_gradient_byte >= 0)
       return cluster.run_cost;
@@ -602,9 +602,11 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
   const double t_micro = rank_compute[slow] + rank_tcomm[slow];
   out.compute_seconds = M * rank_compute[slow];
   out.run_overhead_seconds = M * rank_runs[slow];
+  // ZeRO shards over the data ranks, or under shard groups over a replica's ranks.
+  const double zero_shards = plan.shard_group > 1 ? plan.shard_group : D;
   // The optimizer's update, once a step after the last backward, over the rank's parameters (its
   // shard of them under ZeRO), at the calibrated cost per f32 byte (stretched like the nodes).
-  const double update_shards = plan.zero_stage >= 1 ? (plan.shard_group > 1 ? plan.shard_group : D) : 1;
+  const double update_shards = plan.zero_stage >= 1 ? zero_shards : 1;
   out.update_seconds = run_cost().seconds_per_update_byte * rank_param_elements[slow] * 4 / update_shards * contention;
   out.compute_seconds += out.update_seconds;
   double exposed = M * rank_tcomm[slow];
@@ -629,12 +631,10 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
     const double state = rank_param_elements[r] * (8 + master_bytes_per_element);
     const double outer_state = rank_param_elements[r] * outer;
     const int zs = plan.zero_stage;
-    // ZeRO shards over the data ranks, or under shard groups over a replica's ranks, whose outer
-    // state follows the shard.
-    const double shards = plan.shard_group > 1 ? plan.shard_group : D;
+    // Under shard groups the outer state follows the ZeRO shard.
     const bool outer_sharded = plan.shard_group > 1 || (plan.mode == SyncMode::kLocalSgd && zs >= 1);
-    double m = (zs >= 3 ? params / shards : params) + (zs >= 2 ? grads / shards : grads) +
-               (zs >= 1 ? state / shards : state) + (outer_sharded ? outer_state / shards : outer_state);
+    double m = (zs >= 3 ? params / zero_shards : params) + (zs >= 2 ? grads / zero_shards : grads) +
+               (zs >= 1 ? state / zero_shards : state) + (outer_sharded ? outer_state / zero_shards : outer_state);
     // ZeRO 3: the bucket in use gathered whole, and the next one prefetched.
     if (zs >= 3) m += std::min(params, 2.0 * static_cast<double>(plan.bucket_bytes));
     // Activations: micro-batches in flight (GPipe M; 1F1B P - r; interleaved rank 0 keeps
