@@ -7,10 +7,11 @@
 // convolution's work.
 //
 // Threads split the batch: each of T threads runs the primitive on its own N / T samples (oneDNN
-// runs a primitive single-threaded inside our parallel region, made for 1 thread there), and the weight gradient sums the
-// threads' partial gradients. oneDNN's own threading of one call over the CNN's batch of 32 (28 x
-// 28 to 7 x 7 planes, 16-64 channels) gained 1.54-1.58x from a second core on a 2-core Intel Xeon
-// (COHORT_PROFILE, 120 steps), the reorders into and out of the blocked layouts included.
+// runs a primitive single-threaded inside our parallel region, made for 1 thread there), and the
+// weight gradient sums the threads' partial gradients. oneDNN's own threading of one call over the
+// CNN's batch of 32 (28 x 28 to 7 x 7 planes, 16-64 channels) gained 1.54-1.58x from a second
+// core on a 2-core Intel Xeon, the split 2.05-2.09x (COHORT_PROFILE, 120 steps), the reorders into
+// and out of the blocked layouts included.
 #include "kernels/cpu/conv.h"
 
 #include <omp.h>
@@ -152,23 +153,25 @@ int batch_threads(const Conv2dGeometry& g) {
   return static_cast<int>(std::min<int64_t>(omp_get_max_threads(), g.N));
 }
 
-// Runs chunk(t, first, count) for t in [0, T) on T threads, samples [first, first + count) each;
-// an exception on any thread is rethrown (the first, by thread) after all have finished.
+// Runs chunk(c, first, count) for c in [0, T), samples [first, first + count) each, on up to T
+// threads (a team the runtime makes smaller runs several chunks a thread: the same chunks, the same
+// results); an exception in any chunk is rethrown (the first, by chunk) after all have finished.
 template <typename F>
 void over_batch(const Conv2dGeometry& g, int T, F&& chunk) {
   std::vector<std::exception_ptr> errors(static_cast<size_t>(T));
 #pragma omp parallel num_threads(T)
   {
-    const int t = omp_get_thread_num();
-    const int64_t first = g.N * t / T, last = g.N * (t + 1) / T;
     // oneDNN sizes a primitive's work split by omp_get_max_threads() when it is made, and some
     // kernels (the weight gradient's reduction) wait at barriers for that many threads: inside
     // this region it must read 1, the threads it will get.
     omp_set_num_threads(1);
-    try {
-      chunk(t, first, last - first);
-    } catch (...) {
-      errors[static_cast<size_t>(t)] = std::current_exception();
+    for (int c = omp_get_thread_num(); c < T; c += omp_get_num_threads()) {
+      const int64_t first = g.N * c / T, last = g.N * (c + 1) / T;
+      try {
+        chunk(c, first, last - first);
+      } catch (...) {
+        errors[static_cast<size_t>(c)] = std::current_exception();
+      }
     }
   }
   for (const std::exception_ptr& e : errors)
@@ -201,12 +204,12 @@ void conv2d_backward_data(const Conv2dGeometry& g, const float* dy, const float*
 void conv2d_backward_weights(const Conv2dGeometry& g, const float* x, const float* dy, float* dweight) {
   const int T = batch_threads(g);
   if (T <= 1) return backward_weights_one(g, x, dy, dweight);
-  // Thread 0 writes dweight, the others a partial each, added to it in thread order (the same sum
+  // Chunk 0 writes dweight, the others a partial each, added to it in chunk order (the same sum
   // for the same thread count).
   const int64_t size = g.O * (g.C / g.groups) * g.KH * g.KW;
   std::vector<float> partial(static_cast<size_t>(size * (T - 1)));
-  over_batch(g, T, [&](int t, int64_t first, int64_t count) {
-    float* out = t == 0 ? dweight : partial.data() + (t - 1) * size;
+  over_batch(g, T, [&](int c, int64_t first, int64_t count) {
+    float* out = c == 0 ? dweight : partial.data() + (c - 1) * size;
     backward_weights_one(with_batch(g, count), x + first * g.C * g.H * g.W, dy + first * g.O * g.OH * g.OW, out);
   });
   for (int t = 1; t < T; ++t) {
