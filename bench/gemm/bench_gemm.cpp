@@ -148,24 +148,33 @@ int openblas_only(const std::vector<int>& threads) {
   return 0;
 }
 
-// Runs this binary with OPENBLAS_CORETYPE=SkylakeX and collects its figures.
+// Runs this binary again with OPENBLAS_CORETYPE=SkylakeX and `args`, and returns its output
+// lines (none when it cannot be started).
+std::vector<std::string> skylakex_child(const std::string& args) {
+  std::vector<std::string> lines;
+  char self[4096] = {};
+  if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return lines;
+  std::string cmd = std::string("OPENBLAS_CORETYPE=SkylakeX '") + self + "' " + args;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return lines;
+  char line[256];
+  while (std::fgets(line, sizeof(line), p)) lines.emplace_back(line);
+  pclose(p);
+  return lines;
+}
+
+// The child's OpenBLAS figures over kShapes (openblas_only).
 std::map<std::tuple<int64_t, int>, double> openblas_skylakex(std::string* core) {
   std::map<std::tuple<int64_t, int>, double> out;
-  char self[4096] = {};
-  if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return out;
-  std::string cmd = std::string("OPENBLAS_CORETYPE=SkylakeX '") + self + "' --openblas-only";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char line[256];
-  while (std::fgets(line, sizeof(line), p)) {
+  for (const std::string& line : skylakex_child("--openblas-only")) {
     long M, N, K;
     int t;
     double g;
     char name[64];
-    if (std::sscanf(line, "%ld %ld %ld %d %lf", &M, &N, &K, &t, &g) == 5) out[{M * 1000000 + N * 1000 + K, t}] = g;
-    else if (std::sscanf(line, "core %63s", name) == 1) *core = name;
+    if (std::sscanf(line.c_str(), "%ld %ld %ld %d %lf", &M, &N, &K, &t, &g) == 5)
+      out[{M * 1000000 + N * 1000 + K, t}] = g;
+    else if (std::sscanf(line.c_str(), "core %63s", name) == 1) *core = name;
   }
-  pclose(p);
   return out;
 }
 
@@ -185,17 +194,10 @@ double time_cold(F&& f, std::vector<float>& flush, int reps) {
   return median(t);
 }
 
-struct StepBuffers {
-  std::vector<float> a, b, c;
-};
-
-StepBuffers make_step(const StepProduct& p) {
+// A step product's operands, random as make's (A stored [K, M] when transposed: the same size).
+Buffers make_step(const StepProduct& p) {
   std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(-1, 1);
-  StepBuffers m{std::vector<float>(p.M * p.K), std::vector<float>(p.K * p.N), std::vector<float>(p.M * p.N)};
-  for (float& v : m.a) v = u(rng);
-  for (float& v : m.b) v = u(rng);
-  return m;
+  return {random_tensor({p.M, p.K}, rng), random_tensor({p.K, p.N}, rng), Tensor::empty({p.M, p.N}, DType::kF32)};
 }
 
 constexpr int kStepReps = 5;
@@ -207,31 +209,25 @@ int openblas_step_only() {
   std::vector<float> flush = flush_buffer();
   for (size_t i = 0; i < std::size(kStep); ++i) {
     const StepProduct& p = kStep[i];
-    StepBuffers m = make_step(p);
+    Buffers m = make_step(p);
     const double sec = time_cold([&] {
       cblas_sgemm(CblasRowMajor, p.ta ? CblasTrans : CblasNoTrans, p.tb ? CblasTrans : CblasNoTrans,
-                  static_cast<int>(p.M), static_cast<int>(p.N), static_cast<int>(p.K), 1.0f, m.a.data(),
-                  static_cast<int>(p.ta ? p.M : p.K), m.b.data(), static_cast<int>(p.tb ? p.K : p.N), 0.0f,
-                  m.c.data(), static_cast<int>(p.N));
+                  static_cast<int>(p.M), static_cast<int>(p.N), static_cast<int>(p.K), 1.0f, m.a.data<float>(),
+                  static_cast<int>(p.ta ? p.M : p.K), m.b.data<float>(), static_cast<int>(p.tb ? p.K : p.N), 0.0f,
+                  m.c.data<float>(), static_cast<int>(p.N));
     }, flush, kStepReps);
     std::printf("%zu %.9f\n", i, sec);
   }
   return 0;
 }
 
-// One round of the OpenBLAS SkylakeX child: seconds per product index.
+// One round of the OpenBLAS SkylakeX child over the step's products: seconds per product index.
 std::map<size_t, double> openblas_step_round() {
   std::map<size_t, double> out;
-  char self[4096] = {};
-  if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return out;
-  std::string cmd = std::string("OPENBLAS_NUM_THREADS=1 OPENBLAS_CORETYPE=SkylakeX '") + self + "' --openblas-step-only";
-  if (FILE* p = popen(cmd.c_str(), "r")) {
+  for (const std::string& line : skylakex_child("--openblas-step-only")) {
     size_t i;
     double sec;
-    char line[128];
-    while (std::fgets(line, sizeof(line), p))
-      if (std::sscanf(line, "%zu %lf", &i, &sec) == 2) out[i] = sec;
-    pclose(p);
+    if (std::sscanf(line.c_str(), "%zu %lf", &i, &sec) == 2) out[i] = sec;
   }
   return out;
 }
@@ -240,7 +236,7 @@ int step_products(int rounds) {
   omp_set_num_threads(1);
   std::vector<float> flush = flush_buffer();
   const size_t n = std::size(kStep);
-  std::vector<StepBuffers> bufs;
+  std::vector<Buffers> bufs;
   for (const StepProduct& p : kStep) bufs.push_back(make_step(p));
   // Rounds interleave the three (ours, oneDNN sgemm, then the OpenBLAS child over every product),
   // so a change of the box's speed reaches all of them; each figure is the median over rounds.
@@ -248,15 +244,15 @@ int step_products(int rounds) {
   for (int round = 0; round < rounds; ++round) {
     for (size_t i = 0; i < n; ++i) {
       const StepProduct& p = kStep[i];
-      StepBuffers& m = bufs[i];
+      Buffers& m = bufs[i];
       const int64_t lda = p.ta ? p.M : p.K, ldb = p.tb ? p.K : p.N;
       ours[i].push_back(time_cold([&] {
-        cohort::kernels::cpu::gemm(p.ta, p.tb, p.M, p.N, p.K, 1.0f, m.a.data(), lda, m.b.data(), ldb, 0.0f,
-                                   m.c.data(), p.N);
+        cohort::kernels::cpu::gemm(p.ta, p.tb, p.M, p.N, p.K, 1.0f, m.a.data<float>(), lda, m.b.data<float>(), ldb,
+                                   0.0f, m.c.data<float>(), p.N);
       }, flush, kStepReps));
       dn[i].push_back(time_cold([&] {
-        dnnl_sgemm(p.ta ? 'T' : 'N', p.tb ? 'T' : 'N', p.M, p.N, p.K, 1.0f, m.a.data(), lda, m.b.data(), ldb, 0.0f,
-                   m.c.data(), p.N);
+        dnnl_sgemm(p.ta ? 'T' : 'N', p.tb ? 'T' : 'N', p.M, p.N, p.K, 1.0f, m.a.data<float>(), lda,
+                   m.b.data<float>(), ldb, 0.0f, m.c.data<float>(), p.N);
       }, flush, kStepReps));
     }
     for (const auto& [i, sec] : openblas_step_round()) skx[i].push_back(sec);
