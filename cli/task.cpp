@@ -396,8 +396,10 @@ float Task::step() {
   return loss;
 }
 
-void Task::gather_parameters() {
-  check(cohort_trainer_gather_parameters(trainer_), "gathering the parameters for evaluation");
+bool Task::prepare_evaluation() {
+  int32_t averaged = 0;
+  check(cohort_trainer_average_replicas(trainer_, &averaged), "averaging the replicas for evaluation");
+  return averaged != 0;
 }
 
 std::string Task::agree_on_problem(const std::string& problem) {

@@ -43,9 +43,10 @@ class Task {
   bool is_classifier() const { return !text_; }
   int64_t parameter_count() const { return parameter_count_; }
   cohort_trainer* trainer() { return trainer_; }
-  // Makes the parameters whole on this rank (a collective under ZeRO 3: every rank calls it at
-  // the same points, before rank 0 evaluates).
-  void gather_parameters();
+  // Before an evaluation, on every rank at the same point (a collective): makes the parameters
+  // whole on this rank (ZeRO 3), and under local updating makes evaluation read the replicas'
+  // average, leaving the run as it is (cohort_trainer_average_replicas). True when it averaged.
+  bool prepare_evaluation();
   // Collective (every rank calls it at the same point): "" when every rank's `problem` is empty,
   // else the problem of the highest rank that has one, prefixed "rank R: " in a world above one.
   // Ranks agree on a failure before training, as one that left alone would keep its peers

@@ -111,7 +111,8 @@ class Loop {
 
  private:
   void log_point(int64_t step, float loss, bool final_point);
-  std::string eval_fields(int64_t step, bool final_point);
+  // averaged: of the replicas' average (Task::prepare_evaluation).
+  std::string eval_fields(int64_t step, bool final_point, bool averaged);
   void save(int64_t step);
   void progress(int64_t step, double rate, bool newline);
   std::string parallel_fields(cohort_parallel_stats* out);  // a JSON member; fills *out if given
@@ -172,24 +173,26 @@ void Loop::progress(int64_t step, double rate, bool newline) {
   std::fflush(stdout);
 }
 
-std::string Loop::eval_fields(int64_t step, bool final_point) {
+std::string Loop::eval_fields(int64_t step, bool final_point, bool averaged) {
   const double t0 = now_seconds();
   const EvalResult r = task_.evaluate(final_point ? 0 : *o_.eval_examples);
   const double secs = now_seconds() - t0;
   std::string line = ",\"eval_loss\":" + json_number(r.loss) + ",\"eval_examples\":" + std::to_string(r.examples) +
-                     ",\"eval_s\":" + json_number(secs);  // later lines' elapsed_s include it
+                     ",\"eval_s\":" + json_number(secs) +  // later lines' elapsed_s include it
+                     ",\"eval_of_replica_average\":" + (averaged ? "true" : "false");
+  const char* of = averaged ? ", the replicas' average" : "";
   if (o_.quiet && !final_point) return line;
   if (tty_ && !o_.quiet) std::printf("\n");
   if (task_.is_classifier()) {
     line += ",\"eval_accuracy\":" + json_number(r.accuracy);
-    std::printf("eval step %lld: loss %.4f | accuracy %.2f%% (%lld examples, %.1f s)\n",
+    std::printf("eval step %lld: loss %.4f | accuracy %.2f%% (%lld examples, %.1f s%s)\n",
                 static_cast<long long>(step), r.loss, 100.0 * r.accuracy, static_cast<long long>(r.examples),
-                secs);
+                secs, of);
   } else {
     line += ",\"eval_nats_per_byte\":" + json_number(r.loss);
-    std::printf("eval step %lld: %.4f nats/byte (%.3f bits/byte, %lld windows, %.1f s)\n",
+    std::printf("eval step %lld: %.4f nats/byte (%.3f bits/byte, %lld windows, %.1f s%s)\n",
                 static_cast<long long>(step), r.loss, r.loss / std::log(2.0), static_cast<long long>(r.examples),
-                secs);
+                secs, of);
   }
   std::fflush(stdout);
   return line;
@@ -220,8 +223,8 @@ void Loop::log_point(int64_t step, float loss, bool final_point) {
     report_round_shape();
   }
   if (eval) {
-    task_.gather_parameters();
-    if (o_.evaluates) line += eval_fields(step, final_point);
+    const bool averaged = task_.prepare_evaluation();
+    if (o_.evaluates) line += eval_fields(step, final_point, averaged);
     else if (o_.joins_evaluation) task_.evaluate(final_point ? 0 : *o_.eval_examples);
   }
   metrics_.write(line + "}");
@@ -374,9 +377,9 @@ void Loop::run() {
   if (start_step_ >= total_) {
     std::printf("nothing to train: the checkpoint is at step %lld of %lld\n", static_cast<long long>(start_step_),
                 static_cast<long long>(total_));
-    task_.gather_parameters();
+    const bool averaged = task_.prepare_evaluation();
     if (o_.evaluates)
-      metrics_.write("{\"step\":" + std::to_string(start_step_) + eval_fields(start_step_, true) + "}");
+      metrics_.write("{\"step\":" + std::to_string(start_step_) + eval_fields(start_step_, true, averaged) + "}");
     else if (o_.joins_evaluation)
       task_.evaluate(0);
   }

@@ -88,7 +88,7 @@ COHORT_HANDLE(cohort_plan)
 %apply int* OUTPUT { int32_t* id_out, int32_t* num_outputs_out, int32_t* rank_out,
                      int32_t* size_out, int32_t* num_values_out, int32_t* num_nodes_out,
                      int32_t* num_parameters_out, int32_t* failed_rank_out, int32_t* done_out,
-                     int32_t* usable_out, cohort_dtype* dtype_out };
+                     int32_t* usable_out, int32_t* averaged_out, cohort_dtype* dtype_out };
 %apply long long* OUTPUT { int64_t* num_parameter_elements_out, int64_t* value_out,
                            int64_t* examples_out, int64_t* epoch_out, int64_t* index_out,
                            size_t* needed_out, size_t* report_needed_out };

@@ -106,6 +106,7 @@ PYC_HANDLE_OUT(cohort_plan)
 
 /* cohort_device_usable: returns [usable (0 or 1), reason str ("" when usable)]. */
 %apply int32_t* OUTPUT { int32_t* usable_out };
+%apply int32_t* OUTPUT { int32_t* averaged_out };
 %typemap(in, numinputs=0) (char* reason_out, size_t reason_capacity) (char reason[1024]) {
   reason[0] = '\0';
   $1 = reason;

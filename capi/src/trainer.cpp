@@ -102,7 +102,7 @@ COHORT_API cohort_status cohort_trainer_get_parameter(cohort_trainer* trainer, c
     Trainer& t = trainer_of(trainer);
     check_not_null(parameter, "parameter");
     Tensor dst = wrap_ref(*parameter, "parameter");
-    Tensor& p = t.parameter(parameter->name);
+    const Tensor& p = t.parameter_value(parameter->name);
     if (dst.shape() != p.shape() && dst.shape() == t.whole_parameter_shape(parameter->name)) {
       // Tensor parallelism: the whole parameter, gathered from the ranks holding its blocks.
       const Tensor whole = t.whole_parameter(parameter->name);
@@ -117,6 +117,13 @@ COHORT_API cohort_status cohort_trainer_get_parameter(cohort_trainer* trainer, c
 
 COHORT_API cohort_status cohort_trainer_gather_parameters(cohort_trainer* trainer) {
   return guard("cohort_trainer_gather_parameters", [&] { trainer_of(trainer).gather_parameters(); });
+}
+
+COHORT_API cohort_status cohort_trainer_average_replicas(cohort_trainer* trainer, int32_t* averaged_out) {
+  return guard("cohort_trainer_average_replicas", [&] {
+    const bool averaged = trainer_of(trainer).average_replicas();
+    if (averaged_out != nullptr) *averaged_out = averaged ? 1 : 0;
+  });
 }
 
 COHORT_API cohort_status cohort_trainer_set_parameter(cohort_trainer* trainer, const cohort_tensor_ref* parameter) {

@@ -164,6 +164,7 @@ void Trainer::bind_inputs(const Graph& g, const std::map<std::string, Tensor>& i
 
 float Trainer::step(const std::map<std::string, Tensor>& inputs) {
   auto start = std::chrono::steady_clock::now();
+  replica_average_.clear();  // the step goes on from this rank's own parameters
   kernels::cpu::use_threads(options_.num_threads);
   RunOptions ro;
   ro.step = step_;
@@ -575,7 +576,8 @@ void Trainer::evaluate(const std::map<std::string, Tensor>& inputs, std::map<std
   gather_parameters();
   std::unordered_map<ValueId, Tensor> env;
   bind_inputs(plan.graph, inputs, env, "evaluate", false);
-  for (size_t i = 0; i < param_names_.size(); ++i) env[plan.graph.find(param_names_[i])] = params_[i];
+  const std::vector<Tensor>& values = replica_average_.empty() ? params_ : replica_average_;
+  for (size_t i = 0; i < param_names_.size(); ++i) env[plan.graph.find(param_names_[i])] = values[i];
   for (ValueId r : plan.executor->required_values())
     COHORT_CHECK(env.count(r), Status::kInvalidArgument, "evaluate: input '", plan.graph.value(r).name,
                  "' is needed for the requested outputs but was not given");
@@ -615,12 +617,26 @@ void Trainer::evaluate(const std::map<std::string, Tensor>& inputs, std::map<std
 }
 
 Tensor& Trainer::parameter(const std::string& name) {
-  for (size_t i = 0; i < param_names_.size(); ++i)
-    if (param_names_[i] == name) {
-      gather_parameters();
-      return params_[i];
-    }
-  throw Error(Status::kNotFound, str_cat("the graph has no parameter named '", name, "'"));
+  const size_t i = parameter_index(name);
+  gather_parameters();
+  replica_average_.clear();  // the caller may write this rank's own parameter
+  return params_[i];
+}
+
+const Tensor& Trainer::parameter_value(const std::string& name) {
+  const size_t i = parameter_index(name);
+  gather_parameters();
+  return replica_average_.empty() ? params_[i] : replica_average_[i];
+}
+
+bool Trainer::average_replicas() {
+  gather_parameters();
+  std::vector<Tensor> average;
+  if (!hook_ || !hook_->average_replicas(params_, average)) return false;
+  COHORT_CHECK(average.size() == params_.size(), Status::kInternal, "average_replicas: the hook gave ", average.size(),
+               " tensors for ", params_.size(), " parameters");
+  replica_average_ = std::move(average);
+  return true;
 }
 
 size_t Trainer::parameter_index(const std::string& name) const {
@@ -685,12 +701,13 @@ Tensor Trainer::block_of(size_t i, const Tensor& whole) const {
 Tensor Trainer::whole_parameter(const std::string& name) {
   const size_t i = parameter_index(name);
   gather_parameters();
-  return whole_of(i, params_[i]);
+  return whole_of(i, replica_average_.empty() ? params_[i] : replica_average_[i]);
 }
 
 void Trainer::set_whole_parameter(const std::string& name, const Tensor& whole) {
   const size_t i = parameter_index(name);
   gather_parameters();
+  replica_average_.clear();
   const Shape want = whole_shape(i);
   COHORT_CHECK(whole.shape() == want, Status::kShapeMismatch, "parameter '", name, "' has whole shape ",
                shape_str(want), ", the tensor ", shape_str(whole.shape()));
@@ -814,6 +831,7 @@ void Trainer::restore_state(const std::vector<Tensor>& params, std::unique_ptr<o
   optimizer->move_state_to(options_.device);
   // Copy into the existing storage: tensors handed out by parameter() keep aliasing it.
   if (hook_) hook_->materialize_parameters(params_, false);
+  replica_average_.clear();
   for (size_t i = 0; i < params.size(); ++i)
     device_copy(params_[i].raw(), params_[i].device(), params[i].raw(), params[i].device(), params_[i].nbytes());
   optimizer_ = std::move(optimizer);

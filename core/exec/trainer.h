@@ -151,6 +151,14 @@ class StepHook {
   // under ZeRO stage 3, so every rank calls it at the same point; false: memory only, the
   // caller overwrites every element. The parameters stay whole until the next step begins.
   virtual void materialize_parameters(std::vector<Tensor>& /*params*/, bool /*keep_values*/) {}
+  // Local updating (local SGD, SlowMo, DiLoCo, co2) leaves the data-parallel replicas at
+  // different parameters between synchronisations: fills `average` (tensors shaped like params,
+  // on their device) with the average of every replica's current whole parameters and returns
+  // true — a collective over the replicas, every rank calls it at the same point — or returns
+  // false where the replicas hold the same parameters anyway (DDP, one replica).
+  virtual bool average_replicas(const std::vector<Tensor>& /*params*/, std::vector<Tensor>& /*average*/) {
+    return false;
+  }
 };
 
 class Trainer {
@@ -169,8 +177,10 @@ class Trainer {
   void evaluate(const std::map<std::string, Tensor>& inputs, std::map<std::string, Tensor>& outputs);
 
   // Gathers the parameters first (gather_parameters). On the trainer's device (copy_from moves
-  // values in and out of it from either device).
+  // values in and out of it from either device). parameter() is the writable one and ends the
+  // replicas' average (average_replicas); parameter_value() reads it while it lasts.
   Tensor& parameter(const std::string& name);
+  const Tensor& parameter_value(const std::string& name);
   // Tensor parallelism: a parameter this rank holds a block of (Value::shard) has a whole shape
   // besides its own. whole_parameter gathers the whole one from every rank of its grid axis into
   // a new host tensor — a collective on that axis: each of its ranks calls it at the same point;
@@ -203,6 +213,16 @@ class Trainer {
   // shards parameters between steps (ZeRO stage 3), where it is a collective: every rank calls
   // it at the same point. evaluate() and parameter() call it themselves.
   void gather_parameters();
+  // Under local updating the data-parallel replicas train apart between synchronisations; the
+  // model they stand for is their average (what a round end of plain averaging makes; for co2
+  // with an average in flight, where its merge will put the anchor plus the replicas' mean
+  // progress). Makes evaluate(), parameter_value() and whole_parameter() read that average
+  // until the next step, a write of a parameter or a restore — this rank's own parameters stay
+  // as they are and training goes on from them, so calling it changes nothing in the run;
+  // checkpoints keep the own ones too. A collective over the data-parallel ranks (and ZeRO 3's
+  // gather first): every rank calls it at the same point. Returns false, doing nothing, where the
+  // replicas hold the same parameters anyway (no step hook, DDP, one replica).
+  bool average_replicas();
   // For each parameter, the positions in a step's node sequence of the nodes that read it
   // (directly or through a view of it), ascending. The sequence is the step's executor orders in
   // the order it runs them: one order (forward then backward), or under micro-batches each
@@ -287,6 +307,7 @@ class Trainer {
   std::vector<ValueId> param_ids_;  // in train_
   std::vector<ValueId> grad_ids_;   // in train_ (-1: the loss does not depend on it)
   std::vector<Tensor> params_;
+  std::vector<Tensor> replica_average_;  // average_replicas() until the next step or write; else empty
   std::vector<Tensor> grads_;
   std::unique_ptr<Executor> train_exec_;
   std::map<std::string, EvalPlan> eval_plans_;

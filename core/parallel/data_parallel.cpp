@@ -696,6 +696,20 @@ void DataParallel::merge_co2(Fragment& fr, std::vector<Tensor>& params) {
   note_merge(travel, &fr == &fragments_.front());
 }
 
+bool DataParallel::average_replicas(const std::vector<Tensor>& params, std::vector<Tensor>& average) {
+  // group_comm_: every data rank (comm_ is the replica's own ranks under shard groups).
+  if (plan_.mode == SyncMode::kSync || group_comm_->size() == plan_.shard_group) return false;
+  // The caller (Trainer::average_replicas) made the parameters whole; under shard groups they
+  // are the replica's, the same on each of its ranks.
+  std::vector<float> flat(total_numel(params));
+  flatten(params, flat.data());
+  group_comm_->all_reduce(flat.data(), flat.size(), coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
+  average.clear();
+  for (const Tensor& p : params) average.push_back(Tensor::empty(p.shape(), p.dtype(), device_allocator(p.device())));
+  unflatten(flat.data(), average);
+  return true;
+}
+
 void DataParallel::decode_average(Fragment& fr) {
   fr.quant->average(fr.gathered.data(), outer_comm_->size(), inflight_.data() + fr.begin);
   fr.decoded = true;

@@ -168,6 +168,10 @@ class DataParallel : public StepHook {
   void before_node(size_t position) override;
   void after_node(size_t position) override;
   void materialize_parameters(std::vector<Tensor>& params, bool keep_values) override;
+  // Local SGD, SlowMo, DiLoCo and co2 over more than one replica: the average of every data rank's
+  // parameters (replicas of equal size under shard groups: each counted alike), an all-reduce
+  // over every data rank. DDP, or a single replica: false.
+  bool average_replicas(const std::vector<Tensor>& params, std::vector<Tensor>& average) override;
 
   ParallelStats stats() const;
   // DDP's buckets are reduced in device memory over the device communicator.

@@ -48,6 +48,7 @@ TEST(CapiNullHandles, EveryEntryPoint) {
       {"cohort_trainer_get_parameter", "trainer", [&] { return cohort_trainer_get_parameter(nullptr, &ref); }},
       {"cohort_trainer_set_parameter", "trainer", [&] { return cohort_trainer_set_parameter(nullptr, &ref); }},
       {"cohort_trainer_gather_parameters", "trainer", [] { return cohort_trainer_gather_parameters(nullptr); }},
+      {"cohort_trainer_average_replicas", "trainer", [] { return cohort_trainer_average_replicas(nullptr, nullptr); }},
       {"cohort_trainer_get_stats", "trainer", [&] { return cohort_trainer_get_stats(nullptr, &stats); }},
       {"cohort_trainer_pipeline_stages", "trainer",
        [&] { return cohort_trainer_pipeline_stages(nullptr, nullptr, 0, nullptr); }},

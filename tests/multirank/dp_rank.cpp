@@ -252,6 +252,57 @@ std::vector<float> reference(const std::string& mode, int world, int rank, const
   return test::dp_flat(sim.rank(rank / group));
 }
 
+// Trainer::average_replicas at step `s` of run_compare (every rank alike). Checks that every rank
+// then evaluates the same model, the ranks' mean of their own parameters (all-gathered and summed
+// here in rank order), while parameters() stay this rank's own; for co2 with plain or Nesterov
+// averaging at a round end (one fragment, fp32, no clip) that model is where the merge puts the
+// anchor a step later: `*merged_at` is set to that step and `expect` to the model. 0 when it holds.
+int check_replica_average(const std::string& mode, const parallel::PlanConfig& plan, coll::Communicator& comm,
+                          Trainer& trainer, int64_t s, std::vector<float>& expect, int64_t* merged_at) {
+  trainer.gather_parameters();  // ZeRO 3 between steps: shards only
+  const std::vector<float> own = test::dp_flat(trainer);
+  const bool averaged = trainer.average_replicas();
+  if (averaged != (plan.mode != parallel::SyncMode::kSync && comm.size() > plan.shard_group)) {
+    std::printf("rank %d %s: average_replicas returned %d at step %lld\n", comm.rank(), mode.c_str(), averaged,
+                static_cast<long long>(s));
+    return 1;
+  }
+  // Its own parameters untouched (bit for bit: NaN too, where a -nan mode poisoned them). Every
+  // rank goes on to the collectives below before any verdict, so that none is left waiting.
+  const std::vector<float> after = test::dp_flat(trainer);
+  const bool untouched = std::memcmp(after.data(), own.data(), own.size() * sizeof(float)) == 0;
+  const int world = comm.size();
+  std::vector<float> all(own.size() * static_cast<size_t>(world));
+  comm.all_gather(own.data(), all.data(), own.size(), coll::DataType::kF32)->wait();
+  std::vector<float> mean(own.size(), 0.0f), seen;
+  for (int r = 0; r < world; ++r)
+    for (size_t i = 0; i < own.size(); ++i) mean[i] += all[static_cast<size_t>(r) * own.size() + i] / world;
+  for (const std::string& name : trainer.parameter_names()) {
+    const Tensor v = to_device(trainer.parameter_value(name), Device::kCpu);
+    seen.insert(seen.end(), v.data<float>(), v.data<float>() + v.numel());
+  }
+  const double off = test::dp_max_diff(seen, averaged ? mean : own);
+  // The evaluation reads it: the same loss on every rank (each evaluates the same samples).
+  std::map<std::string, Tensor> out{{"loss", Tensor::empty({}, DType::kF32)}};
+  trainer.evaluate(test::dp_batch(1000, 0, test::kShard), out);
+  float loss[2] = {out.at("loss").data<float>()[0], -out.at("loss").data<float>()[0]};
+  comm.all_reduce(loss, 2, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
+  std::printf("rank %d/%d %s: replicas' average at step %lld: max |view - mean| %.3g, evaluated loss %.6f on every "
+              "rank: %s\n",
+              comm.rank(), world, mode.c_str(), static_cast<long long>(s), off, loss[0],
+              loss[0] == -loss[1] ? "yes" : "no");
+  if (!untouched) return 1;
+  if (g_poison != Poison::kNone) return 0;  // a NaN in some rank's parameters: so in the average
+  if (off > 1e-6 || loss[0] != -loss[1]) return 1;
+  if (plan.mode == parallel::SyncMode::kCo2 && plan.outer_fragments == 1 && plan.outer_bits == 32 &&
+      plan.outer.clip_threshold == 0 && plan.shard_group == 1 && !plan.overlap_auto && g_poison == Poison::kNone &&
+      (s + 1) % plan.tau == 0) {
+    expect = mean;
+    *merged_at = s + plan.overlap;
+  }
+  return 0;
+}
+
 int run_compare(const std::string& mode, std::shared_ptr<coll::Communicator> comm, Device device = Device::kCpu,
                 std::shared_ptr<transport::Store> store = nullptr) {
   parallel::PlanConfig plan = plan_for(mode);
@@ -265,6 +316,8 @@ int run_compare(const std::string& mode, std::shared_ptr<coll::Communicator> com
   }
   auto dp = parallel::DataParallel::attach(*trainer, plan, comm, device_comm);
   std::vector<int64_t> skipped, want_skipped;
+  std::vector<float> merged;
+  int64_t merged_at = -1;
   for (int64_t s = 0; s < kSteps; ++s) {
     std::map<std::string, Tensor> batch = test::dp_batch(s, comm->rank() * test::kShard, test::kShard);
     poison_batch(s, comm->rank(), comm->size(), batch, 0);
@@ -276,6 +329,18 @@ int run_compare(const std::string& mode, std::shared_ptr<coll::Communicator> com
     }
     // Under shard groups the parameters of every rank of the last replica (they are one model).
     poison_parameters(s, comm->rank() / plan.shard_group, comm->size() / plan.shard_group, *trainer);
+    // The replicas' average, read mid-round and at the first round end, changes nothing of the
+    // run (the reference below has no such calls); at the round end it is the next anchor.
+    if (s == merged_at) {
+      const double off = test::dp_max_diff(dp->anchor(), merged);
+      std::printf("rank %d/%d %s: the merge at step %lld put the anchor %.3g from the replicas' average of step %lld\n",
+                  comm->rank(), comm->size(), mode.c_str(), static_cast<long long>(s), off,
+                  static_cast<long long>(s - plan.overlap));
+      if (off > 1e-5) return 1;
+    }
+    if (device == Device::kCpu && (s == 1 || s == plan.tau - 1) &&
+        check_replica_average(mode, plan, *comm, *trainer, s, merged, &merged_at) != 0)
+      return 1;
   }
   std::vector<float> want = reference(mode, comm->size(), comm->rank(), plan, &want_skipped);
   trainer->gather_parameters();  // ZeRO 3 keeps only shards between steps (a collective; elsewhere a no-op)

@@ -147,6 +147,14 @@ class Trainer(Handle):
         rank calls at the same point (e.g. before one rank alone evaluates); else a no-op."""
         _capi.cohort_trainer_gather_parameters(self._handle)
 
+    def average_replicas(self):
+        """Under local updating (localsgd, slowmo, diloco, co2) makes evaluate and get_parameter
+        read the average of every data-parallel replica's parameters until the next step or
+        set_parameter, leaving this rank's own (and so the run) unchanged: call it before
+        evaluating such a run. A collective every rank calls at the same point. Returns False,
+        doing nothing, where the replicas hold the same parameters anyway (sync, one replica)."""
+        return bool(_capi.cohort_trainer_average_replicas(self._handle))
+
     def set_parameter(self, name, values):
         """Overwrites a parameter (f32 buffers are converted for a bf16 parameter)."""
         self._learn((name,))

@@ -314,6 +314,23 @@ class DataParallelTest(unittest.TestCase):
             self.assertEqual(trainer.parallel_stats().rounds, 2)
             self.assertSameOnEveryRank(trainer.get_parameter("out.bias").tolist())
 
+    def test_replica_average(self):
+        # Two steps into a round of 4 the replicas differ; reads see their mean until the next step.
+        with cohort.Plan("localsgd", tau=4) as plan:
+            trainer, _ = self.train(plan, steps=6)
+        with trainer:
+            own = array.array("f", trainer.get_parameter("out.bias").tolist())
+            self.assertTrue(trainer.average_replicas())
+            average = trainer.get_parameter("out.bias").tolist()
+            self.assertSameOnEveryRank(average)
+            mean = array.array("f", own)
+            comm.all_reduce(mean, op="sum")
+            for got, want in zip(average, mean):
+                self.assertAlmostEqual(got, want / comm.size, places=6)
+            x, y = learnable_batch(batch=4, offset=comm.rank)
+            trainer.step(x=x, y=y)  # from this rank's own parameters
+            self.assertEqual(trainer.parallel_stats().rounds, 1)
+
     def test_tensor_parallel(self):
         # Megatron 1D over every rank: fc1 -> relu -> out split column- then row-parallel. Every
         # rank steps on the same rows and must see the loss one process sees on them.

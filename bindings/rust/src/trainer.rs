@@ -146,6 +146,18 @@ impl Trainer {
         check(unsafe { sys::cohort_trainer_gather_parameters(self.as_raw()) })
     }
 
+    /// Under local updating (localsgd, slowmo, diloco, co2) makes `evaluate` and parameter reads
+    /// see the average of every data-parallel replica's parameters until the next step or
+    /// `set_parameter`, leaving this rank's own (and so the run) unchanged: call it before
+    /// evaluating such a run. A collective every rank calls at the same point. `Ok(false)`, doing
+    /// nothing, where the replicas hold the same parameters anyway (sync, one replica).
+    pub fn average_replicas(&mut self) -> Result<bool> {
+        let mut averaged: i32 = 0;
+        // SAFETY: live handle; `averaged` outlives the call.
+        check(unsafe { sys::cohort_trainer_average_replicas(self.as_raw(), &mut averaged) })?;
+        Ok(averaged != 0)
+    }
+
     /// Sets the parameter `parameter.name()` from its slice.
     pub fn set_parameter<B: AsTensorRef>(&mut self, parameter: &B) -> Result<()> {
         let raw = parameter.raw_ref()?;

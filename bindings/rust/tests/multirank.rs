@@ -245,6 +245,7 @@ fn data_parallel_training(comm: &Comm) -> TestResult {
     ensure!(stats.rounds == 40 && stats.buckets >= 1, "parallel stats {:?}", stats);
     ensure!(stats.parameter_gathers == 0, "no ZeRO 3: {:?}", stats);
     trainer.gather_parameters()?; // a no-op without ZeRO 3
+    ensure!(!trainer.average_replicas()?, "DDP's replicas are equal: nothing to average");
 
     // Every rank saves its own file with the outer state, and loads it back.
     let path = common::temp_path(&format!("rank{}.ckpt", rank));

@@ -386,6 +386,18 @@ COHORT_API cohort_status cohort_trainer_set_parameter(cohort_trainer* trainer, c
  * collective every rank calls at the same point — e.g. before one rank alone evaluates or
  * reads parameters. PEER_FAILED / TIMEOUT as the collectives. */
 COHORT_API cohort_status cohort_trainer_gather_parameters(cohort_trainer* trainer);
+/* Under local updating (parallel modes localsgd, slowmo, diloco, co2) the data-parallel replicas
+ * train apart between synchronisations, and the model they stand for is their average — what a
+ * round end of plain averaging makes; for co2 at a round end, with the average still in flight,
+ * where its merge will put the anchor. This makes evaluate and get_parameter read the average of
+ * every replica's current parameters until the next step, a set_parameter or a checkpoint load;
+ * this rank's own parameters are left as they are and training goes on from them (a checkpoint
+ * saved meanwhile holds them), so the run is the same with or without the call. Call it before
+ * evaluating a local-updating run. A collective over the data-parallel ranks: every rank calls
+ * it at the same point (it makes the parameters whole first, as gather_parameters). *averaged_out
+ * (may be NULL): 1, or 0 where it did nothing because the replicas hold the same parameters
+ * anyway (no data parallelism, sync, one replica). PEER_FAILED / TIMEOUT as the collectives. */
+COHORT_API cohort_status cohort_trainer_average_replicas(cohort_trainer* trainer, int32_t* averaged_out);
 
 typedef struct cohort_trainer_stats {
   size_t size;                   /* sizeof(cohort_trainer_stats), set by the caller */

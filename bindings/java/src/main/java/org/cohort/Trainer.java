@@ -99,6 +99,19 @@ public final class Trainer extends Handle {
     CohortException.check(CohortC.cohort_trainer_gather_parameters(ptr()));
   }
 
+  /**
+   * Under local updating (localsgd, slowmo, diloco, co2) makes {@link #evaluate} and parameter
+   * reads see the average of every data-parallel replica's parameters until the next step or
+   * {@link #setParameter}, leaving this rank's own (and so the run) unchanged: call it before
+   * evaluating such a run. A collective every rank calls at the same point. Returns false, doing
+   * nothing, where the replicas hold the same parameters anyway (sync, one replica).
+   */
+  public boolean averageReplicas() {
+    int[] averaged = new int[1];
+    CohortException.check(CohortC.cohort_trainer_average_replicas(ptr(), averaged));
+    return averaged[0] != 0;
+  }
+
   /** Overwrites the parameter named {@code from.name()} with its memory. */
   public void setParameter(Tensor from) {
     Tensor.checkElements("cohort_trainer_set_parameter", "parameter", from);

@@ -2,6 +2,7 @@ package org.cohort;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -240,6 +241,7 @@ class MultiRankTest {
       assertTrue(stats.buckets() >= 1);
       assertEquals(0, stats.parameterGathers()); // no ZeRO 3: parameters are always whole
       t.gatherParameters(); // a no-op here
+      assertFalse(t.averageReplicas()); // DDP's replicas are equal: nothing to average
 
       // Every rank holds the same weights: gather them and compare the blocks.
       int n = TestSupport.CLASSES * TestSupport.FEATURES;
