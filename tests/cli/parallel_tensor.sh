@@ -85,6 +85,10 @@ awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d
   --tau 2 --tensor 2 >"$dir/co2.out" 2>&1 || { cat "$dir/co2.out"; echo "FAIL: co2 --tensor 2 exited non-zero"; exit 1; }
 grep -q "co2 tau 2 tensor 2, 8 steps (937 per epoch)" "$dir/co2.out" && [ "$(evals "$dir/co2.out" | wc -l)" -eq 2 ] ||
   { cat "$dir/co2.out"; echo "FAIL: co2 --tensor 2 did not train and evaluate as expected"; exit 1; }
+# Both evaluations read the two data replicas' average (each rank's blocks averaged with its
+# peer's in the other replica), not rank 0's own parameters.
+[ "$(grep -c "s, the replicas' average)" "$dir/co2.out")" -eq 2 ] ||
+  { cat "$dir/co2.out"; echo "FAIL: co2 --tensor 2 did not evaluate the replicas' average"; exit 1; }
 # co2's outer state: stopped mid-round (step 5, a reduction in flight) and resumed under the same
 # grid, it ends bit-identical to the uninterrupted run.
 co2=(train --model mlp --steps 12 --threads 1 --no-eval --parallel co2 --tau 2 --tensor 2)
