@@ -576,8 +576,7 @@ void Trainer::evaluate(const std::map<std::string, Tensor>& inputs, std::map<std
   gather_parameters();
   std::unordered_map<ValueId, Tensor> env;
   bind_inputs(plan.graph, inputs, env, "evaluate", false);
-  const std::vector<Tensor>& values = replica_average_.empty() ? params_ : replica_average_;
-  for (size_t i = 0; i < param_names_.size(); ++i) env[plan.graph.find(param_names_[i])] = values[i];
+  for (size_t i = 0; i < param_names_.size(); ++i) env[plan.graph.find(param_names_[i])] = read_values()[i];
   for (ValueId r : plan.executor->required_values())
     COHORT_CHECK(env.count(r), Status::kInvalidArgument, "evaluate: input '", plan.graph.value(r).name,
                  "' is needed for the requested outputs but was not given");
@@ -626,7 +625,7 @@ Tensor& Trainer::parameter(const std::string& name) {
 const Tensor& Trainer::parameter_value(const std::string& name) {
   const size_t i = parameter_index(name);
   gather_parameters();
-  return replica_average_.empty() ? params_[i] : replica_average_[i];
+  return read_values()[i];
 }
 
 bool Trainer::average_replicas() {
@@ -701,7 +700,7 @@ Tensor Trainer::block_of(size_t i, const Tensor& whole) const {
 Tensor Trainer::whole_parameter(const std::string& name) {
   const size_t i = parameter_index(name);
   gather_parameters();
-  return whole_of(i, replica_average_.empty() ? params_[i] : replica_average_[i]);
+  return whole_of(i, read_values()[i]);
 }
 
 void Trainer::set_whole_parameter(const std::string& name, const Tensor& whole) {

@@ -308,6 +308,8 @@ class Trainer {
   std::vector<ValueId> grad_ids_;   // in train_ (-1: the loss does not depend on it)
   std::vector<Tensor> params_;
   std::vector<Tensor> replica_average_;  // average_replicas() until the next step or write; else empty
+  // What evaluate() and the parameter readers see: the replicas' average while it lasts, else params_.
+  const std::vector<Tensor>& read_values() const { return replica_average_.empty() ? params_ : replica_average_; }
   std::vector<Tensor> grads_;
   std::unique_ptr<Executor> train_exec_;
   std::map<std::string, EvalPlan> eval_plans_;
