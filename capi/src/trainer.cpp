@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "capi/src/handles.h"
+#include "core/parallel/data_parallel.h"
 
 using namespace cohort;
 using namespace cohort::capi;
@@ -132,16 +133,21 @@ COHORT_API cohort_status cohort_trainer_set_parameter(cohort_trainer* trainer, c
     check_not_null(parameter, "parameter");
     Tensor src = wrap_ref(*parameter, "parameter");
     Tensor& p = t.parameter(parameter->name);
+    // Local updating measures each round from its anchor: a written parameter moves it too.
+    auto* dp = dynamic_cast<parallel::DataParallel*>(t.step_hook().get());
+    const int64_t index = t.local_parameter(parameter->name);
+    if (dp) dp->check_parameter_write();
     if (src.shape() != p.shape() && src.shape() == t.whole_parameter_shape(parameter->name)) {
       // Tensor parallelism: the whole parameter given; this rank keeps its block.
       Tensor whole = Tensor::empty(src.shape(), p.dtype());
       check_parameter_buffer(parameter->name, whole, src);
       whole.copy_from(src);
       t.set_whole_parameter(parameter->name, whole);
-      return;
+    } else {
+      check_parameter_buffer(parameter->name, p, src);
+      p.copy_from(src);
     }
-    check_parameter_buffer(parameter->name, p, src);
-    p.copy_from(src);
+    if (dp && index >= 0) dp->parameter_written(t.mutable_parameters(), static_cast<size_t>(index));
   });
 }
 

@@ -710,6 +710,50 @@ bool DataParallel::average_replicas(const std::vector<Tensor>& params, std::vect
   return true;
 }
 
+void DataParallel::restart_from_parameters(std::vector<Tensor>& params) {
+  COHORT_CHECK(plan_.zero_stage == 0 && !grouped(), Status::kUnsupported,
+               "data parallel: a checkpoint without this plan's outer state cannot restart ZeRO stage ",
+               plan_.zero_stage, " / shard_group ", plan_.shard_group, " (its state must come from the checkpoint)");
+  // Anything in flight belongs to the run the parameters replaced: waited for and dropped.
+  for (Fragment& fr : fragments_) {
+    settle(fr.work);
+    fr.have_result = fr.merge_pending = false;
+    fr.decoded = true;
+  }
+  if (plan_.mode == SyncMode::kCo2) wait_timing();
+  std::vector<float> flat(numel_);
+  flatten(params, flat.data());
+  group_comm_->all_reduce(flat.data(), flat.size(), coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
+  unflatten(flat.data(), params);
+  if (plan_.mode == SyncMode::kSync) return;
+  std::vector<float> outer(outer_numel_);
+  for (const Fragment& fr : fragments_) read_outer(fr, params, outer.data());
+  anchor_ = outer;
+  round_start_ = std::move(outer);
+  std::vector<float>& m = outer_.momentum();
+  if (!m.empty()) m.assign(m.size(), 0.0f);
+  if (!residual_.empty()) residual_.assign(residual_.size(), 0.0f);
+  inner_steps_ = 0;
+  round_pos_ = 0;
+}
+
+void DataParallel::check_parameter_write() const {
+  COHORT_CHECK(plan_.mode == SyncMode::kSync || (!outer_sharded() && !grouped()), Status::kUnsupported,
+               "data parallel: writing a parameter under a sharded outer state (", mode_name(plan_.mode),
+               " with ZeRO stage ", plan_.zero_stage, ", shard_group ", plan_.shard_group,
+               ") is not supported yet: the anchor's shards would keep the old values; load a checkpoint instead");
+}
+
+void DataParallel::parameter_written(const std::vector<Tensor>& params, size_t index) {
+  if (plan_.mode == SyncMode::kSync) return;
+  check_parameter_write();
+  COHORT_CHECK(index < params.size() && index < outer_at_.size(), Status::kInvalidArgument,
+               "data parallel: parameter index ", index, " of ", params.size());
+  const Tensor& p = params[index];
+  for (std::vector<float>* state : {&anchor_, &round_start_})
+    device_copy(state->data() + outer_at_[index], Device::kCpu, p.raw(), p.device(), p.nbytes());
+}
+
 void DataParallel::decode_average(Fragment& fr) {
   fr.quant->average(fr.gathered.data(), outer_comm_->size(), inflight_.data() + fr.begin);
   fr.decoded = true;

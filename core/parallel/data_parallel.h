@@ -199,6 +199,24 @@ class DataParallel : public StepHook {
   // group size, position in the replica and bucket layout.
   void save_state(checkpoint::CheckpointExtra& extra);
   void load_state(const checkpoint::CheckpointExtra& extra);
+  // After the trainer's parameters were replaced by a checkpoint that holds no outer state of
+  // this plan's mode (one written by a plain trainer, by DDP, or — under DDP — by a local-
+  // updating run, whose ranks' files hold each replica's own parameters): every replica is set
+  // to the ranks' average of them, and local updating restarts its outer state from it, as
+  // attach does (anchor = the parameters, no outer momentum, no average in flight, a new
+  // round). Without this the anchor stayed where attach left it — the initial weights — and the
+  // first outer step pulled the loaded model back toward them; DDP's replicas stayed apart. A
+  // collective over every data rank. kUnsupported under ZeRO or shard groups, whose state a
+  // checkpoint must hold (load_state).
+  void restart_from_parameters(std::vector<Tensor>& params);
+  // Local updating: parameter `index` was written from outside a step on this rank (a
+  // set_parameter): its elements of the anchor and of the round's start take the new values, so
+  // the next round end measures the replica's progress from them, not from the values before.
+  // Every rank writes the same values (as DDP's replicas need too). A no-op for DDP.
+  // check_parameter_write throws kUnsupported, before anything is written, where the outer state
+  // is sharded (ZeRO 1 local SGD, shard groups).
+  void check_parameter_write() const;
+  void parameter_written(const std::vector<Tensor>& params, size_t index);
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -6,6 +6,7 @@
 
 #include <cohort/cohort.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -525,6 +526,73 @@ TEST_F(CapiParallel, Co2TrainerStepsReportsAndResumes) {
   EXPECT_EQ(cohort_trainer_destroy(c), COHORT_OK);
   EXPECT_EQ(cohort_trainer_destroy(b), COHORT_OK);
   EXPECT_EQ(cohort_trainer_destroy(a), COHORT_OK);
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+}
+
+// Local updating measures a round from its anchor. A model loaded from a file without outer state
+// (a plain trainer's: fine-tuning under local updating) or written by set_parameter must move the
+// anchor too; before, it stayed at the weights attach saw and the first outer step pulled the
+// loaded model back toward them. Local SGD with outer lr 0.5 and no momentum on one rank makes
+// a round end land halfway between the anchor and the round's own progress: (anchor + x) / 2.
+TEST_F(CapiParallel, LocalUpdatingStartsFromLoadedOrWrittenParameters) {
+  cohort_plan_options o = cohort_plan_options_default();
+  o.mode = COHORT_SYNC_LOCALSGD;
+  o.tau = 2;
+  o.outer_lr = 0.5;
+  o.outer_momentum = 0;
+  cohort_plan* plan = nullptr;
+  ASSERT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
+  auto midway = [](const std::vector<float>& a, const std::vector<float>& b) {
+    std::vector<float> m(a.size());
+    for (size_t i = 0; i < a.size(); ++i) m[i] = 0.5f * (a[i] + b[i]);
+    return m;
+  };
+  auto expect_near = [](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
+    EXPECT_LT(worst, 1e-6) << what;
+  };
+  // A plain trainer's checkpoint after 3 steps: its weights are far from the initial ones.
+  cohort_trainer *plain = nullptr, *cont = nullptr, *local = nullptr;
+  ASSERT_EQ(cohort_trainer_create(graph_, optimizer_, nullptr, &plain), COHORT_OK);
+  const std::vector<float> initial = weight(plain);
+  for (int k = 0; k < 3; ++k) step(plain, k);
+  const std::vector<float> saved = weight(plain);
+  std::string path = ::testing::TempDir() + "cohort_parallel_plain_model.ckpt";
+  ASSERT_EQ(cohort_trainer_save_checkpoint(plain, path.c_str()), COHORT_OK) << cohort_last_error();
+  // Its continuation, 2 steps: what the round's inner steps reach.
+  ASSERT_EQ(cohort_trainer_create(graph_, optimizer_, nullptr, &cont), COHORT_OK);
+  ASSERT_EQ(cohort_trainer_load_checkpoint(cont, path.c_str()), COHORT_OK) << cohort_last_error();
+  step(cont, 3);
+  step(cont, 4);
+  ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &local), COHORT_OK);
+  ASSERT_EQ(cohort_trainer_load_checkpoint(local, path.c_str()), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(weight(local), saved);
+  step(local, 3);
+  step(local, 4);  // the round end
+  expect_near(weight(local), midway(saved, weight(cont)), "loaded: the anchor is the loaded model");
+  const std::vector<float> stale = midway(initial, weight(cont));
+  EXPECT_GT(std::fabs(weight(local)[0] - stale[0]) + std::fabs(weight(local)[1] - stale[1]), 1e-4)
+      << "the loaded and the initial weights must differ for this test to mean anything";
+
+  // set_parameter: fc1.weight written before training; the round end lands halfway between the
+  // written values and a plain trainer's two steps from them.
+  cohort_trainer *plain2 = nullptr, *local2 = nullptr;
+  int64_t shape[2] = {8, 6};
+  std::vector<float> written = saved;
+  cohort_tensor_ref ref = {"fc1.weight", COHORT_F32, 2, shape, written.data(), written.size() * sizeof(float)};
+  ASSERT_EQ(cohort_trainer_create(graph_, optimizer_, nullptr, &plain2), COHORT_OK);
+  ASSERT_EQ(cohort_trainer_set_parameter(plain2, &ref), COHORT_OK) << cohort_last_error();
+  step(plain2, 0);
+  step(plain2, 1);
+  ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &local2), COHORT_OK);
+  ASSERT_EQ(cohort_trainer_set_parameter(local2, &ref), COHORT_OK) << cohort_last_error();
+  step(local2, 0);
+  step(local2, 1);
+  expect_near(weight(local2), midway(written, weight(plain2)), "written: the anchor follows set_parameter");
+  std::remove(path.c_str());
+  for (cohort_trainer* t : {plain, cont, local, plain2, local2}) EXPECT_EQ(cohort_trainer_destroy(t), COHORT_OK);
   EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
 }
 

@@ -331,6 +331,28 @@ class DataParallelTest(unittest.TestCase):
             trainer.step(x=x, y=y)  # from this rank's own parameters
             self.assertEqual(trainer.parallel_stats().rounds, 1)
 
+    def test_local_files_resume_under_ddp_at_the_average(self):
+        # Mid-round each rank's file holds its own replica; DDP resumed from them starts every
+        # replica at their mean (their all-reduced gradients would keep them apart otherwise).
+        with cohort.Plan("localsgd", tau=4) as plan:
+            trainer, _ = self.train(plan, steps=6)
+        with trainer, tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, f"rank{comm.rank}.ckpt")
+            own = array.array("f", trainer.get_parameter("out.bias").tolist())
+            trainer.save_checkpoint(path)
+            mean = array.array("f", own)
+            comm.all_reduce(mean, op="sum")
+            with cohort.Plan("ddp") as ddp_plan:
+                resumed, _ = self.train(ddp_plan, steps=1)
+            with resumed:
+                resumed.load_checkpoint(path)  # every rank at once: a collective here
+                got = resumed.get_parameter("out.bias").tolist()
+                self.assertSameOnEveryRank(got)
+                for g, want in zip(got, mean):
+                    self.assertAlmostEqual(g, want / comm.size, places=6)
+                if comm.size > 1:
+                    self.assertNotEqual(list(own), [float(v) for v in array.array("f", got)])
+
     def test_tensor_parallel(self):
         # Megatron 1D over every rank: fc1 -> relu -> out split column- then row-parallel. Every
         # rank steps on the same rows and must see the loss one process sees on them.

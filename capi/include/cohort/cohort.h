@@ -378,7 +378,12 @@ COHORT_API cohort_status cohort_trainer_evaluate(cohort_trainer* trainer, const 
  * blocks: a buffer of the block's shape reads / writes this rank's block; a buffer of the whole
  * parameter's shape (the graph's) reads the whole parameter, gathered from the ranks of its
  * tensor group — a collective: each of them calls get_parameter for it at the same point — or
- * writes it, this rank keeping its block (no collective). */
+ * writes it, this rank keeping its block (no collective).
+ * A data-parallel trainer's ranks must write the same values (its replicas stay alike only so).
+ * Under local updating (localsgd, slowmo, diloco, co2) a write also moves the parameter's
+ * anchor, from which the next round end measures this replica's progress; where the outer state
+ * is sharded (localsgd with ZeRO stage 1, shard groups) set_parameter returns UNSUPPORTED and
+ * writes nothing (load a checkpoint instead). */
 COHORT_API cohort_status cohort_trainer_get_parameter(cohort_trainer* trainer, cohort_tensor_ref* parameter);
 COHORT_API cohort_status cohort_trainer_set_parameter(cohort_trainer* trainer, const cohort_tensor_ref* parameter);
 /* Makes every parameter whole until the next step. A no-op except for a data-parallel trainer
@@ -450,7 +455,13 @@ COHORT_API cohort_status cohort_trainer_save_checkpoint(const cohort_trainer* tr
  * first — lengths, checksums, structure, the model, every dtype and shape — so after any error
  * the trainer and its checkpoint values are exactly as before and usable. The optimizer
  * configuration (learning rate, schedule, ...) stays the trainer's own; its kind and state
- * tensors must match the checkpoint's. Returns OK; INVALID_HANDLE; INVALID_ARGUMENT (path NULL
+ * tensors must match the checkpoint's.
+ * A data-parallel trainer (a collective then: every data rank loads at the same point) loads the
+ * outer state its mode saved; a file without it — a plain trainer's or DDP's, e.g. a model to
+ * fine-tune under local updating — restarts the outer state from the loaded parameters (every
+ * replica at their average, the anchor there, no outer momentum, a new round), and the files of
+ * a local-updating run (each rank's holds its own replica) loaded under DDP start every replica
+ * at their average. Returns OK; INVALID_HANDLE; INVALID_ARGUMENT (path NULL
  * or empty; or a checkpoint of another model or optimizer: "checkpoint '<path>' is for another
  * model: parameter 'fc1.weight' has shape [256, 784] there, [128, 784] here"); IO (cannot open
  * or read path); CORRUPT (truncated or damaged file); UNSUPPORTED (written by a newer version);
@@ -1181,9 +1192,11 @@ COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer*
  * rank's reduction in flight; a collective over the model's ranks). The outer state is written in
  * the whole model's layout: a rank of replica d may resume from the file of any rank of replica
  * d saved under another tensor grid or pipeline, with as many replicas (INVALID_ARGUMENT names
- * a file of another replica, or another replica count; outer_fragments > 1 too). Load returns INVALID_ARGUMENT when the file has no outer state
- * for this plan; the trainer's own state has been restored then (load again from a matching
- * file). Under ZeRO the file holds the rank's optimizer shard: load it with the same world,
+ * a file of another replica, or another replica count; outer_fragments > 1 too). Load returns
+ * INVALID_ARGUMENT when the file holds the outer state of another local-updating mode; the
+ * trainer's own state has been restored then (load again from a matching file). A file with no
+ * outer state restarts it from the loaded parameters (cohort_trainer_load_checkpoint). Under
+ * ZeRO the file holds the rank's optimizer shard: load it with the same world,
  * rank, model and bucket size (INVALID_ARGUMENT otherwise). Other statuses as the plain calls. */
 COHORT_API cohort_status cohort_trainer_save_parallel_checkpoint(cohort_trainer* trainer, const char* path);
 COHORT_API cohort_status cohort_trainer_load_parallel_checkpoint(cohort_trainer* trainer, const char* path);
