@@ -17,8 +17,14 @@
 //     + backward time (a matmul's backward is two products to its forward's one).
 //   - Pipeline: the node times (with the tensor axes' exposed communication attributed to the
 //     pair it serves) cut by cut_pipeline_stages into P V stages; rank r runs stages r, r + P, ...
-//     The slowest rank's time per micro-batch t gives compute M t and bubble (P - 1) t / V, so
-//     that bubble / (compute + bubble) = (P - 1) / (V M + P - 1).
+//     The step's pipeline time is the schedule's own (simulate_pipeline): every rank runs the
+//     order pipeline_schedule gives it, a chunk's forward of a micro-batch a third of its stage's
+//     time and its backward two thirds, each waiting for its input from the neighbouring stage
+//     and the message that carries it. The bubble is that time without the messages less the
+//     slowest rank's work (M t for its time per micro-batch t): (P - 1) t for 1F1B and GPipe
+//     over equal stages, (P - 1) / (V M + P - 1) of the pipeline; interleaving's share follows
+//     from its order, (P - 1) t / V only when M is large. What the messages add is exposed
+//     communication.
 //   - Optimizer: AdamW (two fp32 moments per element; core/optim/optimizer.h) and, for bf16
 //     parameters, an fp32 master copy; gradients in the parameters' dtype.
 #include "core/parallel/planner.h"
@@ -152,7 +158,59 @@ std::string format_plan_table(const std::vector<PlanPrediction>& plans, size_t l
   return s.str();
 }
 
+double simulate_pipeline(PipelineSchedule kind, int P, int V, int M, const std::vector<double>& fwd,
+                         const std::vector<double>& bwd, const std::vector<double>& arrive) {
+  const int S = P * V;
+  COHORT_CHECK(P >= 1 && V >= 1 && M >= 1 && fwd.size() >= static_cast<size_t>(S) && bwd.size() >= fwd.size() &&
+                   arrive.size() >= fwd.size(),
+               Status::kInvalidArgument, "simulate_pipeline: P ", P, ", V ", V, ", M ", M, ", ", fwd.size(),
+               " stage times for ", S, " stages");
+  std::vector<std::vector<PipelineOp>> order(static_cast<size_t>(P));
+  for (int r = 0; r < P; ++r) order[static_cast<size_t>(r)] = pipeline_schedule(kind, P, V, M, r);
+  // Finish times of each (stage, micro-batch), -1 until run.
+  std::vector<double> f_done(static_cast<size_t>(S * M), -1), b_done(static_cast<size_t>(S * M), -1);
+  auto at = [M](int s, int m) { return static_cast<size_t>(s * M + m); };
+  std::vector<size_t> next(static_cast<size_t>(P), 0);
+  std::vector<double> free_at(static_cast<size_t>(P), 0);
+  size_t remaining = 0;
+  for (const auto& o : order) remaining += o.size();
+  double end = 0;
+  // Rank by rank, each runs its next ops while their inputs are known: an op starts when its rank
+  // is free and its input has arrived (a longest path through the schedule's dependencies).
+  while (remaining > 0) {
+    bool progressed = false;
+    for (int r = 0; r < P; ++r) {
+      auto& pos = next[static_cast<size_t>(r)];
+      while (pos < order[static_cast<size_t>(r)].size()) {
+        const PipelineOp& op = order[static_cast<size_t>(r)][pos];
+        const int s = op.chunk * P + r, m = op.micro_batch;
+        double ready = 0;
+        if (op.forward && s > 0) {
+          if (f_done[at(s - 1, m)] < 0) break;
+          ready = f_done[at(s - 1, m)] + arrive[static_cast<size_t>(s)];
+        } else if (!op.forward) {
+          const double dep = s + 1 < S ? b_done[at(s + 1, m)] : f_done[at(s, m)];
+          if (dep < 0) break;
+          ready = dep + (s + 1 < S ? arrive[static_cast<size_t>(s + 1)] : 0.0);
+        }
+        double& rank_free = free_at[static_cast<size_t>(r)];
+        const double finish = std::max(rank_free, ready) + (op.forward ? fwd : bwd)[static_cast<size_t>(s)];
+        (op.forward ? f_done : b_done)[at(s, m)] = finish;
+        rank_free = finish;
+        end = std::max(end, finish);
+        ++pos;
+        --remaining;
+        progressed = true;
+      }
+    }
+    COHORT_ASSERT(progressed, "planner: the pipeline schedule (P ", P, ", V ", V, ", M ", M, ") deadlocks");
+  }
+  return end;
+}
+
 namespace {
+
+
 
 // What a forward node is to a tensor grid.
 enum class Role { kOther, kColumn, kRow, kBetween, kHead };
@@ -610,15 +668,28 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
   out.update_seconds = run_cost().seconds_per_update_byte * rank_param_elements[slow] * 4 / update_shards * contention;
   out.compute_seconds += out.update_seconds;
   double exposed = M * rank_tcomm[slow];
-  out.bubble_seconds = P > 1 ? (P - 1) * t_micro / V : 0;
+  out.bubble_seconds = 0;
   if (P > 1) {
-    // Point-to-point per micro-batch per cut: activations forward, their gradients backward.
-    // The fill and the drain cross every cut in turn (2 (P V - 1) messages on the critical path);
-    // in the steady state a message hides behind the next chunk's work, exposed only beyond it.
-    double worst = 0;
-    for (size_t s = 1; s < begin.size(); ++s)
-      worst = std::max(worst, comm.seconds(CommOp::kPointToPoint, 2, g.cut_bytes[begin[s]] / (sp ? Y : 1), pipe_across));
-    exposed += 2 * (stage_count - 1) * worst + 2.0 * M * V * std::max(0.0, worst - t_micro / (2.0 * V));
+    // The schedule simulated (simulate_pipeline): each virtual stage's micro-batch at its nodes'
+    // time and its rank's executor runs (a forward and a backward of each of its V chunks), a
+    // third forward and two thirds backward; the point-to-point message over each cut
+    // (activations forward, their gradients backward, the same bytes) delays the op waiting on it.
+    std::vector<double> fwd(stage_count, 0), bwd(stage_count, 0), arrive(stage_count, 0), none(stage_count, 0);
+    for (int s = 0; s < stage_count; ++s) {
+      const size_t first = begin[static_cast<size_t>(s)];
+      const size_t last = s + 1 < stage_count ? begin[static_cast<size_t>(s) + 1] : n_nodes;
+      double t = rank_runs[s % P] / V;
+      for (size_t i = first; i < last; ++i) t += compute[i] + tcomm[i];
+      fwd[static_cast<size_t>(s)] = t / 3;
+      bwd[static_cast<size_t>(s)] = 2 * t / 3;
+      if (s > 0)
+        arrive[static_cast<size_t>(s)] =
+            comm.seconds(CommOp::kPointToPoint, 2, g.cut_bytes[first] / (sp ? Y : 1), pipe_across);
+    }
+    const double without_messages = simulate_pipeline(pp.schedule, P, V, M, fwd, bwd, none);
+    const double with_messages = simulate_pipeline(pp.schedule, P, V, M, fwd, bwd, arrive);
+    out.bubble_seconds = std::max(0.0, without_messages - M * t_micro);
+    exposed += std::max(0.0, with_messages - without_messages);
   }
 
   // AdamW's moments (fp32) and the fp32 master copy of low-precision parameters; local SGD and

@@ -127,6 +127,15 @@ struct PlanPrediction {
   std::string describe() const;       // "data 2 x pipe 2 (1f1b, 4 micro) x grid 1x1x1, zero 0"
 };
 
+// One step's pipeline time under a schedule: rank r (of P) runs pipeline_schedule(kind, P, V, M,
+// r) in order, virtual stage s = chunk P + r (P V stages); the op of stage s on a micro-batch takes
+// fwd[s] forward and bwd[s] backward; a forward waits for stage s - 1's forward of the same
+// micro-batch and then arrive[s] (the message over the cut into s), a backward for stage s + 1's
+// backward and then arrive[s + 1]. Returns the latest finish over the ranks: (M + P - 1) (f + b)
+// for 1F1B and GPipe over equal stages without messages. The planner prices pipelines with it.
+double simulate_pipeline(PipelineSchedule kind, int P, int V, int M, const std::vector<double>& fwd,
+                         const std::vector<double>& bwd, const std::vector<double>& arrive);
+
 // The batch: `model` is at the global batch B (dim 0 of its first input). A layout with data
 // degree D, tensor_z Z and M micro-batches runs micro-batches of B / (D Z M) rows on each rank
 // (Z's ranks train on different rows, tensor_parallel.h), so make_parallel_trainer, which takes

@@ -103,6 +103,32 @@ TEST_F(Planner, CommTableLooksUpAndScales) {
   EXPECT_NEAR(r.seconds(CommOp::kPointToPoint, 2, b), b / 1e10, 1e-12);
 }
 
+// The schedule simulated over equal stages: 1F1B and GPipe take (M + P - 1) (f + b), the bubble's
+// share (P - 1) / (M + P - 1); interleaving lies between that and the ideal (P - 1) t / V, nearer
+// the ideal as M grows; a message over every cut delays the fill and the drain at least.
+TEST(PipelineSimulation, EqualStagesGiveTheKnownBubbles) {
+  const double f = 1, b = 2;
+  for (int P : {2, 4})
+    for (int M : {4, 8}) {
+      for (PipelineSchedule kind : {PipelineSchedule::kOneFOneB, PipelineSchedule::kGPipe}) {
+        const std::vector<double> fwd(P, f), bwd(P, b), none(P, 0), msg(P, 0.25);
+        EXPECT_NEAR(simulate_pipeline(kind, P, 1, M, fwd, bwd, none), (M + P - 1) * (f + b), 1e-12) << P << " " << M;
+        EXPECT_GE(simulate_pipeline(kind, P, 1, M, fwd, bwd, msg), (M + P - 1) * (f + b) + 2 * (P - 1) * 0.25 - 1e-12);
+      }
+      const int V = 2;
+      const std::vector<double> fwd(P * V, f / V), bwd(P * V, b / V), none(P * V, 0);
+      const double t = f + b, interleaved = simulate_pipeline(PipelineSchedule::kInterleaved, P, V, M, fwd, bwd, none);
+      EXPECT_GE(interleaved, M * t + (P - 1) * t / V - 1e-12) << P << " " << M;
+      EXPECT_LT(interleaved, (M + P - 1) * t) << P << " " << M;
+    }
+  // More micro-batches bring interleaving nearer its ideal share.
+  const std::vector<double> fwd(4, 0.5), bwd(4, 1.0), none(4, 0);
+  auto excess = [&](int M) {
+    return simulate_pipeline(PipelineSchedule::kInterleaved, 2, 2, M, fwd, bwd, none) - (M * 3.0 + 1.5);
+  };
+  EXPECT_LE(excess(16), excess(2));
+}
+
 TEST_F(Planner, BubbleIsItsShareOfThePipeline) {
   const Graph model = models::build_gpt(small_gpt());
   for (auto [V, M] : {std::pair{1, 2}, std::pair{1, 4}, std::pair{2, 4}}) {  // 4 rows a replica
@@ -113,9 +139,11 @@ TEST_F(Planner, BubbleIsItsShareOfThePipeline) {
     plan.pipeline.schedule = V > 1 ? PipelineSchedule::kInterleaved : PipelineSchedule::kOneFOneB;
     const PlanPrediction p = predict(model, cluster(4), plan);
     const double P = 2;
+    // The stages are not equal: the slowest one's (P - 1) t bounds the bubble from above (1F1B).
     ASSERT_GT(p.bubble_seconds, 0);
-    EXPECT_NEAR(p.bubble_seconds / (p.compute_seconds + p.bubble_seconds), (P - 1) / (V * M + P - 1), 1e-12)
-        << p.describe();
+    const double share = p.bubble_seconds / (p.compute_seconds + p.bubble_seconds);
+    EXPECT_LE(share, (P - 1) / (M + P - 1) + 1e-12) << p.describe();
+    EXPECT_GT(share, 0.5 * (P - 1) / (V * M + P - 1)) << p.describe();
   }
   // No pipeline, no bubble.
   EXPECT_EQ(predict(model, cluster(4), data_plan(4)).bubble_seconds, 0.0);
@@ -412,12 +440,8 @@ TEST_F(Planner, ExecutorRunsCostPerMicroBatchAndChunk) {
     EXPECT_EQ(a.run_overhead_seconds, 0.0) << b.describe();
     EXPECT_NEAR(b.run_overhead_seconds, c.runs * 1e-3, 1e-12) << b.describe();
     EXPECT_NEAR(b.compute_seconds - a.compute_seconds, c.runs * 1e-3, 1e-9) << b.describe();
-    // A stage's micro-batch takes the runs' time too: the bubble keeps its share of the pipeline.
-    if (c.stages > 1) {
-      EXPECT_NEAR(b.bubble_seconds / (b.compute_seconds + b.bubble_seconds),
-                  (c.stages - 1.0) / (c.chunks * c.micro + c.stages - 1.0), 1e-12)
-          << b.describe();
-    }
+    // A stage's micro-batch takes the runs' time too: the bubble grows with them.
+    if (c.stages > 1) EXPECT_GT(b.bubble_seconds, a.bubble_seconds) << b.describe();
   }
   // Taking turns on the cores stretches a run like the nodes.
   ClusterSpec shared = costly;
