@@ -725,7 +725,21 @@ void DataParallel::restart_from_parameters(std::vector<Tensor>& params) {
   flatten(params, flat.data());
   group_comm_->all_reduce(flat.data(), flat.size(), coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
   unflatten(flat.data(), params);
-  if (plan_.mode == SyncMode::kSync) return;
+  if (plan_.mode == SyncMode::kSync) {
+    // DDP steps every replica from the same gradients: their optimizer states must agree too
+    // (a local run's ranks each kept their own momenta), else the replicas part again at once.
+    optim::Optimizer& opt = trainer_->optimizer();
+    if (!opt.has_state()) return;
+    std::vector<Tensor> state;
+    for (size_t i = 0; i < params.size(); ++i)
+      for (auto& [name, t] : opt.state(i))
+        if (t.dtype() == DType::kF32) state.push_back(t);
+    std::vector<float> values(total_numel(state));
+    flatten(state, values.data());
+    group_comm_->all_reduce(values.data(), values.size(), coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
+    unflatten(values.data(), state);
+    return;
+  }
   std::vector<float> outer(outer_numel_);
   for (const Fragment& fr : fragments_) read_outer(fr, params, outer.data());
   anchor_ = outer;

@@ -202,7 +202,8 @@ class DataParallel : public StepHook {
   // After the trainer's parameters were replaced by a checkpoint that holds no outer state of
   // this plan's mode (one written by a plain trainer, by DDP, or — under DDP — by a local-
   // updating run, whose ranks' files hold each replica's own parameters): every replica is set
-  // to the ranks' average of them, and local updating restarts its outer state from it, as
+  // to the ranks' average of them (under DDP their optimizer states too), and local updating
+  // restarts its outer state from it, as
   // attach does (anchor = the parameters, no outer momentum, no average in flight, a new
   // round). Without this the anchor stayed where attach left it — the initial weights — and the
   // first outer step pulled the loaded model back toward them; DDP's replicas stayed apart. A

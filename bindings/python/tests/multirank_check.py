@@ -332,18 +332,25 @@ class DataParallelTest(unittest.TestCase):
             self.assertEqual(trainer.parallel_stats().rounds, 1)
 
     def test_local_files_resume_under_ddp_at_the_average(self):
-        # Mid-round each rank's file holds its own replica; DDP resumed from them starts every
-        # replica at their mean (their all-reduced gradients would keep them apart otherwise).
+        # Mid-round each rank's file holds its own replica and its own momenta; DDP resumed from
+        # them starts every replica at their mean, momenta included (their all-reduced gradients
+        # would keep them apart otherwise), and the replicas stay alike as they train on.
+        def trainer_for(plan):
+            with classifier(batch=4) as graph, cohort.Optimizer("sgd", lr=0.2, momentum=0.9) as optimizer:
+                return cohort.Trainer(graph, optimizer, seed=11, plan=plan, comm=comm)
+        x, y = learnable_batch(batch=4, offset=comm.rank)
         with cohort.Plan("localsgd", tau=4) as plan:
-            trainer, _ = self.train(plan, steps=6)
+            trainer = trainer_for(plan)
         with trainer, tempfile.TemporaryDirectory() as tmp:
+            for _ in range(6):
+                trainer.step(x=x, y=y)
             path = os.path.join(tmp, f"rank{comm.rank}.ckpt")
             own = array.array("f", trainer.get_parameter("out.bias").tolist())
             trainer.save_checkpoint(path)
             mean = array.array("f", own)
             comm.all_reduce(mean, op="sum")
             with cohort.Plan("ddp") as ddp_plan:
-                resumed, _ = self.train(ddp_plan, steps=1)
+                resumed = trainer_for(ddp_plan)
             with resumed:
                 resumed.load_checkpoint(path)  # every rank at once: a collective here
                 got = resumed.get_parameter("out.bias").tolist()
@@ -352,6 +359,9 @@ class DataParallelTest(unittest.TestCase):
                     self.assertAlmostEqual(g, want / comm.size, places=6)
                 if comm.size > 1:
                     self.assertNotEqual(list(own), [float(v) for v in array.array("f", got)])
+                for _ in range(2):
+                    resumed.step(x=x, y=y)
+                self.assertSameOnEveryRank(resumed.get_parameter("out.bias").tolist())
 
     def test_tensor_parallel(self):
         # Megatron 1D over every rank: fc1 -> relu -> out split column- then row-parallel. Every
