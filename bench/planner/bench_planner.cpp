@@ -28,7 +28,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -233,13 +232,12 @@ int run(const Options& o, const std::shared_ptr<coll::Communicator>& world) {
                 p.bubble_seconds * 1e3, measured * 1e3, predicted / measured);
     std::fflush(stdout);
   }
-  auto median_of = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   if (lead && !errors.empty()) {
-    std::printf("\nmedian |predicted - measured| / measured: %.1f%% over %zu plans (target <= 15%%)\n",
-                median_of(errors) * 100, errors.size());
+    std::vector<double> sorted = errors;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted[sorted.size() / 2];
+    std::printf("\nmedian |predicted - measured| / measured: %.1f%% over %zu plans (target <= 15%%)\n", median * 100,
+                errors.size());
     std::printf("top-1 predicted plan measured %.1f ms; fastest measured %.1f ms (plan %d): %.1f%% slower (target <= 10%%)\n",
                 first_measured * 1e3, fastest * 1e3, fastest_index + 1, (first_measured / fastest - 1) * 100);
   }
@@ -259,9 +257,9 @@ int run(const Options& o, const std::shared_ptr<coll::Communicator>& world) {
   }
   int64_t entrants = static_cast<int64_t>(contest.size());
   world->broadcast(&entrants, 1, coll::DataType::kI64, 0)->wait();
-  contest.resize(static_cast<size_t>(entrants));
-  if (entrants > 1) world->broadcast(contest.data(), contest.size(), coll::DataType::kI64, 0)->wait();
   if (entrants > 1) {
+    contest.resize(static_cast<size_t>(entrants));
+    world->broadcast(contest.data(), contest.size(), coll::DataType::kI64, 0)->wait();
     const std::vector<double> sweep = best;
     for (int64_t r = 0; r < o.contest_rounds; ++r)
       for (int64_t j = 0; j < entrants; ++j) time_once(contest[static_cast<size_t>((j + r) % entrants)], "contest", r);

@@ -697,17 +697,22 @@ void DataParallel::merge_co2(Fragment& fr, std::vector<Tensor>& params) {
 }
 
 bool DataParallel::average_replicas(const std::vector<Tensor>& params, std::vector<Tensor>& average) {
-  // group_comm_: every data rank (comm_ is the replica's own ranks under shard groups).
   if (plan_.mode == SyncMode::kSync || group_comm_->size() == plan_.shard_group) return false;
   // The caller (Trainer::average_replicas) made the parameters whole; under shard groups they
   // are the replica's, the same on each of its ranks.
-  std::vector<float> flat(total_numel(params));
-  flatten(params, flat.data());
-  group_comm_->all_reduce(flat.data(), flat.size(), coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
+  const std::vector<float> mean = data_rank_mean(params);
   average.clear();
   for (const Tensor& p : params) average.push_back(Tensor::empty(p.shape(), p.dtype(), device_allocator(p.device())));
-  unflatten(flat.data(), average);
+  unflatten(mean.data(), average);
   return true;
+}
+
+std::vector<float> DataParallel::data_rank_mean(const std::vector<Tensor>& ts) {
+  // group_comm_: every data rank (comm_ is the replica's own ranks under shard groups).
+  std::vector<float> flat(total_numel(ts));
+  flatten(ts, flat.data());
+  group_comm_->all_reduce(flat.data(), flat.size(), coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
+  return flat;
 }
 
 void DataParallel::restart_from_parameters(std::vector<Tensor>& params) {
@@ -721,25 +726,17 @@ void DataParallel::restart_from_parameters(std::vector<Tensor>& params) {
     fr.decoded = true;
   }
   if (plan_.mode == SyncMode::kCo2) wait_timing();
-  std::vector<float> flat(numel_);
-  flatten(params, flat.data());
-  group_comm_->all_reduce(flat.data(), flat.size(), coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
-  unflatten(flat.data(), params);
-  if (plan_.mode == SyncMode::kSync) {
-    // DDP steps every replica from the same gradients: their optimizer states must agree too
-    // (a local run's ranks each kept their own momenta), else the replicas part again at once.
-    optim::Optimizer& opt = trainer_->optimizer();
-    if (!opt.has_state()) return;
-    std::vector<Tensor> state;
+  // DDP steps every replica from the same gradients: their optimizer states must agree too (a
+  // local run's ranks each kept their own momenta), else the replicas part again at once. One
+  // all-reduce for both (the tensors share their storage with the trainer's).
+  std::vector<Tensor> averaged = params;
+  optim::Optimizer& opt = trainer_->optimizer();
+  if (plan_.mode == SyncMode::kSync && opt.has_state())
     for (size_t i = 0; i < params.size(); ++i)
       for (auto& [name, t] : opt.state(i))
-        if (t.dtype() == DType::kF32) state.push_back(t);
-    std::vector<float> values(total_numel(state));
-    flatten(state, values.data());
-    group_comm_->all_reduce(values.data(), values.size(), coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
-    unflatten(values.data(), state);
-    return;
-  }
+        if (t.dtype() == DType::kF32) averaged.push_back(t);
+  unflatten(data_rank_mean(averaged).data(), averaged);
+  if (plan_.mode == SyncMode::kSync) return;
   std::vector<float> outer(outer_numel_);
   for (const Fragment& fr : fragments_) read_outer(fr, params, outer.data());
   anchor_ = outer;

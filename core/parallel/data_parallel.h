@@ -286,6 +286,9 @@ class DataParallel : public StepHook {
   // finite, decided alike on every rank: unsharded, every rank holds the same bytes; a block
   // takes one flag all-reduce. false is logged: the caller skips the outer step.
   bool outer_finite(const float* d, size_t n);
+  // The mean over every data rank of `ts` (f32 tensors on any device, flattened in order): an
+  // all-reduce over group_comm_, a collective (average_replicas, restart_from_parameters).
+  std::vector<float> data_rank_mean(const std::vector<Tensor>& ts);
   void poll();  // records completion times of collectives in flight (throws their failure)
   static double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
   // The training thread waited on communication from `start` until now: counted in the step's

@@ -22,7 +22,7 @@
 //     time and its backward two thirds, each waiting for its input from the neighbouring stage
 //     and the message that carries it. The bubble is that time without the messages less the
 //     slowest rank's work (M t for its time per micro-batch t): (P - 1) t for 1F1B and GPipe
-//     over equal stages, (P - 1) / (V M + P - 1) of the pipeline; interleaving's share follows
+//     over equal stages, (P - 1) / (M + P - 1) of the pipeline; interleaving's share follows
 //     from its order, (P - 1) t / V only when M is large. What the messages add is exposed
 //     communication.
 //   - Optimizer: AdamW (two fp32 moments per element; core/optim/optimizer.h) and, for bf16
@@ -209,8 +209,6 @@ double simulate_pipeline(PipelineSchedule kind, int P, int V, int M, const std::
 }
 
 namespace {
-
-
 
 // What a forward node is to a tensor grid.
 enum class Role { kOther, kColumn, kRow, kBetween, kHead };
