@@ -193,32 +193,7 @@ checkpoint::CheckpointExtra checkpoint_extra_for_save(const cohort_trainer& t) {
 }
 
 void apply_loaded_checkpoint_extra(cohort_trainer& t, checkpoint::CheckpointExtra extra) {
-  auto* dp = dynamic_cast<parallel::DataParallel*>(t.trainer->step_hook().get());
-  bool has_outer = false;
-  for (const auto& kv : extra.tensors) has_outer = has_outer || kv.first.rfind("parallel.", 0) == 0;
-  for (const auto& kv : extra.ints) has_outer = has_outer || kv.first.rfind("parallel.", 0) == 0;
-  if (dp) {
-    const parallel::PlanConfig& plan = dp->plan();
-    auto saved_mode = extra.ints.find("parallel.mode");
-    // Written by a local-updating run (its ranks' files hold each replica's own parameters).
-    const bool saved_local = saved_mode != extra.ints.end() &&
-                             saved_mode->second != static_cast<int64_t>(parallel::SyncMode::kSync);
-    if (plan.zero_stage > 0 || plan.shard_group > 1) {
-      // A ZeRO trainer always loads: its optimizer state lives only in the shard entries, and a
-      // file without them must fail rather than silently restart the moments.
-      dp->load_state(extra);
-    } else if (plan.mode == parallel::SyncMode::kSync) {
-      if (has_outer && !saved_local) dp->load_state(extra);  // top-k's residuals
-      // A local-updating run's files under DDP: the replicas start from their average.
-      if (saved_local) dp->restart_from_parameters(t.trainer->mutable_parameters());
-    } else if (saved_mode != extra.ints.end()) {
-      dp->load_state(extra);  // this mode's outer state; another mode's is refused, naming both
-    } else {
-      // No outer state (a plain trainer's or DDP's file): local updating starts from the loaded
-      // parameters, not from the anchor attach took from the initial weights.
-      dp->restart_from_parameters(t.trainer->mutable_parameters());
-    }
-  }
+  if (auto* dp = dynamic_cast<parallel::DataParallel*>(t.trainer->step_hook().get())) dp->apply_checkpoint(extra);
   t.checkpoint_extra = without_outer_state(std::move(extra));
 }
 

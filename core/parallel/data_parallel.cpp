@@ -715,6 +715,30 @@ std::vector<float> DataParallel::data_rank_mean(const std::vector<Tensor>& ts) {
   return flat;
 }
 
+void DataParallel::apply_checkpoint(const checkpoint::CheckpointExtra& extra) {
+  bool has_outer = false;
+  for (const auto& kv : extra.tensors) has_outer = has_outer || kv.first.rfind("parallel.", 0) == 0;
+  for (const auto& kv : extra.ints) has_outer = has_outer || kv.first.rfind("parallel.", 0) == 0;
+  auto saved_mode = extra.ints.find("parallel.mode");
+  // Written by a local-updating run (its ranks' files hold each replica's own parameters).
+  const bool saved_local = saved_mode != extra.ints.end() && saved_mode->second != static_cast<int64_t>(SyncMode::kSync);
+  if (plan_.zero_stage > 0 || grouped()) {
+    // A ZeRO trainer always loads: its optimizer state lives only in the shard entries, and a
+    // file without them must fail rather than silently restart the moments.
+    load_state(extra);
+  } else if (plan_.mode == SyncMode::kSync) {
+    if (has_outer && !saved_local) load_state(extra);  // top-k's residuals
+    // A local-updating run's files under DDP: the replicas start from their average.
+    if (saved_local) restart_from_parameters(trainer_->mutable_parameters());
+  } else if (saved_mode != extra.ints.end()) {
+    load_state(extra);  // this mode's outer state; another mode's is refused, naming both
+  } else {
+    // No outer state (a plain trainer's or DDP's file): local updating starts from the loaded
+    // parameters, not from the anchor attach took from the initial weights.
+    restart_from_parameters(trainer_->mutable_parameters());
+  }
+}
+
 void DataParallel::restart_from_parameters(std::vector<Tensor>& params) {
   COHORT_CHECK(plan_.zero_stage == 0 && !grouped(), Status::kUnsupported,
                "data parallel: a checkpoint without this plan's outer state cannot restart ZeRO stage ",

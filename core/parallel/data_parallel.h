@@ -210,6 +210,12 @@ class DataParallel : public StepHook {
   // collective over every data rank. kUnsupported under ZeRO or shard groups, whose state a
   // checkpoint must hold (load_state).
   void restart_from_parameters(std::vector<Tensor>& params);
+  // After the trainer loaded a checkpoint (its parameters and optimizer state), the hook's part
+  // of it: load_state where the file holds this mode's outer state (always under ZeRO and shard
+  // groups, whose state must come from it; DDP: top-k's residuals), restart_from_parameters where
+  // it holds none (local updating) or holds a local-updating run's replicas (DDP). A collective
+  // over the data ranks where it restarts.
+  void apply_checkpoint(const checkpoint::CheckpointExtra& extra);
   // Local updating: parameter `index` was written from outside a step on this rank (a
   // set_parameter): its elements of the anchor and of the round's start take the new values, so
   // the next round end measures the replica's progress from them, not from the values before.
