@@ -137,6 +137,7 @@ const std::map<std::string, Setter>& setters() {
       {"--staleness-penalty", int_in(&Options::staleness_penalty, 0, 1)},
       {"--outer-clip", number(&Options::outer_clip, ">= 0 (0: off)", non_negative)},
       {"--noise-scaling", int_in(&Options::noise_scaling, 0, 1)},
+      {"--average-inner-state", int_in(&Options::average_inner_state, 0, 1)},
       {"--tensor",
        [](Options& o, const std::string& f, const std::string& v) {
          if (o.tensor_x * o.tensor * o.tensor_z > 1) throw UsageError("give one of --tensor and --grid");
@@ -251,6 +252,8 @@ const char* usage_text() {
          "          each rank's shard, so a rank's outer state and each outer all-reduce are ~1/S of the model\n"
          "          (with --outer-fragments F, ~1/(F S) an all-reduce)\n"
          "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1] [--noise-scaling 0|1 (adamw)]  (not sync)\n"
+         "         [--average-inner-state 0|1]  (localsgd, slowmo, diloco: the ranks' inner optimizer state\n"
+         "          averaged at every round end, as DDP's replicas share theirs)\n"
          "         [--outer-fragments F (1..tau)]  (not sync: the outer sync streamed in F fragments, each\n"
          "          synchronised tau/F steps after the one before, so a sync carries ~1/F of the model; with\n"
          "          --overlap auto each fragment's average is merged before the next fragment's sync)\n"
@@ -414,6 +417,9 @@ void check_parallel_flags(const Options& o) {
           "--tau needs --parallel localsgd, slowmo, diloco or co2 (local steps; sync averages every step)");
   require(o.noise_scaling == 0 || local_steps,
           "--noise-scaling needs --parallel localsgd, slowmo, diloco or co2 (local steps)");
+  require(o.average_inner_state == 0 || o.parallel == "localsgd" || o.parallel == "slowmo" || o.parallel == "diloco",
+          "--average-inner-state needs --parallel localsgd, slowmo or diloco (blocking round ends; co2 measured no "
+          "gain with it)");
   require(o.noise_scaling == 0 || o.optimizer == "adamw",
           "--noise-scaling 1 applies to --optimizer adamw (it rescales AdamW's second moment), not sgd");
   require((!o.outer_lr && !o.outer_momentum && !o.nesterov) || local_steps,

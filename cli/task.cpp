@@ -273,6 +273,7 @@ cohort_plan_options Task::plan_options() const {
   }
   po.zero_stage = static_cast<int32_t>(o_.zero);
   po.inner_noise_scaling = static_cast<int32_t>(o_.noise_scaling);
+  po.average_inner_state = static_cast<int32_t>(o_.average_inner_state);
   po.overlap_steps = o_.overlap.value_or(0);  // 0: the default, 1; kAuto = -1: chosen as it runs
   po.outer_bits = static_cast<int32_t>(o_.outer_bits);
   po.outer_fragments = static_cast<int32_t>(o_.outer_fragments);

@@ -71,6 +71,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   const bool has_groups = o.size >= offsetof(cohort_plan_options, shard_group) + sizeof(int32_t);
   const bool has_keep = o.size >= offsetof(cohort_plan_options, grad_keep) + sizeof(double);
   const bool has_fragments = o.size >= offsetof(cohort_plan_options, outer_fragments) + sizeof(int32_t);
+  const bool has_inner_state = o.size >= offsetof(cohort_plan_options, average_inner_state) + sizeof(int32_t);
   parallel::PlanConfig c;
   if (enum_int(o.preset) != COHORT_PRESET_NONE) {
     int p = enum_int(o.preset);
@@ -126,6 +127,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   if (has_fragments && o.outer_fragments != 0) c.outer_fragments = o.outer_fragments;  // 0: the default, 1
   if (has_groups && o.shard_group != 0) c.shard_group = o.shard_group;  // 0: the default, 1
   if (has_keep && o.grad_keep != 0) c.grad_keep = o.grad_keep;  // 0: the default, 1
+  c.average_inner_state = has_inner_state && o.average_inner_state != 0;
   // 0 (or a caller built before the field): the mode's default, known once mode and shard_group are.
   c.outer_bits = has_bits && o.outer_bits != 0 ? o.outer_bits : parallel::default_outer_bits(c);
   parallel::validate(c);

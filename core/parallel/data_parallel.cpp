@@ -490,6 +490,7 @@ void DataParallel::after_update(std::vector<Tensor>& params, int64_t) {
         } else {
           end_round_blocking(fr, params);
         }
+        if (plan_.average_inner_state) average_inner_state(fr, params);
       }
     }
     // Stages 1-2 read the whole parameters in the next step (and take the shard from them in
@@ -552,6 +553,38 @@ void DataParallel::end_round_blocking(Fragment& fr, std::vector<Tensor>& params)
   std::copy(anchor_.begin() + static_cast<std::ptrdiff_t>(b), anchor_.begin() + static_cast<std::ptrdiff_t>(e),
             round_start_.begin() + static_cast<std::ptrdiff_t>(b));
   if (fr.offset == 0) ++stats_.rounds;
+}
+
+void DataParallel::average_inner_state(const Fragment& fr, std::vector<Tensor>& params) {
+  // The same tensors, in the same order, on every rank: the optimizer's kind is the plan's, and a
+  // rank whose every step so far was skipped for NaN gets its zeroed state made here.
+  optim::Optimizer& opt = trainer_->optimizer();
+  if (!opt.has_state()) opt.init_state(params);
+  std::vector<Tensor> state;
+  for (size_t i : fr.params)
+    for (auto& [name, t] : opt.state(i))
+      if (name != "master") state.push_back(t);  // bf16's master copy is the parameter, not a moment
+  const size_t n = total_numel(state);
+  if (n == 0) return;  // SGD without momentum: nothing to average (alike on every rank)
+  inner_state_.resize(n + 1);
+  flatten(state, inner_state_.data());
+  const bool finite = std::isfinite(kernels::cpu::sum_of_squares(inner_state_.data(), static_cast<int64_t>(n)));
+  if (!finite) {
+    log(LogLevel::kWarn, "data parallel: this rank's inner optimizer state holds NaN or Inf at a round end; it takes "
+                         "the other ranks' average");
+    std::fill(inner_state_.begin(), inner_state_.end(), 0.0f);
+  }
+  inner_state_[n] = finite ? 1.0f : 0.0f;
+  Clock::time_point start = Clock::now();
+  outer_comm_->all_reduce(inner_state_.data(), n + 1, coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
+  const double took = seconds(note_wait(start) - start);
+  stats_.comm_seconds += took;
+  note_outer(took, took);
+  // No rank's state was finite: every rank restarts its moments from zero.
+  const float count = inner_state_[n];
+  const float scale = count > 0 ? 1.0f / count : 0.0f;
+  for (size_t i = 0; i < n; ++i) inner_state_[i] *= scale;
+  unflatten(inner_state_.data(), state);
 }
 
 void DataParallel::outer_step(const float* d, const Fragment& fr) {

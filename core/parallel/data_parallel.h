@@ -5,6 +5,8 @@
 // anchor, the steps taken since carried over — derived at end_round_co2). Local SGD and co2 can
 // stream their outer synchronisation (plan.outer_fragments): the model cut into fragments whose
 // rounds are staggered, each outer all-reduce carrying one fragment — derived above after_update.
+// Local SGD can also average the ranks' inner optimizer state at each round end
+// (plan.average_inner_state), so that every replica starts a round with one state, as DDP's do.
 // Everything runs on the training thread; the communicator's progress thread moves the bytes.
 //
 // ZeRO stages 1-3 (sync mode, core/parallel/zero.cpp): each bucket is padded to a multiple
@@ -353,6 +355,12 @@ class DataParallel : public StepHook {
   // gradient), zeroed when not finite (drop_if_not_finite): the start of both round ends.
   void take_pseudo_gradient(const Fragment& fr, const std::vector<Tensor>& params);
   void end_round_blocking(Fragment& fr, std::vector<Tensor>& params);
+  // plan.average_inner_state (localsgd, after fragment fr's round end): the inner optimizer's
+  // moment tensors of fr's parameters replaced by their mean over the data ranks, summed in
+  // inner_state_ with a trailing count of the ranks whose state was finite (the others send
+  // zeros and take the mean). A blocking all-reduce over the data ranks (outer_comm_).
+  void average_inner_state(const Fragment& fr, std::vector<Tensor>& params);
+  std::vector<float> inner_state_;
   // Unsharded local SGD and co2: the outer step with the averaged pseudo-gradient d (indexed like
   // the flat model) on fragment fr's elements, skipped on every rank when they are not finite;
   // the clip's norm is the whole model's momentum.

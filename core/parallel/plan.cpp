@@ -128,6 +128,14 @@ void validate(const PlanConfig& p) {
   COHORT_CHECK(!p.inner_noise_scaling || p.mode != SyncMode::kSync, Status::kInvalidPlan,
                "plan: inner_noise_scaling applies to local steps (localsgd, co2); sync averages the gradients "
                "before the optimizer sees them");
+  // co2 with the state averaged through its merge (each rank's own carried over, as for the
+  // parameters) measured no gain (README, #30); sync's replicas share their state already.
+  COHORT_CHECK(!p.average_inner_state || p.mode == SyncMode::kLocalSgd, Status::kInvalidPlan,
+               "plan: average_inner_state applies to localsgd's blocking round ends (the localsgd, slowmo and diloco "
+               "presets); it is ", mode_name(p.mode));
+  COHORT_CHECK(!p.average_inner_state || p.shard_group == 1, Status::kUnsupported,
+               "plan: average_inner_state is not implemented with shard_group > 1 yet (each rank's inner state is "
+               "its ZeRO shard); it has shard_group ", p.shard_group);
   COHORT_CHECK(p.zero_stage >= 0 && p.zero_stage <= 3, Status::kInvalidPlan, "plan: unknown ZeRO stage ",
                p.zero_stage, " (0..3)");
   COHORT_CHECK(p.shard_group >= 1, Status::kInvalidPlan, "plan: shard_group = ", p.shard_group,

@@ -738,6 +738,35 @@ TEST_F(CapiParallel, ShardGroupsValidateTrainReportAndResume) {
   EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
 }
 
+// The inner optimizer state averaged at round ends: local SGD's blocking rounds only; a caller
+// built before the field leaves it off; a trainer takes it (the averaging itself is checked
+// against the reference at 2 and 4 ranks: multirank.dp.*-avgstate*).
+TEST_F(CapiParallel, AverageInnerStateIsLocalSgdsAndNotReadFromAnOlderCaller) {
+  cohort_plan_options o = cohort_plan_options_default();
+  EXPECT_EQ(o.average_inner_state, 0);
+  cohort_plan* plan = nullptr;
+  o.preset = COHORT_PRESET_CO2;
+  o.tau = 2;
+  o.average_inner_state = 1;
+  EXPECT_STATUS(cohort_plan_create(&o, &plan), COHORT_ERR_INVALID_PLAN,
+                "average_inner_state applies to localsgd's blocking round ends (the localsgd, slowmo and diloco presets); "
+                "it is co2");
+  o.size = offsetof(cohort_plan_options, average_inner_state);  // a caller built before the field: not read
+  ASSERT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+  o = cohort_plan_options_default();
+  o.preset = COHORT_PRESET_DILOCO;
+  o.tau = 2;
+  o.average_inner_state = 1;
+  ASSERT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
+  cohort_trainer* t = nullptr;
+  ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &t), COHORT_OK)
+      << cohort_last_error();
+  for (int k = 0; k < 4; ++k) step(t, k);  // two round ends
+  EXPECT_EQ(cohort_trainer_destroy(t), COHORT_OK);
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+}
+
 // Top-k gradient compression: validation, an older caller's size, and (in one process, and under
 // cohort-run at 2 ranks: multirank.capi_grad_keep.n2) training that reports fewer bytes than the
 // gradients' and resumes bit for bit from per-rank checkpoints holding the residuals.

@@ -18,7 +18,8 @@ foreach(mode ddp localsgd slowmo diloco co2 co2-plain co2-heavy co2-late co2-pen
              co2-wide-resume diloco-f2 diloco-f4 co2-f2 co2-f4 co2-clip-f4 co2-penalty-f2 co2-late-f4 co2-f2-resume
              co2-f4-resume diloco-f4-resume co2-8bit-f2 co2-4bit-f4 co2-8bit-f2-resume ddp-k25 ddp-k3 ddp-k25-resume ddp-zero1-k25
              ddp-zero1-k3-resume diloco-zero1-f2 diloco-clip-zero1-f4 diloco-zero1-f4-resume co2-auto-resume
-             co2-auto-f2 co2-auto-f4 co2-auto-f2-resume co2-auto-f4-resume)
+             co2-auto-f2 co2-auto-f4 co2-auto-f2-resume co2-auto-f4-resume localsgd-avgstate diloco-avgstate-f2
+             diloco-zero1-avgstate diloco-avgstate-resume)
   foreach(n 2 4)
     foreach(tls shm tcp)
       dp_test(${mode} ${n} ${tls})
@@ -29,7 +30,7 @@ endforeach()
 # identical, local SGD / co2 ranks skip alone; each against its reference (issue #25).
 foreach(mode ddp-nan ddp-zero1-nan ddp-zero3-nan localsgd-nan localsgd-zero1-nan co2-nan
              localsgd-nanparam localsgd-zero1-nanparam co2-nanparam co2-nanmerge localsgd-nan-f2 co2-nanparam-f2
-             localsgd-zero1-nanparam-f2
+             localsgd-zero1-nanparam-f2 localsgd-avgstate-nan
              co2-nanmerge-f4 ddp-k25-nan ddp-zero1-k25-nan)
   foreach(n 2 4)
     dp_test(${mode} ${n} shm)

@@ -45,6 +45,10 @@
 //                        "-f<F>" in its name: streaming outer synchronisation over F fragments
 //                        (tau 4), against the reference's fragmented rule; the stats must count
 //                        F fragments, every fragment's syncs and a per-sync size below the model's
+//   dp_rank localsgd-avgstate | diloco-avgstate-f2 | diloco-zero1-avgstate | ...   any local SGD
+//                        mode with "-avgstate": the inner optimizer's momentum averaged over the
+//                        ranks at every round end (plan.average_inner_state), against the
+//                        reference averaging its simulated ranks' momenta alike
 //   dp_rank ddp-k25 | ddp-k3 | ddp-k25-nan | ddp-k25-resume | ddp-k3-kill | ...   DDP with "-k<P>":
 //                        top-k gradient compression keeping P% of each bucket (25: the bitmap
 //                        form; 3: int32 indices), with error feedback, against the reference's
@@ -119,6 +123,12 @@ void poison_parameters(int64_t step, int rank, int world, Trainer& t) {
 
 parallel::PlanConfig plan_for_mode(std::string mode) {
   using parallel::Preset;
+  const std::string avg = "-avgstate";  // the inner optimizer state averaged at round ends
+  if (mode.size() > avg.size() && mode.compare(mode.size() - avg.size(), avg.size(), avg) == 0) {
+    parallel::PlanConfig p = plan_for_mode(mode.substr(0, mode.size() - avg.size()));
+    p.average_inner_state = true;
+    return p;
+  }
   for (int stage : {1, 2, 3}) {  // "-zeroN": ZeRO stage N (1 only for the outer modes)
     const std::string zero = "-zero" + std::to_string(stage);
     if (mode.size() > zero.size() && mode.compare(mode.size() - zero.size(), zero.size(), zero) == 0) {

@@ -198,7 +198,9 @@ class Plan(Handle):
     rank's ZeRO shard, so a rank's outer state and each outer all-reduce are ~1/S of the model; 0 or 1 =
     every rank its own replica; it must divide the data-parallel degree), grad_keep (ddp: top-k
     compression of the gradients with error feedback, each bucket sending that fraction of its largest
-    entries and keeping the rest for later steps; 0 or 1 = off), tensor_x, tensor_y,
+    entries and keeping the rest for later steps; 0 or 1 = off), average_inner_state (localsgd: every
+    rank's inner optimizer state averaged over the data ranks at each round end, as DDP's replicas
+    share theirs; one more blocking all-reduce a round), tensor_x, tensor_y,
     tensor_z (AxoNN's tensor grid; tensor_y alone is Megatron's 1D tensor parallelism: each rank trains
     its part of the model, and the ranks of one tensor group step on the same rows, except that the Z
     ranks each step on their own), tensor_overlap_off, activation_checkpointing (recompute each
@@ -230,7 +232,8 @@ class Plan(Handle):
     _destroy = staticmethod(_capi.cohort_plan_destroy)
     FIELDS = ("data_parallel", "mode", "tau", "outer_lr", "outer_momentum", "outer_nesterov", "staleness_penalty",
               "penalty_constant", "clip_threshold", "zero_stage", "bucket_bytes", "inner_noise_scaling",
-              "overlap_steps", "outer_bits", "outer_fragments", "shard_group", "grad_keep", "tensor_x", "tensor_y", "tensor_z",
+              "overlap_steps", "outer_bits", "outer_fragments", "shard_group", "grad_keep", "average_inner_state",
+              "tensor_x", "tensor_y", "tensor_z",
               "tensor_overlap_off", "activation_checkpointing", "sequence_parallel", "pipeline_stages",
               "pipeline_chunks", "micro_batches", "pipeline_schedule", "automatic", "auto_trials", "memory_limit_bytes")
 

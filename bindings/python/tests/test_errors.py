@@ -180,6 +180,9 @@ class ErrorTest(unittest.TestCase):
         self.assertFails(cohort.InvalidPlanError, "inner_noise_scaling applies to local steps", cohort.Plan,
                          inner_noise_scaling=1)
         cohort.Plan("co2", tau=2, inner_noise_scaling=1).close()
+        self.assertFails(cohort.InvalidPlanError, "average_inner_state applies to localsgd's blocking round ends",
+                         cohort.Plan, "co2", tau=2, average_inner_state=1)
+        cohort.Plan("diloco", tau=4, average_inner_state=1).close()
         self.assertFails(cohort.InvalidPlanError, "overlap = 3 must be in [1, tau = 2]", cohort.Plan, "co2", tau=2,
                          overlap_steps=3)
         cohort.Plan("co2", tau=2, overlap_steps=-1).close()  # auto

@@ -91,6 +91,11 @@ pub struct PlanOptions {
     /// 0 or 1: off. InvalidPlan below 0 or above 1; Unsupported below 1 outside DDP, with ZeRO
     /// stage 2 / 3, a tensor / pipeline axis or an automatic layout.
     pub grad_keep: f64,
+    /// localsgd (the LocalSgd, SlowMo and DiLoCo presets): average every rank's inner optimizer
+    /// state (SGD's momentum, AdamW's moments) over the data-parallel ranks at each round end, as
+    /// DDP's replicas share theirs; one more blocking all-reduce a round, of the state's size.
+    /// InvalidPlan outside localsgd mode; Unsupported with shard groups.
+    pub average_inner_state: bool,
     /// The tensor grid (AxoNN's X, Y, Z axes), ranks per axis, >= 1. Each rank trains its part
     /// of the model (split layers hold blocks): a split layer's weight is cut over X along its
     /// in-features and over Y along its out-features (tensor_y alone is Megatron's 1D), and its
@@ -196,6 +201,7 @@ impl PlanOptions {
             outer_fragments: raw.outer_fragments,
             shard_group: raw.shard_group,
             grad_keep: raw.grad_keep,
+            average_inner_state: raw.average_inner_state != 0,
             tensor_x: raw.tensor_x,
             tensor_y: raw.tensor_y,
             tensor_z: raw.tensor_z,
@@ -249,6 +255,7 @@ impl PlanOptions {
         raw.outer_fragments = self.outer_fragments;
         raw.shard_group = self.shard_group;
         raw.grad_keep = self.grad_keep;
+        raw.average_inner_state = i32::from(self.average_inner_state);
         raw.tensor_x = self.tensor_x;
         raw.tensor_y = self.tensor_y;
         raw.tensor_z = self.tensor_z;

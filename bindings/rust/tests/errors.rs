@@ -162,6 +162,23 @@ fn invalid_plans() {
         Status::InvalidPlan,
         &["inner_noise_scaling applies to local steps"],
     );
+    expect_error(
+        Plan::new(&PlanOptions {
+            preset: Preset::Co2,
+            tau: 2,
+            average_inner_state: true,
+            ..PlanOptions::default()
+        }),
+        Status::InvalidPlan,
+        &["average_inner_state applies to localsgd's blocking round ends"],
+    );
+    Plan::new(&PlanOptions {
+        preset: Preset::DiLoCo,
+        tau: 4,
+        average_inner_state: true,
+        ..PlanOptions::default()
+    })
+    .expect("diloco averages its inner state at round ends");
     let co2 = PlanOptions {
         preset: Preset::Co2,
         tau: 2,

@@ -189,6 +189,35 @@ class DpSimulation {
                 x.begin() + static_cast<std::ptrdiff_t>(lo));
       dp_set_flat(*t, x);
     }
+    if (plan_.average_inner_state) average_inner_state(lo, hi);
+  }
+
+  // plan.average_inner_state: the moment tensors (SGD's momentum here) of the parameters in
+  // elements [lo, hi) set to the ranks' mean, in rank order; a rank whose tensor is not finite
+  // left out of it.
+  void average_inner_state(size_t lo, size_t hi) {
+    size_t at = 0;
+    for (size_t i = 0; i < trainers_[0]->parameters().size(); ++i) {
+      const size_t n = static_cast<size_t>(trainers_[0]->parameters()[i].numel());
+      const bool in = at >= lo && at + n <= hi;
+      at += n;
+      if (!in) continue;
+      const size_t states = trainers_[0]->optimizer().state(i).size();
+      for (size_t k = 0; k < states; ++k) {
+        std::vector<float> sum(n, 0.0f);
+        float count = 0;
+        for (auto& t : trainers_) {
+          const float* v = t->optimizer().state(i)[k].second.data<float>();
+          if (!all_finite(std::vector<float>(v, v + n))) continue;
+          for (size_t e = 0; e < n; ++e) sum[e] += v[e];
+          ++count;
+        }
+        for (auto& t : trainers_) {
+          float* v = t->optimizer().state(i)[k].second.data<float>();
+          for (size_t e = 0; e < n; ++e) v[e] = count > 0 ? sum[e] * (1.0f / count) : 0.0f;
+        }
+      }
+    }
   }
 
   // co2 written from its definition (core/parallel/data_parallel.cpp derives it), in double.

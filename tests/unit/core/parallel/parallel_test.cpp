@@ -72,6 +72,21 @@ TEST(Plan, RejectsWhatDoesNotFit) {
   p = preset(Preset::kCo2, 4);
   p.inner_noise_scaling = true;
   EXPECT_NO_THROW(validate_for_world(p, 4));
+  // The inner state averaged at round ends: local SGD's blocking rounds only, not in shard groups.
+  for (Preset local : {Preset::kLocalSgd, Preset::kSlowMo, Preset::kDiLoCo}) {
+    PlanConfig a = preset(local, 4);
+    a.average_inner_state = true;
+    EXPECT_NO_THROW(validate_for_world(a, 4));
+    a.zero_stage = 1;
+    EXPECT_NO_THROW(validate_for_world(a, 4));
+    a.shard_group = 2;
+    expect_plan_error(a, Status::kUnsupported, "average_inner_state is not implemented with shard_group > 1");
+  }
+  for (Preset other : {Preset::kCo2, Preset::kDdp}) {
+    PlanConfig a = preset(other, other == Preset::kDdp ? 1 : 4);
+    a.average_inner_state = true;
+    expect_plan_error(a, Status::kInvalidPlan, "average_inner_state applies to localsgd's blocking round ends");
+  }
   p.overlap = 5;
   expect_plan_error(p, Status::kInvalidPlan, "plan: overlap = 5 must be in [1, tau = 4]");
   p.overlap = 0;

@@ -27,6 +27,7 @@ public final class PlanOptions {
   private int outerFragments;
   private int shardGroup;
   private double gradKeep;
+  private boolean averageInnerState;
   private int tensorX;
   private int tensorY;
   private int tensorZ;
@@ -85,6 +86,7 @@ public final class PlanOptions {
       outerFragments = d.getOuter_fragments();
       shardGroup = d.getShard_group();
       gradKeep = d.getGrad_keep();
+      averageInnerState = d.getAverage_inner_state() != 0;
       tensorX = d.getTensor_x();
       tensorY = d.getTensor_y();
       tensorZ = d.getTensor_z();
@@ -265,6 +267,21 @@ public final class PlanOptions {
 
   public double gradKeep() {
     return gradKeep;
+  }
+
+  /**
+   * Local SGD mode (the LOCALSGD, SLOWMO and DILOCO presets): average every rank's inner optimizer
+   * state (SGD's momentum, AdamW's moments) over the data-parallel ranks at each round end, as
+   * DDP's replicas share theirs; one more blocking all-reduce a round, of the state's size.
+   * Default false. INVALID_PLAN outside local SGD mode; UNSUPPORTED with shard groups.
+   */
+  public PlanOptions averageInnerState(boolean value) {
+    averageInnerState = value;
+    return this;
+  }
+
+  public boolean averageInnerState() {
+    return averageInnerState;
   }
 
   /**
@@ -577,6 +594,7 @@ public final class PlanOptions {
     o.setOuter_fragments(outerFragments);
     o.setShard_group(shardGroup);
     o.setGrad_keep(gradKeep);
+    o.setAverage_inner_state(averageInnerState ? 1 : 0);
     o.setTensor_x(tensorX);
     o.setTensor_y(tensorY);
     o.setTensor_z(tensorZ);

@@ -111,6 +111,10 @@ class ErrorsTest {
         "cohort_plan_create", "inner_noise_scaling applies to local steps");
     new Plan(new PlanOptions().preset(Plan.Preset.CO2).tau(2).innerNoiseScaling(true)).close();
     TestSupport.expectError(Status.INVALID_PLAN,
+        () -> new Plan(new PlanOptions().preset(Plan.Preset.CO2).tau(2).averageInnerState(true)).close(),
+        "cohort_plan_create", "average_inner_state applies to localsgd's blocking round ends");
+    new Plan(new PlanOptions().preset(Plan.Preset.DILOCO).tau(4).averageInnerState(true)).close();
+    TestSupport.expectError(Status.INVALID_PLAN,
         () -> new Plan(new PlanOptions().preset(Plan.Preset.CO2).tau(2).outerBits(6)).close(), "cohort_plan_create",
         "outer bits = 6");
     TestSupport.expectError(Status.INVALID_PLAN,
