@@ -543,9 +543,7 @@ void DataParallel::end_round_blocking(Fragment& fr, std::vector<Tensor>& params)
   if (fr.count > 0) {
     Clock::time_point start = Clock::now();
     outer_comm_->all_reduce(inflight_.data() + b, fr.count, coll::DataType::kF32, coll::ReduceOp::kAvg)->wait();
-    const double took = seconds(note_wait(start) - start);  // note_blocking's, kept for the outer share
-    stats_.comm_seconds += took;
-    note_outer(took, took);
+    note_outer_blocking(start);
     ++stats_.outer_syncs;
   }
   outer_step(inflight_.data(), fr);
@@ -577,9 +575,7 @@ void DataParallel::average_inner_state(const Fragment& fr, std::vector<Tensor>& 
   inner_state_[n] = finite ? 1.0f : 0.0f;
   Clock::time_point start = Clock::now();
   outer_comm_->all_reduce(inner_state_.data(), n + 1, coll::DataType::kF32, coll::ReduceOp::kSum)->wait();
-  const double took = seconds(note_wait(start) - start);
-  stats_.comm_seconds += took;
-  note_outer(took, took);
+  note_outer_blocking(start);
   // No rank's state was finite: every rank restarts its moments from zero.
   const float count = inner_state_[n];
   const float scale = count > 0 ? 1.0f / count : 0.0f;

@@ -303,7 +303,12 @@ class DataParallel : public StepHook {
   // wait (not compute) and the run's. Returns now.
   Clock::time_point note_wait(Clock::time_point start);
   // A blocking collective from `start` until now: all of it communication, all of it waited.
-  void note_blocking(Clock::time_point start) { stats_.comm_seconds += seconds(note_wait(start) - start); }
+  // Returns its seconds.
+  double note_blocking(Clock::time_point start) {
+    const double took = seconds(note_wait(start) - start);
+    stats_.comm_seconds += took;
+    return took;
+  }
   // Waits out a collective a failed step left in flight and drops it; its failure is not
   // thrown here (the communicator's sticky error reaches the next collective).
   static void settle(transport::coll::WorkPtr& work);
@@ -386,6 +391,12 @@ class DataParallel : public StepHook {
   void note_outer(double comm_seconds, double wait_seconds) {
     stats_.outer_seconds += comm_seconds;
     stats_.outer_wait_seconds += wait_seconds;
+  }
+  // A blocking outer collective from `start` until now: counted as note_blocking does, and all of
+  // it in the outer share (waited whole).
+  void note_outer_blocking(Clock::time_point start) {
+    const double took = note_blocking(start);
+    note_outer(took, took);
   }
   // outer: the model in the outer state's layout (fragment after fragment).
   void init_outer_shard(const std::vector<float>& outer);
