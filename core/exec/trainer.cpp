@@ -348,7 +348,7 @@ float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOpti
   double loss_sum = 0.0;
   std::map<std::pair<int, int>, std::unordered_map<ValueId, Tensor>> kept;  // (chunk, micro-batch)
   size_t kept_bytes = 0, peak = 0;
-  double busy = 0.0;
+  double idle = 0.0;  // blocked on the neighbouring stages (and the step's collectives): the bubble
   const auto begin = std::chrono::steady_clock::now();
   ro.unfinished_sends = &unfinished_sends_;
   try {
@@ -378,10 +378,8 @@ float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOpti
       }
       offset += exec.order().size();
       const double waited = exec.collective_stats().wait_seconds;
-      const auto t0 = std::chrono::steady_clock::now();
       exec.run(env, ro);
-      busy += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() -
-              (exec.collective_stats().wait_seconds - waited);
+      idle += exec.collective_stats().wait_seconds - waited;
       peak = std::max(peak, kept_bytes + exec.last_activation_bytes());
       if (op.forward) {
         auto& keep = kept[key];
@@ -415,15 +413,21 @@ float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOpti
     for (size_t i = 0; i < params_.size(); ++i)
       COHORT_CHECK(got[i] == expected[i], Status::kInvalidArgument, "schedule: parameter '", param_names_[i], "' got ",
                    got[i], " of ", expected[i], " micro-batch gradients");
-    finish_sends(false);
+    if (!unfinished_sends_.empty()) {  // the last sends' receivers
+      const auto sends = std::chrono::steady_clock::now();
+      finish_sends(false);
+      idle += std::chrono::duration<double>(std::chrono::steady_clock::now() - sends).count();
+    }
   } catch (...) {
     finish_sends(true);
     throw;
   }
   ro.unfinished_sends = nullptr;
   const double schedule_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-  pipeline_busy_seconds_ = busy;
-  pipeline_bubble_fraction_ = schedule_seconds > 0 ? std::max(0.0, 1.0 - busy / schedule_seconds) : 0.0;
+  // Busy is everything but the waiting: the stages' work and the schedule's own bookkeeping
+  // (accumulating gradients, keeping activations), which is work, not bubble.
+  pipeline_busy_seconds_ = std::max(0.0, schedule_seconds - idle);
+  pipeline_bubble_fraction_ = schedule_seconds > 0 ? std::min(1.0, idle / schedule_seconds) : 0.0;
   schedule_peak_bytes_ = std::max(schedule_peak_bytes_, peak);
   for (size_t i = 0; i < params_.size(); ++i) {
     if (expected[i] == 0) grads_[i].fill(0.0f);

@@ -96,9 +96,10 @@ struct TrainerStats {
   size_t optimizer_state_bytes = 0;  // moments, fp32 master copies
   double last_step_seconds = 0.0;
   CollectiveStats collectives;  // of training steps (tensor parallelism)
-  // Micro-batches and pipeline stages, the last step: the seconds this rank spent running its
-  // forward and backward work (busy), and the rest of the schedule's time, waiting for the
-  // neighbouring stages (the bubble), as a fraction of the schedule's time.
+  // Micro-batches and pipeline stages, the last step: the seconds this rank spent working (busy:
+  // its forward and backward runs and the schedule's bookkeeping), and the seconds it was blocked
+  // on the neighbouring stages and the step's collectives (the bubble), as a fraction of the
+  // schedule's time.
   int micro_batches = 1;
   double pipeline_busy_seconds = 0.0;
   double pipeline_bubble_fraction = 0.0;

@@ -388,9 +388,8 @@ TEST_F(CapiParallel, MicroBatchesTrainAndReportStats) {
   ASSERT_EQ(cohort_trainer_get_stats(gpipe, &s), COHORT_OK) << cohort_last_error();
   EXPECT_EQ(s.step, 3);
   EXPECT_EQ(s.micro_batches, 4);
-  EXPECT_GE(s.pipeline_busy_seconds, 0.0);
-  EXPECT_GE(s.pipeline_bubble_fraction, 0.0);  // one stage: nothing to wait for but the bookkeeping
-  EXPECT_LT(s.pipeline_bubble_fraction, 0.5);
+  EXPECT_GT(s.pipeline_busy_seconds, 0.0);
+  EXPECT_EQ(s.pipeline_bubble_fraction, 0.0);  // one stage: no neighbour to wait for
   ASSERT_EQ(cohort_trainer_get_stats(whole, &s), COHORT_OK) << cohort_last_error();
   EXPECT_EQ(s.micro_batches, 1);
   cohort_trainer_stats old{};

@@ -45,8 +45,8 @@ class TrainerStats:
     parameter_bytes: int
     last_step_seconds: float
     micro_batches: int  # per step (the plan's micro_batches; 1 otherwise)
-    pipeline_busy_seconds: float  # pipeline stages, last step: this rank's forward and backward work
-    pipeline_bubble_fraction: float  # ... and the rest of the step, waiting for other stages, as a fraction
+    pipeline_busy_seconds: float  # pipeline stages, last step: this rank's work (forward, backward, bookkeeping)
+    pipeline_bubble_fraction: float  # ... and its time blocked on the other stages, as a fraction of the step
 
 
 @dataclasses.dataclass(frozen=True)

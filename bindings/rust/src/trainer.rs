@@ -66,9 +66,9 @@ pub struct TrainerStats {
     pub last_step_seconds: f64,
     /// Micro-batches per step (the plan's micro_batches; 1 otherwise).
     pub micro_batches: i32,
-    /// Pipeline stages, the last step: this rank's forward and backward work, in seconds ...
+    /// Pipeline stages, the last step: this rank's work (forward, backward, bookkeeping), in seconds ...
     pub pipeline_busy_seconds: f64,
-    /// ... and the rest of the step, waiting for the other stages, as a fraction of it.
+    /// ... and its time blocked on the other stages, as a fraction of the step (0 with one stage).
     pub pipeline_bubble_fraction: f64,
 }
 

@@ -424,10 +424,11 @@ typedef struct cohort_trainer_stats {
   int64_t optimizer_state_bytes; /* moments, fp32 master copies */
   /* Added after optimizer_state_bytes; written only when size covers them. Micro-batches per
    * step (cohort_plan_options.micro_batches; 1 otherwise), and of the last step under pipeline
-   * stages: the seconds this rank spent running its stages' forward and backward work, and the
-   * rest of the schedule's time — waiting for the neighbouring stages, the pipeline's bubble — as
-   * a fraction of it (with one stage and several micro-batches only the schedule's own overhead;
-   * 0 with neither). A library older than these fields leaves them untouched. */
+   * stages or micro-batches: the seconds this rank spent working (its stages' forward and
+   * backward and the schedule's bookkeeping), and the seconds it was blocked waiting for the
+   * neighbouring stages (and the step's collectives) — the pipeline's bubble — as a fraction of
+   * the schedule's time (0 with one stage). A library older than these fields leaves them
+   * untouched. */
   int32_t micro_batches;
   double pipeline_busy_seconds;
   double pipeline_bubble_fraction;
