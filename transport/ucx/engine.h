@@ -61,7 +61,13 @@ struct EngineOptions {
   // A collective keeps a connection to every peer busy at once, where UCX's defaults made
   // 3-4 progress-thread wake-ups per 64 KiB (64 MiB all-reduce over tcp on 2 cores: 2 ranks
   // 1.8-2.3 -> 2.6 GB/s, 4 ranks 0.73 -> 0.91-0.93; ucx_perftest's single stream does not
-  // gain: 3.4-3.5 against 3.7-3.9 GB/s).
+  // gain: 3.4-3.5 against 3.7-3.9 GB/s). And every message sent eagerly (UCX_RNDV_THRESH=inf,
+  // unless the environment sets it): over tcp UCX's rendezvous costs a handshake round trip per
+  // message, and on a loaded link each handshake waits behind the data queued ahead of it — a
+  // ring all-reduce pays that at each of its 2 (n - 1) steps. 4 ranks in network namespaces
+  // (bench/netns, netns_bw, 2026-11-28): a 1 MiB all-reduce at 100 Mbit/s 7.3 -> 11.9 MB/s bus
+  // bandwidth, at 1 Gbit/s 73 -> 115; 4 MiB at 100 Mbit/s 9.0 -> 11.2; 16 MiB unshaped 915 -> 959.
+  // Shared memory on the same host measured no difference (p2p and all-reduce, 1 and 16 MiB).
   bool tune_tcp = true;
 };
 

@@ -204,6 +204,11 @@ void Engine::create_context() {
       if (s != UCS_OK)
         log(LogLevel::kDebug, str_cat("UCX ", key, "=", value, " not applied: ", ucs_status_string(s)));
     }
+    // Eager only (engine.h, tune_tcp): a ucp field, so every transport of the context takes it.
+    if (std::getenv("UCX_RNDV_THRESH") == nullptr) {
+      ucs_status_t s = ucp_config_modify(config, "RNDV_THRESH", "inf");
+      if (s != UCS_OK) log(LogLevel::kDebug, str_cat("UCX RNDV_THRESH=inf not applied: ", ucs_status_string(s)));
+    }
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
