@@ -68,6 +68,12 @@ struct EngineOptions {
   // (bench/netns, netns_bw, 2026-11-28): a 1 MiB all-reduce at 100 Mbit/s 7.3 -> 11.9 MB/s bus
   // bandwidth, at 1 Gbit/s 73 -> 115; 4 MiB at 100 Mbit/s 9.0 -> 11.2; 16 MiB unshaped 915 -> 959.
   // Shared memory on the same host measured no difference (p2p and all-reduce, 1 and 16 MiB).
+  // The cost, measured with `cohort train --model gpt --layers 4 --width 64 --parallel sync`
+  // (200 steps, 4 ranks at 100 Mbit/s, seconds, UCX's default against this): DDP 40-41 -> 29-30,
+  // 4 pipeline stages 8.1-8.3 with it, a 2-stage pipeline on 2 ranks 7.6 either way, data 2 x
+  // pipe 2 20-21 -> 21-23. A rendezvous threshold of 16 KiB made the last two faster still (5.1,
+  // 17.8) and DDP slower (41); UCX's FAST_CMPL on the collectives' sends alone did not keep a
+  // netns_bw all-reduce off the rendezvous. Per-message control is future work.
   bool tune_tcp = true;
 };
 
