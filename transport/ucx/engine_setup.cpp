@@ -196,19 +196,18 @@ void Engine::create_context() {
     // ucp_config_modify hands names it does not know to the transports' own tables, whose
     // fields carry no prefix (UCX_TCP_RX_SEG_SIZE is the tcp table's RX_SEG_SIZE); no other
     // transport of a host has these fields.
-    static const char* const kTcp[][2] = {{"RX_SEG_SIZE", "256K"}, {"TX_SEG_SIZE", "64K"},
-                                          {"SNDBUF", "4M"}, {"RCVBUF", "4M"}};
-    for (const auto& [key, value] : kTcp) {
-      if (std::getenv(str_cat("UCX_TCP_", key).c_str()) != nullptr) continue;  // the user's choice
+    // Each unless the environment names it (`variable`): the user's choice.
+    auto tune = [&](const std::string& variable, const char* key, const char* value) {
+      if (std::getenv(variable.c_str()) != nullptr) return;
       ucs_status_t s = ucp_config_modify(config, key, value);
       if (s != UCS_OK)
         log(LogLevel::kDebug, str_cat("UCX ", key, "=", value, " not applied: ", ucs_status_string(s)));
-    }
+    };
+    static const char* const kTcp[][2] = {{"RX_SEG_SIZE", "256K"}, {"TX_SEG_SIZE", "64K"},
+                                          {"SNDBUF", "4M"}, {"RCVBUF", "4M"}};
+    for (const auto& [key, value] : kTcp) tune(str_cat("UCX_TCP_", key), key, value);
     // Eager only (engine.h, tune_tcp): a ucp field, so every transport of the context takes it.
-    if (std::getenv("UCX_RNDV_THRESH") == nullptr) {
-      ucs_status_t s = ucp_config_modify(config, "RNDV_THRESH", "inf");
-      if (s != UCS_OK) log(LogLevel::kDebug, str_cat("UCX RNDV_THRESH=inf not applied: ", ucs_status_string(s)));
-    }
+    tune("UCX_RNDV_THRESH", "RNDV_THRESH", "inf");
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
