@@ -205,9 +205,11 @@ BusyThread::~BusyThread() {
 
 CommTable probe_communication(coll::Communicator& world, const ProbeOptions& options) {
   COHORT_CHECK(options.small_bytes >= 4 && options.first_large_bytes > options.small_bytes &&
-                   options.max_bytes >= options.first_large_bytes && options.repetitions >= 1,
+                   options.max_bytes >= options.first_large_bytes && options.repetitions >= 1 &&
+                   options.small_repetitions >= 1,
                Status::kInvalidArgument, "communication probe: sizes must grow (small ", options.small_bytes,
-               " < first large ", options.first_large_bytes, " <= max ", options.max_bytes, ") and repetitions >= 1");
+               " < first large ", options.first_large_bytes, " <= max ", options.max_bytes,
+               ") and repetitions >= 1 (", options.repetitions, ", small ", options.small_repetitions, ")");
   CommTable table;
   const auto start = Clock::now();
   const int n = world.size();
@@ -233,7 +235,7 @@ CommTable probe_communication(coll::Communicator& world, const ProbeOptions& opt
     for (CommOp op : {CommOp::kPointToPoint, CommOp::kAllReduce, CommOp::kAllGather, CommOp::kReduceScatter,
                       CommOp::kBroadcast, CommOp::kAllToAll}) {
       if (op == CommOp::kPointToPoint && g != 2) continue;  // one pair is a message's cost
-      const double small = measure(world, *group, op, options.small_bytes, options.repetitions, in, out);
+      const double small = measure(world, *group, op, options.small_bytes, options.small_repetitions, in, out);
       size_t large_bytes = options.first_large_bytes;
       double large = measure(world, *group, op, large_bytes, options.repetitions, in, out);
       while (large < 0.02 && large_bytes * 4 <= options.max_bytes) {

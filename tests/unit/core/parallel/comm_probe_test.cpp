@@ -95,6 +95,9 @@ TEST(CommProbe, OneRankMeasuresNothingAndBadSizesAreRefused) {
     o.first_large_bytes = o.small_bytes;
     test::expect_error([&] { probe_communication(*comm, o); }, Status::kInvalidArgument,
                        "communication probe: sizes must grow");
+    ProbeOptions few;
+    few.small_repetitions = 0;
+    test::expect_error([&] { probe_communication(*comm, few); }, Status::kInvalidArgument, "small 0");
   });
 }
 
