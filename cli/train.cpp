@@ -265,6 +265,7 @@ std::string Loop::parallel_fields(cohort_parallel_stats* out) {
          ",\"grad_keep\":" + json_number(p.grad_keep) +
          ",\"gradient_sync_bytes\":" + std::to_string(p.gradient_sync_bytes) +
          ",\"outer_hidden_fraction\":" + json_number(p.outer_hidden_fraction) +
+         ",\"outer_shared_wait_s\":" + json_number(p.outer_shared_wait_seconds) +
          ",\"peak_activation_bytes\":" + std::to_string(t.peak_activation_bytes) + pipeline + "}";
 }
 
@@ -304,6 +305,11 @@ void Loop::parallel_summary() {
               p.wait_seconds, p.compute_seconds, static_cast<double>(p.parameter_bytes) * mib,
               static_cast<double>(p.gradient_bytes) * mib, static_cast<double>(p.optimizer_state_bytes) * mib,
               static_cast<double>(last_activation_bytes_) * mib);
+  if (o_.parallel == "co2" && p.shard_group == 1 && p.rounds > 0)  // whom the waits were for
+    std::printf("%s: waits every rank shared (the transfers' own, not hidden) %.2f s; this rank's other %.2f s of "
+                "waits were for ranks slower to reach the round's end\n",
+                o_.parallel.c_str(), p.outer_shared_wait_seconds,
+                std::max(0.0, p.wait_seconds - p.outer_shared_wait_seconds));
   if (p.outer_fragments > 0)  // the outer synchronisation's peak need: what one of its collectives carries
     std::printf("%s: outer synchronisation in %lld fragment(s): %lld syncs of at most %.1f KiB from each rank\n",
                 o_.parallel.c_str(), static_cast<long long>(p.outer_fragments), static_cast<long long>(p.outer_syncs),

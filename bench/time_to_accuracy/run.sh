@@ -7,7 +7,9 @@
 #     GPT: validation nats/byte at or below it), evaluation time left out; "-" if never reached;
 #   - the final metric at equal samples (the same steps for every mode: the full test/validation
 #     split at the end);
-#   - co2's and DiLoCo's ratio to sync's time and co2's share of communication hidden.
+#   - co2's and DiLoCo's ratio to sync's time and co2's share of communication hidden (rank 0's),
+#     and co2's waits every rank shared: the transfers' own exposed time, the rest of rank 0's
+#     waits having gone to ranks slower to reach a round's end (cohort_parallel_stats).
 # The anchor is sync in the same invocation, over the same links, seeds and evaluation points.
 #
 #   bench/time_to_accuracy/run.sh BUILD_DIR [--models cnn,gpt] [--rates 1gbit,100mbit]
@@ -116,12 +118,13 @@ python3 - "$OUT" "$MODELS" "$RATES" "$MODES" "$SEEDS" "$CNN_TARGET" "$GPT_TARGET
 import json, os, sys
 out, models, rates, modes, seeds, cnn_target, gpt_target = sys.argv[1:]
 def run(path, model, target):
-    """(seconds to the target or None, final metric, hidden fraction) of one metrics file."""
+    """(seconds to the target or None, final metric, hidden fraction, co2's waits every rank
+    shared) of one metrics file."""
     if not os.path.exists(path):
         return None
     lines = [json.loads(l) for l in open(path) if l.strip()]
     key = "eval_accuracy" if model == "cnn" else "eval_nats_per_byte"
-    evals, reached, final, hidden = 0.0, None, None, None
+    evals, reached, final, hidden, shared = 0.0, None, None, None, None
     for l in lines:
         if key in l:
             hit = l[key] >= target if model == "cnn" else l[key] <= target
@@ -131,7 +134,8 @@ def run(path, model, target):
             final = l[key]
         if "parallel" in l:
             hidden = l["parallel"]["hidden_fraction"]
-    return reached, final, hidden
+            shared = l["parallel"].get("outer_shared_wait_s")  # absent before the field
+    return reached, final, hidden, shared
 def stat(values, fmt):
     v = [x for x in values if x is not None]
     if not v:
@@ -149,8 +153,8 @@ for model in models.split(","):
     for rate in rates.split(","):
         print("\n%s at %s: seconds to %s %s %g; final %s; mean (min-max) over seeds %s" %
               (model, rate, unit, ">=" if model == "cnn" else "<=", target, unit, seeds))
-        print("| mode | time to target (s) | speed-up: sync's time / this | final | hidden |")
-        print("| --- | --- | --- | --- | --- |")
+        print("| mode | time to target (s) | speed-up: sync's time / this | final | hidden | waits all ranks shared (s) |")
+        print("| --- | --- | --- | --- | --- | --- |")
         sync_times = None
         for mode in modes.split(","):
             rs = [run(os.path.join(out, "%s-%s-%s-s%s.jsonl" % (model, rate, mode, s)), model, target)
@@ -159,6 +163,8 @@ for model in models.split(","):
             if mode == "sync":
                 sync_times = times
             ratios = [st / t if t and st else None for t, st in zip(times, sync_times or [None] * len(times))]
-            print("| %s | %s | %s | %s | %s |" % (mode, stat(times, "%.0f"), stat(ratios, "%.3fx"),
-                  stat([r[1] if r else None for r in rs], "%.4f"), stat([r[2] if r else None for r in rs], "%.2f")))
+            shared = [r[3] if r and mode == "co2" else None for r in rs]
+            print("| %s | %s | %s | %s | %s | %s |" % (mode, stat(times, "%.0f"), stat(ratios, "%.3fx"),
+                  stat([r[1] if r else None for r in rs], "%.4f"), stat([r[2] if r else None for r in rs], "%.2f"),
+                  stat(shared, "%.2f") if mode == "co2" else "-"))
 EOF

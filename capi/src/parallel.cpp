@@ -362,6 +362,8 @@ COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer*
       stats_out->gradient_sync_bytes = s.gradient_sync_bytes;
       stats_out->grad_keep = s.grad_keep;
     }
+    if (stats_out->size >= offsetof(cohort_parallel_stats, outer_shared_wait_seconds) + sizeof(double))
+      stats_out->outer_shared_wait_seconds = s.outer_shared_wait_seconds;
   });
 }
 

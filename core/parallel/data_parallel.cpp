@@ -126,6 +126,7 @@ DataParallel::~DataParallel() {
     for (Fragment& fr : fragments_)
       if (fr.work) fr.work->wait();
     if (timing_work_) timing_work_->wait();
+    for (SharedWait& w : shared_waits_) w.work->wait();
     for (Bucket& b : buckets_) {
       if (b.work) b.work->wait();
       if (b.gather) b.gather->wait();
@@ -826,6 +827,24 @@ void DataParallel::decode_average(Fragment& fr) {
 void DataParallel::note_round_end() {
   round_pos_ = 0;
   ++stats_.rounds;
+  // The round's outer waits, reduced in the background (collect_shared_waits). Every rank counts
+  // the same merges in a round (they fall at the same steps), so the minimum is the wait of the
+  // rank that launched last, which only the transfer kept waiting.
+  collect_shared_waits(false);
+  if (shared_waits_.size() >= kSharedWaitsInFlight) {
+    Clock::time_point start = Clock::now();
+    shared_waits_.front().work->wait();
+    note_blocking(start);
+    collect_shared_waits(false);
+  }
+  SharedWait& w = shared_waits_.emplace_back(SharedWait{static_cast<float>(-round_outer_wait_), nullptr});
+  round_outer_wait_ = 0;
+  try {
+    w.work = group_comm_->all_reduce(&w.value, 1, coll::DataType::kF32, coll::ReduceOp::kMax);
+  } catch (...) {
+    shared_waits_.pop_back();  // never launched: nothing to wait for
+    throw;
+  }
   if (!plan_.overlap_auto) return;
   // This rank's times, reduced over the ranks while the average travels, so every rank decides
   // on the same numbers: the step time of the slowest rank (the maximum), and the travel time of
@@ -847,6 +866,21 @@ void DataParallel::note_merge(double comm_seconds, bool first_fragment) {
   // (fragment 0's comes first in each round under overlap auto: choose_round_shape).
   merged_comm_seconds_ = first_fragment ? comm_seconds : std::max(merged_comm_seconds_, comm_seconds);
   if (plan_.overlap_auto && first_fragment) update_round_shape();
+}
+
+void DataParallel::collect_shared_waits(bool all) {
+  while (!shared_waits_.empty()) {
+    SharedWait& w = shared_waits_.front();
+    if (all) {
+      Clock::time_point start = Clock::now();
+      w.work->wait();
+      note_blocking(start);
+    } else if (!w.work->test()) {
+      return;
+    }
+    stats_.outer_shared_wait_seconds += std::max(0.0, -static_cast<double>(w.value));
+    shared_waits_.pop_front();
+  }
 }
 
 void DataParallel::wait_timing() {
@@ -899,6 +933,7 @@ constexpr int64_t kCo2Rule = 2;
 
 void DataParallel::save_co2_state(checkpoint::CheckpointExtra& extra) {
   wait_timing();  // overlap auto's times in flight: waited for and saved like the average
+  collect_shared_waits(true);  // a statistic only: counted now, not saved
   // The ranks' reduced times (note_round_end); this rank's last travel time; the travel history.
   Tensor timing = Tensor::zeros({static_cast<int64_t>(3 + kTravelHistory)}, DType::kF32);
   if (timing_.size() == 2) std::memcpy(timing.raw(), timing_.data(), 2 * sizeof(float));

@@ -61,6 +61,7 @@
 
 #include <chrono>
 #include <functional>
+#include <list>
 #include <memory>
 #include <vector>
 
@@ -127,6 +128,16 @@ struct ParallelStats {
   double outer_seconds = 0;
   double outer_wait_seconds = 0;
   double outer_hidden_fraction = 1;  // 1 - outer_wait_seconds / outer_seconds (1 before any)
+  // co2: of outer_wait_seconds, what every rank of the data-parallel group waited too — per round
+  // (from one round end to the next), the least any rank waited for its averages, summed over
+  // the rounds whose reduction of it has arrived (all but the last one or few). The rank that
+  // launches its average last waits for the transfer alone, every other rank also for that rank:
+  // so this is the transfers' own exposed time, and the rest of a rank's waits went to ranks
+  // slower to reach the round's end (uneven steps: more work, a busier core; over shared memory,
+  // where a transfer takes microseconds, such waits remain). Where the link is busy for longer
+  // than a round, the waits themselves decide which rank is last, and this is a lower bound.
+  // 0 in the other modes.
+  double outer_shared_wait_seconds = 0;
   int shard_group = 1;               // plan.shard_group: ranks per replica
   // sync: the gradient bytes this rank puts on the wire a step — its buckets' fp32 bytes, or
   // under top-k compression (plan.grad_keep < 1) its messages' — and the kept fraction.
@@ -391,6 +402,7 @@ class DataParallel : public StepHook {
   void note_outer(double comm_seconds, double wait_seconds) {
     stats_.outer_seconds += comm_seconds;
     stats_.outer_wait_seconds += wait_seconds;
+    round_outer_wait_ += wait_seconds;
   }
   // A blocking outer collective from `start` until now: counted as note_blocking does, and all of
   // it in the outer share (waited whole).
@@ -423,6 +435,9 @@ class DataParallel : public StepHook {
   void note_merge(double comm_seconds, bool first_fragment);
   // Waits for overlap auto's reduction of the ranks' times, if one is in flight.
   void wait_timing();
+  // co2: adds the ranks' least outer wait of each round whose reduction has arrived (all of
+  // them when `all`: waited for) to ParallelStats::outer_shared_wait_seconds.
+  void collect_shared_waits(bool all);
   // overlap auto: at a merge, the next merge's overlap and the running round's tau from the
   // ranks' times (note_round_end says which; plan.h, choose_round_shape).
   void update_round_shape();
@@ -518,6 +533,19 @@ class DataParallel : public StepHook {
   // the round just ended], maxed over the ranks from a round end to its merge (timing_work_).
   std::vector<float> timing_;
   transport::coll::WorkPtr timing_work_;
+  // co2: this rank's outer waits since the last round end (note_outer), and the rounds' before,
+  // each negated and maxed over the data-parallel group (the least any rank waited) in the
+  // background, oldest first. A round end launches one and takes those that have arrived without
+  // waiting: on a link that is busy for longer than a round the reduction arrives late, and
+  // waiting for it there (or at the merge, tried first: 4 ranks at 2 Mbit/s waited 9 s instead of
+  // 6) would add to the waits it measures. Past kSharedWaitsInFlight the oldest is waited for.
+  static constexpr size_t kSharedWaitsInFlight = 4;
+  struct SharedWait {
+    float value;
+    transport::coll::WorkPtr work;
+  };
+  double round_outer_wait_ = 0;
+  std::list<SharedWait> shared_waits_;  // stable addresses while in flight
   // This rank's: the last merged average's travel time (over F fragments the slowest of those
   // merged since fragment 0's merge: note_merge), -1 unknown.
   double merged_comm_seconds_ = -1;

@@ -7,12 +7,14 @@
 #include <cohort/cohort.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/capi_expect.h"
@@ -525,6 +527,45 @@ TEST_F(CapiParallel, Co2TrainerStepsReportsAndResumes) {
   EXPECT_EQ(cohort_trainer_destroy(c), COHORT_OK);
   EXPECT_EQ(cohort_trainer_destroy(b), COHORT_OK);
   EXPECT_EQ(cohort_trainer_destroy(a), COHORT_OK);
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+}
+
+// co2's waits split by whose pace they followed (outer_shared_wait_seconds). Under cohort-run at
+// 2 ranks (multirank.capi_shared_wait.n2) the last rank sleeps 40 ms after every step: rank 0
+// reaches each merge before the last rank has launched its average and waits for it there,
+// while the last rank finds every average arrived. Rank 0's waits are then for a slower rank,
+// not for the link: the least any rank waited stays near 0. In one process it is 0 too.
+TEST_F(CapiParallel, Co2SharedWaitSeparatesWaitingForSlowerRanks) {
+  cohort_plan_options o = cohort_plan_options_default();
+  o.preset = COHORT_PRESET_CO2;
+  o.tau = 2;
+  cohort_plan* plan = nullptr;
+  ASSERT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
+  int32_t rank = 0, world = 1;
+  ASSERT_EQ(cohort_comm_rank(comm_, &rank, &world), COHORT_OK);
+  cohort_trainer* t = nullptr;
+  ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &t), COHORT_OK)
+      << cohort_last_error();
+  for (int k = 0; k < 12; ++k) {  // 6 rounds, 5 merges: the first 4 merges' waits reduced
+    step(t, k);
+    if (world > 1 && rank == world - 1) std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  }
+  cohort_parallel_stats s{};
+  s.size = sizeof s;
+  ASSERT_EQ(cohort_trainer_get_parallel_stats(t, &s), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(s.rounds, 6);
+  EXPECT_GE(s.outer_shared_wait_seconds, 0.0);
+  EXPECT_LE(s.outer_shared_wait_seconds, s.wait_seconds);
+  if (world > 1 && rank == 0) {
+    EXPECT_GT(s.wait_seconds, 0.15);  // ~80 ms a round for the sleeping rank
+    EXPECT_LT(s.outer_shared_wait_seconds, 0.25 * s.wait_seconds) << s.wait_seconds;
+  }
+  cohort_parallel_stats old{};
+  old.size = offsetof(cohort_parallel_stats, outer_shared_wait_seconds);  // a caller built before it
+  old.outer_shared_wait_seconds = -7;
+  ASSERT_EQ(cohort_trainer_get_parallel_stats(t, &old), COHORT_OK) << cohort_last_error();
+  EXPECT_EQ(old.outer_shared_wait_seconds, -7);
+  EXPECT_EQ(cohort_trainer_destroy(t), COHORT_OK);
   EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
 }
 

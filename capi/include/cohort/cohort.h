@@ -1193,6 +1193,15 @@ typedef struct cohort_parallel_stats {
    * grad_keep < 1 — and the kept fraction (1 uncompressed). 0 and 1 in the other modes. */
   int64_t gradient_sync_bytes;
   double grad_keep;
+  /* Added with the shared-wait split; written only when size covers it. co2: of this rank's
+   * waits for its outer averages (wait_seconds without shard groups), the part every rank of the
+   * data-parallel group waited too — per round, the least any rank waited, summed over the rounds
+   * whose reduction of it has arrived (all but the last one or few). The rank that launches its
+   * average last waits for the transfer alone, the others also for that rank: so this is the
+   * transfers' own exposed time, and a rank's waits beyond it went to ranks slower to reach the
+   * round's end (a lower bound where the link stays busy for longer than a round). 0 in the
+   * other modes. */
+  double outer_shared_wait_seconds;
 } cohort_parallel_stats;
 /* INVALID_STATE when the trainer was not made by cohort_trainer_create_parallel. */
 COHORT_API cohort_status cohort_trainer_get_parallel_stats(const cohort_trainer* trainer,
