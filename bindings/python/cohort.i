@@ -174,7 +174,8 @@ PYC_HANDLE_OUT(cohort_plan)
 }
 %typemap(argout) cohort_parallel_stats* stats_out {
   $result = SWIG_Python_AppendOutput($result, Py_BuildValue(
-      "{s:L,s:d,s:d,s:d,s:d,s:d,s:d,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "rounds", (long long)$1->rounds,
+      "{s:L,s:d,s:d,s:d,s:d,s:d,s:d,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:L,s:L,s:L,s:d,s:L,s:L,s:d,s:d}",
+      "rounds", (long long)$1->rounds,
       "compute_seconds", $1->compute_seconds, "comm_seconds", $1->comm_seconds,
       "wait_seconds", $1->wait_seconds, "hidden_fraction", $1->hidden_fraction,
       "last_staleness_scale", $1->last_staleness_scale, "last_momentum_norm", $1->last_momentum_norm,
@@ -183,7 +184,13 @@ PYC_HANDLE_OUT(cohort_plan)
       "optimizer_state_bytes", (long long)$1->optimizer_state_bytes,
       "parameter_gathers", (long long)$1->parameter_gathers,
       "parameter_gathers_prefetched", (long long)$1->parameter_gathers_prefetched,
-      "peak_parameter_bytes", (long long)$1->peak_parameter_bytes));
+      "peak_parameter_bytes", (long long)$1->peak_parameter_bytes,
+      "tau", (long long)$1->tau, "overlap_steps", (long long)$1->overlap_steps,
+      "outer_comm_seconds", $1->outer_comm_seconds, "step_seconds", $1->step_seconds,
+      "outer_fragments", (long long)$1->outer_fragments, "outer_syncs", (long long)$1->outer_syncs,
+      "outer_sync_bytes", (long long)$1->outer_sync_bytes, "outer_hidden_fraction", $1->outer_hidden_fraction,
+      "shard_group", (long long)$1->shard_group, "gradient_sync_bytes", (long long)$1->gradient_sync_bytes,
+      "grad_keep", $1->grad_keep, "outer_shared_wait_seconds", $1->outer_shared_wait_seconds));
 }
 
 /* ---- arrays in ---------------------------------------------------------------------------- */

@@ -66,6 +66,18 @@ class ParallelStats:
     parameter_gathers: int  # ZeRO 3: bucket all-gathers of parameters
     parameter_gathers_prefetched: int  # ... launched ahead of their first reader
     peak_parameter_bytes: int  # most bytes of whole parameters held at once in a step
+    tau: int  # co2: the current round's length (the plan's, or chosen under overlap auto)
+    overlap_steps: int  # co2: steps a round's average travels before its merge
+    outer_comm_seconds: float  # co2 overlap auto: seconds the last average took to arrive
+    step_seconds: float  # ... and compute seconds per step (0 until measured, and without auto)
+    outer_fragments: int  # localsgd, co2: fragments of the outer synchronisation (0 for ddp)
+    outer_syncs: int  # outer collectives this rank launched
+    outer_sync_bytes: int  # the most bytes one of them carries from this rank
+    outer_hidden_fraction: float  # the outer collectives' time hidden behind local steps
+    shard_group: int  # ranks per replica (1 without shard groups)
+    gradient_sync_bytes: int  # ddp: gradient bytes sent a step (top-k messages under grad_keep < 1)
+    grad_keep: float  # ddp: the kept fraction (1 uncompressed)
+    outer_shared_wait_seconds: float  # co2: the waits every rank shared (the transfers' own)
 
 
 class Trainer(Handle):

@@ -314,6 +314,20 @@ class DataParallelTest(unittest.TestCase):
             self.assertEqual(trainer.parallel_stats().rounds, 2)
             self.assertSameOnEveryRank(trainer.get_parameter("out.bias").tolist())
 
+    def test_co2_stats(self):
+        # co2's round shape, outer synchronisation and the split of its waits reach Python.
+        with cohort.Plan("co2", tau=2, outer_fragments=2) as plan:
+            trainer, losses = self.train(plan, steps=8)
+        with trainer:
+            stats = trainer.parallel_stats()
+            self.assertEqual(stats.rounds, 4)
+            self.assertEqual((stats.tau, stats.overlap_steps, stats.outer_fragments), (2, 1, 2))
+            self.assertEqual(stats.outer_syncs, 8)  # a fragment's collective a round each
+            self.assertGreater(stats.outer_sync_bytes, 0)
+            self.assertTrue(0.0 <= stats.outer_hidden_fraction <= 1.0)
+            self.assertEqual((stats.shard_group, stats.grad_keep), (1, 1.0))
+            self.assertTrue(0.0 <= stats.outer_shared_wait_seconds <= stats.wait_seconds)
+
     def test_replica_average(self):
         # Two steps into a round of 4 the replicas differ; reads see their mean until the next step.
         with cohort.Plan("localsgd", tau=4) as plan:

@@ -399,6 +399,29 @@ pub struct ParallelStats {
     pub parameter_gathers_prefetched: i64,
     /// The most bytes of whole parameters held at once in a step (all of them unless ZeRO 3).
     pub peak_parameter_bytes: i64,
+    /// co2: the current round's length and the steps its average travels before the merge (the
+    /// plan's, or chosen under overlap auto), and the two times the last choice used: seconds an
+    /// average took to arrive and compute seconds per step (0 until measured, and without auto).
+    pub tau: i64,
+    pub overlap_steps: i64,
+    pub outer_comm_seconds: f64,
+    pub step_seconds: f64,
+    /// localsgd, co2: the fragments of the outer synchronisation, the outer collectives this rank
+    /// launched, and the most bytes one of them carries from this rank (0 for DDP).
+    pub outer_fragments: i64,
+    pub outer_syncs: i64,
+    pub outer_sync_bytes: i64,
+    /// localsgd, co2: the outer collectives' share of their time hidden behind local steps.
+    pub outer_hidden_fraction: f64,
+    /// Ranks per replica (1 without shard groups).
+    pub shard_group: i64,
+    /// DDP: gradient bytes this rank sends a step (top-k messages under grad_keep < 1), and the
+    /// kept fraction (1 uncompressed).
+    pub gradient_sync_bytes: i64,
+    pub grad_keep: f64,
+    /// co2: of this rank's waits for its averages, those every rank waited too (per round the
+    /// least any rank waited): the transfers' own exposed time; the rest went to slower ranks.
+    pub outer_shared_wait_seconds: f64,
 }
 
 impl Trainer {
@@ -492,6 +515,18 @@ impl Trainer {
             parameter_gathers: raw.parameter_gathers,
             parameter_gathers_prefetched: raw.parameter_gathers_prefetched,
             peak_parameter_bytes: raw.peak_parameter_bytes,
+            tau: raw.tau,
+            overlap_steps: raw.overlap_steps,
+            outer_comm_seconds: raw.outer_comm_seconds,
+            step_seconds: raw.step_seconds,
+            outer_fragments: raw.outer_fragments,
+            outer_syncs: raw.outer_syncs,
+            outer_sync_bytes: raw.outer_sync_bytes,
+            outer_hidden_fraction: raw.outer_hidden_fraction,
+            shard_group: raw.shard_group,
+            gradient_sync_bytes: raw.gradient_sync_bytes,
+            grad_keep: raw.grad_keep,
+            outer_shared_wait_seconds: raw.outer_shared_wait_seconds,
         })
     }
 

@@ -272,6 +272,41 @@ fn data_parallel_training(comm: &Comm) -> TestResult {
     Ok(())
 }
 
+/// co2's round shape, outer synchronisation and the split of its waits reach Rust.
+fn co2_stats(comm: &Comm) -> TestResult {
+    let graph = common::mlp(16, 16);
+    let optimizer = Optimizer::new(&OptimizerOptions { lr: 0.2, ..OptimizerOptions::default() })?;
+    let options = TrainerOptions { seed: 5, ..TrainerOptions::default() };
+    let plan = Plan::new(&PlanOptions {
+        preset: Preset::Co2,
+        tau: 2,
+        outer_fragments: 2,
+        ..PlanOptions::default()
+    })?;
+    let mut trainer = Trainer::new_parallel(&graph, &optimizer, &plan, comm, &options)?;
+    let mut rng = Lcg(200 + comm.rank() as u64);
+    for _ in 0..8 {
+        let (x, y) = batch(&mut rng, 16);
+        trainer
+            .step(&[Tensor::new("x", &x, &[16, FEATURES as i64]), Tensor::new("y", &y, &[16])])?;
+    }
+    let s = trainer.parallel_stats()?;
+    ensure!(s.rounds == 4 && s.tau == 2 && s.overlap_steps == 1, "round shape {:?}", s);
+    ensure!(
+        s.outer_fragments == 2 && s.outer_syncs == 8 && s.outer_sync_bytes > 0,
+        "outer syncs {:?}",
+        s
+    );
+    ensure!((0.0..=1.0).contains(&s.outer_hidden_fraction), "outer hidden {:?}", s);
+    ensure!(s.shard_group == 1 && s.grad_keep == 1.0, "defaults {:?}", s);
+    ensure!(
+        s.outer_shared_wait_seconds >= 0.0 && s.outer_shared_wait_seconds <= s.wait_seconds,
+        "shared waits {:?}",
+        s
+    );
+    Ok(())
+}
+
 fn main() {
     // Several ranks share the machine's cores: one thread each.
     if let Err(e) = cohort::set_num_threads(1) {
@@ -292,6 +327,7 @@ fn main() {
         ("async collectives", async_collectives),
         ("registered memory", registered_memory),
         ("data-parallel training", data_parallel_training),
+        ("co2 statistics", co2_stats),
     ] {
         if let Err(e) = test(&comm) {
             eprintln!("rank {}: {} FAILED: {}", rank, name, e);

@@ -156,7 +156,10 @@ public final class Trainer extends Handle {
           s.getWait_seconds(), s.getHidden_fraction(), s.getLast_staleness_scale(),
           s.getLast_momentum_norm(), s.getBuckets(), s.getParameter_bytes(), s.getGradient_bytes(),
           s.getOptimizer_state_bytes(), s.getParameter_gathers(), s.getParameter_gathers_prefetched(),
-          s.getPeak_parameter_bytes());
+          s.getPeak_parameter_bytes(), s.getTau(), s.getOverlap_steps(), s.getOuter_comm_seconds(),
+          s.getStep_seconds(), s.getOuter_fragments(), s.getOuter_syncs(), s.getOuter_sync_bytes(),
+          s.getOuter_hidden_fraction(), s.getShard_group(), s.getGradient_sync_bytes(), s.getGrad_keep(),
+          s.getOuter_shared_wait_seconds());
     } finally {
       s.delete();
     }

@@ -220,6 +220,33 @@ class MultiRankTest {
   }
 
   @Test
+  @Order(7)
+  void co2StatisticsReachJava() {
+    long batch = 8; // per rank
+    PlanOptions o = new PlanOptions().preset(Plan.Preset.CO2).tau(2).outerFragments(2);
+    try (Graph g = TestSupport.tinyClassifier(batch);
+         Optimizer sgd = new Optimizer(OptimizerOptions.sgd(0.2)); Plan plan = new Plan(o);
+         Trainer t = Trainer.createParallel(g, sgd, plan, comm, new TrainerOptions().seed(5))) {
+      for (int step = 0; step < 8; ++step) {
+        float[] x = TestSupport.features(batch, step * size + rank);
+        t.step(Tensor.of("x", x, batch, TestSupport.FEATURES),
+            Tensor.of("y", TestSupport.labels(x, batch), batch));
+      }
+      ParallelStats s = t.parallelStats();
+      assertEquals(4, s.rounds());
+      assertEquals(2, s.tau());
+      assertEquals(1, s.overlapSteps());
+      assertEquals(2, s.outerFragments());
+      assertEquals(8, s.outerSyncs()); // a fragment's collective a round each
+      assertTrue(s.outerSyncBytes() > 0);
+      assertTrue(s.outerHiddenFraction() >= 0 && s.outerHiddenFraction() <= 1);
+      assertEquals(1, s.shardGroup());
+      assertEquals(1.0, s.gradKeep());
+      assertTrue(s.outerSharedWaitSeconds() >= 0 && s.outerSharedWaitSeconds() <= s.waitSeconds());
+    }
+  }
+
+  @Test
   @Order(6)
   void dataParallelTrainingKeepsRanksInStep() {
     long batch = 8; // per rank
