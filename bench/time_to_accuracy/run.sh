@@ -163,8 +163,8 @@ for model in models.split(","):
             if mode == "sync":
                 sync_times = times
             ratios = [st / t if t and st else None for t, st in zip(times, sync_times or [None] * len(times))]
-            shared = [r[3] if r and mode == "co2" else None for r in rs]
+            shared = stat([r[3] if r else None for r in rs], "%.2f") if mode == "co2" else "-"
             print("| %s | %s | %s | %s | %s | %s |" % (mode, stat(times, "%.0f"), stat(ratios, "%.3fx"),
                   stat([r[1] if r else None for r in rs], "%.4f"), stat([r[2] if r else None for r in rs], "%.2f"),
-                  stat(shared, "%.2f") if mode == "co2" else "-"))
+                  shared))
 EOF

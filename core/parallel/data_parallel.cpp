@@ -830,13 +830,7 @@ void DataParallel::note_round_end() {
   // The round's outer waits, reduced in the background (collect_shared_waits). Every rank counts
   // the same merges in a round (they fall at the same steps), so the minimum is the wait of the
   // rank that launched last, which only the transfer kept waiting.
-  collect_shared_waits(false);
-  if (shared_waits_.size() >= kSharedWaitsInFlight) {
-    Clock::time_point start = Clock::now();
-    shared_waits_.front().work->wait();
-    note_blocking(start);
-    collect_shared_waits(false);
-  }
+  collect_shared_waits(kSharedWaitsInFlight - 1);
   SharedWait& w = shared_waits_.emplace_back(SharedWait{static_cast<float>(-round_outer_wait_), nullptr});
   round_outer_wait_ = 0;
   try {
@@ -868,15 +862,14 @@ void DataParallel::note_merge(double comm_seconds, bool first_fragment) {
   if (plan_.overlap_auto && first_fragment) update_round_shape();
 }
 
-void DataParallel::collect_shared_waits(bool all) {
+void DataParallel::collect_shared_waits(size_t in_flight) {
   while (!shared_waits_.empty()) {
     SharedWait& w = shared_waits_.front();
-    if (all) {
+    if (!w.work->test()) {
+      if (shared_waits_.size() <= in_flight) return;
       Clock::time_point start = Clock::now();
       w.work->wait();
       note_blocking(start);
-    } else if (!w.work->test()) {
-      return;
     }
     stats_.outer_shared_wait_seconds += std::max(0.0, -static_cast<double>(w.value));
     shared_waits_.pop_front();
@@ -933,7 +926,7 @@ constexpr int64_t kCo2Rule = 2;
 
 void DataParallel::save_co2_state(checkpoint::CheckpointExtra& extra) {
   wait_timing();  // overlap auto's times in flight: waited for and saved like the average
-  collect_shared_waits(true);  // a statistic only: counted now, not saved
+  collect_shared_waits(0);  // a statistic only: counted now, not saved
   // The ranks' reduced times (note_round_end); this rank's last travel time; the travel history.
   Tensor timing = Tensor::zeros({static_cast<int64_t>(3 + kTravelHistory)}, DType::kF32);
   if (timing_.size() == 2) std::memcpy(timing.raw(), timing_.data(), 2 * sizeof(float));

@@ -435,9 +435,10 @@ class DataParallel : public StepHook {
   void note_merge(double comm_seconds, bool first_fragment);
   // Waits for overlap auto's reduction of the ranks' times, if one is in flight.
   void wait_timing();
-  // co2: adds the ranks' least outer wait of each round whose reduction has arrived (all of
-  // them when `all`: waited for) to ParallelStats::outer_shared_wait_seconds.
-  void collect_shared_waits(bool all);
+  // co2: adds the ranks' least outer wait of each round whose reduction has arrived to
+  // ParallelStats::outer_shared_wait_seconds, waiting for the oldest until at most `in_flight`
+  // remain.
+  void collect_shared_waits(size_t in_flight);
   // overlap auto: at a merge, the next merge's overlap and the running round's tau from the
   // ranks' times (note_round_end says which; plan.h, choose_round_shape).
   void update_round_shape();
