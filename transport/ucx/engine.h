@@ -71,9 +71,11 @@ struct EngineOptions {
   // The cost, measured with `cohort train --model gpt --layers 4 --width 64 --parallel sync`
   // (200 steps, 4 ranks at 100 Mbit/s, seconds, UCX's default against this): DDP 40-41 -> 29-30,
   // 4 pipeline stages 8.1-8.3 with it, a 2-stage pipeline on 2 ranks 7.6 either way, data 2 x
-  // pipe 2 20-21 -> 21-23. A rendezvous threshold of 16 KiB made the last two faster still (5.1,
-  // 17.8) and DDP slower (41); UCX's FAST_CMPL on the collectives' sends alone did not keep a
-  // netns_bw all-reduce off the rendezvous. Per-message control is future work.
+  // pipe 2 20-21 -> 21-23. A rendezvous threshold of 16 KiB read 5.1 and 17.8 s for the last two
+  // once and DDP 41, but three interleaved pairs of the 2-stage pipeline later gave 8.3-8.7 s
+  // eager against 6.9-8.7 at 16 KiB: that pipeline is bound by the link (1 rank 3.8 s, 1 Gbit/s
+  // 5.7, 100 Mbit/s 8.1), so per-message protocol control has nothing to win there. UCX's
+  // FAST_CMPL on the collectives' sends alone did not keep a netns_bw all-reduce off the rendezvous.
   bool tune_tcp = true;
 };
 
