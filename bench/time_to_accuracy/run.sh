@@ -14,6 +14,7 @@
 #
 #   bench/time_to_accuracy/run.sh BUILD_DIR [--models cnn,gpt] [--rates 1gbit,100mbit]
 #       [--modes sync,diloco,co2] [--seeds 1,2] [--ranks 4] [--tau 8] [--co2 "ARGS"] [--diloco "ARGS"]
+#       [--train "ARGS"]
 #       [--cnn-steps 1404] [--cnn-target 0.89] [--cnn-eval-every 117]
 #       [--gpt-steps 2500] [--gpt-target 1.75] [--gpt-eval-every 250] [--timeout 14400] [--keep DIR]
 #       [--report-only]
@@ -21,7 +22,8 @@
 # DIR again (another target, say) without running anything.
 # --co2 passes extra arguments to co2's runs (default "--tau auto": the overlap chosen from the
 # measured times, tau at least --tau); --diloco passes extra arguments to DiLoCo's (default none;
-# give both the same inner settings, e.g. --noise-scaling 1 to each). Defaults are the CLI's full
+# give both the same inner settings, e.g. --noise-scaling 1 to each); --train passes extra arguments
+# to every mode's runs (e.g. "--optimizer sgd"). Defaults are the CLI's full
 # runs (3 CNN epochs, 2500 GPT steps); on a box of 2 shared cores that is hours per run: pass
 # fewer steps and a nearer target.
 # Exits 0 with a message where network namespaces are not permitted (netns.sh says why).
@@ -29,7 +31,7 @@ set -euo pipefail
 
 BUILD="${1:?usage: run.sh BUILD_DIR [options] (see the header)}"
 shift
-MODELS=cnn,gpt; RATES=1gbit,100mbit; MODES=sync,diloco,co2; SEEDS=1,2; RANKS=4; TAU=8; CO2="--tau auto"; DILOCO=""
+MODELS=cnn,gpt; RATES=1gbit,100mbit; MODES=sync,diloco,co2; SEEDS=1,2; RANKS=4; TAU=8; CO2="--tau auto"; DILOCO=""; TRAIN=""
 CNN_STEPS=1404; CNN_TARGET=0.89; CNN_EVAL=117; GPT_STEPS=2500; GPT_TARGET=1.75; GPT_EVAL=250
 TIMEOUT=14400; KEEP=""; REPORT_ONLY=0
 while [[ $# -gt 0 ]]; do
@@ -42,6 +44,7 @@ while [[ $# -gt 0 ]]; do
     --tau) TAU="$2"; shift 2 ;;
     --co2) CO2="$2"; shift 2 ;;
     --diloco) DILOCO="$2"; shift 2 ;;
+    --train) TRAIN="$2"; shift 2 ;;
     --cnn-steps) CNN_STEPS="$2"; shift 2 ;;
     --cnn-target) CNN_TARGET="$2"; shift 2 ;;
     --cnn-eval-every) CNN_EVAL="$2"; shift 2 ;;
@@ -79,23 +82,23 @@ IFS=, read -r -a MODEL_LIST <<<"$MODELS"
 IFS=, read -r -a RATE_LIST <<<"$RATES"
 IFS=, read -r -a MODE_LIST <<<"$MODES"
 IFS=, read -r -a SEED_LIST <<<"$SEEDS"
+read -r -a TRAIN_ARGS <<<"$TRAIN"
 
 ((REPORT_ONLY)) && MODEL_LIST=()
 echo "time_to_accuracy: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc --all) cores, load $(cut -d' ' -f1-3 /proc/loadavg)," \
-  "$RANKS ranks, seeds $SEEDS, tau $TAU, co2 '$CO2', diloco '$DILOCO'"
+  "$RANKS ranks, seeds $SEEDS, tau $TAU, co2 '$CO2', diloco '$DILOCO', every mode '$TRAIN'"
 for model in "${MODEL_LIST[@]}"; do
   if [[ "$model" == cnn ]]; then
-    steps=$CNN_STEPS; target=$CNN_TARGET; every=$CNN_EVAL; extra=()
+    steps=$CNN_STEPS; every=$CNN_EVAL; extra=()
   else
-    steps=$GPT_STEPS; target=$GPT_TARGET; every=$GPT_EVAL; extra=(--eval-examples 512)
+    steps=$GPT_STEPS; every=$GPT_EVAL; extra=(--eval-examples 512)
   fi
   for rate in "${RATE_LIST[@]}"; do
     for mode in "${MODE_LIST[@]}"; do
+      # shellcheck disable=SC2206  # --diloco and --co2 are lists of words
       case "$mode" in
         sync) args=(--parallel sync) ;;
-        # shellcheck disable=SC2206  # --diloco is a list of words
         diloco) args=(--parallel diloco --tau "$TAU" $DILOCO) ;;
-        # shellcheck disable=SC2206  # --co2 is a list of words
         co2) args=(--parallel co2 --tau "$TAU" $CO2) ;;
         *) echo "run.sh: unknown mode $mode" >&2; exit 2 ;;
       esac
@@ -105,7 +108,7 @@ for model in "${MODEL_LIST[@]}"; do
         rm -f "$OUT/$name.jsonl"  # cohort train appends to a metrics file (a resumed run continues it)
         "$NETNS" run "$RANKS" --rate "$rate" --timeout "$TIMEOUT" --name tta -- "$CLI" train --model "$model" \
           --steps "$steps" --threads 1 --seed "$seed" --eval-every "$every" "${extra[@]}" \
-          --metrics "$OUT/$name.jsonl" "${args[@]}" >"$OUT/$name.log" 2>&1 || rc=$?
+          --metrics "$OUT/$name.jsonl" "${TRAIN_ARGS[@]}" "${args[@]}" >"$OUT/$name.log" 2>&1 || rc=$?
         ((rc == 0)) || { tail -5 "$OUT/$name.log" >&2; echo "run.sh: $name failed with code $rc" >&2; }
         echo "run.sh: $name done (code $rc)" >&2
       done
