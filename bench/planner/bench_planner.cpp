@@ -110,8 +110,14 @@ std::map<std::string, Tensor> batch_of(const models::GptConfig& c, int64_t step,
   return {{"tokens", tokens}, {"targets", targets}};
 }
 
-// The median over `steps` of the slowest rank's step time, after `warmup` steps.
-double time_plan(const Options& o, const parallel::PlanConfig& plan, const std::shared_ptr<coll::Communicator>& world) {
+// A plan's step as measured: the median over `steps` of the slowest rank's step time, after
+// `warmup` steps, and the median of the busiest rank's work inside its micro-batch schedule
+// (TrainerStats::pipeline_busy_seconds: the forward and backward runs and the accumulation of
+// gradients, without the waits and the update; 0 for a plan of one run a step).
+struct Measured {
+  double step = INFINITY, busy = 0;
+};
+Measured time_plan(const Options& o, const parallel::PlanConfig& plan, const std::shared_ptr<coll::Communicator>& world) {
   TrainerOptions to;
   to.seed = 1;
   to.num_threads = 1;
@@ -126,18 +132,20 @@ double time_plan(const Options& o, const parallel::PlanConfig& plan, const std::
   auto trainer = parallel::make_parallel_trainer(models::build_gpt(c), opt, to, plan, world);
   const int replica = world->rank() / model_ranks;
   const int slice = replica * plan.tensor.z + world->rank() % plan.tensor.z;
-  std::vector<double> times;
+  std::vector<double> times, busy;
   for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
     const auto in = batch_of(o.gpt, s, slice * rows, rows);
     world->barrier()->wait();
     const auto start = Clock::now();
     trainer->step(in);
-    float seconds = static_cast<float>(std::chrono::duration<double>(Clock::now() - start).count());
-    world->all_reduce(&seconds, 1, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
-    if (s >= o.warmup) times.push_back(seconds);
+    float seconds[2] = {static_cast<float>(std::chrono::duration<double>(Clock::now() - start).count()),
+                        static_cast<float>(trainer->stats().pipeline_busy_seconds)};
+    world->all_reduce(seconds, 2, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
+    if (s >= o.warmup) times.push_back(seconds[0]), busy.push_back(seconds[1]);
   }
   std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  std::sort(busy.begin(), busy.end());
+  return {times[times.size() / 2], busy[busy.size() / 2]};
 }
 
 int run(const Options& o, const std::shared_ptr<coll::Communicator>& world) {
@@ -179,11 +187,12 @@ int run(const Options& o, const std::shared_ptr<coll::Communicator>& world) {
                   c.latency_seconds * 1e6, c.bytes_per_second / 1e9);
     std::printf("\n%lld plans fit; timing each (%lld warm-up + %lld steps, median of the slowest rank)\n\n",
                 static_cast<long long>(count), static_cast<long long>(o.warmup), static_cast<long long>(o.steps));
-    std::printf("| # | plan | predicted ms (compute + comm + bubble) | measured ms | predicted / measured |\n");
-    std::printf("| --- | --- | --- | --- | --- |\n");
+    std::printf("| # | plan | predicted ms (compute + comm + bubble) | measured ms | predicted / measured | busy ms "
+                "predicted / measured |\n");
+    std::printf("| --- | --- | --- | --- | --- | --- |\n");
   }
   const size_t n = static_cast<size_t>(count);
-  std::vector<double> best(n, INFINITY);
+  std::vector<double> best(n, INFINITY), best_busy(n, 0);  // the fastest reading's step and busy time
   std::vector<std::string> failures(n);
   // Plan k timed once, its fastest reading kept.
   auto time_once = [&](int64_t k, const char* phase, int64_t round) {
@@ -196,7 +205,8 @@ int run(const Options& o, const std::shared_ptr<coll::Communicator>& world) {
                    static_cast<long long>(k + 1), named.describe().c_str());
     }
     try {
-      best[static_cast<size_t>(k)] = std::min(best[static_cast<size_t>(k)], time_plan(o, plan, world));
+      const Measured m = time_plan(o, plan, world);
+      if (m.step < best[static_cast<size_t>(k)]) best[static_cast<size_t>(k)] = m.step, best_busy[static_cast<size_t>(k)] = m.busy;
     } catch (const Error& e) {
       failures[static_cast<size_t>(k)] = e.what();
     }
@@ -227,9 +237,18 @@ int run(const Options& o, const std::shared_ptr<coll::Communicator>& world) {
       fastest = measured;
       fastest_index = static_cast<int>(k);
     }
-    std::printf("| %lld | %s | %.1f (%.1f + %.1f + %.1f) | %.1f | %.2f |\n", static_cast<long long>(k + 1),
+    // Busy: a micro-batch schedule's work, predicted as the compute less the update (which runs
+    // after the schedule); plans of one run a step have none measured.
+    const double busy = best_busy[static_cast<size_t>(k)];
+    std::string busy_text = "-";
+    if (busy > 0) {
+      char text[64];
+      std::snprintf(text, sizeof text, "%.1f / %.1f", (p.compute_seconds - p.update_seconds) * 1e3, busy * 1e3);
+      busy_text = text;
+    }
+    std::printf("| %lld | %s | %.1f (%.1f + %.1f + %.1f) | %.1f | %.2f | %s |\n", static_cast<long long>(k + 1),
                 p.describe().c_str(), predicted * 1e3, p.compute_seconds * 1e3, p.exposed_comm_seconds * 1e3,
-                p.bubble_seconds * 1e3, measured * 1e3, predicted / measured);
+                p.bubble_seconds * 1e3, measured * 1e3, predicted / measured, busy_text.c_str());
     std::fflush(stdout);
   }
   if (lead && !errors.empty()) {
