@@ -544,10 +544,7 @@ std::vector<std::string> apply_defaults(Options& o) {
     o.tau = default_tau(o);
     o.overlap = kAuto;
   }
-  if (!o.tau) o.tau = default_tau(o);
-  // co2 with SGD: 8-bit messages, not the plan's 4 (the CNN at tau 2, seeds 1-3: 8-bit 85.85%,
-  // fp32 85.83%, 4-bit 85.35%; with AdamW 4 bits cost nothing measurable). Shard groups take 32.
-  if (co2_with_sgd(o) && !o.outer_bits && o.shard_group == 1) o.outer_bits = 8;
+  if (!o.tau) o.tau = default_tau(o);  // the message bits: the plan's default (8 with SGD: plan.h)
   // Every model's shape is filled (only the chosen one is read), so no reader meets an empty one.
   if (!o.hidden) o.hidden = 256;
   if (!o.layers) o.layers = 4;

@@ -250,11 +250,11 @@ cohort_plan_options Task::plan_options() const {
               : o_.parallel == "diloco"   ? COHORT_PRESET_DILOCO
                                           : COHORT_PRESET_CO2;
   po.tau = *o_.tau;
-  // co2 with SGD inner steps averages plainly (outer lr 1, no momentum): DiLoCo's Nesterov
-  // constants, the preset's, lost 8-10 points on the CNN over SGD with momentum, blocking or not
-  // (README, data-parallel accuracy).
+  // co2's preset over SGD inner steps averages plainly (outer lr 1, no momentum): the library
+  // settles that for the optimizer (settle_for_optimizer, plan.h), and the spelled-out settings
+  // below start from it too.
   const bool co2_sgd = o_.parallel == "co2" && o_.optimizer == "sgd";
-  if (o_.staleness_penalty || o_.outer_clip || o_.outer_lr || o_.outer_momentum || o_.nesterov || co2_sgd) {
+  if (o_.staleness_penalty || o_.outer_clip || o_.outer_lr || o_.outer_momentum || o_.nesterov) {
     // A preset with some outer settings changed: spell them all out, starting from the
     // preset's values (cohort.h lists them), then apply the flags given.
     const bool co2 = o_.parallel == "co2";

@@ -78,6 +78,7 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
     COHORT_CHECK(p >= COHORT_PRESET_DDP && p <= COHORT_PRESET_CO2, Status::kInvalidArgument, "options->preset ", p,
                  " is not a cohort_plan_preset");
     c = parallel::preset(static_cast<parallel::Preset>(p - 1), o.tau);
+    c.outer_as_preset = true;  // co2's is settled for the inner optimizer (settle_for_optimizer)
   } else {
     c.mode = static_cast<parallel::SyncMode>(enum_int(o.mode));
     c.outer.lr = o.outer_lr;
@@ -129,7 +130,8 @@ parallel::PlanConfig to_config(const cohort_plan_options& o) {
   if (has_keep && o.grad_keep != 0) c.grad_keep = o.grad_keep;  // 0: the default, 1
   c.average_inner_state = has_inner_state && o.average_inner_state != 0;
   // 0 (or a caller built before the field): the mode's default, known once mode and shard_group are.
-  c.outer_bits = has_bits && o.outer_bits != 0 ? o.outer_bits : parallel::default_outer_bits(c);
+  c.outer_bits_as_default = !has_bits || o.outer_bits == 0;
+  c.outer_bits = c.outer_bits_as_default ? parallel::default_outer_bits(c) : o.outer_bits;
   parallel::validate(c);
   return c;
 }

@@ -252,11 +252,13 @@ std::unique_ptr<Trainer> make_pipeline_trainer(const Graph& model, const optim::
 }  // namespace
 
 std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::OptimizerConfig& config,
-                                               TrainerOptions options, const PlanConfig& plan,
+                                               TrainerOptions options, const PlanConfig& requested,
                                                std::shared_ptr<coll::Communicator> world,
                                                const DeviceCommFactory& device_comm,
                                                const std::function<void(const std::string&)>& on_stages) {
   COHORT_CHECK(world != nullptr, Status::kInvalidArgument, "parallel trainer: no communicator");
+  PlanConfig plan = requested;  // the mode's defaults settled for the inner optimizer
+  settle_for_optimizer(plan, config.kind == optim::OptimizerKind::kSgd);
   COHORT_CHECK(!plan.automatic, Status::kInvalidPlan,
                "plan: automatic: choose the layout first (choose_plan, cohort_plan_choose): it decides each rank's "
                "share of the batch, and so the model this trainer is built from");

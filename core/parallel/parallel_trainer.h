@@ -40,7 +40,8 @@ GridAxes make_grid(transport::coll::Communicator& world, const PlanConfig& plan)
 // single-rank initialisation, data parallelism attached over the data axis (rank 0 of each
 // data group broadcasts its parameters). Collective over world. device_comm, when given, is
 // called once the trainer exists (it has refused a device it cannot use by then) for
-// DataParallel::attach's device communicator; tensor parallelism runs on the host only.
+// DataParallel::attach's device communicator; tensor parallelism runs on the host only. What the
+// plan leaves to the mode's defaults is first settled for config's optimizer (settle_for_optimizer).
 using DeviceCommFactory = std::function<std::shared_ptr<transport::coll::Communicator>(const Trainer&)>;
 std::unique_ptr<Trainer> make_parallel_trainer(const Graph& model, const optim::OptimizerConfig& config,
                                                TrainerOptions options, const PlanConfig& plan,

@@ -42,6 +42,16 @@ PlanConfig preset(Preset p, int64_t tau) {
   throw Error(Status::kInvalidPlan, str_cat("plan: unknown preset ", static_cast<int>(p)));
 }
 
+void settle_for_optimizer(PlanConfig& plan, bool sgd) {
+  if (plan.mode != SyncMode::kCo2 || !sgd) return;
+  if (plan.outer_as_preset) {
+    plan.outer.lr = 1.0;
+    plan.outer.momentum = 0.0;
+    plan.outer.nesterov = false;
+  }
+  if (plan.outer_bits_as_default && plan.shard_group == 1) plan.outer_bits = 8;
+}
+
 RoundShape choose_round_shape(double comm_seconds, double step_seconds, int64_t overlap, int64_t tau_floor,
                               int64_t round_pos, int fragments) {
   constexpr int64_t kMaxOverlap = 1 << 16;

@@ -137,6 +137,11 @@ struct PlanConfig {
   // whose state is not finite contributes nothing to the average and takes it. Measured in README
   // (#30): CNN, SGD with momentum 0.9, tau 8, three seeds, +0.6 points. Off in every preset.
   bool average_inner_state = false;
+  // The outer optimizer (outer.lr, momentum, Nesterov) and outer_bits as the mode's defaults, not
+  // the caller's choice: the C ABI sets these for the co2 preset and for outer_bits left 0, and
+  // make_parallel_trainer settles them for the inner optimizer (settle_for_optimizer).
+  bool outer_as_preset = false;
+  bool outer_bits_as_default = false;
   size_t bucket_bytes = 25u << 20;   // DDP gradient bucket size
   // sync: top-k compression of the gradients with error feedback (core/parallel/grad_topk.h has
   // the rule): each bucket sends the grad_keep fraction of its entries of largest magnitude,
@@ -175,6 +180,14 @@ struct PlanConfig {
   // Ranks of one model replica: pipeline stages x the tensor grid.
   int model_degree() const { return pipeline.stages * tensor.degree(); }
 };
+
+// What the plan left to the mode's defaults (outer_as_preset, outer_bits_as_default), settled for
+// the inner optimizer: co2 over SGD (sgd) averages plainly (outer lr 1, no momentum), where DiLoCo's
+// Nesterov constants, the preset's for AdamW, lost 4-10 points on the CNN, blocking or overlapped;
+// and sends 8-bit messages where AdamW's default is 4 (the CNN at tau 2, three seeds: 4 bits cost
+// SGD half a point, 8 nothing). Measured in bench/time_to_accuracy/README.md. Anything else is
+// left as it is.
+void settle_for_optimizer(PlanConfig& plan, bool sgd);
 
 // A preset's settings (tau as given). localsgd: alpha 1, beta 0 = plain parameter averaging.
 // SlowMo: alpha 1, beta 0.5. DiLoCo: alpha 0.7, beta 0.9 Nesterov. CO2: DiLoCo's outer
@@ -222,7 +235,8 @@ inline int64_t outer_fragment_offset(int fragment, int fragments, int64_t tau) {
 // The bits per value co2 sends when the caller leaves outer_bits unset (the C ABI's 0, the CLI
 // without --outer-bits): 4 under co2 — with error feedback as accurate as fp32 on the MLP, the
 // CNN and the GPT (README, data-parallel accuracy) at 1/8 of its bytes — except with shard
-// groups, which do not take low-bit messages yet; 32 for every other mode.
+// groups, which do not take low-bit messages yet; 32 for every other mode. Over an SGD optimizer
+// make_parallel_trainer raises co2's 4 to 8 (settle_for_optimizer).
 int default_outer_bits(const PlanConfig& plan);
 
 // Throws kInvalidPlan naming the first bad field (unknown mode, tau < 1, negative lr, momentum

@@ -530,6 +530,84 @@ TEST_F(CapiParallel, Co2TrainerStepsReportsAndResumes) {
   EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
 }
 
+// co2's preset over an SGD optimizer averages plainly and sends 8-bit messages: in a world of one
+// with fp32 messages that is plain training, step for step, where the same plan spelled out with
+// DiLoCo's constants (no preset) moves away from it; the default message width is the explicit
+// 8-bit one's over SGD and the 4-bit one's over AdamW (settle_for_optimizer, plan.h).
+TEST_F(CapiParallel, Co2PresetOverSgdAveragesPlainlyWithEightBitMessages) {
+  cohort_optimizer_options so = cohort_optimizer_options_default();
+  so.kind = COHORT_OPTIM_SGD;
+  so.lr = 0.05;
+  so.momentum = 0.9;
+  cohort_optimizer* sgd = nullptr;
+  ASSERT_EQ(cohort_optimizer_create(&so, &sgd), COHORT_OK) << cohort_last_error();
+  auto make = [&](const cohort_plan_options& o, cohort_optimizer* opt) {
+    cohort_plan* plan = nullptr;
+    EXPECT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
+    cohort_trainer* t = nullptr;
+    EXPECT_EQ(cohort_trainer_create_parallel(graph_, opt, plan, comm_, nullptr, &t), COHORT_OK)
+        << cohort_last_error();
+    EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+    return t;
+  };
+  cohort_plan_options preset = cohort_plan_options_default();
+  preset.preset = COHORT_PRESET_CO2;
+  preset.tau = 2;
+  cohort_plan_options fp32 = preset;
+  fp32.outer_bits = 32;
+  cohort_plan_options spelled = cohort_plan_options_default();  // DiLoCo's constants, no preset
+  spelled.mode = COHORT_SYNC_CO2;
+  spelled.tau = 2;
+  spelled.outer_lr = 0.7;
+  spelled.outer_momentum = 0.9;
+  spelled.outer_nesterov = 1;
+  spelled.outer_bits = 32;
+  cohort_trainer* plain = nullptr;
+  ASSERT_EQ(cohort_trainer_create(graph_, sgd, nullptr, &plain), COHORT_OK) << cohort_last_error();
+  cohort_trainer* averaged = make(fp32, sgd);
+  cohort_trainer* nesterov = make(spelled, sgd);
+  ASSERT_TRUE(averaged && nesterov);
+  for (int k = 0; k < 8; ++k) {
+    const float p = step(plain, k), a = step(averaged, k), n = step(nesterov, k);
+    EXPECT_NEAR(a, p, 1e-6f * std::fabs(p)) << "step " << k;
+    (void)n;
+  }
+  const std::vector<float> wp = weight(plain), wa = weight(averaged), wn = weight(nesterov);
+  float off_a = 0, off_n = 0;
+  for (size_t i = 0; i < wp.size(); ++i) {
+    off_a = std::max(off_a, std::fabs(wa[i] - wp[i]));
+    off_n = std::max(off_n, std::fabs(wn[i] - wp[i]));
+  }
+  EXPECT_LT(off_a, 1e-6f);
+  EXPECT_GT(off_n, 1e-4f);  // the spelled-out Nesterov constants are kept, not settled
+  // The default width: an outer sync's bytes as with 8 bits given over SGD, 4 over AdamW.
+  auto sync_bytes = [&](cohort_plan_options o, int32_t bits, cohort_optimizer* opt) {
+    o.outer_bits = bits;
+    cohort_trainer* t = make(o, opt);
+    for (int k = 0; k < 2; ++k) step(t, k);
+    cohort_parallel_stats st{};
+    st.size = sizeof st;
+    EXPECT_EQ(cohort_trainer_get_parallel_stats(t, &st), COHORT_OK) << cohort_last_error();
+    EXPECT_EQ(cohort_trainer_destroy(t), COHORT_OK);
+    return st.outer_sync_bytes;
+  };
+  cohort_optimizer_options ao = cohort_optimizer_options_default();
+  ao.kind = COHORT_OPTIM_ADAMW;
+  cohort_optimizer* adamw = nullptr;
+  ASSERT_EQ(cohort_optimizer_create(&ao, &adamw), COHORT_OK) << cohort_last_error();
+  const int64_t sgd_default = sync_bytes(preset, 0, sgd), sgd_8 = sync_bytes(preset, 8, sgd),
+                sgd_4 = sync_bytes(preset, 4, sgd), adamw_default = sync_bytes(preset, 0, adamw),
+                adamw_4 = sync_bytes(preset, 4, adamw);
+  EXPECT_EQ(cohort_optimizer_destroy(adamw), COHORT_OK);
+  EXPECT_GT(sgd_8, sgd_4);
+  EXPECT_EQ(sgd_default, sgd_8);
+  EXPECT_EQ(adamw_default, adamw_4);
+  EXPECT_EQ(cohort_trainer_destroy(nesterov), COHORT_OK);
+  EXPECT_EQ(cohort_trainer_destroy(averaged), COHORT_OK);
+  EXPECT_EQ(cohort_trainer_destroy(plain), COHORT_OK);
+  EXPECT_EQ(cohort_optimizer_destroy(sgd), COHORT_OK);
+}
+
 // co2's waits split by whose pace they followed (outer_shared_wait_seconds). Under cohort-run at
 // 2 ranks (multirank.capi_shared_wait.n2) the last rank sleeps 40 ms after every step: rank 0
 // reaches each merge before the last rank has launched its average and waits for it there,
@@ -688,9 +766,10 @@ TEST_F(CapiParallel, OuterFragmentsValidateTrainReportAndResume) {
   ASSERT_EQ(cohort_trainer_get_parallel_stats(a, &s), COHORT_OK) << cohort_last_error();
   EXPECT_EQ(s.outer_fragments, 2);
   EXPECT_EQ(s.outer_syncs, 6);  // fragment 0 at steps 4, 8, 12; fragment 1 at 2, 6, 10
-  // fc1.weight alone (fc1.bias and fc2 are 35 floats), in co2's default 4-bit message: its 48
-  // values two to a byte, and one fp32 scale for the block of 256 that holds them.
-  EXPECT_EQ(s.outer_sync_bytes, 8 * 6 / 2 + 4);
+  // fc1.weight alone (fc1.bias and fc2 are 35 floats), in co2's default message over the
+  // fixture's SGD, 8 bits: its 48 values a byte each, and one fp32 scale for the block of 256 that
+  // holds them.
+  EXPECT_EQ(s.outer_sync_bytes, 8 * 6 + 4);
   EXPECT_EQ(s.rounds, 3);
   ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &b), COHORT_OK);
   ASSERT_EQ(cohort_trainer_load_parallel_checkpoint(b, path.c_str()), COHORT_OK) << cohort_last_error();

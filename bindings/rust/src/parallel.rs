@@ -34,7 +34,8 @@ pub enum Preset {
     SlowMo,
     /// Outer lr 0.7, Nesterov momentum 0.9.
     DiLoCo,
-    /// Outer lr 1, momentum 0, staleness penalty 1.0, clip 1.0.
+    /// DiLoCo's outer optimizer (lr 0.7, Nesterov momentum 0.9), no clip, staleness penalty
+    /// off; over an SGD optimizer, plain averaging (lr 1, no momentum).
     Co2,
 }
 
@@ -68,8 +69,8 @@ pub struct PlanOptions {
     /// chosen (and re-chosen) from the measured all-reduce and step times.
     pub overlap_steps: i64,
     /// co2: bits per value of the pseudo-gradient each rank sends: 32, 8 or 4 (block-scaled
-    /// integers averaged in fp32); 0 means the default: 4 under co2, 32 with shard groups or in
-    /// another mode.
+    /// integers averaged in fp32); 0 means the default: 4 under co2 (8 over an SGD optimizer), 32
+    /// with shard groups or in another mode.
     pub outer_bits: i32,
     /// localsgd, co2: streaming outer synchronisation — the parameters cut, in graph order, into
     /// this many fragments of about equal bytes, fragment f synchronised f * tau / F steps into

@@ -763,7 +763,9 @@ typedef enum cohort_plan_preset {
   COHORT_PRESET_DILOCO = 4,   /* outer lr 0.7, Nesterov momentum 0.9 */
   COHORT_PRESET_CO2 = 5       /* DiLoCo's outer optimizer (lr 0.7, Nesterov momentum 0.9), no
                                  clip, staleness penalty off (penalty_constant 1.0 when switched
-                                 on); overlap_steps as given (0: 1) */
+                                 on); overlap_steps as given (0: 1). Over an SGD optimizer the
+                                 trainer averages plainly instead (outer lr 1, no momentum):
+                                 DiLoCo's constants lost 4-10 points there */
 } cohort_plan_preset;
 
 /* cohort_plan_options.sequence_parallel: none, Megatron-LM's, or the all-to-all kind. */
@@ -822,7 +824,8 @@ typedef struct cohort_plan_options {
    * scale per 256 values, all-gathered and averaged in fp32 by every rank (traffic 1/2 and 1/4 of
    * fp32's at 4 ranks; each value off by at most half a level, and what a rank's rounding drops
    * is added to its next message, so none of it is lost). 0 (and a caller built before the
-   * field) means the mode's default: 4 under co2 (no accuracy lost on the models measured), 32
+   * field) means the mode's default: 4 under co2 (no accuracy lost on the models measured with
+   * AdamW; 8 over an SGD optimizer, settled when the trainer is made: 4 bits cost SGD half a point), 32
    * with shard_group > 1 (which does not take 8 / 4 yet) and in every other mode. INVALID_PLAN for
    * other values, and for 8 or 4 outside co2. */
   int32_t outer_bits;
@@ -1038,7 +1041,7 @@ typedef struct cohort_plan_options {
 } cohort_plan_options;
 /* preset NONE, data_parallel 0, mode DDP, tau 1, outer lr 1, momentum 0, no Nesterov, no
  * penalty (constant 1), no clip, ZeRO stage 0, bucket_bytes 25 MiB, tensor_x = tensor_y =
- * tensor_z = 1 (no tensor parallelism), overlap on, overlap_steps 0 (= 1), outer_bits 0 (co2: 4, else 32),
+ * tensor_z = 1 (no tensor parallelism), overlap on, overlap_steps 0 (= 1), outer_bits 0 (co2: 4, 8 over SGD, else 32),
  * pipeline_stages = pipeline_chunks = micro_batches = 1 (no pipeline), pipeline_schedule
  * COHORT_PIPELINE_1F1B, pipeline_cuts NULL (balanced), automatic 0, auto_trials 0,
  * memory_limit_bytes 0 (the host's memory over the ranks), fence 0, fence_compression_off 0,

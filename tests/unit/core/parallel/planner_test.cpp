@@ -441,7 +441,9 @@ TEST_F(Planner, ExecutorRunsCostPerMicroBatchAndChunk) {
     EXPECT_NEAR(b.run_overhead_seconds, c.runs * 1e-3, 1e-12) << b.describe();
     EXPECT_NEAR(b.compute_seconds - a.compute_seconds, c.runs * 1e-3, 1e-9) << b.describe();
     // A stage's micro-batch takes the runs' time too: the bubble grows with them.
-    if (c.stages > 1) EXPECT_GT(b.bubble_seconds, a.bubble_seconds) << b.describe();
+    if (c.stages > 1) {
+      EXPECT_GT(b.bubble_seconds, a.bubble_seconds) << b.describe();
+    }
   }
   // Taking turns on the cores stretches a run like the nodes.
   ClusterSpec shared = costly;

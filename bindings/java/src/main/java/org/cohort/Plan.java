@@ -43,7 +43,10 @@ public final class Plan extends Handle {
     SLOWMO(cohort_plan_preset.COHORT_PRESET_SLOWMO),
     /** Outer lr 0.7, Nesterov momentum 0.9. */
     DILOCO(cohort_plan_preset.COHORT_PRESET_DILOCO),
-    /** Outer lr 1, momentum 0, clip 1.0; staleness penalty off (constant 1.0 when switched on). */
+    /**
+     * DiLoCo's outer optimizer (lr 0.7, Nesterov momentum 0.9), no clip, staleness penalty off
+     * (constant 1.0 when switched on); over an SGD optimizer, plain averaging (lr 1, no momentum).
+     */
     CO2(cohort_plan_preset.COHORT_PRESET_CO2);
 
     final int code;

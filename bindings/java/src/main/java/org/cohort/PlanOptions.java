@@ -205,8 +205,8 @@ public final class PlanOptions {
 
   /**
    * co2: bits per value of the pseudo-gradient each rank sends: 32, or 8 or 4 (block-scaled
-   * integers, averaged in fp32); 0 means the default: 4 under co2, 32 with shard groups or in
-   * another mode. INVALID_PLAN for other values, and for 8 or 4 outside co2.
+   * integers, averaged in fp32); 0 means the default: 4 under co2 (8 over an SGD optimizer), 32 with
+   * shard groups or in another mode. INVALID_PLAN for other values, and for 8 or 4 outside co2.
    */
   public PlanOptions outerBits(int value) {
     outerBits = value;
