@@ -544,7 +544,7 @@ std::vector<std::string> apply_defaults(Options& o) {
     o.tau = default_tau(o);
     o.overlap = kAuto;
   }
-  if (!o.tau) o.tau = default_tau(o);  // the message bits: the plan's default (8 with SGD: plan.h)
+  if (!o.tau) o.tau = default_tau(o);  // --outer-bits unset: the plan's default (8 over SGD: plan.h)
   // Every model's shape is filled (only the chosen one is read), so no reader meets an empty one.
   if (!o.hidden) o.hidden = 256;
   if (!o.layers) o.layers = 4;

@@ -206,7 +206,10 @@ int run(const Options& o, const std::shared_ptr<coll::Communicator>& world) {
     }
     try {
       const Measured m = time_plan(o, plan, world);
-      if (m.step < best[static_cast<size_t>(k)]) best[static_cast<size_t>(k)] = m.step, best_busy[static_cast<size_t>(k)] = m.busy;
+      if (m.step < best[static_cast<size_t>(k)]) {
+        best[static_cast<size_t>(k)] = m.step;
+        best_busy[static_cast<size_t>(k)] = m.busy;
+      }
     } catch (const Error& e) {
       failures[static_cast<size_t>(k)] = e.what();
     }

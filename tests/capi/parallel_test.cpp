@@ -52,6 +52,17 @@ class CapiParallel : public ::testing::Test {
     EXPECT_EQ(cohort_trainer_step(t, in, 2, &loss), COHORT_OK) << cohort_last_error();
     return loss;
   }
+  // A data-parallel trainer of the fixture's graph over comm_ under a plan of these options
+  // (the plan destroyed again: the trainer keeps its copy); opt nullptr: the fixture's optimizer.
+  cohort_trainer* parallel_trainer(const cohort_plan_options& o, cohort_optimizer* opt = nullptr) {
+    cohort_plan* plan = nullptr;
+    EXPECT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
+    cohort_trainer* t = nullptr;
+    EXPECT_EQ(cohort_trainer_create_parallel(graph_, opt ? opt : optimizer_, plan, comm_, nullptr, &t), COHORT_OK)
+        << cohort_last_error();
+    EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+    return t;
+  }
   std::vector<float> weight(cohort_trainer* t) {
     std::vector<float> w(8 * 6);
     int64_t shape[2] = {8, 6};
@@ -362,13 +373,7 @@ TEST_F(CapiParallel, MicroBatchesTrainAndReportStats) {
     cohort_plan_options o = cohort_plan_options_default();
     o.micro_batches = micro_batches;
     o.pipeline_schedule = schedule;
-    cohort_plan* plan = nullptr;
-    EXPECT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
-    cohort_trainer* t = nullptr;
-    EXPECT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &t), COHORT_OK)
-        << cohort_last_error();
-    EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
-    return t;
+    return parallel_trainer(o);
   };
   cohort_trainer* whole = make(1, COHORT_PIPELINE_1F1B);
   cohort_trainer* one_f_one_b = make(2, COHORT_PIPELINE_1F1B);
@@ -541,15 +546,6 @@ TEST_F(CapiParallel, Co2PresetOverSgdAveragesPlainlyWithEightBitMessages) {
   so.momentum = 0.9;
   cohort_optimizer* sgd = nullptr;
   ASSERT_EQ(cohort_optimizer_create(&so, &sgd), COHORT_OK) << cohort_last_error();
-  auto make = [&](const cohort_plan_options& o, cohort_optimizer* opt) {
-    cohort_plan* plan = nullptr;
-    EXPECT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
-    cohort_trainer* t = nullptr;
-    EXPECT_EQ(cohort_trainer_create_parallel(graph_, opt, plan, comm_, nullptr, &t), COHORT_OK)
-        << cohort_last_error();
-    EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
-    return t;
-  };
   cohort_plan_options preset = cohort_plan_options_default();
   preset.preset = COHORT_PRESET_CO2;
   preset.tau = 2;
@@ -564,8 +560,8 @@ TEST_F(CapiParallel, Co2PresetOverSgdAveragesPlainlyWithEightBitMessages) {
   spelled.outer_bits = 32;
   cohort_trainer* plain = nullptr;
   ASSERT_EQ(cohort_trainer_create(graph_, sgd, nullptr, &plain), COHORT_OK) << cohort_last_error();
-  cohort_trainer* averaged = make(fp32, sgd);
-  cohort_trainer* nesterov = make(spelled, sgd);
+  cohort_trainer* averaged = parallel_trainer(fp32, sgd);
+  cohort_trainer* nesterov = parallel_trainer(spelled, sgd);
   ASSERT_TRUE(averaged && nesterov);
   for (int k = 0; k < 8; ++k) {
     const float p = step(plain, k), a = step(averaged, k), n = step(nesterov, k);
@@ -583,7 +579,7 @@ TEST_F(CapiParallel, Co2PresetOverSgdAveragesPlainlyWithEightBitMessages) {
   // The default width: an outer sync's bytes as with 8 bits given over SGD, 4 over AdamW.
   auto sync_bytes = [&](cohort_plan_options o, int32_t bits, cohort_optimizer* opt) {
     o.outer_bits = bits;
-    cohort_trainer* t = make(o, opt);
+    cohort_trainer* t = parallel_trainer(o, opt);
     for (int k = 0; k < 2; ++k) step(t, k);
     cohort_parallel_stats st{};
     st.size = sizeof st;
