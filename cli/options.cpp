@@ -384,8 +384,7 @@ void check_model_flags(const Options& o) {
 // 86.03% against sync's 86.11%, at tau 8 84.71%; co2 at tau 2 with 8-bit messages 85.85%, at tau 8
 // 84.58%: bench/time_to_accuracy/README.md). AdamW keeps 8: DiLoCo's outer Nesterov, co2's rule
 // with it, fails at short rounds. The other modes keep the published methods' 8.
-bool co2_with_sgd(const Options& o) { return o.parallel == "co2" && o.optimizer == "sgd"; }
-int64_t default_tau(const Options& o) { return co2_with_sgd(o) ? std::max<int64_t>(2, o.outer_fragments) : 8; }
+int64_t default_tau(const Options& o) { return o.co2_with_sgd() ? std::max<int64_t>(2, o.outer_fragments) : 8; }
 
 // Data-parallel flags change what is trained too: each needs the mode that reads it.
 void check_parallel_flags(const Options& o) {

@@ -88,6 +88,8 @@ struct Options {
   std::string pipeline_cuts;
   // Ranks of one model replica: pipeline stages x the tensor grid (consecutive ranks).
   int64_t model_degree() const { return pipeline * tensor_degree(); }
+  // co2 over SGD inner steps: plain averaging and 8-bit messages (the library's), tau 2 (ours).
+  bool co2_with_sgd() const { return parallel == "co2" && optimizer == "sgd"; }
   // --plan auto (cohort_plan_options::automatic): the planner chooses the layout — the fields
   // above from tensor_x to pipeline_cuts, zero and activation_checkpointing — at the start, for the
   // global batch --batch x world; Task then puts the chosen layout here, with batch the rows each

@@ -253,12 +253,11 @@ cohort_plan_options Task::plan_options() const {
   // co2's preset over SGD inner steps averages plainly (outer lr 1, no momentum): the library
   // settles that for the optimizer (settle_for_optimizer, plan.h), and the spelled-out settings
   // below start from it too.
-  const bool co2_sgd = o_.parallel == "co2" && o_.optimizer == "sgd";
   if (o_.staleness_penalty || o_.outer_clip || o_.outer_lr || o_.outer_momentum || o_.nesterov) {
     // A preset with some outer settings changed: spell them all out, starting from the
     // preset's values (cohort.h lists them), then apply the flags given.
     const bool co2 = o_.parallel == "co2";
-    const bool diloco = o_.parallel == "diloco" || (co2 && !co2_sgd);  // co2: DiLoCo's
+    const bool diloco = o_.parallel == "diloco" || (co2 && !o_.co2_with_sgd());  // co2: DiLoCo's
     po.preset = COHORT_PRESET_NONE;
     po.mode = co2 ? COHORT_SYNC_CO2 : COHORT_SYNC_LOCALSGD;
     po.outer_lr = diloco ? 0.7 : 1.0;

@@ -49,7 +49,7 @@ void settle_for_optimizer(PlanConfig& plan, bool sgd) {
     plan.outer.momentum = 0.0;
     plan.outer.nesterov = false;
   }
-  if (plan.outer_bits_as_default && plan.shard_group == 1) plan.outer_bits = 8;
+  if (plan.outer_bits_as_default) plan.outer_bits = default_outer_bits(plan, sgd);
 }
 
 RoundShape choose_round_shape(double comm_seconds, double step_seconds, int64_t overlap, int64_t tau_floor,
@@ -96,8 +96,9 @@ const char* mode_name(SyncMode mode) {
   return "unknown";
 }
 
-int default_outer_bits(const PlanConfig& plan) {
-  return plan.mode == SyncMode::kCo2 && plan.shard_group == 1 ? 4 : 32;
+int default_outer_bits(const PlanConfig& plan, bool sgd) {
+  if (plan.mode != SyncMode::kCo2 || plan.shard_group != 1) return 32;
+  return sgd ? 8 : 4;
 }
 
 void validate(const PlanConfig& p) {

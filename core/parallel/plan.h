@@ -236,8 +236,8 @@ inline int64_t outer_fragment_offset(int fragment, int fragments, int64_t tau) {
 // without --outer-bits): 4 under co2 — with error feedback as accurate as fp32 on the MLP, the
 // CNN and the GPT (README, data-parallel accuracy) at 1/8 of its bytes — except with shard
 // groups, which do not take low-bit messages yet; 32 for every other mode. Over an SGD optimizer
-// make_parallel_trainer raises co2's 4 to 8 (settle_for_optimizer).
-int default_outer_bits(const PlanConfig& plan);
+// (sgd: known once the trainer is made, settle_for_optimizer) co2's is 8.
+int default_outer_bits(const PlanConfig& plan, bool sgd = false);
 
 // Throws kInvalidPlan naming the first bad field (unknown mode, tau < 1, negative lr, momentum
 // or threshold, momentum >= 1, data_parallel < 0, bucket_bytes 0, unknown ZeRO stage, co2's

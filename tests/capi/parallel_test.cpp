@@ -613,13 +613,10 @@ TEST_F(CapiParallel, Co2SharedWaitSeparatesWaitingForSlowerRanks) {
   cohort_plan_options o = cohort_plan_options_default();
   o.preset = COHORT_PRESET_CO2;
   o.tau = 2;
-  cohort_plan* plan = nullptr;
-  ASSERT_EQ(cohort_plan_create(&o, &plan), COHORT_OK) << cohort_last_error();
   int32_t rank = 0, world = 1;
   ASSERT_EQ(cohort_comm_rank(comm_, &rank, &world), COHORT_OK);
-  cohort_trainer* t = nullptr;
-  ASSERT_EQ(cohort_trainer_create_parallel(graph_, optimizer_, plan, comm_, nullptr, &t), COHORT_OK)
-      << cohort_last_error();
+  cohort_trainer* t = parallel_trainer(o);
+  ASSERT_NE(t, nullptr);
   for (int k = 0; k < 12; ++k) {  // 6 rounds, 5 merges: the first 4 merges' waits reduced
     step(t, k);
     if (world > 1 && rank == world - 1) std::this_thread::sleep_for(std::chrono::milliseconds(40));
@@ -640,7 +637,6 @@ TEST_F(CapiParallel, Co2SharedWaitSeparatesWaitingForSlowerRanks) {
   ASSERT_EQ(cohort_trainer_get_parallel_stats(t, &old), COHORT_OK) << cohort_last_error();
   EXPECT_EQ(old.outer_shared_wait_seconds, -7);
   EXPECT_EQ(cohort_trainer_destroy(t), COHORT_OK);
-  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
 }
 
 // Local updating measures a round from its anchor. A model loaded from a file without outer state
