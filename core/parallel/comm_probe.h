@@ -15,7 +15,9 @@
 // pure arithmetic on every rank at once ran 1.01x as long as on one here, where a 2-rank step
 // computed ~1.3x its calibration); and it reports the cores each rank of the host has
 // (CommTable::cores_per_rank), which tells the planner whether a transport can progress on a
-// core of its own while the rank computes.
+// core of its own while the rank computes; where it cannot, the processor time a point-to-point
+// message costs its rank (CommTable::message_compute_*, from ping-pongs of two sizes timed in
+// process processor time) is what each message of a pipeline takes from the stages' compute.
 //
 // The one thing to know: the probe is a collective over `world`; every rank calls it at the same
 // point, and every rank gets the same table.

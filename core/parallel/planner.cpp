@@ -78,6 +78,10 @@ double ring_volume(CommOp op, int ranks) {
 
 }  // namespace
 
+double CommTable::message_compute(double bytes) const {
+  return message_compute_seconds + bytes * message_compute_seconds_per_byte;
+}
+
 double CommTable::seconds(CommOp op, int ranks, double bytes, bool across_nodes) const {
   const CommCost* best = nullptr;
   double best_score = std::numeric_limits<double>::infinity();
@@ -652,6 +656,20 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
       rank_block_act[r] = std::max(rank_block_act[r], block_full[b]);
     }
   }
+  // Without a core to spare for the transport, each message a stage sends or receives takes the
+  // probe's measured processor time from it (CommTable::message_compute), stretched like the nodes:
+  // a forward receives over the cut into its stage and sends over the cut out of it, a backward
+  // the other way round. One way:
+  std::vector<double> stage_messages(static_cast<size_t>(stage_count), 0);
+  auto cut_bytes = [&](int s) { return g.cut_bytes[begin[static_cast<size_t>(s)]] / (sp ? Y : 1); };
+  if (!spare_core && stage_count > 1) {
+    for (int s = 0; s < stage_count; ++s) {
+      double& m = stage_messages[static_cast<size_t>(s)];
+      if (s > 0) m += comm.message_compute(cut_bytes(s)) * contention;
+      if (s + 1 < stage_count) m += comm.message_compute(cut_bytes(s + 1)) * contention;
+      rank_compute[s % P] += 2 * m;
+    }
+  }
   int slow = 0;
   for (int r = 0; r < P; ++r)
     if (rank_compute[r] + rank_tcomm[r] > rank_compute[slow] + rank_tcomm[slow]) slow = r;
@@ -678,11 +696,9 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
       const size_t last = s + 1 < stage_count ? begin[static_cast<size_t>(s) + 1] : n_nodes;
       double t = rank_runs[s % P] / V;
       for (size_t i = first; i < last; ++i) t += compute[i] + tcomm[i];
-      fwd[static_cast<size_t>(s)] = t / 3;
-      bwd[static_cast<size_t>(s)] = 2 * t / 3;
-      if (s > 0)
-        arrive[static_cast<size_t>(s)] =
-            comm.seconds(CommOp::kPointToPoint, 2, g.cut_bytes[first] / (sp ? Y : 1), pipe_across);
+      fwd[static_cast<size_t>(s)] = t / 3 + stage_messages[static_cast<size_t>(s)];
+      bwd[static_cast<size_t>(s)] = 2 * t / 3 + stage_messages[static_cast<size_t>(s)];
+      if (s > 0) arrive[static_cast<size_t>(s)] = comm.seconds(CommOp::kPointToPoint, 2, cut_bytes(s), pipe_across);
     }
     const double without_messages = simulate_pipeline(pp.schedule, P, V, M, fwd, bwd, none);
     const double with_messages = simulate_pipeline(pp.schedule, P, V, M, fwd, bwd, arrive);

@@ -14,6 +14,9 @@
 //     Communication that the model overlaps with compute (Z's weight gathers behind the pair's
 //     compute) is hidden only where a rank has a core to spare for the transport's progress
 //     (CommTable::cores_per_rank, else ClusterSpec's cores, against the rank's threads + 1).
+//     Without that spare core, each message over a pipeline cut also takes processor time from
+//     the stages that send and receive it (CommTable::message_compute, measured by the probe), in
+//     their compute.
 //   - The bubble: (P - 1) / (V M + P - 1) of the pipeline's time for P stages, V chunks per rank
 //     and M micro-batches (1F1B and GPipe: V = 1).
 //   - Executor runs: under micro-batches or stages, 2 M V runs a step on each rank and M passes
@@ -65,6 +68,15 @@ struct CommTable {
   // run on); 0 when not measured (the planner then divides ClusterSpec::cores_per_node). Below
   // threads_per_rank + 1, no core is spare for a transport's progress while a rank computes.
   double cores_per_rank = 0;
+  // The compute a point-to-point message takes from a rank that computes while it goes (the
+  // transport's progress thread, the kernel's network stack and the wake-ups, on the cores the
+  // ranks compute on): per message sent or received, a fixed part and a part per byte. Measured
+  // by the probe under every rank's load; 0 when not measured. The planner charges it to a
+  // pipeline's stages where no core is spare for the transport (cores_per_rank).
+  double message_compute_seconds = 0;
+  double message_compute_seconds_per_byte = 0;
+  // message_compute_seconds + bytes x message_compute_seconds_per_byte.
+  double message_compute(double bytes) const;
   std::string source;  // "measured in 1.8 s over 4 ranks", "cluster description", ...
   // The time of `op` on `bytes` over `ranks` ranks: the entry of that op and group size (and
   // placement), else the nearest measured group size (an entry of the other placement only when

@@ -43,6 +43,13 @@ TEST(CommProbe, MeasuresEveryOperationAndGroupSizeAlikeOnEveryRank) {
   EXPECT_EQ(t.cores_per_rank, 0.5);
   EXPECT_NE(t.source.find("a counting step together"), std::string::npos) << t.source;
   EXPECT_NE(t.source.find("0.50 cores per rank"), std::string::npos) << t.source;
+  // A message's processor time: a fixed part and a part per byte, the same on every rank.
+  EXPECT_TRUE(std::isfinite(t.message_compute_seconds) && t.message_compute_seconds >= 0 &&
+              t.message_compute_seconds < 0.1)
+      << t.message_compute_seconds;
+  EXPECT_TRUE(std::isfinite(t.message_compute_seconds_per_byte) && t.message_compute_seconds_per_byte >= 0)
+      << t.message_compute_seconds_per_byte;
+  EXPECT_NE(t.source.find("a message takes"), std::string::npos) << t.source;
   // Groups of 2: point-to-point and the five collectives; of 4: the five collectives.
   ASSERT_EQ(t.entries.size(), 11u) << t.source;
   int pairs = 0;
@@ -58,6 +65,8 @@ TEST(CommProbe, MeasuresEveryOperationAndGroupSizeAlikeOnEveryRank) {
   }
   EXPECT_EQ(pairs, 1);
   for (const CommTable& other : tables) {
+    EXPECT_EQ(other.message_compute_seconds, t.message_compute_seconds);
+    EXPECT_EQ(other.message_compute_seconds_per_byte, t.message_compute_seconds_per_byte);
     ASSERT_EQ(other.entries.size(), t.entries.size());
     for (size_t k = 0; k < t.entries.size(); ++k) {
       EXPECT_EQ(other.entries[k].latency_seconds, t.entries[k].latency_seconds);

@@ -416,6 +416,46 @@ TEST_F(Planner, TensorZGathersAreExposedWithoutASpareCore) {
   EXPECT_EQ(predict(model, spare, data_plan(2)).step_seconds(), predict(model, none, data_plan(2)).step_seconds());
 }
 
+// Without a core to spare for the transport, each message over a pipeline cut takes the probe's
+// measured processor time (CommTable::message_compute) from the stage that sends or receives it, in
+// its compute: a stage's forward receives over the cut into it and sends over the cut out of it,
+// its backward the reverse. With a spare core, or where the probe measured nothing, it costs no
+// compute. The cost is a fixed part plus a part per byte.
+TEST_F(Planner, PipelineMessagesTakeComputeWithoutASpareCore) {
+  CommTable t;
+  t.message_compute_seconds = 1e-5;
+  t.message_compute_seconds_per_byte = 1e-9;
+  EXPECT_NEAR(t.message_compute(1000), 1e-5 + 1e-6, 1e-15);
+  const Graph model = models::build_gpt(small_gpt());
+  ClusterSpec spare = cluster(2), none = cluster(2), unmeasured = cluster(2);
+  spare.cores_per_node = 4;  // 2 ranks: 2 cores each
+  none.cores_per_node = 2;   // 1 core each: the transport progresses on the ranks' cores
+  unmeasured.cores_per_node = 2;
+  for (ClusterSpec* c : {&spare, &none}) c->comm.message_compute_seconds = 1e-4;  // per message, any size
+  struct Case {
+    int chunks, micro;
+    double messages;  // per micro-batch on the busier rank: both ways over its stages' cuts
+  };
+  // 1F1B over 2 stages: each rank's stage has one cut, a message forward and one backward. Two
+  // chunks: virtual stages 0-3, rank 0 holding 0 (one cut) and 2 (two cuts), both ways.
+  for (const Case& k : {Case{1, 4, 2}, Case{2, 4, 6}}) {
+    PlanConfig plan = data_plan(1);
+    plan.pipeline.stages = 2;
+    plan.pipeline.chunks = k.chunks;
+    plan.pipeline.micro_batches = k.micro;
+    plan.pipeline.schedule = k.chunks > 1 ? PipelineSchedule::kInterleaved : PipelineSchedule::kOneFOneB;
+    const PlanPrediction a = predict(model, spare, plan), b = predict(model, none, plan),
+                         u = predict(model, unmeasured, plan);
+    EXPECT_EQ(u.compute_seconds, a.compute_seconds) << u.describe();
+    EXPECT_NEAR(b.compute_seconds - a.compute_seconds, k.micro * k.messages * 1e-4, 1e-9) << b.describe();
+    EXPECT_GE(b.step_seconds() - a.step_seconds(), k.micro * k.messages * 1e-4 - 1e-9) << b.describe();
+  }
+  // Nothing crosses a cut without stages.
+  PlanConfig data = data_plan(2);
+  data.pipeline.micro_batches = 2;
+  EXPECT_EQ(predict(model, none, data).compute_seconds, predict(model, unmeasured, data).compute_seconds);
+}
+
 // Under micro-batches or pipeline stages every micro-batch's forward and backward of each chunk is
 // an executor run of its own: 2 M V runs a step, each at the cluster's (or the calibration's)
 // cost of a run; a step without either is one run, already in the whole-graph calibration. The
