@@ -207,12 +207,18 @@ class TorchWorker {
       args.push_back(v);
     // The child's arguments and environment are built here: after fork only exec-safe calls.
     const std::string n = std::to_string(threads);
-    std::vector<std::string> env = {"OMP_NUM_THREADS=" + n, "OPENBLAS_NUM_THREADS=" + n, "OMP_WAIT_POLICY=passive"};
+    // OPENBLAS_THREAD_TIMEOUT: OpenBLAS's pthread workers spin about 2^28 cycles after each call
+    // before they sleep, so a worker that has just timed its round kept a core busy into the next
+    // player's round (a Zen 5 box, GPT 4x256 at 2 threads: cohort 8861-9864 tokens/s with the
+    // workers beside it, 12445-13604 without; with 2^4 cycles 11831, and PyTorch's own 2-thread
+    // figure 5835 against 4946-5705). Passive OpenMP waits, for the same reason.
+    std::vector<std::string> env = {"OMP_NUM_THREADS=" + n, "OPENBLAS_NUM_THREADS=" + n, "OMP_WAIT_POLICY=passive",
+                                    "OPENBLAS_THREAD_TIMEOUT=4"};
     if (coretype) env.push_back(std::string("OPENBLAS_CORETYPE=") + coretype);
     for (char** e = environ; *e; ++e) {
       const std::string kv = *e, key = kv.substr(0, kv.find('=') + 1);
       if (key != "OMP_NUM_THREADS=" && key != "OPENBLAS_NUM_THREADS=" && key != "OMP_WAIT_POLICY=" &&
-          key != "OPENBLAS_CORETYPE=")
+          key != "OPENBLAS_CORETYPE=" && key != "OPENBLAS_THREAD_TIMEOUT=")
         env.push_back(kv);
     }
     std::vector<char*> argv, envp;
