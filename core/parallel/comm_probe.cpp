@@ -28,6 +28,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// One round trip of `count` floats with `peer`: the even rank of the pair sends first.
+void ping_pong(coll::Communicator& comm, int peer, const float* in, float* out, size_t count) {
+  if (comm.rank() % 2 == 0) {
+    comm.send(in, count, coll::DataType::kF32, peer)->wait();
+    comm.recv(out, count, coll::DataType::kF32, peer)->wait();
+  } else {
+    comm.recv(out, count, coll::DataType::kF32, peer)->wait();
+    comm.send(in, count, coll::DataType::kF32, peer)->wait();
+  }
+}
+
 // One run of `op` with each rank's input of `bytes` over `group` (buffers large enough for the
 // group's outputs), timed from a barrier to this rank's completion.
 double run_once(coll::Communicator& group, CommOp op, size_t bytes, std::vector<float>& in, std::vector<float>& out) {
@@ -38,14 +49,7 @@ double run_once(coll::Communicator& group, CommOp op, size_t bytes, std::vector<
     case CommOp::kPointToPoint: {
       // Ping-pong with the neighbour (ranks 2k and 2k + 1): the round trip, halved below.
       const int peer = group.rank() ^ 1;
-      if (peer >= group.size()) break;
-      if (group.rank() % 2 == 0) {
-        group.send(in.data(), count, coll::DataType::kF32, peer)->wait();
-        group.recv(out.data(), count, coll::DataType::kF32, peer)->wait();
-      } else {
-        group.recv(out.data(), count, coll::DataType::kF32, peer)->wait();
-        group.send(in.data(), count, coll::DataType::kF32, peer)->wait();
-      }
+      if (peer < group.size()) ping_pong(group, peer, in.data(), out.data(), count);
       break;
     }
     case CommOp::kAllReduce:
@@ -176,15 +180,7 @@ MessageCompute measure_message_compute(coll::Communicator& world, double bytes_p
     const size_t count = paired ? bytes / sizeof(float) : 0;
     world.barrier()->wait();
     const double start = process_seconds();
-    for (int k = 0; count > 0 && k < round_trips; ++k) {
-      if (world.rank() % 2 == 0) {
-        world.send(buf.data(), count, coll::DataType::kF32, peer)->wait();
-        world.recv(buf.data(), count, coll::DataType::kF32, peer)->wait();
-      } else {
-        world.recv(buf.data(), count, coll::DataType::kF32, peer)->wait();
-        world.send(buf.data(), count, coll::DataType::kF32, peer)->wait();
-      }
-    }
+    for (int k = 0; count > 0 && k < round_trips; ++k) ping_pong(world, peer, buf.data(), buf.data(), count);
     float t = paired ? static_cast<float>((process_seconds() - start) / (2.0 * round_trips)) : 0.0f;
     std::vector<float> each(static_cast<size_t>(world.size()), 0.0f);
     world.all_gather(&t, each.data(), 1, coll::DataType::kF32)->wait();
