@@ -68,10 +68,10 @@ struct CommTable {
   // run on); 0 when not measured (the planner then divides ClusterSpec::cores_per_node). Below
   // threads_per_rank + 1, no core is spare for a transport's progress while a rank computes.
   double cores_per_rank = 0;
-  // The compute a point-to-point message takes from a rank that computes while it goes (the
-  // transport's progress thread, the kernel's network stack and the wake-ups, on the cores the
-  // ranks compute on): per message sent or received, a fixed part and a part per byte. Measured
-  // by the probe under every rank's load; 0 when not measured. The planner charges it to a
+  // The processor time a point-to-point message costs its rank (the transport's progress thread,
+  // the kernel's network stack and the wake-ups, on the cores the ranks compute on): per message
+  // sent or received, a fixed part and a part per byte. Measured by the probe (ping-pongs between
+  // neighbours, in process processor time); 0 when not measured. The planner charges it to a
   // pipeline's stages where no core is spare for the transport (cores_per_rank).
   double message_compute_seconds = 0;
   double message_compute_seconds_per_byte = 0;
