@@ -208,10 +208,10 @@ class TorchWorker {
     // The child's arguments and environment are built here: after fork only exec-safe calls.
     const std::string n = std::to_string(threads);
     // OPENBLAS_THREAD_TIMEOUT: OpenBLAS's pthread workers spin about 2^28 cycles after each call
-    // before they sleep, so a worker that has just timed its round kept a core busy into the next
-    // player's round (a Zen 5 box, GPT 4x256 at 2 threads: cohort 8861-9864 tokens/s with the
-    // workers beside it, 12445-13604 without; with 2^4 cycles 11831, and PyTorch's own 2-thread
-    // figure 5835 against 4946-5705). Passive OpenMP waits, for the same reason.
+    // before they sleep, so a worker that has just timed its round can keep a core busy into the
+    // next player's round. A precaution: on a Zen 5 box one run with it read GPT 4x256 at 2 threads
+    // at cohort 11831 and PyTorch 5835 tokens/s against 8861-9864 and 4946-5705 without, but later
+    // runs with it read 8957-13446, that box's own spread. Passive OpenMP waits, for the same reason.
     std::vector<std::string> env = {"OMP_NUM_THREADS=" + n, "OPENBLAS_NUM_THREADS=" + n, "OMP_WAIT_POLICY=passive",
                                     "OPENBLAS_THREAD_TIMEOUT=4"};
     if (coretype) env.push_back(std::string("OPENBLAS_CORETYPE=") + coretype);
