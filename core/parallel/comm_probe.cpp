@@ -28,6 +28,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The middle element (the upper one of an even count).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 // One round trip of `count` floats with `peer`: the even rank of the pair sends first.
 void ping_pong(coll::Communicator& comm, int peer, const float* in, float* out, size_t count) {
   if (comm.rank() % 2 == 0) {
@@ -82,8 +88,7 @@ double measure(coll::Communicator& world, coll::Communicator& group, CommOp op, 
   run_once(group, op, bytes, in, out);
   std::vector<double> times;
   for (int r = 0; r < repetitions; ++r) times.push_back(run_once(group, op, bytes, in, out));
-  std::sort(times.begin(), times.end());
-  float slowest = static_cast<float>(times[times.size() / 2]);
+  float slowest = static_cast<float>(median(times));
   world.all_reduce(&slowest, 1, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
   return slowest;
 }
@@ -141,9 +146,8 @@ double measure_compute_stretch(coll::Communicator& world, const std::function<vo
     world.all_reduce(&a, 1, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
     std::vector<float> each(static_cast<size_t>(world.size()), 0.0f);
     world.all_gather(&t, each.data(), 1, coll::DataType::kF32)->wait();
-    std::sort(each.begin(), each.end());
     alone.push_back(a);
-    together.push_back(each[each.size() / 2]);
+    together.push_back(median(std::vector<double>(each.begin(), each.end())));
   }
   return *std::min_element(together.begin(), together.end()) / *std::min_element(alone.begin(), alone.end());
 }
@@ -184,11 +188,10 @@ MessageCompute measure_message_compute(coll::Communicator& world, double bytes_p
     float t = paired ? static_cast<float>((process_seconds() - start) / (2.0 * round_trips)) : 0.0f;
     std::vector<float> each(static_cast<size_t>(world.size()), 0.0f);
     world.all_gather(&t, each.data(), 1, coll::DataType::kF32)->wait();
-    std::vector<float> timed;
+    std::vector<double> timed;
     for (int r = 0; r < world.size(); ++r)
       if ((r ^ 1) < world.size()) timed.push_back(each[static_cast<size_t>(r)]);
-    std::sort(timed.begin(), timed.end());
-    return static_cast<double>(timed[timed.size() / 2]);
+    return median(timed);
   };
   per_message(small_bytes);  // warm-up: the pairs' connections made
   double small = std::numeric_limits<double>::infinity(), large = small;
@@ -372,11 +375,6 @@ double round_trip(coll::Communicator& world, int peer, std::vector<uint8_t>& buf
   world.send(buf.data(), bytes, coll::DataType::kU8, peer)->wait();
   world.recv(buf.data(), bytes, coll::DataType::kU8, peer)->wait();
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Messages of a bandwidth stream, and the first of them left out of the rate: a shaped link (a
