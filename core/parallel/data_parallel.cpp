@@ -831,7 +831,7 @@ void DataParallel::note_round_end() {
   // the same merges in a round (they fall at the same steps), so the minimum is the wait of the
   // rank that launched last, which only the transfer kept waiting.
   collect_shared_waits(kSharedWaitsInFlight - 1);
-  SharedWait& w = shared_waits_.emplace_back(SharedWait{static_cast<float>(-round_outer_wait_), nullptr});
+  SharedWait& w = shared_waits_.emplace_back(SharedWait{static_cast<float>(-round_outer_wait_), round_outer_wait_, nullptr});
   round_outer_wait_ = 0;
   try {
     w.work = group_comm_->all_reduce(&w.value, 1, coll::DataType::kF32, coll::ReduceOp::kMax);
@@ -871,7 +871,7 @@ void DataParallel::collect_shared_waits(size_t in_flight) {
       w.work->wait();
       note_blocking(start);
     }
-    stats_.outer_shared_wait_seconds += std::max(0.0, -static_cast<double>(w.value));
+    stats_.outer_shared_wait_seconds += std::min(w.own, std::max(0.0, -static_cast<double>(w.value)));
     shared_waits_.pop_front();
   }
 }

@@ -542,7 +542,8 @@ class DataParallel : public StepHook {
   // 6) would add to the waits it measures. Past kSharedWaitsInFlight the oldest is waited for.
   static constexpr size_t kSharedWaitsInFlight = 4;
   struct SharedWait {
-    float value;
+    float value;  // this rank's wait, negated, then the ranks' maximum of it (the least wait)
+    double own;   // this rank's wait: the least is never more (value is its float rounding)
     transport::coll::WorkPtr work;
   };
   double round_outer_wait_ = 0;
