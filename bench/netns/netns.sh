@@ -115,6 +115,8 @@ preflight() {
   fi
   trap 'ip netns del "$probe" 2>/dev/null || true' EXIT   # replaced by the command's own trap
   if ! why=$(ip -n "$probe" link add pa type veth peer name pb 2>&1); then ok=0; why="veth: $why"
+  elif ! why=$(ip -n "$probe" link set pa gso_max_segs "$GSO_SEGS" 2>&1); then
+    ok=0; why="veth gso_max_segs (iproute2 too old?): $why"
   elif ! why=$(ip -n "$probe" link add pbr type bridge 2>&1); then ok=0; why="bridge: $why"
   elif ! why=$(tc -n "$probe" qdisc add dev pa root handle 1: htb default 1 2>&1); then ok=0; why="tc htb: $why"
   elif ! why=$(tc -n "$probe" class add dev pa parent 1: classid 1:1 htb rate 10mbit 2>&1); then
@@ -156,21 +158,39 @@ valid_delay() { [[ -z "$1" || "$1" =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]]; }
 readonly UNSHAPED_RATE="100gbit"   # a class that only carries a delay: no limit this host reaches
 readonly QUANTUM=200000            # bytes per DRR round: above a 64 KB GSO segment, htb's maximum
 
-# burst = cburst = max(8 KiB, 50 us of the rate). A token bucket lets a message shorter than its
+# Packets: a veth passes the stack's GSO packets whole, up to 64 KB each, and htb meters a packet
+# as a unit, where a real link's frames are 1.5 KB. With 64 KB packets a message one packet long
+# passed at veth speed and a message a few bytes longer waited a packet's debt (4 ranks at 1
+# Gbit/s, netns_bw p2p: 65000 B 0.4-0.5 ms, 65536 B 0.8-1.1 ms; all-reduce 1.0 against 2.2 ms), so
+# `cohort train --grid 1x4x1` (GPT 4x64, batch 8, context 64) ran 2 micro-batches, whose
+# all-reduces are 64 KiB, at 2131-2766 tokens/s against 5623-6892 for 1 and 4 at 1 Gbit/s, and at
+# 100 Mbit/s 714 / 536 / 1252 tokens/s for 1 / 2 / 4. Each veth end therefore caps its GSO packets
+# at GSO_SEGS segments (NETNS_GSO_SEGS overrides it). 20 (~29 KB): no step from 28 to 131 KB
+# (p2p 65000 and 65536 B both 0.5-0.6 ms), the same run 6755 / 6624 / 6967 tokens/s at 1 Gbit/s
+# and 1021 / 1204 / 1244 at 100 Mbit/s, and a 4 MiB all-reduce over 4 ranks at 108 MB/s bus
+# bandwidth at 1 Gbit/s (64 KB packets: 108-115) and 10.5-11.0 at 100 Mbit/s (11.2-11.8). Smaller
+# packets cost this 2-core host the packets' processor time: 10 segments read 84-88 MB/s at 1
+# Gbit/s, 5 moved p2p at 0.72-0.87 of the rate, 1 (real frames) at 170-195 Mbit/s.
+#
+# burst = cburst = max(32 KiB, 50 us of the rate). A token bucket lets a message shorter than its
 # burst, sent after the link has idled long enough to refill it, pass at the veth's own speed; a
 # real link of that rate has no such allowance. The tbf this script used first needed a burst
 # above the 64 KB GSO segments (it drops a larger packet, and TCP resets), so it had max(256 KiB,
 # 5 ms of the rate), which htb kept — and at 1 Gbit/s its 625 KB passed most of a small model's
 # gradient all-reduce (0.87 MB) at veth speed: DDP steps measured 0.65x of the planner's price
-# (bench/planner). htb lets a packet above the burst through and runs the class into debt, so the
-# small burst keeps the rate (p2p 1 Gbit/s: 119 MB/s with 4 KiB as with 625 KB; 100 Mbit/s 11.9);
-# the 50 us term leaves fast rates a few packets per timer wake-up (10 Gbit/s with a flat 64 KiB:
-# 1.14 against 1.40 GB/s on this 2-core host). NETNS_BURST (bytes) overrides it, for experiments.
+# (bench/planner). htb lets a packet above the burst through and runs the class into debt, so a
+# small burst keeps the rate; but one well below a packet puts every packet in debt, and the link
+# then moves at htb's timer (10 segments at 1 Gbit/s, the run above: 4 micro-batches 3603-4164
+# tokens/s with 8 or 16 KiB, 5660 with 32; 64 KiB let 1 and 4 micro-batches run faster than the
+# rate, 8139 and 9563). The 50 us term leaves fast rates a few packets per timer wake-up.
+# NETNS_BURST (bytes) overrides it, for experiments.
+readonly GSO_SEGS="${NETNS_GSO_SEGS:-20}"
+[[ "$GSO_SEGS" =~ ^[1-9][0-9]{0,3}$ ]] || { echo "netns.sh: NETNS_GSO_SEGS must be 1-9999, not '$GSO_SEGS'" >&2; exit 2; }
 burst_for() {
   local bytes
   if [[ -n "${NETNS_BURST:-}" ]]; then echo "$NETNS_BURST"; return; fi
   bytes=$(rate_bytes "$1")
-  echo $((bytes / 20000 > 8192 ? bytes / 20000 : 8192))
+  echo $((bytes / 20000 > 32768 ? bytes / 20000 : 32768))
 }
 pair_class() { printf '1:%x' $((0x100 + $1)); }   # on rank I's veth0: the class for destination J
 filter_node() { printf '800::%x' $(($1 + 1)); }   # the u32 node that names peer J
@@ -241,6 +261,8 @@ setup() {
     # Both ends are created directly inside their namespaces: nothing appears in the root one.
     ip link add "$RANK_DEV" netns "$ns" type veth peer name "h$i" netns "$hub"
     ip -n "$hub" link set "h$i" master "$BRIDGE"
+    ip -n "$hub" link set "h$i" gso_max_segs "$GSO_SEGS"
+    ip -n "$ns" link set "$RANK_DEV" gso_max_segs "$GSO_SEGS"
     ip -n "$ns" addr add "$(rank_addr "$i")/24" dev "$RANK_DEV"
     set_default "$ns" "$RANK_DEV" "${RATES[i]}" "$delay"   # rank -> hub: upload (+ delay)
     set_default "$hub" "h$i" "${RATES[i]}" ""                # hub -> rank: download
