@@ -41,7 +41,13 @@ struct CommOptions {
   // against 1.14, tcp 0.59 against 0.57).
   size_t chunk_bytes = 0;
   size_t window = 4;                         // chunks in flight per operation
-  size_t small_bytes = 128 << 10;            // at or below: latency-optimal algorithms
+  // At or below: latency-optimal algorithms (an all-reduce by recursive doubling, log2(n) steps
+  // of the whole message, where the ring takes 2(n - 1) steps of 1/n of it). Where it pays
+  // depends on the link: by latency a and time per byte b the two cross at about 8 a / b for 4
+  // ranks, ~60-75 KB at 1 Gbit/s and hundreds of KB at 10 Gbit/s. Over links shaped in network
+  // namespaces (netns_bw, 4 ranks, 2026-11-28) 128 KiB took 2.8 ms at 1 Gbit/s and 20.3 ms at
+  // 100 Mbit/s, 16 bytes more (the ring) 1.9 and 15.9 ms. Choosing by the measured link is open.
+  size_t small_bytes = 128 << 10;
   // When every rank runs on one host and UCX can map their memory into each other (shared
   // memory transports enabled), all-reduce, reduce-scatter and all-gather go through a shared
   // window (shared_window.h) instead of messages. false keeps messages (rings, recursive
