@@ -182,10 +182,10 @@ readonly QUANTUM=200000            # bytes per DRR round: above a 64 KB GSO segm
 # small burst keeps the rate; but one well below a packet puts every packet in debt, and the link
 # then moves at htb's timer (10 segments at 1 Gbit/s, the run above: 4 micro-batches 3603-4164
 # tokens/s with 8 or 16 KiB, 5660 with 32; with 20 segments a 64 KiB burst let 1 and 4 micro-
-# batches run faster than the rate, 8139 and 9563 tokens/s). The 50 us term leaves fast rates a few packets per timer wake-up.
-# NETNS_BURST (bytes) overrides it, for experiments.
+# batches run faster than the rate, 8139 and 9563 tokens/s). The 50 us term leaves fast rates a
+# few packets per timer wake-up. NETNS_BURST (bytes) overrides it, for experiments.
 readonly GSO_SEGS="${NETNS_GSO_SEGS:-20}"
-[[ "$GSO_SEGS" =~ ^[1-9][0-9]{0,3}$ ]] || { echo "netns.sh: NETNS_GSO_SEGS must be 1-9999, not '$GSO_SEGS'" >&2; exit 2; }
+[[ "$GSO_SEGS" =~ ^[1-9][0-9]{0,3}$ ]] || die "NETNS_GSO_SEGS must be 1-9999, not '$GSO_SEGS'"
 burst_for() {
   local bytes
   if [[ -n "${NETNS_BURST:-}" ]]; then echo "$NETNS_BURST"; return; fi
