@@ -259,7 +259,7 @@ const char* usage_text() {
          "          synchronised tau/F steps after the one before, so a sync carries ~1/F of the model; with\n"
          "          --overlap auto each fragment's average is merged before the next fragment's sync)\n"
          "         [--staleness-penalty 0|1] [--outer-clip C] [--overlap N|auto (1..tau)]\n"
-         "         [--outer-bits 32|8|4 (default 4; 8 with --optimizer sgd; 32 with --shard-group)]\n"
+         "         [--outer-bits 32|8|4 (default 4; 8 with --optimizer sgd)]\n"
          "         (co2 only; --tau auto = --overlap auto: chosen from the measured all-reduce and step times)\n"
          "         (co2 with --optimizer sgd: plain averaging (outer lr 1, no momentum) and tau 2 by default)\n"
          "         [--tensor N | --grid XxYxZ]  (mlp and gpt: tensor parallelism over groups of N or X*Y*Z ranks)\n"
@@ -452,10 +452,8 @@ void check_parallel_flags(const Options& o) {
           "--shard-group needs --parallel localsgd, slowmo, diloco or co2 (replicas that synchronise every tau steps)");
   require(o.shard_group == 1 || o.zero >= 1,
           "--shard-group " + std::to_string(o.shard_group) + " runs ZeRO inside each replica: give --zero 1, 2 or 3");
-  require(o.shard_group == 1 || (fp32_messages && o.noise_scaling == 0 && o.tensor_degree() == 1 &&
-                                 o.pipeline == 1 && o.plan.empty()),
-          "--shard-group with --outer-bits 8|4, --noise-scaling 1, --tensor / --grid, --pipeline or --plan is not "
-          "supported yet");
+  require(o.shard_group == 1 || (o.noise_scaling == 0 && o.tensor_degree() == 1 && o.pipeline == 1 && o.plan.empty()),
+          "--shard-group with --noise-scaling 1, --tensor / --grid, --pipeline or --plan is not supported yet");
   require(o.tensor_degree() == 1 || !o.parallel.empty(),
           "--tensor and --grid need --parallel (sync, localsgd, slowmo, diloco or co2: how the model replicas "
           "train)");

@@ -79,6 +79,7 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
     if (dp->grouped()) {
       dp->build_fragments(params);  // of whole parameters; their pieces of the shard: init_outer_over_shard
       dp->init_outer_over_shard();
+      if (plan.mode == SyncMode::kCo2 && plan.outer_bits < 32) dp->init_low_bit_messages();
     }
   } else {
     dp->build_fragments(params);
@@ -92,15 +93,7 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
       dp->inflight_ = coll::CommBuffer(comm, flat.size());
       if (plan.mode == SyncMode::kCo2) {
         dp->outer_.momentum().assign(flat.size(), 0.0f);  // read by the first guess
-        if (plan.outer_bits < 32) {
-          for (Fragment& fr : dp->fragments_) {  // each fragment's elements quantized on their own
-            if (fr.count == 0) continue;  // none on this rank: nothing sent (end_round_co2)
-            fr.quant = std::make_unique<Quantizer>(plan.outer_bits, fr.count);
-            fr.packed.assign(fr.quant->bytes(), 0);
-            fr.gathered.assign(fr.quant->bytes() * static_cast<size_t>(comm->size()), 0);
-          }
-          dp->residual_.assign(flat.size(), 0.0f);
-        }
+        if (plan.outer_bits < 32) dp->init_low_bit_messages();
       } else {
         dp->result_ = coll::CommBuffer(comm, flat.size());
       }
@@ -114,6 +107,16 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
   dp->last_mark_ = dp->step_began_ = Clock::now();
   trainer.set_step_hook(dp);
   return dp;
+}
+
+void DataParallel::init_low_bit_messages() {
+  for (Fragment& fr : fragments_) {  // each fragment's elements quantized on their own
+    if (fr.count == 0) continue;     // none on this rank: nothing sent (end_round_co2)
+    fr.quant = std::make_unique<Quantizer>(plan_.outer_bits, fr.count);
+    fr.packed.assign(fr.quant->bytes(), 0);
+    fr.gathered.assign(fr.quant->bytes() * static_cast<size_t>(outer_comm_->size()), 0);
+  }
+  residual_.assign(outer_numel_, 0.0f);
 }
 
 DataParallel::DataParallel(const PlanConfig& plan, std::shared_ptr<coll::Communicator> comm)

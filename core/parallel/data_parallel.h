@@ -191,6 +191,15 @@ class DataParallel : public StepHook {
   bool reduces_on_device() const { return device_comm_ != nullptr; }
   const PlanConfig& plan() const { return plan_; }
   const std::vector<float>& anchor() const { return anchor_; }
+  // Shard groups: where each element of this rank's outer state (its shard, fragment after
+  // fragment) sits in the whole model — its flat index over the trainer's parameters in order, -1
+  // for a bucket's padding — and where each fragment begins in it (low-bit messages' blocks start
+  // there). Empty without groups, where the outer state is the flat model fragment after fragment.
+  struct OuterLayout {
+    std::vector<int64_t> flat;
+    std::vector<size_t> fragment_begin;
+  };
+  OuterLayout outer_layout() const;
   const std::vector<float>& outer_momentum() { return outer_.momentum(); }
 
   // Outer state into / out of a checkpoint's extra section ("parallel.*" entries): anchor,
@@ -390,6 +399,10 @@ class DataParallel : public StepHook {
   // every replica (collective over the data-parallel group); the outer state is this rank's shard.
   void split_shard_groups();
   void init_outer_over_shard();
+  // co2 with outer_bits 8 or 4: each fragment's quantizer and message buffers (a message from
+  // each rank of outer_comm_) and the error feedback (residual_), over the outer state as laid out
+  // (the flat model, or under shard groups this rank's shard).
+  void init_low_bit_messages();
   // Each fragment's pieces of this rank's shard, its slice of the outer state, norm_ranges_.
   void cut_shard_into_fragments();
   // The outer rule's view of this rank's part of the model, fragment fr's elements [begin, begin

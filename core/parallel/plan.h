@@ -234,9 +234,9 @@ inline int64_t outer_fragment_offset(int fragment, int fragments, int64_t tau) {
 
 // The bits per value co2 sends when the caller leaves outer_bits unset (the C ABI's 0, the CLI
 // without --outer-bits): 4 under co2 — with error feedback as accurate as fp32 on the MLP, the
-// CNN and the GPT (README, data-parallel accuracy) at 1/8 of its bytes — except with shard
-// groups, which do not take low-bit messages yet; 32 for every other mode. Over an SGD optimizer
-// (sgd: known once the trainer is made, settle_for_optimizer) co2's is 8.
+// CNN and the GPT (README, data-parallel accuracy) at 1/8 of its bytes, shard groups included
+// (each rank's message its shard's); 32 for every other mode. Over an SGD optimizer (sgd: known
+// once the trainer is made, settle_for_optimizer) co2's is 8.
 int default_outer_bits(const PlanConfig& plan, bool sgd = false);
 
 // Throws kInvalidPlan naming the first bad field (unknown mode, tau < 1, negative lr, momentum
@@ -246,7 +246,7 @@ int default_outer_bits(const PlanConfig& plan, bool sgd = false);
 // without a ZeRO stage) and kUnsupported for stages 2-3 outside the sync mode without shard
 // groups (localsgd takes stage 1: its outer state sharded), for any stage under co2 without
 // them, for outer_fragments > 1 outside localsgd / co2, and for
-// shard_group > 1 in the sync mode or with outer_bits 8 / 4, inner noise
+// shard_group > 1 in the sync mode or with inner noise
 // scaling, tensor or pipeline axes or automatic (not implemented with groups yet); grad_keep
 // outside (0, 1] is kInvalidPlan, and below 1 kUnsupported outside the sync mode, with ZeRO
 // stage 2 or 3, tensor or pipeline axes or automatic.

@@ -96,4 +96,29 @@ void DataParallel::cut_shard_into_fragments() {
                 " elements");
 }
 
+DataParallel::OuterLayout DataParallel::outer_layout() const {
+  OuterLayout layout;
+  if (!grouped()) return layout;
+  const std::vector<Tensor>& params = trainer_->parameters();
+  std::vector<int64_t> first(params.size(), 0);  // each parameter's first flat index
+  for (size_t i = 1; i < params.size(); ++i) first[i] = first[i - 1] + params[i - 1].numel();
+  // The shard's elements (cut_shard_into_fragments' bucket coordinates) to flat indices.
+  std::vector<int64_t> of_shard(outer_numel_, -1);
+  const size_t position = static_cast<size_t>(comm_->rank());
+  for (const Bucket& b : buckets_)
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      const size_t lo = position * b.block, n = static_cast<size_t>(params[b.params[j]].numel());
+      const size_t from = std::max(lo, b.offsets[j]), to = std::min(lo + b.block, b.offsets[j] + n);
+      for (size_t x = from; x < to; ++x)
+        of_shard[b.shard_offset + (x - lo)] = first[b.params[j]] + static_cast<int64_t>(x - b.offsets[j]);
+    }
+  for (const Fragment& fr : fragments_) {
+    layout.fragment_begin.push_back(fr.begin);
+    for (const auto& [at, n] : fr.pieces)
+      layout.flat.insert(layout.flat.end(), of_shard.begin() + static_cast<std::ptrdiff_t>(at),
+                         of_shard.begin() + static_cast<std::ptrdiff_t>(at + n));
+  }
+  return layout;
+}
+
 }  // namespace cohort::parallel

@@ -48,12 +48,16 @@ endforeach()
 # shard, against the reference with one simulated rank per replica; resumed bit for bit; NaN in
 # the last rank's batch (its replica skips) or parameters (its replica drops the round); the last
 # rank killed mid-round; and the memory per rank against unsharded runs (shard-memory). "-f<F>":
-# the outer synchronisation streamed over F fragments, each on its pieces of every rank's shard.
+# the outer synchronisation streamed over F fragments, each on its pieces of every rank's shard;
+# co2's "-8bit" / "-4bit": each rank's low-bit message of its shard (blocks of the shard's order,
+# not the reference's whole-model order: within the low-bit tolerance, positions' anchors alike).
 foreach(mode localsgd-zero3-g2 diloco-zero1-g2 diloco-zero2-g2 diloco-zero3-g2 diloco-clip-zero2-g2 co2-zero1-g2
              co2-zero2-g2 co2-zero3-g2 co2-clip-zero3-g2 co2-penalty-zero2-g2 co2-late-zero3-g2 co2-auto-zero2-g2
              diloco-zero2-g2-resume diloco-zero3-g2-resume co2-zero2-g2-resume co2-zero3-g2-resume shard-memory
              diloco-zero2-g2-f2 localsgd-zero1-g2-f4 co2-zero3-g2-f2 co2-clip-zero1-g2-f4 co2-penalty-zero2-g2-f2
-             co2-auto-zero2-g2-f2 co2-zero2-g2-f2-resume diloco-zero3-g2-f4-resume co2-auto-zero3-g2-f2-resume)
+             co2-auto-zero2-g2-f2 co2-zero2-g2-f2-resume diloco-zero3-g2-f4-resume co2-auto-zero3-g2-f2-resume
+             co2-8bit-zero2-g2 co2-4bit-zero3-g2 co2-4bit-zero1-g2-f2 co2-8bit-zero3-g2-resume
+             co2-4bit-zero2-g2-f2-resume)
   foreach(n 2 4)
     # One replica's guess is its average: no gap for the penalty to scale.
     if(n EQUAL 2 AND mode MATCHES "penalty")

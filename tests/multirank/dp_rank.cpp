@@ -218,6 +218,27 @@ bool fragment_stats_hold(const parallel::PlanConfig& plan, const parallel::Paral
 
 // co2 under overlap auto (run_auto): the round shape each step left, the reference's to follow.
 std::vector<parallel::RoundShape> g_shapes;
+// Shard groups with low-bit messages: every position's outer layout (the ranks of the first
+// replica's), for the reference's messages (set by run_compare; empty otherwise).
+std::vector<test::DpSimulation::PositionLayout> g_positions;
+
+// Each position's DataParallel::outer_layout, all-gathered (every rank calls it: a collective).
+std::vector<test::DpSimulation::PositionLayout> position_layouts(const parallel::DataParallel& dp,
+                                                                 coll::Communicator& comm, int group) {
+  const parallel::DataParallel::OuterLayout mine = dp.outer_layout();
+  // Every position's shard is as long (a block of each bucket), and cut into as many fragments.
+  std::vector<int64_t> row(mine.flat);
+  for (size_t b : mine.fragment_begin) row.push_back(static_cast<int64_t>(b));
+  std::vector<int64_t> all(row.size() * static_cast<size_t>(comm.size()));
+  comm.all_gather(row.data(), all.data(), row.size(), coll::DataType::kI64)->wait();
+  std::vector<test::DpSimulation::PositionLayout> out(static_cast<size_t>(group));
+  for (size_t p = 0; p < out.size(); ++p) {
+    const int64_t* r = all.data() + p * row.size();
+    out[p].flat.assign(r, r + mine.flat.size());
+    out[p].fragment_begin.assign(r + mine.flat.size(), r + row.size());
+  }
+  return out;
+}
 
 // *skipped: the steps the reference skipped for NaN or Inf on this rank.
 std::vector<float> reference(const std::string& mode, int world, int rank, const parallel::PlanConfig& plan,
@@ -256,6 +277,7 @@ std::vector<float> reference(const std::string& mode, int world, int rank, const
   };
   sim.after_step = [replicas](int64_t s, int r, Trainer& t) { poison_parameters(s, r, replicas, t); };
   if (!g_shapes.empty()) sim.shape = [](int64_t s) { return g_shapes.at(static_cast<size_t>(s)); };
+  sim.positions = g_positions;
   const int64_t steps = g_shapes.empty() ? kSteps : static_cast<int64_t>(g_shapes.size());
   for (int64_t s = 0; s < steps; ++s) sim.step(s);
   *skipped = sim.skipped.at(static_cast<size_t>(rank / group));
@@ -324,6 +346,7 @@ int run_compare(const std::string& mode, std::shared_ptr<coll::Communicator> com
                 device_name(device), device_comm ? "over NCCL in device memory" : ("through host copies: " + why).c_str());
   }
   auto dp = parallel::DataParallel::attach(*trainer, plan, comm, device_comm);
+  if (plan.shard_group > 1 && plan.outer_bits < 32) g_positions = position_layouts(*dp, *comm, plan.shard_group);
   std::vector<int64_t> skipped, want_skipped;
   std::vector<float> merged;
   int64_t merged_at = -1;
@@ -412,12 +435,14 @@ int run_compare(const std::string& mode, std::shared_ptr<coll::Communicator> com
   // The penalty variants must actually scale the carried-over steps.
   if (mode.find("penalty") != std::string::npos && !(st.last_staleness_scale < 1.0)) return 1;
   if (plan.outer_bits < 32) {
-    // Every rank decodes the same messages in the same order: the anchors agree bit for bit.
+    // Every rank decodes the same messages in the same order: the anchors agree bit for bit —
+    // under shard groups those of one position (rank r % S) in every replica, each its shard's.
     float sum = 0;
     for (float v : dp->anchor()) sum += v;
-    float v[2] = {sum, -sum};
-    comm->all_reduce(v, 2, coll::DataType::kF32, coll::ReduceOp::kMax)->wait();
-    if (v[0] != -v[1]) return 1;
+    std::vector<float> sums(static_cast<size_t>(comm->size()));
+    comm->all_gather(&sum, sums.data(), 1, coll::DataType::kF32)->wait();
+    for (size_t r = 0; r < sums.size(); ++r)
+      if (std::memcmp(&sums[r], &sums[r % static_cast<size_t>(plan.shard_group)], sizeof(float)) != 0) return 1;
     return diff <= (plan.outer_bits == 8 ? 2e-3 : 2e-2) ? 0 : 1;
   }
   // On the GPU the sums run in another order than the CPU reference's: a few ulps per step.

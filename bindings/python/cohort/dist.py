@@ -190,7 +190,7 @@ class Plan(Handle):
     co2 with AdamW: local steps normalised for the group's averaged gradient), overlap_steps (co2:
     steps a round's average travels before its merge, 0 = 1, -1 = chosen from measured times),
     outer_bits (co2: 32, or 8 / 4 for block-scaled low-bit pseudo-gradients; 0 = the default: 4 under co2 (8
-    over an SGD optimizer), 32 with shard groups or another mode), outer_fragments
+    over an SGD optimizer; each rank's of its shard with shard groups), 32 in another mode), outer_fragments
     (localsgd, co2: the outer synchronisation streamed over that many fragments of the parameters, fragment
     f synchronised f * tau / F steps into each round, each all-reduce ~1/F of the model; 0 or 1 = the whole
     model at once, at most tau), shard_group (localsgd, co2: replicas of that many consecutive ranks, each

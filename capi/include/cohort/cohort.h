@@ -825,9 +825,9 @@ typedef struct cohort_plan_options {
    * fp32's at 4 ranks; each value off by at most half a level, and what a rank's rounding drops
    * is added to its next message, so none of it is lost). 0 (and a caller built before the
    * field) means the mode's default: 4 under co2 (no accuracy lost on the models measured with
-   * AdamW; 8 over an SGD optimizer, settled when the trainer is made: 4 bits cost SGD half a point), 32
-   * with shard_group > 1 (which does not take 8 / 4 yet) and in every other mode. INVALID_PLAN for
-   * other values, and for 8 or 4 outside co2. */
+   * AdamW; 8 over an SGD optimizer, settled when the trainer is made: 4 bits cost SGD half a point;
+   * with shard_group > 1 each rank's message is its shard's), 32 in every other mode. INVALID_PLAN
+   * for other values, and for 8 or 4 outside co2. */
   int32_t outer_bits;
   /* Added after outer_bits, with tensor parallelism (read only when size covers them). The
    * tensor axes of the grid data x X x Y x Z (AxoNN's), each a number of ranks >= 1; ranks are laid out row-major over

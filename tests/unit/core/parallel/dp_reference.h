@@ -134,6 +134,16 @@ class DpSimulation {
   // unset, the plan's tau and overlap.
   std::function<parallel::RoundShape(int64_t step)> shape;
   std::vector<std::vector<int64_t>> skipped;  // per rank: the steps its trainer skipped for NaN
+  // Shard groups with outer_bits 8 / 4: a simulated rank is a replica, whose message is its
+  // positions' (each rank's of its shard). Per position, where each element of its outer state
+  // sits in the flat model (-1: padding, sent as 0) and where each fragment begins in it
+  // (DataParallel::outer_layout, the library's layout taken as given): each position's blocks
+  // follow its own order. Empty: one message in the flat model's order.
+  struct PositionLayout {
+    std::vector<int64_t> flat;
+    std::vector<size_t> fragment_begin;
+  };
+  std::vector<PositionLayout> positions;
 
   void step(int64_t step) {
     int ranks = static_cast<int>(trainers_.size());
@@ -299,7 +309,29 @@ class DpSimulation {
         std::fill(sent.begin(), sent.end(), 0.0f);
         for (size_t i = lo; i < hi; ++i) y[i] = static_cast<float>(x_[i]);
       }
-      if (plan_.outer_bits < 32) add_low_bit(sent, plan_.outer_bits, residual_[r].data() + lo, low_bit_sum);
+      if (plan_.outer_bits < 32 && positions.empty())
+        add_low_bit(sent, plan_.outer_bits, residual_[r].data() + lo, low_bit_sum);
+      for (const PositionLayout& p : positions) {  // shard groups: each position's message
+        if (plan_.outer_bits == 32) break;
+        const size_t from = p.fragment_begin.at(f),
+                     to = f + 1 < p.fragment_begin.size() ? p.fragment_begin[f + 1] : p.flat.size();
+        std::vector<float> e(to - from, 0.0f), res(to - from, 0.0f), sum(to - from, 0.0f);
+        for (size_t k = from; k < to; ++k) {
+          const int64_t i = p.flat[k];
+          if (i < 0) continue;  // padding: 0 sent, nothing kept
+          COHORT_CHECK(static_cast<size_t>(i) >= lo && static_cast<size_t>(i) < hi, Status::kInternal,
+                       "position layout: element ", i, " outside fragment ", f);
+          e[k - from] = sent[static_cast<size_t>(i) - lo];
+          res[k - from] = residual_[r][static_cast<size_t>(i)];
+        }
+        add_low_bit(e, plan_.outer_bits, res.data(), sum);
+        for (size_t k = from; k < to; ++k) {
+          const int64_t i = p.flat[k];
+          if (i < 0) continue;
+          low_bit_sum[static_cast<size_t>(i) - lo] += sum[k - from];
+          residual_[r][static_cast<size_t>(i)] = res[k - from];
+        }
+      }
       for (size_t i = lo; i < hi; ++i) {
         const double e = x_[i] - y[i];
         mean_[i] += e / w;

@@ -446,8 +446,12 @@ TEST(Plan, ShardGroupsDivideTheDataDegreeAndTakeZeroInside) {
   p = preset(Preset::kCo2, 4);
   p.zero_stage = 3;
   p.shard_group = 2;
-  p.outer_bits = 8;
-  expect_plan_error(p, Status::kUnsupported, "shard_group = 2 is not implemented with outer_bits 8");
+  for (int bits : {8, 4}) {  // each rank's low-bit message of its shard
+    p.outer_bits = bits;
+    EXPECT_NO_THROW(validate_for_world(p, 4));
+  }
+  EXPECT_EQ(default_outer_bits(p), 4);
+  EXPECT_EQ(default_outer_bits(p, true), 8);
   p.outer_bits = 32;
   p.inner_noise_scaling = true;
   expect_plan_error(p, Status::kUnsupported, "it has inner_noise_scaling");
