@@ -37,6 +37,8 @@
 #include "core/checkpoint/checkpoint.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/parallel_trainer.h"
+#include "core/parallel/pipeline.h"
+#include "core/parallel/workload.h"
 #include "tests/multirank/kill_check.h"
 #include "tests/unit/core/parallel/tp_reference.h"
 #include "transport/bootstrap/env.h"
@@ -102,6 +104,16 @@ std::unique_ptr<Trainer> make(const Mode& m, const std::shared_ptr<coll::Communi
   plan.sequence_parallel = m.sequence;
   plan.pipeline.stages = m.pipe;
   plan.pipeline.micro_batches = m.pipe > 1 ? static_cast<int>(std::min<int64_t>(2 * m.pipe, kRows)) : 1;
+  if (m.pipe > 1 && !m.fence) {
+    // Cut where the stages' FLOPs balance, the same on every machine: the estimator's timed balance
+    // once left a stage of the small MLP with the loss alone on a loaded fresh machine (no
+    // parameter of it for the tensor axis to split), which these checks are not about.
+    const Graph model = test::tp_model(m.model, kRows);
+    std::vector<double> flops;
+    for (const parallel::NodeWork& w : parallel::count_node_work(model)) flops.push_back(w.flops);
+    const parallel::PipelineStages cut = parallel::cut_pipeline_stages(model, m.pipe, flops);
+    for (size_t k = 1; k < cut.begin.size(); ++k) plan.pipeline.cuts.push_back(model.nodes()[cut.begin[k]].name);
+  }
   plan.fence.enabled = m.fence;
   plan.fence.compression = false;
   plan.zero_stage = m.zero;
