@@ -737,33 +737,45 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
     if (D <= 1) continue;
     const double backward = (2.0 / 3.0) * rank_compute[r];  // the last micro-batch's backward
     const double bucket = std::min(grads, static_cast<double>(plan.bucket_bytes));
-    double e = 0;
-    if (plan.mode == SyncMode::kSync) {
+    // The synchronous path over a group of G data ranks (`across`: spanning nodes), every step.
+    auto sync_exposed = [&](int G, bool across) {
       // Buckets reduce as backward produces them: what takes longer than the last micro-batch's
       // backward is exposed, and the last bucket always is (it is ready only when backward ends).
       const CommOp red = zs == 0 ? CommOp::kAllReduce : CommOp::kReduceScatter;
-      const double t_red = comm.seconds(red, D, grads, data_across);
-      e = std::max(comm.seconds(red, D, bucket, data_across), t_red - backward);
+      const double t_red = comm.seconds(red, G, grads, across);
+      double s = std::max(comm.seconds(red, G, bucket, across), t_red - backward);
       // ZeRO 1-2: the updated parameter shards are all-gathered after the step, before the next
       // forward: exposed. ZeRO 3: gathered in every forward and backward instead, prefetched
       // behind compute; the first bucket waits.
-      if (zs == 1 || zs == 2) e += comm.seconds(CommOp::kAllGather, D, params / D, data_across);
+      if (zs == 1 || zs == 2) s += comm.seconds(CommOp::kAllGather, G, params / G, across);
       if (zs == 3) {
-        const double gathers = 2.0 * M * comm.seconds(CommOp::kAllGather, D, params / D, data_across);
-        e += std::max(comm.seconds(CommOp::kAllGather, D, bucket / D, data_across), gathers - M * rank_compute[r]);
+        const double gathers = 2.0 * M * comm.seconds(CommOp::kAllGather, G, params / G, across);
+        s += std::max(comm.seconds(CommOp::kAllGather, G, bucket / G, across), gathers - M * rank_compute[r]);
       }
+      return s;
+    };
+    double e = 0;
+    if (plan.mode == SyncMode::kSync) {
+      e = sync_exposed(D, data_across);
     } else {
+      // Shard groups (S > 1): each replica of S consecutive data ranks steps synchronously under
+      // ZeRO, every step; between the D / S replicas, each rank's shard (1/S of its parameters)
+      // is averaged over the ranks of its position, S such groups at once.
+      const int S = std::max(plan.shard_group, 1), replicas = D / S;
+      if (S > 1) e = sync_exposed(S, spans_nodes(S, P * T, rpn));
       // Every tau steps the pseudo-gradient (fp32; outer_bits under co2) is averaged. localsgd
       // waits for it; co2 hides it behind `overlap` steps of the next round.
-      const double pseudo = rank_param_elements[r] * 4;
-      double t = plan.mode == SyncMode::kCo2 && plan.outer_bits < 32
-                     ? comm.seconds(CommOp::kAllGather, D, pseudo * plan.outer_bits / 32.0, data_across)
-                     : comm.seconds(CommOp::kAllReduce, D, pseudo, data_across);
+      const bool outer_across = spans_nodes(replicas, S * P * T, rpn);
+      const double pseudo = rank_param_elements[r] * 4 / S;
+      double t = replicas <= 1 ? 0.0
+                 : plan.mode == SyncMode::kCo2 && plan.outer_bits < 32
+                     ? comm.seconds(CommOp::kAllGather, replicas, pseudo * plan.outer_bits / 32.0, outer_across)
+                     : comm.seconds(CommOp::kAllReduce, replicas, pseudo, outer_across);
       if (plan.mode == SyncMode::kCo2) {
-        const double step = M * t_micro + out.bubble_seconds;
+        const double step = M * t_micro + out.bubble_seconds + e;
         t = std::max(0.0, t - static_cast<double>(plan.overlap) * step);
       }
-      e = t / static_cast<double>(std::max<int64_t>(plan.tau, 1));
+      e += t / static_cast<double>(std::max<int64_t>(plan.tau, 1));
     }
     dp_exposed = std::max(dp_exposed, e);
   }

@@ -6,9 +6,10 @@
 //   - Compute: the workload estimator's seconds per node (workload.h), split over the ranks the
 //     layout splits each node over, at the micro-batch size.
 //   - Communication: for each layout, the bytes each collective and point-to-point message moves
-//     per step (data-parallel gradient reductions, ZeRO's gathers, the tensor axes' reductions
-//     and gathers per layer pair, the pipeline's activations and gradients per micro-batch and
-//     cut), priced by a CommTable of latency and bandwidth per operation and group — measured at
+//     per step (data-parallel gradient reductions, ZeRO's gathers, local modes' outer syncs —
+//     under shard groups the replica's ZeRO every step and each shard's outer sync — the tensor
+//     axes' reductions and gathers per layer pair, the pipeline's activations and gradients per
+//     micro-batch and cut), priced by a CommTable of latency and bandwidth per operation and group — measured at
 //     start-up by probe_communication (comm_probe.cpp) or given (a cluster description) — and
 //     counted as exposed where it cannot overlap compute.
 //     Communication that the model overlaps with compute (Z's weight gathers behind the pair's

@@ -229,6 +229,41 @@ TEST_F(Planner, ShardGroupsShardOverTheReplica) {
   EXPECT_LT(m4, m2);
 }
 
+TEST_F(Planner, ShardGroupsPriceTheReplicaEveryStepAndTheShardBetweenReplicas) {
+  // DiLoCo, tau 4, at 4 data ranks, 2 to a node, 100 GB/s within a node and 10 MB/s across.
+  const Graph model = models::build_gpt(small_gpt());
+  ClusterSpec c = cluster(4, 100e9, 10e6);
+  c.ranks_per_node = 2;
+  auto plan = [](int group, int zero) {
+    PlanConfig p = preset(Preset::kDiLoCo, 4);
+    p.data_parallel = 4;
+    p.bucket_bytes = 1 << 20;
+    p.zero_stage = zero;
+    p.shard_group = group;
+    return p;
+  };
+  const double alone = predict(model, c, plan(1, 0)).exposed_comm_seconds;  // every rank a replica
+  ASSERT_GT(alone, 0.0);
+  // Replicas of the two ranks of a node: each step's ZeRO traffic on the fast link, and between
+  // the 2 replicas half the model each (an all-reduce over 2 moves it once; over 4, 1.5 times).
+  const double in_nodes = predict(model, c, plan(2, 1)).exposed_comm_seconds;
+  EXPECT_LT(in_nodes, 0.4 * alone);
+  EXPECT_GT(in_nodes, alone / 4);
+  // Replicas across the nodes (one rank to a node): their ZeRO traffic crosses the slow link
+  // every step, the whole model's worth, where the ranks alone send 1.5 times it every 4 steps.
+  c.ranks_per_node = 1;
+  const double across = predict(model, c, plan(2, 1)).exposed_comm_seconds;
+  EXPECT_GT(across, 1.5 * predict(model, c, plan(1, 0)).exposed_comm_seconds);
+  EXPECT_GT(across, 4 * in_nodes);
+  // One replica of all 4: no outer sync, the sync mode's ZeRO exactly.
+  c.ranks_per_node = 2;
+  PlanConfig sync = preset(Preset::kDdp, 1);
+  sync.data_parallel = 4;
+  sync.bucket_bytes = 1 << 20;
+  sync.zero_stage = 2;
+  EXPECT_DOUBLE_EQ(predict(model, c, plan(4, 2)).exposed_comm_seconds, predict(model, c, sync).exposed_comm_seconds);
+}
+
 TEST_F(Planner, CheckpointingTradesComputeForMemory) {
   const Graph model = models::build_gpt(small_gpt());
   PlanConfig off = data_plan(4), on = data_plan(4);
