@@ -452,8 +452,8 @@ void check_parallel_flags(const Options& o) {
           "--shard-group needs --parallel localsgd, slowmo, diloco or co2 (replicas that synchronise every tau steps)");
   require(o.shard_group == 1 || o.zero >= 1,
           "--shard-group " + std::to_string(o.shard_group) + " runs ZeRO inside each replica: give --zero 1, 2 or 3");
-  require(o.shard_group == 1 || (o.noise_scaling == 0 && o.tensor_degree() == 1 && o.pipeline == 1 && o.plan.empty()),
-          "--shard-group with --noise-scaling 1, --tensor / --grid, --pipeline or --plan is not supported yet");
+  require(o.shard_group == 1 || (o.tensor_degree() == 1 && o.pipeline == 1 && o.plan.empty()),
+          "--shard-group with --tensor / --grid, --pipeline or --plan is not supported yet");
   require(o.tensor_degree() == 1 || !o.parallel.empty(),
           "--tensor and --grid need --parallel (sync, localsgd, slowmo, diloco or co2: how the model replicas "
           "train)");

@@ -99,9 +99,14 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
       }
     }
   }
-  // Local steps normalised for the group's averaged gradient (plan.h); the trainer's optimizer
-  // keeps the setting for its life, as the trainer keeps this hook.
-  if (plan.inner_noise_scaling) trainer.optimizer().set_noise_ranks(comm->size());
+  // Local steps normalised for the group's averaged gradient (plan.h); the optimizer that steps
+  // keeps the setting for its life, as the trainer keeps this hook. Under shard groups that is
+  // the replica's ZeRO optimizer, whose gradient is already the replica's average: the averaging
+  // left to the outer rule is over the replicas.
+  if (plan.inner_noise_scaling) {
+    if (dp->shard_optimizer_) dp->shard_optimizer_->set_noise_ranks(dp->outer_comm_->size());
+    else trainer.optimizer().set_noise_ranks(comm->size());
+  }
   dp->round_tau_ = plan.tau;
   dp->merge_overlap_ = plan.overlap;
   dp->last_mark_ = dp->step_began_ = Clock::now();

@@ -159,13 +159,9 @@ void validate(const PlanConfig& p) {
                  "data-parallel group with zero_stage alone");
     COHORT_CHECK(p.zero_stage >= 1, Status::kInvalidPlan, "plan: shard_group = ", p.shard_group,
                  " runs ZeRO over each replica's ranks: zero_stage must be 1, 2 or 3 (it is 0)");
-    COHORT_CHECK(!p.inner_noise_scaling && p.model_degree() == 1 && !p.automatic, Status::kUnsupported,
-                 "plan: shard_group = ", p.shard_group,
-                 " is not implemented with inner_noise_scaling, tensor / pipeline axes or an automatic layout yet "
-                 "(TODO(#30)); it has ",
-                 p.inner_noise_scaling ? std::string("inner_noise_scaling")
-                 : p.automatic         ? std::string("automatic")
-                                       : str_cat("model degree ", p.model_degree()));
+    COHORT_CHECK(p.model_degree() == 1 && !p.automatic, Status::kUnsupported, "plan: shard_group = ", p.shard_group,
+                 " is not implemented with tensor / pipeline axes or an automatic layout yet (TODO(#30)); it has ",
+                 p.automatic ? std::string("automatic") : str_cat("model degree ", p.model_degree()));
   } else {
     // Local steps need every rank's whole parameters, gradients and inner optimizer state: under
     // local SGD only the outer optimizer's state can be sharded (stage 1).

@@ -126,8 +126,9 @@ struct PlanConfig {
   // localsgd, co2 with an AdamW inner optimizer: each rank normalises its local steps by the
   // second moment expected of the group's averaged gradient, v~ = m^2 + (v - m^2) / N, instead of
   // its own gradient's, so N ranks stepping alone move about as far as one step on the averaged
-  // batch would (optim.cpp has the formula). Off in every preset (they reproduce the published
-  // methods); measured in README (convergence row).
+  // batch would (optim.cpp has the formula); under shard groups N is the replicas, each stepping
+  // on its ranks' averaged gradient. Off in every preset (they reproduce the published methods);
+  // measured in README (convergence row).
   bool inner_noise_scaling = false;
   // localsgd (the localsgd, SlowMo and DiLoCo presets): at every round end, after the outer step,
   // each rank's inner optimizer state (SGD's momentum; AdamW's two moments) of the round's
@@ -246,8 +247,8 @@ int default_outer_bits(const PlanConfig& plan, bool sgd = false);
 // without a ZeRO stage) and kUnsupported for stages 2-3 outside the sync mode without shard
 // groups (localsgd takes stage 1: its outer state sharded), for any stage under co2 without
 // them, for outer_fragments > 1 outside localsgd / co2, and for
-// shard_group > 1 in the sync mode or with inner noise
-// scaling, tensor or pipeline axes or automatic (not implemented with groups yet); grad_keep
+// shard_group > 1 in the sync mode or with tensor or pipeline
+// axes or automatic (not implemented with groups yet); grad_keep
 // outside (0, 1] is kInvalidPlan, and below 1 kUnsupported outside the sync mode, with ZeRO
 // stage 2 or 3, tensor or pipeline axes or automatic.
 void validate(const PlanConfig& plan);

@@ -19,7 +19,7 @@ foreach(mode ddp localsgd slowmo diloco co2 co2-plain co2-heavy co2-late co2-pen
              co2-f4-resume diloco-f4-resume co2-8bit-f2 co2-4bit-f4 co2-8bit-f2-resume ddp-k25 ddp-k3 ddp-k25-resume ddp-zero1-k25
              ddp-zero1-k3-resume diloco-zero1-f2 diloco-clip-zero1-f4 diloco-zero1-f4-resume co2-auto-resume
              co2-auto-f2 co2-auto-f4 co2-auto-f2-resume co2-auto-f4-resume localsgd-avgstate diloco-avgstate-f2
-             diloco-zero1-avgstate diloco-avgstate-resume)
+             diloco-zero1-avgstate diloco-avgstate-resume co2-noise-adamw diloco-noise-adamw co2-adamw)
   foreach(n 2 4)
     foreach(tls shm tcp)
       dp_test(${mode} ${n} ${tls})
@@ -51,13 +51,15 @@ endforeach()
 # the outer synchronisation streamed over F fragments, each on its pieces of every rank's shard;
 # co2's "-8bit" / "-4bit": each rank's low-bit message of its shard (blocks of the shard's order,
 # not the reference's whole-model order: within the low-bit tolerance, positions' anchors alike).
+# "-noise" with "-adamw": inner noise scaling over the replicas.
 foreach(mode localsgd-zero3-g2 diloco-zero1-g2 diloco-zero2-g2 diloco-zero3-g2 diloco-clip-zero2-g2 co2-zero1-g2
              co2-zero2-g2 co2-zero3-g2 co2-clip-zero3-g2 co2-penalty-zero2-g2 co2-late-zero3-g2 co2-auto-zero2-g2
              diloco-zero2-g2-resume diloco-zero3-g2-resume co2-zero2-g2-resume co2-zero3-g2-resume shard-memory
              diloco-zero2-g2-f2 localsgd-zero1-g2-f4 co2-zero3-g2-f2 co2-clip-zero1-g2-f4 co2-penalty-zero2-g2-f2
              co2-auto-zero2-g2-f2 co2-zero2-g2-f2-resume diloco-zero3-g2-f4-resume co2-auto-zero3-g2-f2-resume
              co2-8bit-zero2-g2 co2-4bit-zero3-g2 co2-4bit-zero1-g2-f2 co2-8bit-zero3-g2-resume
-             co2-4bit-zero2-g2-f2-resume)
+             co2-4bit-zero2-g2-f2-resume co2-noise-zero2-g2-adamw diloco-noise-zero3-g2-adamw
+             co2-noise-zero3-g2-adamw-resume)
   foreach(n 2 4)
     # One replica's guess is its average: no gap for the penalty to scale.
     if(n EQUAL 2 AND mode MATCHES "penalty")

@@ -20,6 +20,9 @@
 //                        chosen (with "-f<F>": over F fragments, each merged before the next
 //                        one's round end; "-resume": stopped at step 7 and resumed from a
 //                        checkpoint, the shape in force carried over)
+//   dp_rank co2-noise-adamw | co2-noise-zero2-g2-adamw | ...   "-noise": inner noise scaling, the
+//                        inner steps AdamW ("-adamw"), in the reference too (each simulated rank
+//                        normalising for all of them: under shard groups, for the replicas)
 //   dp_rank co2-kill | diloco-zero1-kill   the last rank dies mid-round; the others must fail
 //                        with kPeerFailed / kTimeout naming it, within the deadline
 //   dp_rank ddp-wide | ddp-zero1-wide | co2-wide-resume | ...   any mode with a model wide enough
@@ -90,6 +93,9 @@ namespace {
 constexpr int64_t kTau = 3;
 constexpr int64_t kSteps = 5 * kTau + 2;  // ends mid-round
 int64_t g_hidden = 16;  // 8192 in the -wide modes
+bool g_adamw = false;    // "-adamw": AdamW inner steps (SGD with momentum otherwise)
+
+optim::OptimizerConfig inner_optimizer() { return g_adamw ? test::dp_adamw_optimizer() : test::dp_inner_optimizer(); }
 int g_fragments = 1;    // "-f<F>": plan.outer_fragments, with rounds of kFragmentTau steps
 int g_shard_group = 1;  // "-g<S>": plan.shard_group (replicas of S ranks, ZeRO inside each)
 int g_keep_percent = 100;  // "-k<P>": plan.grad_keep = P / 100 (top-k gradient compression)
@@ -127,6 +133,12 @@ parallel::PlanConfig plan_for_mode(std::string mode) {
   if (mode.size() > avg.size() && mode.compare(mode.size() - avg.size(), avg.size(), avg) == 0) {
     parallel::PlanConfig p = plan_for_mode(mode.substr(0, mode.size() - avg.size()));
     p.average_inner_state = true;
+    return p;
+  }
+  const std::string noise = "-noise";  // local steps normalised for the averaged gradient (AdamW)
+  if (mode.size() > noise.size() && mode.compare(mode.size() - noise.size(), noise.size(), noise) == 0) {
+    parallel::PlanConfig p = plan_for_mode(mode.substr(0, mode.size() - noise.size()));
+    p.inner_noise_scaling = true;
     return p;
   }
   for (int stage : {1, 2, 3}) {  // "-zeroN": ZeRO stage N (1 only for the outer modes)
@@ -183,7 +195,7 @@ std::unique_ptr<Trainer> make_trainer(int rank, Device device = Device::kCpu) {
   o.seed = 1 + static_cast<uint64_t>(rank);  // only rank 0's seed must matter
   o.num_threads = 1;
   o.device = device;
-  return std::make_unique<Trainer>(test::dp_model(test::kShard, g_hidden), test::dp_inner_optimizer(), o);
+  return std::make_unique<Trainer>(test::dp_model(test::kShard, g_hidden), inner_optimizer(), o);
 }
 
 // The outer synchronisation's stats: F fragments; one sync per fragment's round end (fragment f's
@@ -255,7 +267,7 @@ std::vector<float> reference(const std::string& mode, int world, int rank, const
     TrainerOptions o;
     o.seed = 1;
     o.num_threads = 1;
-    Trainer t(test::dp_model(test::kShard * world, g_hidden), test::dp_inner_optimizer(), o);
+    Trainer t(test::dp_model(test::kShard * world, g_hidden), inner_optimizer(), o);
     for (int64_t s = 0; s < kSteps; ++s) {
       std::map<std::string, Tensor> batch = test::dp_batch(s, 0, test::kShard * world);
       poison_batch(s, world - 1, world, batch, (world - 1) * test::kShard);
@@ -271,7 +283,7 @@ std::vector<float> reference(const std::string& mode, int world, int rank, const
   // Shard groups: a replica of S ranks is one simulated rank on their rows; the last rank's
   // rows, poisoned, are the last of the last replica's.
   const int group = plan.shard_group, replicas = world / group;
-  test::DpSimulation sim(replicas, plan, 1, g_hidden, group * test::kShard);
+  test::DpSimulation sim(replicas, plan, 1, g_hidden, group * test::kShard, inner_optimizer());
   sim.edit_batch = [replicas, group](int64_t s, int r, std::map<std::string, Tensor>& b) {
     poison_batch(s, r, replicas, b, (group - 1) * test::kShard);
   };
@@ -682,6 +694,11 @@ int main(int argc, char** argv) {
   if (wide != std::string::npos) {
     mode.erase(wide, 5);
     g_hidden = 8192;
+  }
+  const size_t adamw = mode.find("-adamw");
+  if (adamw != std::string::npos) {
+    mode.erase(adamw, 6);
+    g_adamw = true;
   }
   Device device = Device::kCpu;
   const std::string cuda = "-cuda";

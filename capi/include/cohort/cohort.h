@@ -809,7 +809,8 @@ typedef struct cohort_plan_options {
   /* Added after bucket_bytes (read only when size covers it). localsgd, co2 with AdamW: nonzero
    * makes each rank normalise its local steps by the second moment expected of the group's
    * averaged gradient (m^2 + (v - m^2) / ranks) instead of its own, so ranks stepping alone move
-   * about as far as one step on the averaged batch; INVALID_PLAN in DDP mode. No preset sets it. */
+   * about as far as one step on the averaged batch (with shard_group > 1: replicas for ranks);
+   * INVALID_PLAN in DDP mode. No preset sets it. */
   int32_t inner_noise_scaling;
   /* Added after inner_noise_scaling (read only when size covers it). co2: the inner steps of the
    * next round during which a round's average travels before it is merged, 1..tau (the
@@ -1006,9 +1007,9 @@ typedef struct cohort_plan_options {
    * makes its replica skip the step; a replica whose shard is not finite at a round end drops its
    * round. 0 or 1 (the default): every rank its own replica, as before. INVALID_PLAN when
    * negative, above 1 with zero_stage 0, or (at cohort_trainer_create_parallel) not dividing the
-   * data-parallel degree; UNSUPPORTED above 1 in DDP mode, with outer_bits 8 / 4,
-   * inner_noise_scaling, tensor / pipeline axes, automatic, or on a CUDA
-   * trainer (not implemented yet). Every rank saves its own checkpoint (its inner optimizer shard
+   * data-parallel degree; UNSUPPORTED above 1 in DDP mode, with tensor / pipeline axes,
+   * automatic, or on a CUDA trainer (not implemented yet); outer_bits 8 / 4 send each rank's
+   * message of its shard. Every rank saves its own checkpoint (its inner optimizer shard
    * and its shard's outer state); it loads only under the same shard_group, position and
    * bucket_bytes. */
   int32_t shard_group;

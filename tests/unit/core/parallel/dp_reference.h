@@ -58,6 +58,14 @@ inline optim::OptimizerConfig dp_inner_optimizer() {
   return o;
 }
 
+// AdamW, for what applies to it alone (inner noise scaling).
+inline optim::OptimizerConfig dp_adamw_optimizer() {
+  optim::OptimizerConfig o;
+  o.kind = optim::OptimizerKind::kAdamW;
+  o.lr = 0.01;
+  return o;
+}
+
 // Samples [first, first + count) of step `step`'s global batch: deterministic, learnable.
 inline std::map<std::string, Tensor> dp_batch(int64_t step, int64_t first, int64_t count) {
   Tensor x = Tensor::empty({count, kFeatures}, DType::kF32);
@@ -97,13 +105,17 @@ inline void dp_set_flat(Trainer& t, const std::vector<float>& v) {
 class DpSimulation {
  public:
   // Simulated rank r trains on samples [r rows, (r + 1) rows) of each step's global batch.
-  DpSimulation(int ranks, const parallel::PlanConfig& plan, uint64_t seed, int64_t hidden = 16, int64_t rows = kShard)
+  // plan.inner_noise_scaling: each simulated rank's optimizer normalises for `ranks` of them.
+  DpSimulation(int ranks, const parallel::PlanConfig& plan, uint64_t seed, int64_t hidden = 16, int64_t rows = kShard,
+               const optim::OptimizerConfig& inner = dp_inner_optimizer())
       : plan_(plan), rows_(rows) {
     TrainerOptions o;
     o.seed = seed;
     o.num_threads = 1;
-    for (int r = 0; r < ranks; ++r)
-      trainers_.push_back(std::make_unique<Trainer>(dp_model(rows, hidden), dp_inner_optimizer(), o));
+    for (int r = 0; r < ranks; ++r) {
+      trainers_.push_back(std::make_unique<Trainer>(dp_model(rows, hidden), inner, o));
+      if (plan.inner_noise_scaling) trainers_.back()->optimizer().set_noise_ranks(ranks);
+    }
     anchor_ = dp_flat(*trainers_[0]);
     momentum_.assign(anchor_.size(), 0.0f);
     x_.assign(anchor_.begin(), anchor_.end());

@@ -453,8 +453,8 @@ TEST(Plan, ShardGroupsDivideTheDataDegreeAndTakeZeroInside) {
   EXPECT_EQ(default_outer_bits(p), 4);
   EXPECT_EQ(default_outer_bits(p, true), 8);
   p.outer_bits = 32;
-  p.inner_noise_scaling = true;
-  expect_plan_error(p, Status::kUnsupported, "it has inner_noise_scaling");
+  p.inner_noise_scaling = true;  // over the replicas
+  EXPECT_NO_THROW(validate_for_world(p, 4));
   p.inner_noise_scaling = false;
   p.tensor.y = 2;
   expect_plan_error(p, Status::kUnsupported, "it has model degree 2");
