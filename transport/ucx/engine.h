@@ -39,7 +39,15 @@ struct EngineOptions {
   // runs more of the job's ranks than this process may use CPUs (4 ranks on 2 cores, 64 MiB
   // all-reduce: shm 1.14 -> 1.30 GB/s, tcp 0.67 -> 0.71, 8-byte latency no worse), since a
   // spinning progress thread then takes the core a peer needs; at 2 ranks on 2 cores spinning
-  // pays (shm 4.3 against 1.3 GB/s without it).
+  // pays (shm 4.3 against 1.3 GB/s without it). Under cohort-run's binding each rank may use one
+  // CPU, so 2 ranks on 2 cores count as oversubscribed too: their progress thread shares its
+  // rank's one core with the training thread. Measured there (Zen 5, 2026-11-29): spinning
+  // anyway moved a 16 MiB shm all-reduce from 5.0 to 6.8 GB/s but a DDP GPT step's waits from
+  // 0.43-0.76 s to 0.59-1.48 s over 150 steps, so the binding's rule stays. A message that finds
+  // its receiver's thread asleep (a pipeline stage waiting 0.5-10 ms for its input) arrives
+  // 50-110 us later than one it finds polling, over shm and tcp alike; polling in place of a
+  // blocked caller removed most of that from a ping-pong but moved no planner plan's step at 2
+  // ranks (bench/planner), and its processor time inflated the probe's per-message cost.
   std::optional<std::chrono::microseconds> spin;
   // Over shared memory (no reliable events for senders) a busy engine naps this long at a time.
   std::chrono::microseconds busy_nap{50};
