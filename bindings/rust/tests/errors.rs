@@ -271,12 +271,12 @@ fn invalid_plans() {
         &["plan: shard_group = 2 runs ZeRO over each replica's ranks"],
     );
     expect_error(
-        Plan::new(&PlanOptions { zero_stage: 3, shard_group: 2, ..co2 }),
+        Plan::new(&PlanOptions { zero_stage: 3, shard_group: 2, tensor_y: 2, ..co2 }),
         Status::Unsupported,
-        &["it has inner_noise_scaling"],
+        &["it has model degree 2"],
     );
-    Plan::new(&PlanOptions { zero_stage: 3, shard_group: 2, inner_noise_scaling: false, ..co2 })
-        .expect("co2 takes shard groups with ZeRO 3");
+    Plan::new(&PlanOptions { zero_stage: 3, shard_group: 2, ..co2 })
+        .expect("co2 takes shard groups with ZeRO 3, its low-bit messages and noise scaling");
     expect_error(
         Plan::new(&PlanOptions { grad_keep: 1.5, ..PlanOptions::default() }),
         Status::InvalidPlan,
