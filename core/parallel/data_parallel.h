@@ -59,6 +59,7 @@
 // and outer momentum stay as they were.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <list>
@@ -482,6 +483,18 @@ class DataParallel : public StepHook {
   // bucket's padded length), or by default from buf, which stage 2 then frees.
   void take_gradient_shard(Bucket& b, const float* averaged = nullptr);
   void copy_shard(const Bucket& b, std::vector<Tensor>& params, float* shard, bool to_params) const;
+  // For each parameter j of bucket b that rank `rank`'s block covers — bucket elements [lo, hi),
+  // lo = rank * block; parameter j covers [offsets[j], offsets[j] + numel) — f(j, begin, end, lo)
+  // with [begin, end) their intersection (the padding, >= b.numel, is in no parameter).
+  template <typename F>
+  static void for_each_block_piece(const Bucket& b, size_t rank, const std::vector<Tensor>& params, F f) {
+    const size_t lo = rank * b.block, hi = lo + b.block;
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      const size_t begin = std::max(lo, b.offsets[j]);
+      const size_t end = std::min(hi, b.offsets[j] + static_cast<size_t>(params[b.params[j]].numel()));
+      if (begin < end) f(j, begin, end, lo);
+    }
+  }
   double global_grad_norm();
   void gather_parameters(std::vector<Tensor>& params);
   void fill_memory_stats(ParallelStats& s) const;

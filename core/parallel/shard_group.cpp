@@ -28,6 +28,7 @@
 
 #include "core/base/error.h"
 #include "core/parallel/data_parallel.h"
+#include "core/parallel/flat.h"
 
 namespace cohort::parallel {
 
@@ -70,16 +71,14 @@ void DataParallel::cut_shard_into_fragments() {
     else pieces.emplace_back(at, n);
   };
   // This rank's block of bucket b is its elements [lo, lo + block), at b.shard_offset in the
-  // shard; parameter j of the bucket covers [offsets[j], offsets[j] + numel), the padding the
-  // rest, after its last parameter.
+  // shard: its parameters' pieces (for_each_block_piece), then the padding, after the bucket's
+  // last parameter.
   const size_t position = static_cast<size_t>(comm_->rank());
   for (const Bucket& b : buckets_) {
+    for_each_block_piece(b, position, params, [&](size_t j, size_t begin, size_t end, size_t lo) {
+      add(fragment_of[b.params[j]], b.shard_offset + (begin - lo), end - begin);
+    });
     const size_t lo = position * b.block, hi = lo + b.block;
-    for (size_t j = 0; j < b.params.size(); ++j) {
-      const size_t first = std::max(lo, b.offsets[j]);
-      const size_t last = std::min(hi, b.offsets[j] + static_cast<size_t>(params[b.params[j]].numel()));
-      if (first < last) add(fragment_of[b.params[j]], b.shard_offset + (first - lo), last - first);
-    }
     const size_t padding = std::max(lo, b.numel);
     if (padding < hi) add(fragment_of[b.params.back()], b.shard_offset + (padding - lo), hi - padding);
   }
@@ -100,18 +99,16 @@ DataParallel::OuterLayout DataParallel::outer_layout() const {
   OuterLayout layout;
   if (!grouped()) return layout;
   const std::vector<Tensor>& params = trainer_->parameters();
-  std::vector<int64_t> first(params.size(), 0);  // each parameter's first flat index
-  for (size_t i = 1; i < params.size(); ++i) first[i] = first[i - 1] + params[i - 1].numel();
+  const std::vector<size_t> first = flat_offsets(params);  // each parameter's first flat index
   // The shard's elements (cut_shard_into_fragments' bucket coordinates) to flat indices.
   std::vector<int64_t> of_shard(outer_numel_, -1);
-  const size_t position = static_cast<size_t>(comm_->rank());
   for (const Bucket& b : buckets_)
-    for (size_t j = 0; j < b.params.size(); ++j) {
-      const size_t lo = position * b.block, n = static_cast<size_t>(params[b.params[j]].numel());
-      const size_t from = std::max(lo, b.offsets[j]), to = std::min(lo + b.block, b.offsets[j] + n);
-      for (size_t x = from; x < to; ++x)
-        of_shard[b.shard_offset + (x - lo)] = first[b.params[j]] + static_cast<int64_t>(x - b.offsets[j]);
-    }
+    for_each_block_piece(b, static_cast<size_t>(comm_->rank()), params,
+                         [&](size_t j, size_t begin, size_t end, size_t lo) {
+                           for (size_t x = begin; x < end; ++x)
+                             of_shard[b.shard_offset + (x - lo)] =
+                                 static_cast<int64_t>(first[b.params[j]] + (x - b.offsets[j]));
+                         });
   for (const Fragment& fr : fragments_) {
     layout.fragment_begin.push_back(fr.begin);
     for (const auto& [at, n] : fr.pieces)

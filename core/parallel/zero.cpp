@@ -94,21 +94,6 @@ namespace cohort::parallel {
 
 namespace coll = transport::coll;
 
-namespace {
-// For each parameter j of bucket b that this rank's block covers — bucket elements [lo, hi),
-// lo = rank * block; parameter j covers [offsets[j], offsets[j] + numel) — f(j, begin, end, lo)
-// with [begin, end) their intersection (the padding, >= b.numel, is in no parameter).
-template <typename Bucket, typename F>
-void for_each_block_piece(const Bucket& b, size_t rank, const std::vector<Tensor>& params, F f) {
-  const size_t lo = rank * b.block, hi = lo + b.block;
-  for (size_t j = 0; j < b.params.size(); ++j) {
-    const size_t begin = std::max(lo, b.offsets[j]);
-    const size_t end = std::min(hi, b.offsets[j] + static_cast<size_t>(params[b.params[j]].numel()));
-    if (begin < end) f(j, begin, end, lo);
-  }
-}
-}  // namespace
-
 void DataParallel::build_shards(const optim::Optimizer& inner) {
   const size_t world = static_cast<size_t>(comm_->size());
   size_t shard = 0;
