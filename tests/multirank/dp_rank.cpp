@@ -127,24 +127,36 @@ void poison_parameters(int64_t step, int rank, int world, Trainer& t) {
   test::dp_set_flat(t, flat);
 }
 
+// Whether `mode` ends with `tail` (and holds more than it); if so, `mode` loses it.
+bool take_suffix(std::string& mode, const std::string& tail) {
+  if (mode.size() <= tail.size() || mode.compare(mode.size() - tail.size(), tail.size(), tail) != 0) return false;
+  mode.resize(mode.size() - tail.size());
+  return true;
+}
+
+// Whether `mode` holds `tag` anywhere; if so, its first occurrence goes.
+bool take_tag(std::string& mode, const std::string& tag) {
+  const size_t at = mode.find(tag);
+  if (at == std::string::npos) return false;
+  mode.erase(at, tag.size());
+  return true;
+}
+
 parallel::PlanConfig plan_for_mode(std::string mode) {
   using parallel::Preset;
-  const std::string avg = "-avgstate";  // the inner optimizer state averaged at round ends
-  if (mode.size() > avg.size() && mode.compare(mode.size() - avg.size(), avg.size(), avg) == 0) {
-    parallel::PlanConfig p = plan_for_mode(mode.substr(0, mode.size() - avg.size()));
+  if (take_suffix(mode, "-avgstate")) {  // the inner optimizer state averaged at round ends
+    parallel::PlanConfig p = plan_for_mode(mode);
     p.average_inner_state = true;
     return p;
   }
-  const std::string noise = "-noise";  // local steps normalised for the averaged gradient (AdamW)
-  if (mode.size() > noise.size() && mode.compare(mode.size() - noise.size(), noise.size(), noise) == 0) {
-    parallel::PlanConfig p = plan_for_mode(mode.substr(0, mode.size() - noise.size()));
+  if (take_suffix(mode, "-noise")) {  // local steps normalised for the averaged gradient (AdamW)
+    parallel::PlanConfig p = plan_for_mode(mode);
     p.inner_noise_scaling = true;
     return p;
   }
   for (int stage : {1, 2, 3}) {  // "-zeroN": ZeRO stage N (1 only for the outer modes)
-    const std::string zero = "-zero" + std::to_string(stage);
-    if (mode.size() > zero.size() && mode.compare(mode.size() - zero.size(), zero.size(), zero) == 0) {
-      parallel::PlanConfig p = plan_for_mode(mode.substr(0, mode.size() - zero.size()));
+    if (take_suffix(mode, "-zero" + std::to_string(stage))) {
+      parallel::PlanConfig p = plan_for_mode(mode);
       p.zero_stage = stage;
       return p;
     }
@@ -682,28 +694,16 @@ int main(int argc, char** argv) {
   g_keep_percent = take_number(mode, "-k", g_keep_percent);  // "-k<P>": top-k keeping P%
   for (auto [tail, poison] : {std::pair{"-nanparam", Poison::kParams}, std::pair{"-nanmerge", Poison::kParams},
                               std::pair{"-nan", Poison::kBatch}}) {
-    const std::string t = tail;
-    if (mode.size() > t.size() && mode.compare(mode.size() - t.size(), t.size(), t) == 0) {
-      mode.resize(mode.size() - t.size());
+    if (take_suffix(mode, tail)) {
       g_poison = poison;
-      if (t == "-nanmerge") g_param_nan_step = kTau;
+      if (std::string(tail) == "-nanmerge") g_param_nan_step = kTau;
       break;
     }
   }
-  const size_t wide = mode.find("-wide");
-  if (wide != std::string::npos) {
-    mode.erase(wide, 5);
-    g_hidden = 8192;
-  }
-  const size_t adamw = mode.find("-adamw");
-  if (adamw != std::string::npos) {
-    mode.erase(adamw, 6);
-    g_adamw = true;
-  }
+  if (take_tag(mode, "-wide")) g_hidden = 8192;
+  g_adamw = take_tag(mode, "-adamw");
   Device device = Device::kCpu;
-  const std::string cuda = "-cuda";
-  if (mode.size() > cuda.size() && mode.compare(mode.size() - cuda.size(), cuda.size(), cuda) == 0) {
-    mode.resize(mode.size() - cuda.size());
+  if (take_suffix(mode, "-cuda")) {
     device = Device::kCuda;
     const std::string why = device_unavailable_reason(device);
     if (!why.empty()) {

@@ -324,7 +324,6 @@ class DpSimulation {
       if (plan_.outer_bits < 32 && positions.empty())
         add_low_bit(sent, plan_.outer_bits, residual_[r].data() + lo, low_bit_sum);
       for (const PositionLayout& p : positions) {  // shard groups: each position's message
-        if (plan_.outer_bits == 32) break;
         const size_t from = p.fragment_begin.at(f),
                      to = f + 1 < p.fragment_begin.size() ? p.fragment_begin[f + 1] : p.flat.size();
         std::vector<float> e(to - from, 0.0f), res(to - from, 0.0f), sum(to - from, 0.0f);
