@@ -268,10 +268,11 @@ BusyThread::~BusyThread() {
 CommTable probe_communication(coll::Communicator& world, const ProbeOptions& options) {
   COHORT_CHECK(options.small_bytes >= 4 && options.first_large_bytes > options.small_bytes &&
                    options.max_bytes >= options.first_large_bytes && options.repetitions >= 1 &&
-                   options.small_repetitions >= 1,
+                   options.small_repetitions >= 1 && options.passes >= 1,
                Status::kInvalidArgument, "communication probe: sizes must grow (small ", options.small_bytes,
                " < first large ", options.first_large_bytes, " <= max ", options.max_bytes,
-               ") and repetitions >= 1 (", options.repetitions, ", small ", options.small_repetitions, ")");
+               ") and repetitions, passes >= 1 (", options.repetitions, ", small ", options.small_repetitions, ", passes ",
+               options.passes, ")");
   CommTable table;
   const auto start = Clock::now();
   const int n = world.size();
@@ -291,29 +292,54 @@ CommTable probe_communication(coll::Communicator& world, const ProbeOptions& opt
   // Room for the largest output: an all_gather of max_bytes from each of n ranks.
   std::vector<float> in(options.max_bytes / sizeof(float) * static_cast<size_t>(n), 1.0f);
   std::vector<float> out(in.size(), 0.0f);
-  for (int g = 2; g <= n; ++g) {
-    if (n % g != 0) continue;
-    auto group = world.split(world.rank() / g, world.rank(), str_cat(world.name(), "/probe", g));
-    for (CommOp op : {CommOp::kPointToPoint, CommOp::kAllReduce, CommOp::kAllGather, CommOp::kReduceScatter,
-                      CommOp::kBroadcast, CommOp::kAllToAll}) {
-      if (op == CommOp::kPointToPoint && g != 2) continue;  // one pair is a message's cost
-      const double small = measure(world, *group, op, options.small_bytes, options.small_repetitions, in, out);
-      size_t large_bytes = options.first_large_bytes;
-      double large = measure(world, *group, op, large_bytes, options.repetitions, in, out);
-      while (large < 0.02 && large_bytes * 4 <= options.max_bytes) {
-        large_bytes *= 4;
-        large = measure(world, *group, op, large_bytes, options.repetitions, in, out);
+  // Per (group, collective): the least time of every pass at the small size and at the large
+  // one, whose size the first pass chooses.
+  struct Timed {
+    int ranks;
+    CommOp op;
+    size_t large_bytes;
+    double small, large;
+  };
+  std::vector<Timed> timed;
+  std::vector<std::shared_ptr<coll::Communicator>> groups;
+  for (int g = 2; g <= n; ++g)
+    if (n % g == 0) groups.push_back(world.split(world.rank() / g, world.rank(), str_cat(world.name(), "/probe", g)));
+  for (int pass = 0; pass < options.passes; ++pass) {
+    size_t k = 0;
+    for (auto& group : groups) {
+      const int g = group->size();
+      for (CommOp op : {CommOp::kPointToPoint, CommOp::kAllReduce, CommOp::kAllGather, CommOp::kReduceScatter,
+                        CommOp::kBroadcast, CommOp::kAllToAll}) {
+        if (op == CommOp::kPointToPoint && g != 2) continue;  // one pair is a message's cost
+        const double small = measure(world, *group, op, options.small_bytes, options.small_repetitions, in, out);
+        if (pass == 0) {
+          size_t large_bytes = options.first_large_bytes;
+          double large = measure(world, *group, op, large_bytes, options.repetitions, in, out);
+          while (large < 0.02 && large_bytes * 4 <= options.max_bytes) {
+            large_bytes *= 4;
+            large = measure(world, *group, op, large_bytes, options.repetitions, in, out);
+          }
+          timed.push_back({g, op, large_bytes, small, large});
+        } else {
+          Timed& t = timed[k];
+          t.small = std::min(t.small, small);
+          t.large = std::min(t.large, measure(world, *group, op, t.large_bytes, options.repetitions, in, out));
+        }
+        ++k;
       }
-      CommCost c;
-      c.op = op;
-      c.ranks = g;
-      const double extra = static_cast<double>(large_bytes - options.small_bytes);
-      // Noise can make the large message look no slower: then the link is faster than this
-      // probe resolves, and the bandwidth is bounded by what the large message showed.
-      c.bytes_per_second = large > small ? extra / (large - small) : static_cast<double>(large_bytes) / large;
-      c.latency_seconds = std::max(0.0, small - static_cast<double>(options.small_bytes) / c.bytes_per_second);
-      table.entries.push_back(c);
     }
+  }
+  for (const Timed& t : timed) {
+    CommCost c;
+    c.op = t.op;
+    c.ranks = t.ranks;
+    const double extra = static_cast<double>(t.large_bytes - options.small_bytes);
+    // Noise can make the large message look no slower: then the link is faster than this
+    // probe resolves, and the bandwidth is bounded by what the large message showed.
+    c.bytes_per_second =
+        t.large > t.small ? extra / (t.large - t.small) : static_cast<double>(t.large_bytes) / t.large;
+    c.latency_seconds = std::max(0.0, t.small - static_cast<double>(options.small_bytes) / c.bytes_per_second);
+    table.entries.push_back(c);
   }
   // Processor time: no busy thread beside it.
   spinner.reset();

@@ -68,6 +68,13 @@ struct ProbeOptions {
   // 466 us in a sixth, and one such reading costs each message of a pipeline's cuts in every
   // prediction. The small message is cheap, so it gets more runs.
   int small_repetitions = 9;
+  // Passes over the whole list of (group, collective), each entry keeping its least time of all
+  // passes at each size. A spell of load on the host (a launcher, another job, a namespace's set-up)
+  // lasts milliseconds to a second: within one pass it can sit on one entry's every run, and one
+  // such entry misprices every plan using it (4 ranks on 2 cores: a 4-rank all_gather read a
+  // latency of 2301 us in one probe where six others read 196-259 us, and the sweep's median error
+  // went to 39.5%). A second pass, a second or so later, misses the spell.
+  int passes = 2;
   // One run of work resembling a training step, for the compute stretch: every rank's own
   // (the same work on each), e.g. make_step_runner (workload.h) of the model at one rank's rows.
   // Empty: a built-in mix of arithmetic and memory traffic over a buffer larger than the caches.

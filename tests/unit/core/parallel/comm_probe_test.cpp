@@ -107,6 +107,9 @@ TEST(CommProbe, OneRankMeasuresNothingAndBadSizesAreRefused) {
     ProbeOptions few;
     few.small_repetitions = 0;
     test::expect_error([&] { probe_communication(*comm, few); }, Status::kInvalidArgument, "small 0");
+    ProbeOptions once;
+    once.passes = 0;
+    test::expect_error([&] { probe_communication(*comm, once); }, Status::kInvalidArgument, "passes 0");
   });
 }
 
