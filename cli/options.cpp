@@ -251,7 +251,8 @@ const char* usage_text() {
          "         [--shard-group S]  (not sync; 1: off): replicas of S consecutive ranks, each training\n"
          "          synchronously under --zero 1-3 over its S ranks; the outer rule runs between replicas on\n"
          "          each rank's shard, so a rank's outer state and each outer all-reduce are ~1/S of the model\n"
-         "          (with --outer-fragments F, ~1/(F S) an all-reduce)\n"
+         "          (with --outer-fragments F, ~1/(F S) an all-reduce); with --tensor / --grid or --pipeline\n"
+         "          over each model position's data axis\n"
          "         [--outer-lr A] [--outer-momentum B] [--nesterov 0|1] [--noise-scaling 0|1 (adamw)]  (not sync)\n"
          "         [--average-inner-state 0|1]  (localsgd, slowmo, diloco: the ranks' inner optimizer state\n"
          "          averaged at every round end, as DDP's replicas share theirs)\n"
@@ -452,8 +453,6 @@ void check_parallel_flags(const Options& o) {
           "--shard-group needs --parallel localsgd, slowmo, diloco or co2 (replicas that synchronise every tau steps)");
   require(o.shard_group == 1 || o.zero >= 1,
           "--shard-group " + std::to_string(o.shard_group) + " runs ZeRO inside each replica: give --zero 1, 2 or 3");
-  require(o.shard_group == 1 || (o.tensor_degree() == 1 && o.pipeline == 1 && o.plan.empty()),
-          "--shard-group with --tensor / --grid, --pipeline or --plan is not supported yet");
   require(o.tensor_degree() == 1 || !o.parallel.empty(),
           "--tensor and --grid need --parallel (sync, localsgd, slowmo, diloco or co2: how the model replicas "
           "train)");

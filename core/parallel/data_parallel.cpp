@@ -65,7 +65,7 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
     dp->replica_ = dp->model_;  // norm_ranges_: build_fragments, in the outer state's layout
   }
   dp->outer_numel_ = dp->numel_;
-  if (dp->grouped()) dp->split_shard_groups();  // comm_: the replica; outer_comm_: across replicas
+  if (dp->grouped()) dp->split_shard_groups();  // comm_: the replica's positions; outer_comm_: across replicas
   if (dp->replica_sync()) {
     dp->build_buckets(params);
     if (plan.zero_stage > 0) dp->build_shards(trainer.optimizer());
@@ -172,9 +172,10 @@ DataParallel::~DataParallel() {
     for (const auto& c : {comm_, outer_comm_, group_comm_})
       if (c && c->status() != Status::kOk) c->keep_alive(kept);
   }
-  // The same for the model axis's reduction buffer (sum_over_model), with that communicator.
-  if (replica_ && replica_->status() != Status::kOk)
-    replica_->keep_alive(std::make_shared<std::vector<float>>(std::move(model_scalars_)));
+  // The same for the replica's reduction buffer (sum_over_model), with its communicators.
+  auto model_scalars = std::make_shared<std::vector<float>>(std::move(model_scalars_));
+  for (coll::Communicator* c : {model_, grouped() ? comm_.get() : nullptr})
+    if (c && c->status() != Status::kOk) c->keep_alive(model_scalars);
 }
 
 void DataParallel::build_buckets(const std::vector<Tensor>& params) {

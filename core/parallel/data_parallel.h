@@ -432,7 +432,8 @@ class DataParallel : public StepHook {
   double counted_block_sum_of_squares();
   // Blocking sum of n floats over `comm`'s ranks, reduced in `buffer` (a member: a failed
   // reduction may leave a send holding it, work.h); returns values[0]. sum_over_ranks is it over
-  // the data-parallel communicator, sum_over_model over the model axis.
+  // the data-parallel communicator (the replica under shard groups), sum_over_model_axis over the
+  // model axis, sum_over_model over the whole replica (above).
   double sum_over(transport::coll::Communicator& comm, std::vector<float>& buffer, float* values, size_t n);
   double sum_over_ranks(float* values, size_t n) { return sum_over(*comm_, scalars_, values, n); }
   std::vector<float> scalars_;  // sum_over_ranks' reduction buffer
@@ -465,15 +466,20 @@ class DataParallel : public StepHook {
   // shard groups (the replica's ranks): this rank holds part of the model, so every decision the
   // outer step takes from a norm or a finiteness check (the momentum clip, the staleness penalty,
   // skipping or dropping a round, co2's merge) is taken from the whole model's, summed over
-  // replica_ (the model axis, or the replica) with each replicated parameter counted once
-  // (norm_ranges_: the ranges of the outer state this rank counts) — so every rank of the replica
-  // decides alike. Without either these are plain local sums.
-  double model_sum_of_squares(const float* flat);  // over outer_numel_ floats; collective on replica_
-  bool any_over_model(bool local);                // collective on replica_
-  double sum_over_model(float* values, size_t n) { return sum_over(*replica_, model_scalars_, values, n); }
+  // the replica — its shard group's ranks (comm_), then the model axis — with each replicated
+  // parameter counted once (norm_ranges_: the ranges of the outer state this rank counts), so
+  // every rank of the replica decides alike. Without either these are plain local sums.
+  double model_sum_of_squares(const float* flat);  // over outer_numel_ floats; collective on the replica
+  bool any_over_model(bool local);                // collective on the replica
+  double sum_over_model(float* values, size_t n) {
+    if (grouped()) sum_over(*comm_, model_scalars_, values, n);
+    return model_ ? sum_over_model_axis(values, n) : values[0];
+  }
+  double sum_over_model_axis(float* values, size_t n) { return sum_over(*model_, model_scalars_, values, n); }
   std::shared_ptr<const CommAxes> axes_;
   transport::coll::Communicator* model_ = nullptr;    // the tensor / pipeline model axis (ZeRO's norm)
-  transport::coll::Communicator* replica_ = nullptr;  // model_, or the shard group's replica (comm_)
+  // Set where the replica is more than this rank (shard groups, model axes): model_, else comm_.
+  transport::coll::Communicator* replica_ = nullptr;
   std::vector<std::pair<size_t, size_t>> norm_ranges_;  // (offset, count) in the outer state
   std::vector<float> model_scalars_;  // sum_over_model's buffer; kept alive as scalars_ is (~DataParallel)
   // ZeRO (zero.cpp).

@@ -159,9 +159,11 @@ void validate(const PlanConfig& p) {
                  "data-parallel group with zero_stage alone");
     COHORT_CHECK(p.zero_stage >= 1, Status::kInvalidPlan, "plan: shard_group = ", p.shard_group,
                  " runs ZeRO over each replica's ranks: zero_stage must be 1, 2 or 3 (it is 0)");
-    COHORT_CHECK(p.model_degree() == 1 && !p.automatic, Status::kUnsupported, "plan: shard_group = ", p.shard_group,
-                 " is not implemented with tensor / pipeline axes or an automatic layout yet (TODO(#30)); it has ",
-                 p.automatic ? std::string("automatic") : str_cat("model degree ", p.model_degree()));
+    // Under tensor / pipeline axes the shard groups split each model position's data axis (every
+    // rank of a replica's position holds the same part of the model).
+    COHORT_CHECK(!p.automatic, Status::kUnsupported, "plan: shard_group = ", p.shard_group,
+                 " is not implemented with an automatic layout yet (the planner does not choose shard groups; "
+                 "TODO(#30)): give the layout");
   } else {
     // Local steps need every rank's whole parameters, gradients and inner optimizer state: under
     // local SGD only the outer optimizer's state can be sharded (stage 1).

@@ -8,7 +8,10 @@
 // axis plays under tensor parallelism): the ranks of one position in every replica hold the same
 // bucket layout, so their shards line up element for element and their average is the shard of
 // the replicas' average. The clip's norm sums each rank's whole shard (padding included: it is
-// zero), so norm_ranges_ covers it all: one range per fragment.
+// zero), so norm_ranges_ covers it all: one range per fragment. Under tensor / pipeline axes the
+// groups split each model position's data axis; the replica is then its positions times the model
+// ranks, the sums run over both (sum_over_model) and norm_ranges_ keeps only the pieces of the
+// parameters this rank counts (counts_in_norm).
 //
 // Streaming synchronisation (plan.outer_fragments = F > 1): a fragment is whole parameters
 // (build_fragments' cut, the same as without groups), and its part of this rank's shard is the
@@ -42,7 +45,7 @@ void DataParallel::split_shard_groups() {
                " does not divide the data-parallel degree ", group_comm_->size());
   comm_ = group_comm_->split(d / s, d % s, str_cat(group_comm_->name(), "/replica"));
   outer_comm_ = group_comm_->split(d % s, d / s, str_cat(group_comm_->name(), "/outer"));
-  replica_ = comm_.get();
+  if (!replica_) replica_ = comm_.get();  // under model axes the replica spans them too (sum_over_model)
 }
 
 void DataParallel::init_outer_over_shard() {
@@ -82,13 +85,33 @@ void DataParallel::cut_shard_into_fragments() {
     const size_t padding = std::max(lo, b.numel);
     if (padding < hi) add(fragment_of[b.params.back()], b.shard_offset + (padding - lo), hi - padding);
   }
+  // The whole model's norms count every element of the shard (its padding is zero), but under
+  // model axes only the parameters this rank counts (counts_in_norm: a replicated parameter on
+  // one of its holders): ranges of the outer state, fragment by fragment.
+  std::vector<char> counted(outer_numel_, model_ ? 0 : 1);
+  if (model_)
+    for (const Bucket& b : buckets_)
+      for_each_block_piece(b, position, params, [&](size_t j, size_t begin, size_t end, size_t lo) {
+        if (trainer_->counts_in_norm()[b.params[j]])
+          std::fill_n(counted.begin() + static_cast<std::ptrdiff_t>(b.shard_offset + (begin - lo)), end - begin, 1);
+      });
   size_t begin = 0;
   norm_ranges_.clear();
   for (Fragment& fr : fragments_) {
     fr.begin = begin;
     fr.count = 0;
-    for (const auto& piece : fr.pieces) fr.count += piece.second;
-    norm_ranges_.emplace_back(fr.begin, fr.count);
+    for (const auto& [at, n] : fr.pieces) {
+      for (size_t x = 0; x < n; ++x) {
+        if (!counted[at + x]) continue;
+        const size_t o = fr.begin + fr.count + x;  // the element's place in the outer state
+        if (!norm_ranges_.empty() && norm_ranges_.back().first + norm_ranges_.back().second == o &&
+            norm_ranges_.back().first >= fr.begin)
+          ++norm_ranges_.back().second;
+        else
+          norm_ranges_.emplace_back(o, 1);
+      }
+      fr.count += n;
+    }
     begin += fr.count;
   }
   COHORT_ASSERT(begin == outer_numel_, "data parallel: the fragments hold ", begin, " of the shard's ", outer_numel_,

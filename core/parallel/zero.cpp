@@ -175,7 +175,7 @@ double DataParallel::global_grad_norm() {
                          });
   float sum = static_cast<float>(local);
   sum = static_cast<float>(sum_over_ranks(&sum, 1));
-  return std::sqrt(sum_over_model(&sum, 1));
+  return std::sqrt(sum_over_model_axis(&sum, 1));
 }
 
 bool DataParallel::apply_update(std::vector<Tensor>& params, std::vector<Tensor>&) {

@@ -456,11 +456,12 @@ TEST(Plan, ShardGroupsDivideTheDataDegreeAndTakeZeroInside) {
   p.inner_noise_scaling = true;  // over the replicas
   EXPECT_NO_THROW(validate_for_world(p, 4));
   p.inner_noise_scaling = false;
-  p.tensor.y = 2;
-  expect_plan_error(p, Status::kUnsupported, "it has model degree 2");
+  p.tensor.y = 2;  // groups over the data axis of each tensor position
+  EXPECT_NO_THROW(validate_for_world(p, 8));
+  expect_plan_error(p, Status::kInvalidPlan, "shard_group", 6);  // a data axis of 3 ranks
   p.tensor.y = 1;
   p.automatic = true;
-  expect_plan_error(p, Status::kUnsupported, "it has automatic");
+  expect_plan_error(p, Status::kUnsupported, "not implemented with an automatic layout");
   p.automatic = false;
   p.outer_fragments = 2;  // streamed: each fragment on its pieces of the shard
   EXPECT_NO_THROW(validate_for_world(p, 4));

@@ -731,12 +731,16 @@ struct OuterCase {
   int fragments = 1;
   bool empty_fragment = false;
   int zero_stage = 0;  // 1: ZeRO 1 of the outer state (localsgd / diloco), each fragment's blocks
+  // plan.shard_group (with zero_stage 1-3): 4 data ranks in 2 replicas of 2, against the same
+  // groups of replicated ranks — the replica's sums then span its positions and the model axis.
+  int shard_group = 1;
 };
 
 class TensorParallelOuter : public ::testing::TestWithParam<OuterCase> {
  protected:
   static constexpr int64_t kSteps = 6, kRows = 4, kTau = 2;
-  static constexpr int kData = 2;
+  // Data-parallel ranks: 2, or 2 replicas of the shard group.
+  static int data_ranks() { return GetParam().shard_group > 1 ? 2 * GetParam().shard_group : 2; }
 
   // The case's plan with `degree` model ranks a replica: tensor_y, or pipeline stages.
   PlanConfig plan_for(int degree) const {
@@ -746,6 +750,7 @@ class TensorParallelOuter : public ::testing::TestWithParam<OuterCase> {
     p.outer.staleness_penalty = c.penalty;
     p.outer_fragments = c.fragments;
     p.zero_stage = c.zero_stage;
+    p.shard_group = c.shard_group;
     if (c.pipeline) {
       p.pipeline.stages = degree;
       p.pipeline.micro_batches = degree;
@@ -765,24 +770,30 @@ class TensorParallelOuter : public ::testing::TestWithParam<OuterCase> {
   void train(Trainer& t, int replica, int64_t from, int64_t to) const {
     for (int64_t s = from; s < to; ++s) t.step(test::tp_batch(GetParam().model, s, replica * kRows, kRows));
   }
-  // The mode over kData replicated ranks, plain and from parameters moved by one ulp: each data
+  // The mode over data_ranks() replicated ranks, plain and from parameters moved by one ulp: each data
   // rank's final parameters, with the bound the perturbed run measures (tp_reference.h).
   std::vector<test::TpReference> replicated_reference(ParallelStats* rank0_stats = nullptr) const {
     std::mutex mutex;
-    std::vector<test::TpReference> ref(kData);
-    std::vector<std::map<std::string, Tensor>> control(kData);
+    const int data = data_ranks();
+    std::vector<test::TpReference> ref(static_cast<size_t>(data));
+    std::vector<std::map<std::string, Tensor>> control(static_cast<size_t>(data));
     for (bool perturb : {false, true})
-      ct::run_ranks_shared(kData, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+      ct::run_ranks_shared(data, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
         auto t = make(comm, 1);
         if (perturb) test::perturb_by_one_ulp(*t);
         train(*t, comm->rank(), 0, kSteps);
+        if (GetParam().zero_stage == 3) t->gather_parameters();  // released between steps
         std::lock_guard<std::mutex> lock(mutex);
         auto& out = perturb ? control[static_cast<size_t>(comm->rank())] : ref[static_cast<size_t>(comm->rank())].parameters;
-        for (size_t i = 0; i < t->parameters().size(); ++i) out[t->parameter_names()[i]] = t->parameters()[i];
+        for (size_t i = 0; i < t->parameters().size(); ++i) {  // copies: ZeRO 3's live in its buckets
+          Tensor copy = Tensor::empty(t->parameters()[i].shape(), t->parameters()[i].dtype());
+          copy.copy_from(t->parameters()[i]);
+          out[t->parameter_names()[i]] = copy;
+        }
         if (!perturb && comm->rank() == 0 && rank0_stats) *rank0_stats = dynamic_cast<DataParallel&>(*t->step_hook()).stats();
       });
     double control_diff = 0;
-    for (int r = 0; r < kData; ++r)
+    for (int r = 0; r < data; ++r)
       for (const auto& [name, p] : ref[static_cast<size_t>(r)].parameters) {
         const Tensor& q = control[static_cast<size_t>(r)].at(name);
         for (int64_t k = 0; k < p.numel(); ++k)
@@ -807,9 +818,10 @@ TEST_P(TensorParallelOuter, MatchesTheModeOverReplicatedRanks) {
     EXPECT_LT(ref_stats.last_staleness_scale, 1.0) << c.label << ": the penalty does nothing";
   }
   int64_t fewest_syncs = ref_stats.outer_syncs;
-  ct::run_ranks_shared(2 * kData, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+  ct::run_ranks_shared(2 * data_ranks(), ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
     auto t = make(comm, 2);
     train(*t, comm->rank() / 2, 0, kSteps);
+    if (c.zero_stage == 3) t->gather_parameters();  // released between steps
     const test::TpReference& want = ref[static_cast<size_t>(comm->rank() / 2)];
     const test::TpDiff d = test::tp_parameter_diff(*t, want);
     const ParallelStats st = dynamic_cast<DataParallel&>(*t->step_hook()).stats();
@@ -849,6 +861,7 @@ TEST_P(TensorParallelOuter, OuterStateResumesUnderAnotherLayout) {
     return dir + "tp_outer_" + c.label + "_" + from + ".rank" + std::to_string(rank);
   };
   std::mutex mutex;
+  constexpr int kData = 2;  // no shard groups here (ZeRO skipped above)
   std::vector<std::map<std::string, Tensor>> at_save(kData);  // each replica's whole parameters
   // Saves after kStop steps under `degree` model ranks a replica; each rank its own file.
   auto save = [&](int degree, const char* from) {
@@ -922,6 +935,56 @@ TEST_P(TensorParallelOuter, OuterStateResumesUnderAnotherLayout) {
     for (int r = 0; r < 2 * kData; ++r) std::remove(path(from, r).c_str());
 }
 
+// Shard groups under model axes keep each rank's shard of the inner and outer state
+// (parallel.zero.*, the outer vectors as the shard): saved mid-run (co2: the round's average
+// still to merge) by every rank, each rank resumes from its own file under the same layout and
+// ends bit for bit where the uninterrupted run ended.
+TEST_P(TensorParallelOuter, ShardGroupsResumeUnderTheSameLayoutBitForBit) {
+  const OuterCase& c = GetParam();
+  if (c.shard_group == 1) GTEST_SKIP() << "no shard groups (OuterStateResumesUnderAnotherLayout)";
+  constexpr int64_t kStop = kTau;  // the first round just ended: co2's average still to merge
+  const int world = 2 * data_ranks();
+  const std::string dir = ::testing::TempDir();
+  auto path = [&](int rank) { return dir + "tp_groups_" + c.label + ".rank" + std::to_string(rank); };
+  std::mutex mutex;
+  std::vector<std::vector<Tensor>> whole_run(static_cast<size_t>(world));
+  ct::run_ranks_shared(world, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    auto t = make(comm, 2);
+    train(*t, comm->rank() / 2, 0, kStop);
+    checkpoint::CheckpointExtra extra;
+    dynamic_cast<DataParallel&>(*t->step_hook()).save_state(extra);
+    checkpoint::save_checkpoint(*t, path(comm->rank()), extra);
+    train(*t, comm->rank() / 2, kStop, kSteps);
+    if (c.zero_stage == 3) t->gather_parameters();
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const Tensor& p : t->parameters()) {
+      Tensor copy = Tensor::empty(p.shape(), p.dtype());
+      copy.copy_from(p);
+      whole_run[static_cast<size_t>(comm->rank())].push_back(copy);
+    }
+  });
+  ct::run_ranks_shared(world, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    auto t = make(comm, 2);
+    checkpoint::CheckpointExtra file;
+    checkpoint::load_checkpoint(*t, path(comm->rank()), &file);
+    dynamic_cast<DataParallel&>(*t->step_hook()).load_state(file);
+    train(*t, comm->rank() / 2, kStop, kSteps);
+    if (c.zero_stage == 3) t->gather_parameters();
+    int differ = 0;
+    const std::vector<Tensor>& want = whole_run[static_cast<size_t>(comm->rank())];
+    for (size_t i = 0; i < t->parameters().size(); ++i) differ += !same_bits(t->parameters()[i], want[i]);
+    std::lock_guard<std::mutex> lock(mutex);
+    std::printf("%s rank %d: resumed at step %lld, %d of %zu parameters differ from the uninterrupted run\n",
+                c.label.c_str(), comm->rank(), static_cast<long long>(kStop), differ, want.size());
+    EXPECT_EQ(file.ints.at("parallel.shard_group"), c.shard_group) << c.label;
+    if (c.preset == Preset::kCo2) {
+      EXPECT_EQ(file.ints.at("parallel.have_reduced"), 1) << c.label << " rank " << comm->rank();
+    }
+    EXPECT_EQ(differ, 0) << c.label << " rank " << comm->rank();
+  });
+  for (int r = 0; r < world; ++r) std::remove(path(r).c_str());
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Modes, TensorParallelOuter,
     ::testing::Values(OuterCase{"gpt", Preset::kCo2, 0.02, true, "gpt_co2"},
@@ -937,7 +1000,13 @@ INSTANTIATE_TEST_SUITE_P(
                       OuterCase{"gpt", Preset::kDiLoCo, 0.02, false, "gpt_diloco_zero1", false, 1, false, 1},
                       OuterCase{"gpt", Preset::kDiLoCo, 0.02, false, "gpt_diloco_zero1_f2", false, 2, false, 1},
                       OuterCase{"gpt", Preset::kDiLoCo, 0.02, false, "gpt_diloco_pipeline_zero1_f2", true, 2, false, 1},
-                      OuterCase{"mlp", Preset::kDiLoCo, 0.02, false, "mlp_diloco_pipeline_zero1_f2", true, 2, true, 1}),
+                      OuterCase{"mlp", Preset::kDiLoCo, 0.02, false, "mlp_diloco_pipeline_zero1_f2", true, 2, true, 1},
+                      OuterCase{"gpt", Preset::kCo2, 0.02, true, "gpt_co2_zero2_g2", false, 1, false, 2, 2},
+                      OuterCase{"gpt", Preset::kDiLoCo, 0.02, false, "gpt_diloco_zero3_g2", false, 1, false, 3, 2},
+                      OuterCase{"mlp", Preset::kCo2, 0.02, true, "mlp_co2_zero1_g2", false, 1, false, 1, 2},
+                      OuterCase{"gpt", Preset::kDiLoCo, 0.02, false, "gpt_diloco_pipeline_zero3_g2", true, 1, false, 3, 2},
+                      OuterCase{"gpt", Preset::kCo2, 0.02, true, "gpt_co2_pipeline_zero2_g2_f2", true, 2, true, 2, 2},
+                      OuterCase{"mlp", Preset::kLocalSgd, 0.02, false, "mlp_localsgd_pipeline_zero3_g2_f2", true, 2, true, 3, 2}),
     [](const ::testing::TestParamInfo<OuterCase>& i) { return i.param.label; });
 
 }  // namespace
