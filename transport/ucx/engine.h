@@ -50,6 +50,14 @@ struct EngineOptions {
   // ranks (bench/planner), and its processor time inflated the probe's per-message cost.
   std::optional<std::chrono::microseconds> spin;
   // Over shared memory (no reliable events for senders) a busy engine naps this long at a time.
+  // On shared cores a rank waiting this way takes ~45% of the core from the rank computing beside
+  // it (2 ranks on 1 CPU: the probe's model step 7.0 ms with the other rank waiting in a barrier,
+  // 3.9 ms with it on another CPU; Zen 5, 2026-11-29), which inflates the probe's and the
+  // estimator's "alone" timings at 4 ranks on 2 cores alike. Tried and not kept: sleeping on the
+  // worker's events instead (a receive over shared memory raises one) while only receives are
+  // pending on an oversubscribed host, from the first microsecond or after 1 ms of naps. The
+  // model step alone went back to 3.9 ms, but data 2 x tensor 2 at 4 ranks trained 2-10% slower
+  // (an event's wake-up is slower than a nap's), DDP and pipelines the same.
   std::chrono::microseconds busy_nap{50};
   // Waiting for a peer's write to shared memory (which raises no event), the progress thread
   // yields its core between checks for this long after the last activity, then naps busy_nap.
