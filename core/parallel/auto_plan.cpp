@@ -21,7 +21,7 @@ namespace coll = transport::coll;
 std::vector<int64_t> layout_fields(const PlanConfig& p) {
   return {p.data_parallel,  p.pipeline.stages, p.pipeline.chunks, p.pipeline.micro_batches,
           static_cast<int64_t>(p.pipeline.schedule), p.tensor.x, p.tensor.y, p.tensor.z, p.zero_stage,
-          p.activation_checkpointing ? 1 : 0, static_cast<int64_t>(p.sequence_parallel)};
+          p.activation_checkpointing ? 1 : 0, static_cast<int64_t>(p.sequence_parallel), p.shard_group};
 }
 
 PlanConfig with_layout(const PlanConfig& base, const int64_t* f) {
@@ -38,6 +38,7 @@ PlanConfig with_layout(const PlanConfig& base, const int64_t* f) {
   p.zero_stage = static_cast<int>(f[8]);
   p.activation_checkpointing = f[9] != 0;
   p.sequence_parallel = static_cast<SequenceParallel>(f[10]);
+  p.shard_group = static_cast<int>(f[11]);
   p.automatic = false;  // every layout field is set: a concrete plan
   return p;
 }
@@ -120,7 +121,9 @@ PlanConfig choose_plan(const Graph& global_model, const PlanConfig& requested, c
   if (world.rank() == 0) {
     WorkloadOptions w;
     w.num_threads = options.num_threads;
-    const std::vector<PlanPrediction> ranked = rank_plans(global_model, cluster, w);
+    PlanConfig mode = requested;  // the layouts priced under the requested data-parallel mode
+    mode.shard_group = 1;
+    const std::vector<PlanPrediction> ranked = rank_plans(global_model, cluster, w, mode);
     for (const PlanPrediction& p : ranked) {
       least_memory = std::min(least_memory, p.memory_bytes);
       if (!p.fits || predicted.size() >= wanted) continue;

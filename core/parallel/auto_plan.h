@@ -30,10 +30,10 @@ PlanConfig choose_plan(const Graph& global_model, const PlanConfig& requested, t
                        std::string* report = nullptr);
 
 // The layout fields of a plan (data_parallel, the pipeline's stages, chunks, micro-batches and
-// schedule, tensor x, y, z, zero_stage, activation_checkpointing, sequence_parallel) as integers,
+// schedule, tensor x, y, z, zero_stage, activation_checkpointing, sequence_parallel, shard_group) as integers,
 // to broadcast; with_layout puts them onto `base` (its pipeline cuts cleared: balanced; automatic
 // false: the result is concrete).
-constexpr size_t kLayoutFields = 11;
+constexpr size_t kLayoutFields = 12;
 std::vector<int64_t> layout_fields(const PlanConfig& plan);
 PlanConfig with_layout(const PlanConfig& base, const int64_t* fields);
 

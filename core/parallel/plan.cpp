@@ -161,9 +161,9 @@ void validate(const PlanConfig& p) {
                  " runs ZeRO over each replica's ranks: zero_stage must be 1, 2 or 3 (it is 0)");
     // Under tensor / pipeline axes the shard groups split each model position's data axis (every
     // rank of a replica's position holds the same part of the model).
-    COHORT_CHECK(!p.automatic, Status::kUnsupported, "plan: shard_group = ", p.shard_group,
-                 " is not implemented with an automatic layout yet (the planner does not choose shard groups; "
-                 "TODO(#30)): give the layout");
+    COHORT_CHECK(!p.automatic, Status::kInvalidPlan, "plan: shard_group = ", p.shard_group,
+                 " with an automatic layout: the planner chooses the shard groups with the ZeRO stage (for "
+                 "localsgd / co2 where memory needs them); leave shard_group 1");
   } else {
     // Local steps need every rank's whole parameters, gradients and inner optimizer state: under
     // local SGD only the outer optimizer's state can be sharded (stage 1).

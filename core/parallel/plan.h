@@ -247,8 +247,8 @@ int default_outer_bits(const PlanConfig& plan, bool sgd = false);
 // without a ZeRO stage) and kUnsupported for stages 2-3 outside the sync mode without shard
 // groups (localsgd takes stage 1: its outer state sharded), for any stage under co2 without
 // them, for outer_fragments > 1 outside localsgd / co2, and for
-// shard_group > 1 in the sync mode or with an automatic layout (not implemented with groups
-// yet); grad_keep
+// shard_group > 1 in the sync mode (kInvalidPlan with an automatic layout: the planner chooses
+// them); grad_keep
 // outside (0, 1] is kInvalidPlan, and below 1 kUnsupported outside the sync mode, with ZeRO
 // stage 2 or 3, tensor or pipeline axes or automatic.
 void validate(const PlanConfig& plan);

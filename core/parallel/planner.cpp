@@ -133,6 +133,7 @@ std::string PlanPrediction::describe() const {
   if (plan.sequence_parallel == SequenceParallel::kMegatron) s << " sp";
   if (plan.sequence_parallel == SequenceParallel::kAllToAll) s << " sp-a2a";
   s << ", zero " << plan.zero_stage;
+  if (plan.shard_group > 1) s << " in groups of " << plan.shard_group;
   if (plan.activation_checkpointing) s << ", ckpt";
   if (plan.mode != SyncMode::kSync) s << ", " << mode_name(plan.mode) << " tau " << plan.tau;
   return s.str();
@@ -800,7 +801,8 @@ PlanPrediction predict_plan(const Graph& model, const ClusterSpec& cluster, cons
   return planner.predict(plan, cluster.world);
 }
 
-std::vector<PlanPrediction> rank_plans(const Graph& model, const ClusterSpec& cluster, const WorkloadOptions& workload) {
+std::vector<PlanPrediction> rank_plans(const Graph& model, const ClusterSpec& cluster, const WorkloadOptions& workload,
+                                       const PlanConfig& mode) {
   COHORT_CHECK(cluster.world >= 1, Status::kInvalidArgument, "planner: world ", cluster.world, " must be >= 1");
   Planner planner(model, cluster, workload);
   const ModelFacts& f = planner.facts;
@@ -863,25 +865,34 @@ std::vector<PlanPrediction> rank_plans(const Graph& model, const ClusterSpec& cl
             const bool ckpt = rung % 2 == 1;
             if (ckpt && f.blocks.empty()) continue;
             const std::vector<int> zeros = rung < 2 ? std::vector<int>{0, 1, 2} : std::vector<int>{3};
-            for (int zero : zeros) {
-              if ((zero > 0 && D == 1) || fitted) continue;
-              PlanConfig plan;
-              plan.data_parallel = D;
-              plan.zero_stage = zero;
-              plan.tensor = gc.grid;
-              plan.sequence_parallel = gc.sp;
-              plan.activation_checkpointing = ckpt;
-              plan.pipeline.stages = P;
-              plan.pipeline.chunks = V;
-              plan.pipeline.micro_batches = M;
-              plan.pipeline.schedule = V > 1 ? PipelineSchedule::kInterleaved : PipelineSchedule::kOneFOneB;
-              try {
-                out.push_back(planner.predict(plan, world));
-                fitted = out.back().fits;
-              } catch (const Error& e) {
-                if (e.status() != Status::kInvalidPlan && e.status() != Status::kUnsupported) throw;
+            // Shard groups: the ZeRO stages the mode takes only inside replicas (localsgd / co2).
+            std::vector<int> groups{1};
+            if (mode.mode != SyncMode::kSync)
+              for (int S : divisors(D))
+                if (S > 1) groups.push_back(S);
+            for (int zero : zeros)
+              for (int S : groups) {
+                if ((zero > 0 && D == 1) || (zero == 0 && S > 1) || fitted) continue;
+                PlanConfig plan = mode;
+                plan.automatic = false;
+                plan.data_parallel = D;
+                plan.zero_stage = zero;
+                plan.shard_group = S;
+                plan.tensor = gc.grid;
+                plan.sequence_parallel = gc.sp;
+                plan.activation_checkpointing = ckpt;
+                plan.pipeline = PipelineConfig{};
+                plan.pipeline.stages = P;
+                plan.pipeline.chunks = V;
+                plan.pipeline.micro_batches = M;
+                plan.pipeline.schedule = V > 1 ? PipelineSchedule::kInterleaved : PipelineSchedule::kOneFOneB;
+                try {  // the mode refuses some stages (validate): skipped
+                  out.push_back(planner.predict(plan, world));
+                  fitted = out.back().fits;
+                } catch (const Error& e) {
+                  if (e.status() != Status::kInvalidPlan && e.status() != Status::kUnsupported) throw;
+                }
               }
-            }
           }
         }
     }

@@ -172,9 +172,13 @@ double simulate_pipeline(PipelineSchedule kind, int P, int V, int M, const std::
 // 1F1B, and interleaved with 2 chunks where M is a multiple of P and the cut points allow; then
 // per layout the memory ladder — ZeRO 0, 1, 2, then each with activation checkpointing, then
 // ZeRO 3 without and with it (not with pipeline stages or micro-batches) — until a rung fits
-// (later rungs only save memory at a cost in time, so they are left out).
+// (later rungs only save memory at a cost in time, so they are left out). Every layout runs the
+// data-parallel mode of `mode` (its mode, tau, overlap, outer fields: the sync mode by default),
+// and a rung's ZeRO stage only where that mode takes it: under localsgd / co2 a stage above what
+// the mode shards alone comes with shard groups (each S > 1 dividing the data degree: ZeRO over
+// replicas of S ranks, the outer rule between them).
 std::vector<PlanPrediction> rank_plans(const Graph& model, const ClusterSpec& cluster,
-                                       const WorkloadOptions& workload = {});
+                                       const WorkloadOptions& workload = {}, const PlanConfig& mode = {});
 
 // The prediction for one given plan (kInvalidPlan when it does not fit the world or the model).
 PlanPrediction predict_plan(const Graph& model, const ClusterSpec& cluster, const PlanConfig& plan,

@@ -1007,8 +1007,9 @@ typedef struct cohort_plan_options {
    * makes its replica skip the step; a replica whose shard is not finite at a round end drops its
    * round. 0 or 1 (the default): every rank its own replica, as before. INVALID_PLAN when
    * negative, above 1 with zero_stage 0, or (at cohort_trainer_create_parallel) not dividing the
-   * data-parallel degree; UNSUPPORTED above 1 in DDP mode, automatic, or on a CUDA trainer
-   * (not implemented yet). With tensor / pipeline axes the groups split each model position's
+   * data-parallel degree, or above 1 with automatic (the planner chooses the groups with the ZeRO
+   * stage for LOCALSGD / CO2 where memory needs them); UNSUPPORTED above 1 in DDP mode or on a
+   * CUDA trainer (not implemented yet). With tensor / pipeline axes the groups split each model position's
    * data axis (the norms summed over the replica's positions and its model ranks); outer_bits 8 / 4 send each rank's
    * message of its shard. Every rank saves its own checkpoint (its inner optimizer shard
    * and its shard's outer state); it loads only under the same shard_group, position and

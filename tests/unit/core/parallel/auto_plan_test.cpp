@@ -70,6 +70,51 @@ TEST(AutoPlan, TrialsTimeTheBestPredictedPlansAndKeepTheFastest) {
   std::printf("%s", report.c_str());
 }
 
+// An automatic co2 plan is ranked under co2 (the table prices every layout as co2, its ZeRO
+// stages only with shard groups: Planner.LocalStepModesGetShardGroupsWhereMemoryNeedsThem) and
+// under a memory limit that the plain data-parallel layout exceeds, every rank gets the same
+// plan, one that fits, and it trains.
+TEST(AutoPlan, Co2IsRankedUnderCo2AndFitsTheLimit) {
+  constexpr int64_t kGlobal = 8;
+  const Graph global = test::tp_model("gpt", kGlobal);
+  PlanConfig requested = preset(Preset::kCo2, 2);
+  ClusterSpec c;
+  c.world = 4;
+  c.ranks_per_node = 4;
+  c.comm = ring_comm_table(LinkSpec{1e9, 1e-5}, LinkSpec{1e9, 1e-5}, "nominal");
+  WorkloadOptions w;
+  w.measure = false;
+  PlanConfig data4 = requested;
+  data4.data_parallel = 4;
+  const double plain = predict_plan(global, c, data4, w).memory_bytes;
+  requested.automatic = true;
+  requested.memory_limit_bytes = static_cast<int64_t>(plain) - 1;  // per rank: data 4 alone does not fit
+  std::mutex mutex;
+  std::vector<std::vector<int64_t>> chosen(4);
+  std::string report;
+  ct::run_ranks_shared(4, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    std::string text;
+    const PlanConfig plan = choose_plan(global, requested, *comm, test::tp_optimizer(), one_thread(), &text);
+    EXPECT_EQ(plan.mode, SyncMode::kCo2);
+    EXPECT_NO_THROW(validate_for_world(plan, 4));
+    EXPECT_LE(predict_plan(global, c, plan, w).memory_bytes, static_cast<double>(requested.memory_limit_bytes));
+    const int data = 4 / plan.model_degree();
+    auto trainer = make_parallel_trainer(global.with_batch(kGlobal / (data * plan.tensor.z)), test::tp_optimizer(),
+                                         one_thread(), plan, comm);
+    const int slice = comm->rank() / plan.model_degree() * plan.tensor.z + comm->rank() % plan.tensor.z;
+    const int64_t rows = kGlobal / (data * plan.tensor.z);
+    const float loss = trainer->step(test::tp_batch("gpt", 0, slice * rows, rows));
+    std::lock_guard<std::mutex> lock(mutex);
+    EXPECT_TRUE(std::isfinite(loss));
+    chosen[static_cast<size_t>(comm->rank())] = layout_fields(plan);
+    if (comm->rank() == 0) report = text;
+  });
+  for (const auto& ch : chosen) EXPECT_EQ(ch, chosen[0]);
+  EXPECT_NE(report.find("co2 tau 2"), std::string::npos) << report;
+  EXPECT_EQ(report.find(", zero 1, co2"), std::string::npos) << report;  // no stage without groups
+  std::printf("%s", report.c_str());
+}
+
 TEST(AutoPlan, AMemoryLimitNothingFitsIsRefusedWithTheNumbers) {
   ct::run_ranks_shared(2, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
     PlanConfig requested = preset(Preset::kDdp, 1);

@@ -461,7 +461,7 @@ TEST(Plan, ShardGroupsDivideTheDataDegreeAndTakeZeroInside) {
   expect_plan_error(p, Status::kInvalidPlan, "shard_group", 6);  // a data axis of 3 ranks
   p.tensor.y = 1;
   p.automatic = true;
-  expect_plan_error(p, Status::kUnsupported, "not implemented with an automatic layout");
+  expect_plan_error(p, Status::kInvalidPlan, "with an automatic layout: the planner chooses the shard groups");
   p.automatic = false;
   p.outer_fragments = 2;  // streamed: each fragment on its pieces of the shard
   EXPECT_NO_THROW(validate_for_world(p, 4));

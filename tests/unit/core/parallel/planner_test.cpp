@@ -264,6 +264,61 @@ TEST_F(Planner, ShardGroupsPriceTheReplicaEveryStepAndTheShardBetweenReplicas) {
   EXPECT_DOUBLE_EQ(predict(model, c, plan(4, 2)).exposed_comm_seconds, predict(model, c, sync).exposed_comm_seconds);
 }
 
+// rank_plans under the requested mode: co2 takes no ZeRO stage on its own, so where memory needs
+// one its layouts carry shard groups (ZeRO inside replicas of S ranks, S | data); DiLoCo takes
+// stage 1 alone and the rest with groups; the sync mode never gets groups. Every plan carries the
+// mode's own fields, and with memory to spare no plan has groups (they cost time).
+TEST_F(Planner, LocalStepModesGetShardGroupsWhereMemoryNeedsThem) {
+  const Graph model = models::build_gpt(small_gpt());
+  ClusterSpec c = cluster(8);
+  PlanConfig co2 = preset(Preset::kCo2, 4);
+  auto groups_in = [](const std::vector<PlanPrediction>& plans) {
+    int n = 0;
+    for (const auto& p : plans) n += p.plan.shard_group > 1;
+    return n;
+  };
+  std::vector<PlanPrediction> plans = rank_plans(model, c, workload_, co2);
+  ASSERT_FALSE(plans.empty());
+  EXPECT_EQ(groups_in(plans), 0) << "memory to spare: no groups";
+  for (const auto& p : plans) {
+    EXPECT_EQ(p.plan.mode, SyncMode::kCo2) << p.describe();
+    EXPECT_EQ(p.plan.tau, 4) << p.describe();
+    EXPECT_EQ(p.plan.zero_stage, 0) << p.describe();  // co2 alone takes none
+    EXPECT_FALSE(p.plan.automatic) << p.describe();
+  }
+  // The data-parallel plan (data 8) of co2 alone against its ZeRO 3 in groups: a limit between them.
+  PlanConfig alone = co2;
+  alone.data_parallel = 8;
+  PlanConfig grouped = alone;
+  grouped.zero_stage = 3;
+  grouped.shard_group = 8;
+  const double m_alone = predict(model, c, alone).memory_bytes, m_grouped = predict(model, c, grouped).memory_bytes;
+  ASSERT_LT(m_grouped, m_alone);
+  c.memory_bytes_per_rank = (m_alone + m_grouped) / 2;
+  plans = rank_plans(model, c, workload_, co2);
+  bool grouped_fits = false;
+  for (const auto& p : plans) {
+    if (p.plan.data_parallel != 8) continue;
+    if (p.plan.shard_group > 1) {
+      EXPECT_GE(p.plan.zero_stage, 1) << p.describe();
+      EXPECT_EQ(8 % p.plan.shard_group, 0) << p.describe();
+      EXPECT_NE(p.describe().find("in groups of"), std::string::npos) << p.describe();
+      grouped_fits |= p.fits;
+    } else {
+      EXPECT_FALSE(p.fits) << p.describe();
+    }
+  }
+  EXPECT_TRUE(grouped_fits) << format_plan_table(plans);
+  // The sync mode under the same limit shards over the whole data axis instead: no groups.
+  EXPECT_EQ(groups_in(rank_plans(model, c, workload_)), 0);
+  // DiLoCo takes ZeRO 1 on its own (its outer state sharded): some fitting plans without groups.
+  PlanConfig diloco = preset(Preset::kDiLoCo, 4);
+  bool stage_one_alone = false;
+  for (const auto& p : rank_plans(model, c, workload_, diloco))
+    stage_one_alone |= p.plan.zero_stage == 1 && p.plan.shard_group == 1;
+  EXPECT_TRUE(stage_one_alone);
+}
+
 TEST_F(Planner, CheckpointingTradesComputeForMemory) {
   const Graph model = models::build_gpt(small_gpt());
   PlanConfig off = data_plan(4), on = data_plan(4);
