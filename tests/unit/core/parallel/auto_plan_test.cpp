@@ -24,6 +24,17 @@ TrainerOptions one_thread() {
   return o;
 }
 
+// One training step of the GPT at global batch `global_batch` under `plan` (this rank's rows of
+// the first batch); its loss.
+float step_once(const Graph& global, int64_t global_batch, const PlanConfig& plan,
+                const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+  const int data = comm->size() / plan.model_degree();
+  const int64_t rows = global_batch / (data * plan.tensor.z);
+  auto trainer = make_parallel_trainer(global.with_batch(rows), test::tp_optimizer(), one_thread(), plan, comm);
+  const int slice = comm->rank() / plan.model_degree() * plan.tensor.z + comm->rank() % plan.tensor.z;
+  return trainer->step(test::tp_batch("gpt", 0, slice * rows, rows));
+}
+
 TEST(AutoPlan, EveryRankGetsTheSameConcretePlanAndItTrains) {
   constexpr int64_t kGlobal = 8;
   std::mutex mutex;
@@ -37,12 +48,7 @@ TEST(AutoPlan, EveryRankGetsTheSameConcretePlanAndItTrains) {
     const PlanConfig plan = choose_plan(global, requested, *comm, test::tp_optimizer(), one_thread(), &text);
     EXPECT_FALSE(plan.automatic);
     EXPECT_NO_THROW(validate_for_world(plan, 4));
-    const int data = 4 / plan.model_degree();
-    auto trainer = make_parallel_trainer(global.with_batch(kGlobal / (data * plan.tensor.z)), test::tp_optimizer(),
-                                         one_thread(), plan, comm);
-    const int slice = comm->rank() / plan.model_degree() * plan.tensor.z + comm->rank() % plan.tensor.z;
-    const int64_t rows = kGlobal / (data * plan.tensor.z);
-    const float loss = trainer->step(test::tp_batch("gpt", 0, slice * rows, rows));
+    const float loss = step_once(global, kGlobal, plan, comm);
     std::lock_guard<std::mutex> lock(mutex);
     EXPECT_TRUE(std::isfinite(loss));
     chosen[static_cast<size_t>(comm->rank())] = layout_fields(plan);
@@ -98,12 +104,7 @@ TEST(AutoPlan, Co2IsRankedUnderCo2AndFitsTheLimit) {
     EXPECT_EQ(plan.mode, SyncMode::kCo2);
     EXPECT_NO_THROW(validate_for_world(plan, 4));
     EXPECT_LE(predict_plan(global, c, plan, w).memory_bytes, static_cast<double>(requested.memory_limit_bytes));
-    const int data = 4 / plan.model_degree();
-    auto trainer = make_parallel_trainer(global.with_batch(kGlobal / (data * plan.tensor.z)), test::tp_optimizer(),
-                                         one_thread(), plan, comm);
-    const int slice = comm->rank() / plan.model_degree() * plan.tensor.z + comm->rank() % plan.tensor.z;
-    const int64_t rows = kGlobal / (data * plan.tensor.z);
-    const float loss = trainer->step(test::tp_batch("gpt", 0, slice * rows, rows));
+    const float loss = step_once(global, kGlobal, plan, comm);
     std::lock_guard<std::mutex> lock(mutex);
     EXPECT_TRUE(std::isfinite(loss));
     chosen[static_cast<size_t>(comm->rank())] = layout_fields(plan);
