@@ -121,9 +121,8 @@ PlanConfig choose_plan(const Graph& global_model, const PlanConfig& requested, c
   if (world.rank() == 0) {
     WorkloadOptions w;
     w.num_threads = options.num_threads;
-    PlanConfig mode = requested;  // the layouts priced under the requested data-parallel mode
-    mode.shard_group = 1;
-    const std::vector<PlanPrediction> ranked = rank_plans(global_model, cluster, w, mode);
+    // Every layout priced under the requested data-parallel mode (its shard groups the planner's).
+    const std::vector<PlanPrediction> ranked = rank_plans(global_model, cluster, w, requested);
     for (const PlanPrediction& p : ranked) {
       least_memory = std::min(least_memory, p.memory_bytes);
       if (!p.fits || predicted.size() >= wanted) continue;
