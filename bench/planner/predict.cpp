@@ -17,7 +17,12 @@
 // MFU: the model's FLOPs per step (6 N tokens + 12 L C T tokens for attention; Narayanan et al.
 // 2021, without recomputation) over the step time and the GPUs' dense bf16 peak, 989 TFLOP/s.
 //
+// --mode co2|diloco|localsgd (with --tau, default 8) ranks the layouts under that data-parallel
+// mode instead of sync: its outer synchronisation every tau steps (co2's hidden behind its
+// overlap), and its ZeRO stages only inside shard groups (rank_plans).
+//
 // Usage: planner_predict [--models 1.3b,2.7b] [--worlds 64,256] [--gbits 25,100,400] [--top N]
+//                        [--mode sync|localsgd|diloco|co2] [--tau N]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +31,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/base/error.h"
 #include "core/models/gpt.h"
 #include "core/parallel/planner.h"
 
@@ -55,6 +61,8 @@ int main(int argc, char** argv) {
   std::vector<int> worlds = {64, 256, 1024};
   std::vector<double> gbits = {25, 100, 400};
   size_t top = 0;
+  std::string mode_name_arg = "sync";
+  int64_t tau = 8;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--models") {
@@ -71,17 +79,37 @@ int main(int argc, char** argv) {
       for (const std::string& g : split(value)) gbits.push_back(std::atof(g.c_str()));
     } else if (flag == "--top") {
       top = static_cast<size_t>(std::atoi(value.c_str()));
+    } else if (flag == "--mode") {
+      mode_name_arg = value;
+    } else if (flag == "--tau") {
+      tau = std::atoll(value.c_str());
     } else {
-      std::fprintf(stderr, "usage: %s [--models 1.3b,...] [--worlds 64,...] [--gbits 25,...] [--top N]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--models 1.3b,...] [--worlds 64,...] [--gbits 25,...] [--top N] "
+                   "[--mode sync|localsgd|diloco|co2] [--tau N]\n",
+                   argv[0]);
       return 2;
     }
+  }
+  PlanConfig mode;  // sync
+  if (mode_name_arg == "co2") mode = preset(Preset::kCo2, tau);
+  else if (mode_name_arg == "diloco") mode = preset(Preset::kDiLoCo, tau);
+  else if (mode_name_arg == "localsgd") mode = preset(Preset::kLocalSgd, tau);
+  else if (mode_name_arg != "sync") {
+    std::fprintf(stderr, "planner_predict: unknown --mode '%s' (sync, localsgd, diloco, co2)\n", mode_name_arg.c_str());
+    return 2;
+  }
+  if (tau < 1) {
+    std::fprintf(stderr, "planner_predict: --tau must be >= 1\n");
+    return 2;
   }
   constexpr int64_t kContext = 2048, kVocab = 50304, kBatch = 512;
   constexpr double kPeak = 989e12;
   std::printf("PREDICTION (planner model, not measured): GPT at context %lld, global batch %lld sequences, bf16 + AdamW;\n"
               "8 GPUs/node, 300 GB/s within a node, inter-node per GPU as listed; 400 TFLOP/s effective, 2 TB/s, "
-              "80 GB per GPU; MFU against 989 TFLOP/s.\n\n",
-              static_cast<long long>(kContext), static_cast<long long>(kBatch));
+              "80 GB per GPU; MFU against 989 TFLOP/s; data-parallel mode %s.\n\n",
+              static_cast<long long>(kContext), static_cast<long long>(kBatch),
+              mode.mode == SyncMode::kSync ? "sync" : str_cat(mode_name(mode.mode), " tau ", tau).c_str());
   std::printf("%-5s %5s %5s  %-58s %9s %6s %8s %6s  %-58s %9s\n", "model", "gpus", "Gb/s", "chosen plan", "step s",
               "MFU", "mem GiB", "plans", "runner-up (another layout)", "step s");
   const auto t_all = std::chrono::steady_clock::now();
@@ -107,7 +135,7 @@ int main(int argc, char** argv) {
         c.flops_per_second = 400e12;
         c.bytes_per_second = 2e12;
         c.comm = ring_comm_table(LinkSpec{300e9, 5e-6}, LinkSpec{g * 1e9 / 8, 20e-6}, "described H100 cluster");
-        const std::vector<PlanPrediction> plans = rank_plans(model, c);
+        const std::vector<PlanPrediction> plans = rank_plans(model, c, WorkloadOptions{}, mode);
         if (plans.empty()) {
           std::printf("%-5s %5d %5.0f  no plan\n", m.name, world, g);
           continue;
