@@ -87,28 +87,35 @@ void DataParallel::cut_shard_into_fragments() {
   }
   // The whole model's norms count every element of the shard (its padding is zero), but under
   // model axes only the parameters this rank counts (counts_in_norm: a replicated parameter on
-  // one of its holders): ranges of the outer state, fragment by fragment.
-  std::vector<char> counted(outer_numel_, model_ ? 0 : 1);
-  if (model_)
+  // one of its holders): intervals of the shard, sorted, then each fragment's pieces cut by them
+  // into ranges of the outer state (intervals, not an element map: a shard holds up to billions).
+  std::vector<std::pair<size_t, size_t>> counted;  // [first, last) in the shard
+  if (!model_) counted.emplace_back(0, outer_numel_);
+  else
     for (const Bucket& b : buckets_)
       for_each_block_piece(b, position, params, [&](size_t j, size_t begin, size_t end, size_t lo) {
         if (trainer_->counts_in_norm()[b.params[j]])
-          std::fill_n(counted.begin() + static_cast<std::ptrdiff_t>(b.shard_offset + (begin - lo)), end - begin, 1);
+          counted.emplace_back(b.shard_offset + (begin - lo), b.shard_offset + (end - lo));
       });
+  std::sort(counted.begin(), counted.end());
   size_t begin = 0;
   norm_ranges_.clear();
   for (Fragment& fr : fragments_) {
     fr.begin = begin;
     fr.count = 0;
     for (const auto& [at, n] : fr.pieces) {
-      for (size_t x = 0; x < n; ++x) {
-        if (!counted[at + x]) continue;
-        const size_t o = fr.begin + fr.count + x;  // the element's place in the outer state
-        if (!norm_ranges_.empty() && norm_ranges_.back().first + norm_ranges_.back().second == o &&
-            norm_ranges_.back().first >= fr.begin)
-          ++norm_ranges_.back().second;
+      // The counted intervals overlapping [at, at + n): from the last one starting at or before it.
+      auto it = std::upper_bound(counted.begin(), counted.end(), std::make_pair(at, ~size_t{0}));
+      if (it != counted.begin()) --it;
+      for (; it != counted.end() && it->first < at + n; ++it) {
+        const size_t a = std::max(at, it->first), z = std::min(at + n, it->second);
+        if (a >= z) continue;
+        const size_t o = fr.begin + fr.count + (a - at);  // its place in the outer state
+        if (!norm_ranges_.empty() && norm_ranges_.back().first >= fr.begin &&
+            norm_ranges_.back().first + norm_ranges_.back().second == o)
+          norm_ranges_.back().second += z - a;
         else
-          norm_ranges_.emplace_back(o, 1);
+          norm_ranges_.emplace_back(o, z - a);
       }
       fr.count += n;
     }
