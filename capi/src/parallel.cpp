@@ -156,6 +156,15 @@ void write_layout(const parallel::PlanConfig& c, cohort_plan_options& o) {
     o.fence = 0;
     o.pipeline_keep = nullptr;
   }
+  // Shard groups (the planner's under localsgd / co2 where memory needs ZeRO): a caller whose
+  // options predate the field cannot hold them.
+  if (o.size >= offsetof(cohort_plan_options, shard_group) + sizeof(int32_t)) {
+    o.shard_group = c.shard_group;
+  } else {
+    COHORT_CHECK(c.shard_group <= 1, Status::kInvalidPlan, "cohort_plan_choose: the chosen layout runs ZeRO in shard "
+                 "groups of ", c.shard_group, " ranks, which these options (size ", o.size, ", before shard_group) "
+                 "cannot hold: build against this header, or give memory_limit_bytes room for a layout without ZeRO");
+  }
 }
 
 // Text into a caller's buffer, cut to fit and NUL-terminated; *needed_out the whole size.

@@ -994,11 +994,11 @@ TEST_F(CapiParallel, ZeroTrainerMatchesDdpAndReportsMemory) {
 
 namespace {
 
-cohort_graph* mlp_at(int64_t batch) {
+cohort_graph* mlp_at(int64_t batch, int64_t in_features = 6, int64_t width = 8) {
   cohort_model_mlp_options m = cohort_model_mlp_options_default();
-  int64_t hidden[1] = {8};
+  int64_t hidden[1] = {width};
   m.batch = batch;
-  m.in_features = 6;
+  m.in_features = in_features;
   m.hidden = hidden;
   m.num_hidden = 1;
   m.classes = 3;
@@ -1007,11 +1007,26 @@ cohort_graph* mlp_at(int64_t batch) {
   return g;
 }
 
+// One step of mlp_at's model on `rows` rows of a pattern that differs by rank; the loss (NaN when
+// the step fails, which is also reported).
+float step_mlp(cohort_trainer* t, int64_t rows, int64_t in_features, int32_t rank) {
+  std::vector<float> x(static_cast<size_t>(rows * in_features));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7 + static_cast<size_t>(rank)) % 11) / 11.0f;
+  std::vector<int32_t> y(static_cast<size_t>(rows));
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int32_t>(i % 3);
+  int64_t xs[2] = {rows, in_features}, ys[1] = {rows};
+  cohort_tensor_ref in[2] = {{"x", COHORT_F32, 2, xs, x.data(), x.size() * sizeof(float)},
+                             {"y", COHORT_I32, 1, ys, y.data(), y.size() * sizeof(int32_t)}};
+  float loss = NAN;
+  EXPECT_EQ(cohort_trainer_step(t, in, 2, &loss), COHORT_OK) << cohort_last_error();
+  return loss;
+}
+
 // The layout fields cohort_plan_choose writes, as integers to compare across ranks.
 std::vector<int32_t> layout_of(const cohort_plan_options& o) {
   return {o.data_parallel,   o.tensor_x,          o.tensor_y,      o.tensor_z,        o.sequence_parallel,
           o.pipeline_stages, o.pipeline_chunks,   o.micro_batches, o.pipeline_schedule, o.zero_stage,
-          o.activation_checkpointing, o.automatic};
+          o.activation_checkpointing, o.automatic, o.shard_group};
 }
 
 }  // namespace
@@ -1099,16 +1114,57 @@ TEST_F(CapiParallel, PlanChooseAgreesAndTrains) {
   ASSERT_EQ(cohort_plan_create(&chosen, &plan), COHORT_OK) << cohort_last_error();
   cohort_trainer* t = nullptr;
   ASSERT_EQ(cohort_trainer_create_parallel(g, optimizer_, plan, comm_, nullptr, &t), COHORT_OK) << cohort_last_error();
-  std::vector<float> x(static_cast<size_t>(rows * 6));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7 + static_cast<size_t>(rank)) % 11) / 11.0f;
-  std::vector<int32_t> y(static_cast<size_t>(rows));
-  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int32_t>(i % 3);
-  int64_t xs[2] = {rows, 6}, ys[1] = {rows};
-  cohort_tensor_ref in[2] = {{"x", COHORT_F32, 2, xs, x.data(), x.size() * sizeof(float)},
-                             {"y", COHORT_I32, 1, ys, y.data(), y.size() * sizeof(int32_t)}};
-  float loss = NAN;
-  EXPECT_EQ(cohort_trainer_step(t, in, 2, &loss), COHORT_OK) << cohort_last_error();
-  EXPECT_TRUE(std::isfinite(loss)) << loss;
+  EXPECT_TRUE(std::isfinite(step_mlp(t, rows, 6, rank)));
+  EXPECT_EQ(cohort_trainer_destroy(t), COHORT_OK);
+  EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
+  EXPECT_EQ(cohort_graph_destroy(g), COHORT_OK);
+  EXPECT_EQ(cohort_graph_destroy(global_graph), COHORT_OK);
+}
+
+// An automatic co2 plan whose memory only its smallest layout fits (the limit from the refusal's
+// "the smallest needs" figure). The MLP is its first layer (512 x 257) almost whole, and 257
+// hidden units give the tensor axes nothing to split, so the smallest layout is ZeRO 3 in shard
+// groups (co2 takes ZeRO only inside them): every rank gets those options, shard_group included,
+// and they make a plan and a trainer that trains a step. At 2 ranks under cohort-run
+// (multirank.capi_plan_choose.n2); one rank has no data axis to group.
+TEST_F(CapiParallel, PlanChooseUnderCo2KeepsItsShardGroups) {
+  int32_t rank = 0, world = 1;
+  ASSERT_EQ(cohort_comm_rank(comm_, &rank, &world), COHORT_OK);
+  if (world < 2) GTEST_SKIP() << "one rank: no data-parallel axis (multirank.capi_plan_choose.n2 runs it)";
+  const int64_t global = 4 * world, in_features = 512, width = 257;
+  cohort_graph* global_graph = mlp_at(global, in_features, width);
+  ASSERT_NE(global_graph, nullptr);
+  cohort_plan_options o = cohort_plan_options_default();
+  o.mode = COHORT_SYNC_CO2;
+  o.tau = 2;
+  o.automatic = 1;
+  o.bucket_bytes = 1 << 16;
+  o.memory_limit_bytes = 1024;  // nothing fits: the refusal names the smallest
+  cohort_plan_options chosen;
+  EXPECT_EQ(cohort_plan_choose(&o, global_graph, optimizer_, nullptr, comm_, &chosen, nullptr, 0, nullptr),
+            COHORT_ERR_INVALID_PLAN);
+  const std::string refusal = cohort_last_error();
+  const size_t at = refusal.find("the smallest needs ");
+  ASSERT_NE(at, std::string::npos) << refusal;
+  const double figure = std::atof(refusal.c_str() + at + std::strlen("the smallest needs "));
+  const bool mib = refusal.find("MiB", at) != std::string::npos;
+  o.memory_limit_bytes = (figure + 0.05) * (mib ? 1 << 20 : 1);  // the smallest fits (the figure is rounded)
+  ASSERT_EQ(cohort_plan_choose(&o, global_graph, optimizer_, nullptr, comm_, &chosen, nullptr, 0, nullptr), COHORT_OK)
+      << cohort_last_error();
+  std::printf("rank %d: chose data %d, zero %d, shard_group %d, tensor %dx%dx%d, stages %d\n", rank,
+              chosen.data_parallel, chosen.zero_stage, chosen.shard_group, chosen.tensor_x, chosen.tensor_y,
+              chosen.tensor_z, chosen.pipeline_stages);
+  EXPECT_EQ(chosen.mode, COHORT_SYNC_CO2);
+  EXPECT_EQ(chosen.zero_stage, 3);
+  EXPECT_EQ(chosen.shard_group, world);  // co2's ZeRO only inside groups
+  cohort_plan* plan = nullptr;
+  ASSERT_EQ(cohort_plan_create(&chosen, &plan), COHORT_OK) << cohort_last_error();
+  const int32_t degree = chosen.pipeline_stages * chosen.tensor_x * chosen.tensor_y * chosen.tensor_z;
+  const int64_t rows = global / ((world / degree) * chosen.tensor_z);
+  cohort_graph* g = mlp_at(rows, in_features, width);
+  cohort_trainer* t = nullptr;
+  ASSERT_EQ(cohort_trainer_create_parallel(g, optimizer_, plan, comm_, nullptr, &t), COHORT_OK) << cohort_last_error();
+  EXPECT_TRUE(std::isfinite(step_mlp(t, rows, in_features, rank)));
   EXPECT_EQ(cohort_trainer_destroy(t), COHORT_OK);
   EXPECT_EQ(cohort_plan_destroy(plan), COHORT_OK);
   EXPECT_EQ(cohort_graph_destroy(g), COHORT_OK);

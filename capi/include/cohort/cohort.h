@@ -927,9 +927,10 @@ typedef struct cohort_plan_options {
   /* Added after pipeline_cuts, with automatic plans (read only when size covers them; a library
    * older than these fields ignores them — compare cohort_abi_version()).
    * automatic: 1 = the layout is the planner's to choose — data_parallel, tensor_x / y / z,
-   * sequence_parallel, the pipeline fields, micro_batches, zero_stage and
-   * activation_checkpointing — from a probe of comm's links, the graph's estimated workload and
-   * memory_limit_bytes, the mode and its settings staying these options'. Such options are
+   * sequence_parallel, the pipeline fields, micro_batches, zero_stage, activation_checkpointing
+   * and shard_group — from a probe of comm's links, the graph's estimated workload and
+   * memory_limit_bytes, the mode and its settings staying these options' (every layout priced
+   * under that mode). Such options are
    * resolved by cohort_plan_choose before a trainer is made from them: the chosen layout decides
    * each rank's share of the batch, so the graph a rank trains (cohort_trainer_create_parallel)
    * is built after it; cohort_trainer_create_parallel with automatic 1 is INVALID_PLAN naming
@@ -1122,8 +1123,10 @@ COHORT_API cohort_status cohort_trainer_pipeline_stages(const cohort_trainer* tr
  * *chosen_out receives the options to pass to cohort_plan_create: every field as in *options
  * (size: options->size, at most this header's sizeof(cohort_plan_options)) except the layout
  * fields — data_parallel, tensor_x, tensor_y, tensor_z, sequence_parallel, pipeline_stages,
- * pipeline_chunks, micro_batches, pipeline_schedule, zero_stage, activation_checkpointing —
- * which are the chosen layout's, pipeline_cuts NULL (balanced) and automatic 0. Under it each
+ * pipeline_chunks, micro_batches, pipeline_schedule, zero_stage, activation_checkpointing and
+ * shard_group (under LOCALSGD / CO2 the planner's ZeRO stages come with shard groups; INVALID_PLAN
+ * when such a layout is chosen and options->size does not cover shard_group) — which are the
+ * chosen layout's, pipeline_cuts NULL (balanced) and automatic 0. Under it each
  * rank's graph is global_graph's at batch B / (D * tensor_z) rows, D = comm's size /
  * (pipeline_stages * tensor_x * tensor_y * tensor_z) the data replicas (the ranks of one replica
  * take the same rows, its tensor_z ranks consecutive slices of them). options->automatic is not
