@@ -62,7 +62,6 @@ std::shared_ptr<DataParallel> DataParallel::attach(Trainer& trainer, const PlanC
   if (trainer.axes() && trainer.axes()->size("model") > 1) {
     dp->axes_ = trainer.axes();
     dp->model_ = trainer.axes()->find("model");
-    dp->replica_ = dp->model_;  // norm_ranges_: build_fragments, in the outer state's layout
   }
   dp->outer_numel_ = dp->numel_;
   if (dp->grouped()) dp->split_shard_groups();  // comm_: the replica's positions; outer_comm_: across replicas
@@ -598,7 +597,7 @@ void DataParallel::outer_step(const float* d, const Fragment& fr) {
   // (the anchor and the momentum unchanged).
   if (!outer_finite(d + fr.begin, fr.count)) return;
   std::function<double(double)> model_norm;  // the clip's norm: the whole model's momentum
-  if (replica_) model_norm = [this](double) { return model_sum_of_squares(outer_.momentum().data()); };
+  if (replica_spans_ranks()) model_norm = [this](double) { return model_sum_of_squares(outer_.momentum().data()); };
   stats_.last_momentum_norm = outer_.step(anchor_, d, 1.0, model_norm, fr.begin, fr.count);
 }
 
@@ -716,7 +715,7 @@ void DataParallel::merge_co2(Fragment& fr, std::vector<Tensor>& params) {
         progress += d * d;
       }
     };
-    if (!replica_) {
+    if (!replica_spans_ranks()) {
       add(b, fr.count);
     } else {  // the fragment's norms over the replica: each replicated parameter counted once
       for (const auto& [offset, count] : norm_ranges_)
@@ -1250,13 +1249,13 @@ ParallelStats DataParallel::stats() const {
 }
 
 bool DataParallel::any_over_model(bool local) {
-  if (!replica_) return local;
+  if (!replica_spans_ranks()) return local;
   float flag = local ? 1.0f : 0.0f;
   return sum_over_model(&flag, 1) != 0.0f;
 }
 
 double DataParallel::model_sum_of_squares(const float* flat) {
-  if (!replica_) return kernels::cpu::sum_of_squares(flat, static_cast<int64_t>(outer_numel_));
+  if (!replica_spans_ranks()) return kernels::cpu::sum_of_squares(flat, static_cast<int64_t>(outer_numel_));
   double local = 0;
   for (const auto& [offset, count] : norm_ranges_)
     local += kernels::cpu::sum_of_squares(flat + offset, static_cast<int64_t>(count));

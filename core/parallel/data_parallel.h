@@ -34,7 +34,7 @@
 // staying zero), the pseudo-gradient is all-reduced over outer_comm_ (the replicas' S outer
 // all-reduces run at once, each 1/S of the model; co2's in the background as ever), and the
 // whole-model quantities — the clip's momentum norm, co2's penalty norms, whether a replica's
-// round or an average is not finite — are summed over the replica (replica_), so each replica
+// round or an average is not finite — are summed over the replica (sum_over_model), so each replica
 // decides as one. The rule writes the new shard (anchor, guess, merge); stages 1-2 then
 // all-gather it into the whole parameters over the replica, stage 3 keeps just the shard. What
 // the stage shards, per rank: 1 the inner optimizer state and the outer state; 2 also the
@@ -478,8 +478,8 @@ class DataParallel : public StepHook {
   double sum_over_model_axis(float* values, size_t n) { return sum_over(*model_, model_scalars_, values, n); }
   std::shared_ptr<const CommAxes> axes_;
   transport::coll::Communicator* model_ = nullptr;    // the tensor / pipeline model axis (ZeRO's norm)
-  // Set where the replica is more than this rank (shard groups, model axes): model_, else comm_.
-  transport::coll::Communicator* replica_ = nullptr;
+  // Whether the replica is more than this rank (model axes, shard groups): the sums above are collective.
+  bool replica_spans_ranks() const { return model_ != nullptr || grouped(); }
   std::vector<std::pair<size_t, size_t>> norm_ranges_;  // (offset, count) in the outer state
   std::vector<float> model_scalars_;  // sum_over_model's buffer; kept alive as scalars_ is (~DataParallel)
   // ZeRO (zero.cpp).

@@ -67,9 +67,9 @@ void DataParallel::end_round_sharded(const Fragment& fr, std::vector<Tensor>& pa
   // blocks are of its part of the model, so only what it counts (norm_ranges_) and summed over the
   // replica too.
   auto sum_scalar = [this](double local) {
-    float v = static_cast<float>(replica_ ? counted_block_sum_of_squares() : local);
+    float v = static_cast<float>(model_ ? counted_block_sum_of_squares() : local);
     sum_over_ranks(&v, 1);
-    return replica_ ? sum_over_model_axis(&v, 1) : static_cast<double>(v);
+    return model_ ? sum_over_model_axis(&v, 1) : static_cast<double>(v);
   };
   // A rank's NaN parameters reach the average here (ranks reduce parameters, not differences):
   // every rank then skips the step alike and restarts from the unchanged anchor.

@@ -4,8 +4,8 @@
 //
 // The one thing to know: the outer rule needs nothing new. It is elementwise but for a few
 // whole-model sums, so it runs unchanged with this rank's ZeRO shard standing for the flat model
-// (read_outer / write_outer) and those sums taken over the replica (replica_, the role the model
-// axis plays under tensor parallelism): the ranks of one position in every replica hold the same
+// (read_outer / write_outer) and those sums taken over the replica (sum_over_model, as over the
+// model axis under tensor parallelism): the ranks of one position in every replica hold the same
 // bucket layout, so their shards line up element for element and their average is the shard of
 // the replicas' average. The clip's norm sums each rank's whole shard (padding included: it is
 // zero), so norm_ranges_ covers it all: one range per fragment. Under tensor / pipeline axes the
@@ -45,7 +45,6 @@ void DataParallel::split_shard_groups() {
                " does not divide the data-parallel degree ", group_comm_->size());
   comm_ = group_comm_->split(d / s, d % s, str_cat(group_comm_->name(), "/replica"));
   outer_comm_ = group_comm_->split(d % s, d / s, str_cat(group_comm_->name(), "/outer"));
-  if (!replica_) replica_ = comm_.get();  // under model axes the replica spans them too (sum_over_model)
 }
 
 void DataParallel::init_outer_over_shard() {
@@ -73,30 +72,26 @@ void DataParallel::cut_shard_into_fragments() {
     if (!pieces.empty() && pieces.back().first + pieces.back().second == at) pieces.back().second += n;
     else pieces.emplace_back(at, n);
   };
+  // The whole model's norms count every element of the shard (its padding is zero), but under
+  // model axes only the parameters this rank counts (counts_in_norm: a replicated parameter on
+  // one of its holders): intervals of the shard, sorted, then each fragment's pieces cut by them
+  // into ranges of the outer state below (intervals, not an element map: a shard holds up to billions).
+  std::vector<std::pair<size_t, size_t>> counted;  // [first, last) in the shard
+  if (!model_) counted.emplace_back(0, outer_numel_);
   // This rank's block of bucket b is its elements [lo, lo + block), at b.shard_offset in the
   // shard: its parameters' pieces (for_each_block_piece), then the padding, after the bucket's
   // last parameter.
   const size_t position = static_cast<size_t>(comm_->rank());
   for (const Bucket& b : buckets_) {
     for_each_block_piece(b, position, params, [&](size_t j, size_t begin, size_t end, size_t lo) {
-      add(fragment_of[b.params[j]], b.shard_offset + (begin - lo), end - begin);
+      const size_t at = b.shard_offset + (begin - lo);
+      add(fragment_of[b.params[j]], at, end - begin);
+      if (model_ && trainer_->counts_in_norm()[b.params[j]]) counted.emplace_back(at, at + (end - begin));
     });
     const size_t lo = position * b.block, hi = lo + b.block;
     const size_t padding = std::max(lo, b.numel);
     if (padding < hi) add(fragment_of[b.params.back()], b.shard_offset + (padding - lo), hi - padding);
   }
-  // The whole model's norms count every element of the shard (its padding is zero), but under
-  // model axes only the parameters this rank counts (counts_in_norm: a replicated parameter on
-  // one of its holders): intervals of the shard, sorted, then each fragment's pieces cut by them
-  // into ranges of the outer state (intervals, not an element map: a shard holds up to billions).
-  std::vector<std::pair<size_t, size_t>> counted;  // [first, last) in the shard
-  if (!model_) counted.emplace_back(0, outer_numel_);
-  else
-    for (const Bucket& b : buckets_)
-      for_each_block_piece(b, position, params, [&](size_t j, size_t begin, size_t end, size_t lo) {
-        if (trainer_->counts_in_norm()[b.params[j]])
-          counted.emplace_back(b.shard_offset + (begin - lo), b.shard_offset + (end - lo));
-      });
   std::sort(counted.begin(), counted.end());
   size_t begin = 0;
   norm_ranges_.clear();
