@@ -33,6 +33,7 @@ Executor::Executor(ucx::Engine* engine, uint32_t comm_id, std::vector<int> membe
 
 std::shared_ptr<Work> Executor::submit(std::unique_ptr<Op> op, Order order, int peer) {
   auto work = std::make_shared<Work>(str_cat(name_, ": ", op->name));
+  work->count_blocked_callers_in(engine_->blocked_callers());
   op->work = work;
   {
     std::lock_guard<std::mutex> lock(mutex_);

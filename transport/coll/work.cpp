@@ -18,9 +18,28 @@ bool Work::test() {
   return done_;
 }
 
+namespace {
+// One caller blocked on a Work, counted for as long as it blocks (Work::count_blocked_callers_in).
+class BlockedCaller {
+ public:
+  explicit BlockedCaller(std::atomic<int>* counter) : counter_(counter) {
+    if (counter_) counter_->fetch_add(1, std::memory_order_relaxed);
+  }
+  ~BlockedCaller() {
+    if (counter_) counter_->fetch_sub(1, std::memory_order_relaxed);
+  }
+  BlockedCaller(const BlockedCaller&) = delete;
+  BlockedCaller& operator=(const BlockedCaller&) = delete;
+
+ private:
+  std::atomic<int>* counter_;
+};
+}  // namespace
+
 void Work::wait() {
   run_before_first_wait();
   std::unique_lock<std::mutex> lock(mutex_);
+  BlockedCaller blocked(done_ ? nullptr : blocked_callers_.get());
   cv_.wait(lock, [&] { return done_; });
   throw_if_failed();
 }
@@ -28,6 +47,7 @@ void Work::wait() {
 void Work::wait(std::chrono::milliseconds timeout) {
   run_before_first_wait();
   std::unique_lock<std::mutex> lock(mutex_);
+  BlockedCaller blocked(done_ ? nullptr : blocked_callers_.get());
   if (!cv_.wait_for(lock, timeout, [&] { return done_; })) {
     throw Error(Status::kTimeout,
                 str_cat(what_, ": still pending after waiting ", timeout.count(), " ms"));

@@ -7,9 +7,11 @@
 // the communicator is destroyed, since a frozen rank that wakes up may still read it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -42,6 +44,10 @@ class Work {
   // Runs `hook` once, on the thread that first tests or waits for this Work, before it looks at
   // the state (NCCL launches held sends and receives there). Set before handing the Work out.
   void set_before_first_wait(std::function<void()> hook) { before_first_wait_ = std::move(hook); }
+  // While a thread blocks in wait() on this Work, `counter` is one higher (the UCX engine's
+  // count of callers blocked on its operations: ucx::Engine::blocked_callers). Set before
+  // handing the Work out.
+  void count_blocked_callers_in(std::shared_ptr<std::atomic<int>> counter) { blocked_callers_ = std::move(counter); }
 
  private:
   void throw_if_failed() const;  // requires mutex_
@@ -49,6 +55,7 @@ class Work {
 
   std::function<void()> before_first_wait_;
   std::once_flag before_first_wait_once_;
+  std::shared_ptr<std::atomic<int>> blocked_callers_;
 
   const std::string what_;
   mutable std::mutex mutex_;

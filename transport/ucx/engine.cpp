@@ -283,9 +283,12 @@ void Engine::run() noexcept {
     using std::chrono::microseconds;
     if (!busy) {
       wait_for_events(microseconds(50000), true);
-    } else if (polled.memory_waits && now - last_event < options_.memory_spin) {
+    } else if (polled.memory_waits &&
+               (now - last_event < options_.memory_spin ||
+                (!ranks_share_cores_ && blocked_callers_->load(std::memory_order_relaxed) > 0))) {
       // A peer's write to shared memory raises no event: give the core to whoever is about to
-      // make it (ranks sharing cores), then look again.
+      // make it (ranks sharing cores), then look again. Past memory_spin, only while a caller
+      // blocks on an operation and no other rank needs this core (EngineOptions::memory_spin).
       std::this_thread::yield();
     } else if (polled.memory_waits) {
       wait_for_events(options_.busy_nap, false);

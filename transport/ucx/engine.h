@@ -60,7 +60,13 @@ struct EngineOptions {
   // (an event's wake-up is slower than a nap's), DDP and pipelines the same.
   std::chrono::microseconds busy_nap{50};
   // Waiting for a peer's write to shared memory (which raises no event), the progress thread
-  // yields its core between checks for this long after the last activity, then naps busy_nap.
+  // yields its core between checks for this long after the last activity, then naps busy_nap —
+  // unless a caller is blocked on one of the engine's operations and the host's ranks do not
+  // share cores (Engine::blocked_callers): then the core is the progress thread's, and it keeps
+  // yielding. A nap there made each of a tensor-parallel step's all-reduces wait 125-145 us
+  // instead of 42-45 (2 ranks on 2 cores, each bound to one, a GPT 4x64 over a 1x2x1 grid: the
+  // step's ~400 us of compute between all-reduces leaves the ranks apart by more than 200 us, and
+  // each nap of 50 us wakes late on a virtual machine): 60-66k tokens/s against 79-81k.
   std::chrono::microseconds memory_spin{200};
   // UCX reports dead peers only over transports with a peer failure handler (tcp, not UCX
   // 1.13's shared memory); without one the engine falls back to deadlines unless this is set.
@@ -157,6 +163,15 @@ class Engine {
   bool oversubscribed() const { return oversubscribed_; }
   // How long the progress thread busy-polls after an event (EngineOptions::spin, resolved).
   std::chrono::microseconds spin() const { return spin_; }
+  // Whether this host runs more of the job's ranks than it has CPUs online (fixed at creation),
+  // whatever each process's affinity: then ranks take turns on cores, and a rank whose callers all
+  // wait still shares its core with another rank's compute.
+  bool ranks_share_cores() const { return ranks_share_cores_; }
+  // The callers blocked in Work::wait on this engine's operations (coll::Executor hands it to
+  // each Work). While one is and the ranks do not share cores, the rank's core has nothing else
+  // to run: the progress thread waiting for a peer's write to shared memory keeps yielding
+  // instead of napping after memory_spin (EngineOptions::memory_spin).
+  const std::shared_ptr<std::atomic<int>>& blocked_callers() const { return blocked_callers_; }
 
   // Thread-safe.
   void attach(std::shared_ptr<Client> client);
@@ -240,7 +255,9 @@ class Engine {
   int size_;
   EngineOptions options_;
   bool oversubscribed_ = false;
+  bool ranks_share_cores_ = false;
   std::chrono::microseconds spin_{50};  // options_.spin resolved for this host at creation
+  std::shared_ptr<std::atomic<int>> blocked_callers_ = std::make_shared<std::atomic<int>>(0);
   std::string tls_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;

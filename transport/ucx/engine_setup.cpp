@@ -6,6 +6,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -141,6 +142,7 @@ std::shared_ptr<Engine> Engine::create(std::shared_ptr<Store> store, int rank, i
   std::shared_ptr<Engine> engine(new Engine(rank, size, std::move(options)));
   engine->setup(*store);
   engine->oversubscribed_ = engine->local_ranks() > usable_cpus();
+  engine->ranks_share_cores_ = engine->local_ranks() > std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   using std::chrono::microseconds;
   engine->spin_ = engine->options_.spin.value_or(microseconds(engine->oversubscribed_ ? 0 : 50));
   engine->thread_ = std::thread([e = engine.get()] { e->run(); });

@@ -2,7 +2,9 @@
 // failures (a silent peer, abort) turning into sticky errors that name the rank, in time.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
+#include <thread>
 
 #include "tests/unit/transport/coll/coll_test_util.h"
 
@@ -248,6 +250,51 @@ TEST(CommTest, WaitDeadlineLeavesWorkPending) {
       auto s = c.send(&two, 1, DataType::kF32, 0);
       c.barrier()->wait(kWait);
       EXPECT_TRUE(s->test());
+    }
+  });
+}
+
+// A caller blocked in wait() is counted by the engine (ucx::Engine::blocked_callers: its progress
+// thread then keeps the core while waiting on shared memory), for as long as it blocks, through
+// either wait; a Work already finished is not waited for.
+TEST(CommTest, BlockedCallersAreCounted) {
+  auto counter = std::make_shared<std::atomic<int>>(0);
+  Work work("test op");
+  work.count_blocked_callers_in(counter);
+  std::thread waiter([&] { work.wait(); });
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (counter->load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  EXPECT_EQ(counter->load(), 1);
+  work.finish();
+  waiter.join();
+  EXPECT_EQ(counter->load(), 0);
+  work.wait();  // finished: returns at once, uncounted
+  EXPECT_EQ(counter->load(), 0);
+  Work pending("pending op");
+  pending.count_blocked_callers_in(counter);
+  EXPECT_THROW(pending.wait(milliseconds(20)), Error);
+  EXPECT_EQ(counter->load(), 0);
+
+  // Through a communicator: rank 0's receive is counted by its engine while it blocks; rank 1
+  // sends once it sees that.
+  std::promise<std::shared_ptr<std::atomic<int>>> engine0;
+  auto engine0_future = engine0.get_future();
+  run_ranks_shared(2, {}, [&](const std::shared_ptr<UcxCommunicator>& c) {
+    float v = 0;
+    if (c->rank() == 0) {
+      auto w = c->recv(&v, 1, DataType::kF32, 1);
+      engine0.set_value(c->engine()->blocked_callers());
+      w->wait(kWait);
+      EXPECT_EQ(v, 3.0f);
+      EXPECT_EQ(c->engine()->blocked_callers()->load(), 0);
+    } else {
+      ASSERT_EQ(engine0_future.wait_for(kWait), std::future_status::ready);
+      const std::shared_ptr<std::atomic<int>> blocked = engine0_future.get();
+      const auto until = std::chrono::steady_clock::now() + kWait;
+      while (blocked->load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+      EXPECT_EQ(blocked->load(), 1);
+      float three = 3;
+      c->send(&three, 1, DataType::kF32, 0)->wait(kWait);
     }
   });
 }
