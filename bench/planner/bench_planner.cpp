@@ -183,8 +183,8 @@ int run(const Options& o, const std::shared_ptr<coll::Communicator>& world) {
                 static_cast<long long>(o.gpt.vocab), static_cast<long long>(o.gpt.batch));
     std::printf("communication probe: %s\n", table.source.c_str());
     for (const parallel::CommCost& c : table.entries)
-      std::printf("  %-14s over %d ranks: latency %8.1f us, %8.3f GB/s\n", parallel::comm_op_name(c.op), c.ranks,
-                  c.latency_seconds * 1e6, c.bytes_per_second / 1e9);
+      std::printf("  %-14s over %d ranks: latency %8.1f us, %8.3f GB/s%s\n", parallel::comm_op_name(c.op), c.ranks,
+                  c.latency_seconds * 1e6, c.bytes_per_second / 1e9, c.caller_waits ? " (caller waiting)" : "");
     std::printf("\n%lld plans fit; timing each (%lld warm-up + %lld steps, median of the slowest rank)\n\n",
                 static_cast<long long>(count), static_cast<long long>(o.warmup), static_cast<long long>(o.steps));
     std::printf("| # | plan | predicted ms (compute + comm + bubble) | measured ms | predicted / measured | busy ms "

@@ -249,6 +249,61 @@ HostShare host_share(coll::Communicator& world) {
   return share;
 }
 
+// The table's entries for `ops` over each of `groups` (each a split of `world`, every rank in
+// one): per (group, op) the least time of every pass at the small size and at the large one,
+// whose size the first pass chooses (growing x4 while a run stays under 20 ms); latency and
+// bandwidth from the two. Point-to-point over groups of 2 only (one pair is a message's cost).
+std::vector<CommCost> measure_entries(coll::Communicator& world,
+                                      const std::vector<std::shared_ptr<coll::Communicator>>& groups,
+                                      const std::vector<CommOp>& ops, const ProbeOptions& options,
+                                      std::vector<float>& in, std::vector<float>& out) {
+  struct Timed {
+    int ranks;
+    CommOp op;
+    size_t large_bytes;
+    double small, large;
+  };
+  std::vector<Timed> timed;
+  for (int pass = 0; pass < options.passes; ++pass) {
+    size_t k = 0;
+    for (auto& group : groups) {
+      const int g = group->size();
+      for (CommOp op : ops) {
+        if (op == CommOp::kPointToPoint && g != 2) continue;
+        const double small = measure(world, *group, op, options.small_bytes, options.small_repetitions, in, out);
+        if (pass == 0) {
+          size_t large_bytes = options.first_large_bytes;
+          double large = measure(world, *group, op, large_bytes, options.repetitions, in, out);
+          while (large < 0.02 && large_bytes * 4 <= options.max_bytes) {
+            large_bytes *= 4;
+            large = measure(world, *group, op, large_bytes, options.repetitions, in, out);
+          }
+          timed.push_back({g, op, large_bytes, small, large});
+        } else {
+          Timed& t = timed[k];
+          t.small = std::min(t.small, small);
+          t.large = std::min(t.large, measure(world, *group, op, t.large_bytes, options.repetitions, in, out));
+        }
+        ++k;
+      }
+    }
+  }
+  std::vector<CommCost> entries;
+  for (const Timed& t : timed) {
+    CommCost c;
+    c.op = t.op;
+    c.ranks = t.ranks;
+    const double extra = static_cast<double>(t.large_bytes - options.small_bytes);
+    // Noise can make the large message look no slower: then the link is faster than this
+    // probe resolves, and the bandwidth is bounded by what the large message showed.
+    c.bytes_per_second =
+        t.large > t.small ? extra / (t.large - t.small) : static_cast<double>(t.large_bytes) / t.large;
+    c.latency_seconds = std::max(0.0, t.small - static_cast<double>(options.small_bytes) / c.bytes_per_second);
+    entries.push_back(c);
+  }
+  return entries;
+}
+
 }  // namespace
 
 BusyThread::BusyThread(bool yield)
@@ -292,57 +347,29 @@ CommTable probe_communication(coll::Communicator& world, const ProbeOptions& opt
   // Room for the largest output: an all_gather of max_bytes from each of n ranks.
   std::vector<float> in(options.max_bytes / sizeof(float) * static_cast<size_t>(n), 1.0f);
   std::vector<float> out(in.size(), 0.0f);
-  // Per (group, collective): the least time of every pass at the small size and at the large
-  // one, whose size the first pass chooses.
-  struct Timed {
-    int ranks;
-    CommOp op;
-    size_t large_bytes;
-    double small, large;
-  };
-  std::vector<Timed> timed;
   std::vector<std::shared_ptr<coll::Communicator>> groups;
   for (int g = 2; g <= n; ++g)
     if (n % g == 0) groups.push_back(world.split(world.rank() / g, world.rank(), str_cat(world.name(), "/probe", g)));
-  for (int pass = 0; pass < options.passes; ++pass) {
-    size_t k = 0;
-    for (auto& group : groups) {
-      const int g = group->size();
-      for (CommOp op : {CommOp::kPointToPoint, CommOp::kAllReduce, CommOp::kAllGather, CommOp::kReduceScatter,
-                        CommOp::kBroadcast, CommOp::kAllToAll}) {
-        if (op == CommOp::kPointToPoint && g != 2) continue;  // one pair is a message's cost
-        const double small = measure(world, *group, op, options.small_bytes, options.small_repetitions, in, out);
-        if (pass == 0) {
-          size_t large_bytes = options.first_large_bytes;
-          double large = measure(world, *group, op, large_bytes, options.repetitions, in, out);
-          while (large < 0.02 && large_bytes * 4 <= options.max_bytes) {
-            large_bytes *= 4;
-            large = measure(world, *group, op, large_bytes, options.repetitions, in, out);
-          }
-          timed.push_back({g, op, large_bytes, small, large});
-        } else {
-          Timed& t = timed[k];
-          t.small = std::min(t.small, small);
-          t.large = std::min(t.large, measure(world, *group, op, t.large_bytes, options.repetitions, in, out));
-        }
-        ++k;
-      }
+  const std::vector<CommOp> every_op = {CommOp::kPointToPoint, CommOp::kAllReduce, CommOp::kAllGather,
+                                        CommOp::kReduceScatter, CommOp::kBroadcast, CommOp::kAllToAll};
+  table.entries = measure_entries(world, groups, every_op, options, in, out);
+  spinner.reset();
+  // The collectives a tensor-parallel step waits for, again with no thread busy beside them,
+  // where the host's ranks do not share cores: there a rank whose caller blocks on a collective
+  // has its core to itself (the engine's progress thread keeps it: ucx::Engine::blocked_callers),
+  // which the busy thread above, standing for the training thread's compute beside an overlapped
+  // reduction, would hide (2 ranks on 2 cores: an all-reduce's latency 142 us under the busy
+  // thread, 38 us without it; a tensor-parallel step's all-reduces of 128 KiB waited 56-70 us).
+  const bool caller_waits_set = busy && host_ranks <= cores;
+  if (caller_waits_set) {
+    for (CommCost c : measure_entries(world, groups,
+                                      {CommOp::kAllReduce, CommOp::kAllGather, CommOp::kReduceScatter},
+                                      options, in, out)) {
+      c.caller_waits = true;
+      table.entries.push_back(c);
     }
   }
-  for (const Timed& t : timed) {
-    CommCost c;
-    c.op = t.op;
-    c.ranks = t.ranks;
-    const double extra = static_cast<double>(t.large_bytes - options.small_bytes);
-    // Noise can make the large message look no slower: then the link is faster than this
-    // probe resolves, and the bandwidth is bounded by what the large message showed.
-    c.bytes_per_second =
-        t.large > t.small ? extra / (t.large - t.small) : static_cast<double>(t.large_bytes) / t.large;
-    c.latency_seconds = std::max(0.0, t.small - static_cast<double>(options.small_bytes) / c.bytes_per_second);
-    table.entries.push_back(c);
-  }
   // Processor time: no busy thread beside it.
-  spinner.reset();
   double p2p_bytes_per_second = 0;
   for (const CommCost& c : table.entries)
     if (c.op == CommOp::kPointToPoint) p2p_bytes_per_second = c.bytes_per_second;
@@ -350,9 +377,11 @@ CommTable probe_communication(coll::Communicator& world, const ProbeOptions& opt
   table.message_compute_seconds = mc.seconds;
   table.message_compute_seconds_per_byte = mc.seconds_per_byte;
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  char text[160];
+  char text[192];
   std::snprintf(text, sizeof text, "measured in %.2f s over %d ranks%s", seconds, n,
-                busy ? ", each keeping a thread busy" : "");
+                !busy              ? ""
+                : caller_waits_set ? ", each keeping a thread busy (the tensor axes' collectives also without)"
+                                   : ", each keeping a thread busy");
   char stretch[224];
   std::snprintf(stretch, sizeof stretch,
                 " together %.2fx as slow as alone; %.2f cores per rank; a message takes %.1f us + %.2f us per KiB "

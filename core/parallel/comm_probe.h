@@ -6,7 +6,10 @@
 // median; latency and bandwidth follow from the two sizes (t = latency + bytes / bandwidth).
 // Point-to-point is a ping-pong between neighbouring ranks, halved. The large message grows (x4,
 // up to max_bytes) while its time stays under 20 ms, so slow links are measured at a size that
-// costs them little time and fast ones at one that shows their bandwidth.
+// costs them little time and fast ones at one that shows their bandwidth. Where every rank keeps a
+// thread busy meanwhile (ProbeOptions::busy) but the ranks do not share cores, the collectives a
+// tensor axis waits for are measured again without it (CommCost::caller_waits): a caller blocked on
+// them leaves its core to the transport.
 //
 // It also measures how much slower the ranks compute all at once than one alone
 // (CommTable::compute_stretch: shared cores, caches and memory bandwidth, polling progress

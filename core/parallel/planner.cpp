@@ -82,13 +82,14 @@ double CommTable::message_compute(double bytes) const {
   return message_compute_seconds + bytes * message_compute_seconds_per_byte;
 }
 
-double CommTable::seconds(CommOp op, int ranks, double bytes, bool across_nodes) const {
+double CommTable::seconds(CommOp op, int ranks, double bytes, bool across_nodes, bool caller_waits) const {
   const CommCost* best = nullptr;
   double best_score = std::numeric_limits<double>::infinity();
   for (const CommCost& e : entries) {
     if (e.op != op) continue;
-    // The same placement first, then the nearest group size (by ratio).
-    const double score = (e.across_nodes != across_nodes ? 1e6 : 0) +
+    // The same placement first, then the same kind of waiting, then the nearest group size (by
+    // ratio).
+    const double score = (e.across_nodes != across_nodes ? 1e6 : 0) + (e.caller_waits != caller_waits ? 1e3 : 0) +
                          std::fabs(std::log(static_cast<double>(std::max(e.ranks, 1)) / std::max(ranks, 1)));
     if (score < best_score) best_score = score, best = &e;
   }
@@ -548,7 +549,7 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
   }
   // The tensor axes' communication per micro-batch (forward and backward), at the pair's column
   // node. Megatron's collectives and AxoNN's X / Y ones sit on the critical path of the layer they
-  // serve: counted as exposed. Z's weight gathers are prefetched (FSDP-style) and hidden behind
+  // serve: counted as exposed, at the table's times for a caller that waits (CommCost::caller_waits). Z's weight gathers are prefetched (FSDP-style) and hidden behind
   // the pair's own compute, exposed only beyond it — where a core is spare for the transport;
   // else exposed whole (no core moves their bytes while the pair computes).
   double z_other_grad_bytes = 0;  // parameters outside the pairs: gradients summed over Z
@@ -565,15 +566,15 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
       // ([B, T / Y, C / X]), and Y gathers the tokens of an X block and reduce-scatters them.
       const double token_share = sp ? Y : 1;
       if (X > 1) {
-        one_way += comm.seconds(CommOp::kAllReduce, X, h / Y, x_across);
-        one_way += comm.seconds(CommOp::kAllGather, X, a / X / token_share, x_across);
+        one_way += comm.seconds(CommOp::kAllReduce, X, h / Y, x_across, true);
+        one_way += comm.seconds(CommOp::kAllGather, X, a / X / token_share, x_across, true);
       }
       if (Y > 1) {
         if (sp)
-          one_way += comm.seconds(CommOp::kReduceScatter, Y, a / X, y_across) +
-                     comm.seconds(CommOp::kAllGather, Y, a / (X * Y), y_across);
+          one_way += comm.seconds(CommOp::kReduceScatter, Y, a / X, y_across, true) +
+                     comm.seconds(CommOp::kAllGather, Y, a / (X * Y), y_across, true);
         else
-          one_way += comm.seconds(CommOp::kAllReduce, Y, a / X, y_across);
+          one_way += comm.seconds(CommOp::kAllReduce, Y, a / X, y_across, true);
       }
       tcomm[i] += 2 * one_way;
       if (Z > 1) {
@@ -588,8 +589,8 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
     if (Y > 1 && facts.vocab_head && g.embedding_bytes > 0) {
       // The vocabulary-parallel lookup sums its rows over Y (forward), the loss gathers 3 floats a
       // row: at the first and the last node.
-      tcomm[0] += comm.seconds(sp ? CommOp::kReduceScatter : CommOp::kAllReduce, Y, g.embedding_bytes, y_across);
-      tcomm[n_nodes - 1] += comm.seconds(CommOp::kAllGather, Y, g.rows * 3 * 4 / Y, y_across);
+      tcomm[0] += comm.seconds(sp ? CommOp::kReduceScatter : CommOp::kAllReduce, Y, g.embedding_bytes, y_across, true);
+      tcomm[n_nodes - 1] += comm.seconds(CommOp::kAllGather, Y, g.rows * 3 * 4 / Y, y_across, true);
     }
     if (Z > 1) {
       for (const auto& p : facts.params)

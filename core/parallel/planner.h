@@ -57,6 +57,11 @@ struct CommCost {
   bool across_nodes = false;
   double latency_seconds = 0;
   double bytes_per_second = 0;
+  // Measured with the caller blocked on the operation and the rank's core otherwise idle (the
+  // tensor axes' collectives, which the step waits for), rather than beside a rank computing (an
+  // overlapped reduction). The probe measures both only where they differ: ranks that do not
+  // share cores but whose transport has no core of its own while they compute.
+  bool caller_waits = false;
 };
 
 struct CommTable {
@@ -84,9 +89,10 @@ struct CommTable {
   // none of this one exists), its bytes term scaled by the ring's volume at `ranks` over that at
   // the entry's: (ranks - 1) / ranks for all_reduce, reduce_scatter and all_to_all, ranks - 1 for
   // all_gather (bytes is each rank's block), 1 for point-to-point and broadcast; the latency as
-  // measured. 0 for a collective over one rank or of no bytes. kNotFound naming the op when the
-  // table has none of it.
-  double seconds(CommOp op, int ranks, double bytes, bool across_nodes = false) const;
+  // measured. `caller_waits`: an entry measured so (CommCost::caller_waits) where the table has
+  // one, else the other kind. 0 for a collective over one rank or of no bytes. kNotFound naming
+  // the op when the table has none of it.
+  double seconds(CommOp op, int ranks, double bytes, bool across_nodes = false, bool caller_waits = false) const;
 };
 
 // A table for a described cluster (no probe): every operation at every placement, from the

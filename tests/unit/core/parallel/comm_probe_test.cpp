@@ -7,6 +7,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "core/base/error.h"
 #include "core/parallel/comm_probe.h"
 #include "tests/support/expect_error.h"
 #include "tests/unit/transport/coll/coll_test_util.h"
@@ -95,6 +96,47 @@ TEST(CommProbe, WithoutAStepTheBuiltInMixIsTimed) {
   ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
   EXPECT_EQ(t.cores_per_rank, CPU_COUNT(&set) / 2.0) << t.source;  // 2 ranks on this host
   EXPECT_NE(t.source.find("the built-in mix together"), std::string::npos) << t.source;
+}
+
+// Ranks that do not share cores but keep a thread busy (2 ranks on 2 cores: a training thread and
+// a progress thread each) also get the tensor axes' collectives measured with the caller waiting
+// and no busy thread beside it (CommCost::caller_waits); ranks sharing cores, or measured without
+// a busy thread, get one kind only.
+TEST(CommProbe, CollectivesACallerWaitsForAreMeasuredWhereTheRanksDoNotShareCores) {
+  struct Case {
+    int cores, busy;
+    bool expect_caller_waits;
+  };
+  for (const Case& k : {Case{2, -1, true}, Case{1, -1, false}, Case{2, 0, false}}) {
+    std::mutex mutex;
+    CommTable t;
+    ct::run_ranks_shared(2, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+      ProbeOptions o;
+      o.max_bytes = 1 << 20;
+      o.cores = k.cores;
+      o.busy = k.busy;
+      o.passes = 1;
+      o.step = [] {
+        volatile double x = 1.0;
+        for (int r = 0; r < 20000; ++r) x = x * 1.0000001 + 0.5;
+      };
+      CommTable mine = probe_communication(*comm, o);
+      std::lock_guard<std::mutex> lock(mutex);
+      if (comm->rank() == 0) t = mine;
+    });
+    SCOPED_TRACE(str_cat("cores ", k.cores, ", busy ", k.busy, ": ", t.source));
+    std::vector<CommOp> waited;
+    for (const CommCost& c : t.entries) {
+      EXPECT_TRUE(std::isfinite(c.latency_seconds) && c.latency_seconds >= 0 && c.bytes_per_second > 1e6);
+      if (c.caller_waits) waited.push_back(c.op);
+    }
+    // Groups of 2: point-to-point and the five collectives, then the three a tensor axis uses.
+    ASSERT_EQ(t.entries.size(), k.expect_caller_waits ? 9u : 6u);
+    if (k.expect_caller_waits) {
+      EXPECT_EQ(waited, (std::vector<CommOp>{CommOp::kAllReduce, CommOp::kAllGather, CommOp::kReduceScatter}));
+      EXPECT_NE(t.source.find("the tensor axes' collectives also without"), std::string::npos);
+    }
+  }
 }
 
 TEST(CommProbe, OneRankMeasuresNothingAndBadSizesAreRefused) {

@@ -89,6 +89,13 @@ TEST_F(Planner, CommTableLooksUpAndScales) {
   // One rank or nothing to move: free.
   EXPECT_EQ(t.seconds(CommOp::kAllReduce, 1, 1e9), 0.0);
   EXPECT_EQ(t.seconds(CommOp::kAllReduce, 4, 0), 0.0);
+  // Measured with the caller waiting: that entry where asked for, the other kind where the table
+  // has none (all_gather), and never where not asked for.
+  t.entries.push_back(CommCost{CommOp::kAllReduce, 4, false, 2e-6, 2e9, true});
+  EXPECT_NEAR(t.seconds(CommOp::kAllReduce, 4, 1e9, false, true), 2e-6 + 0.5, 1e-12);
+  EXPECT_NEAR(t.seconds(CommOp::kAllReduce, 4, 1e9), 1e-5 + 1.0, 1e-12);
+  EXPECT_NEAR(t.seconds(CommOp::kAllReduce, 4, 1e9, true, true), 1e-4 + 10.0, 1e-9);  // placement first
+  EXPECT_NEAR(t.seconds(CommOp::kAllGather, 2, 1e9, false, true), 1.0, 1e-12);
   // An op the table lacks.
   expect_status(Status::kNotFound, [&] { (void)t.seconds(CommOp::kReduceScatter, 4, 1e6); });
   EXPECT_STREQ(comm_op_name(CommOp::kReduceScatter), "reduce_scatter");
@@ -504,6 +511,27 @@ TEST_F(Planner, TensorZGathersAreExposedWithoutASpareCore) {
   EXPECT_EQ(predict(model, probed, plan).exposed_comm_seconds, b.exposed_comm_seconds);
   // Without Z there is nothing to gather: the cores change nothing.
   EXPECT_EQ(predict(model, spare, data_plan(2)).step_seconds(), predict(model, none, data_plan(2)).step_seconds());
+}
+
+// The tensor axes' collectives, which the step waits for, are priced from the entries measured
+// with the caller waiting (CommCost::caller_waits) where the table has them; the data axis's
+// overlapped reductions from the others.
+TEST_F(Planner, TensorAxesArePricedAsACallerWaits) {
+  const Graph model = models::build_gpt(small_gpt());
+  ClusterSpec base = cluster(2), waited = cluster(2);
+  for (const CommCost& c : base.comm.entries)
+    if (!c.across_nodes && c.op != CommOp::kPointToPoint) {
+      CommCost w = c;
+      w.caller_waits = true;
+      w.latency_seconds = c.latency_seconds + 1e-3;  // a millisecond more a collective
+      waited.comm.entries.push_back(w);
+    }
+  PlanConfig tensor = data_plan(1);
+  tensor.tensor.y = 2;
+  const PlanPrediction a = predict(model, base, tensor), b = predict(model, waited, tensor);
+  EXPECT_GT(b.exposed_comm_seconds, a.exposed_comm_seconds + 8 * 1e-3) << a.describe();  // 4 layers, 2 a layer at least
+  EXPECT_EQ(a.compute_seconds, b.compute_seconds);
+  EXPECT_EQ(predict(model, base, data_plan(2)).step_seconds(), predict(model, waited, data_plan(2)).step_seconds());
 }
 
 // Without a core to spare for the transport, each message over a pipeline cut takes the probe's
