@@ -435,20 +435,23 @@ float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOpti
       kernels::cpu::scale(grads_[i].data<float>(), 1.0f / static_cast<float>(m_count), grads_[i].data<float>(),
                           grads_[i].numel());
   }
-  // Tied parameters: every holder's gradient is the sum of theirs.
+  // Tied parameters: every holder's gradient is the sum of theirs. And the model's loss, from the
+  // last stage to every stage. Issued together and waited for together: they run on different
+  // communicators, so a step pays the latency of the links between stages once for both, not
+  // twice (a link's latency is what it costs: the loss is 4 bytes).
+  std::vector<std::shared_ptr<transport::coll::Work>> ending;
   for (const auto& [name, axis] : options_.tied_parameters) {
     const size_t i = parameter_index(name);
     transport::coll::Communicator& comm = options_.axes->at(axis, str_cat("tied parameter '", name, "'"));
-    comm.all_reduce(grads_[i].raw(), grads_[i].raw(), static_cast<size_t>(grads_[i].numel()),
-                    transport::coll::DataType::kF32, transport::coll::ReduceOp::kSum)
-        ->wait();
+    ending.push_back(comm.all_reduce(grads_[i].raw(), grads_[i].raw(), static_cast<size_t>(grads_[i].numel()),
+                                     transport::coll::DataType::kF32, transport::coll::ReduceOp::kSum));
   }
-  // The model's loss, from the last stage to every stage.
   float loss = loss_chunk >= 0 ? static_cast<float>(loss_sum / m_count) : std::nanf("");
   transport::coll::Communicator* pipe = options_.axes ? options_.axes->find("pipe") : nullptr;
   if (pipe != nullptr && pipe->size() > 1)
-    pipe->broadcast(&loss, 1, transport::coll::DataType::kF32, pipe->size() - 1)->wait();
-  else
+    ending.push_back(pipe->broadcast(&loss, 1, transport::coll::DataType::kF32, pipe->size() - 1));
+  transport::coll::wait_all(ending);  // a lost peer, a timeout: thrown naming it, every buffer released
+  if (pipe == nullptr || pipe->size() == 1)
     COHORT_CHECK(loss_chunk >= 0, Status::kInvalidState, "step: no chunk of this rank computes the model's loss");
   if (hook_) {
     Tensor loss_t = Tensor::empty({}, DType::kF32);
@@ -462,17 +465,13 @@ float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOpti
 void Trainer::finish_sends(bool quietly) {
   std::vector<UnfinishedSend> sends = std::move(unfinished_sends_);
   unfinished_sends_.clear();
-  std::exception_ptr failure;
-  for (UnfinishedSend& s : sends) {
-    try {
-      s.work->wait();  // a lost peer, a timeout: thrown naming it
-    } catch (...) {
-      // Every other send is still waited for (the transport may be reading its buffer); the
-      // communicator's error is sticky, so they end quickly.
-      if (!failure) failure = std::current_exception();
-    }
+  std::vector<std::shared_ptr<transport::coll::Work>> works;
+  for (UnfinishedSend& s : sends) works.push_back(s.work);
+  try {
+    transport::coll::wait_all(works);  // a lost peer, a timeout: thrown naming it
+  } catch (...) {
+    if (!quietly) throw;
   }
-  if (failure && !quietly) std::rethrow_exception(failure);
 }
 
 double Trainer::model_grad_norm() {

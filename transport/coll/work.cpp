@@ -1,6 +1,8 @@
 // Work handle: completion state shared between the progress thread and callers.
 #include "transport/coll/work.h"
 
+#include <exception>
+
 namespace cohort::transport::coll {
 
 void Work::throw_if_failed() const {
@@ -83,6 +85,21 @@ void Work::fail(Status status, const std::string& message) {
     message_ = message;
   }
   cv_.notify_all();
+}
+
+void wait_all(const std::vector<std::shared_ptr<Work>>& works) {
+  std::exception_ptr failure;
+  for (const std::shared_ptr<Work>& w : works) {
+    if (!w) continue;
+    try {
+      w->wait();
+    } catch (...) {
+      // The others are still waited for (the transport may be using their buffers); a
+      // communicator's error is sticky, so they end quickly.
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
 }
 
 }  // namespace cohort::transport::coll

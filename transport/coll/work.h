@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/base/error.h"
 
@@ -64,5 +65,9 @@ class Work {
   Status status_ = Status::kOk;
   std::string message_;
 };
+
+// Waits for every Work of `works` (null ones skipped), then throws the first failure among them,
+// if any: a caller whose buffers several operations use may free them once this returns or throws.
+void wait_all(const std::vector<std::shared_ptr<Work>>& works);
 
 }  // namespace cohort::transport::coll

@@ -299,6 +299,31 @@ TEST(CommTest, BlockedCallersAreCounted) {
   });
 }
 
+// wait_all waits for every Work before it throws the first failure: a caller may free the buffers
+// of all of them once it returns or throws.
+TEST(CommTest, WaitAllWaitsForEveryWorkBeforeThrowing) {
+  auto failed = std::make_shared<Work>("first");
+  auto slow = std::make_shared<Work>("second");
+  auto done = std::make_shared<Work>("third");
+  failed->fail(Status::kPeerFailed, "rank 1 failed");
+  done->finish();
+  std::atomic<bool> finished_slow{false};
+  std::thread finisher([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    finished_slow = true;
+    slow->finish();
+  });
+  try {
+    wait_all({failed, nullptr, slow, done});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kPeerFailed);
+    EXPECT_TRUE(finished_slow.load());  // thrown only once the slow one had finished
+  }
+  finisher.join();
+  wait_all({done, slow});  // all finished: returns
+}
+
 // Buffers handed to keep_alive are let go at once when no failed operation still drains.
 TEST(CommTest, KeepAliveReleasesWhenNothingDrains) {
   run_ranks(2, {}, [](Communicator& c) {
