@@ -63,10 +63,10 @@ struct EngineOptions {
   // yields its core between checks for this long after the last activity, then naps busy_nap —
   // unless a caller is blocked on one of the engine's operations and the host's ranks do not
   // share cores (Engine::blocked_callers): then the core is the progress thread's, and it keeps
-  // yielding. A nap there made each of a tensor-parallel step's all-reduces wait 125-145 us
-  // instead of 42-45 (2 ranks on 2 cores, each bound to one, a GPT 4x64 over a 1x2x1 grid: the
+  // yielding. A nap there made each of a tensor-parallel step's all-reduces wait 145-163 us
+  // instead of 56-70 (2 ranks on 2 cores, each bound to one, a GPT 4x64 over a 1x2x1 grid: the
   // step's ~400 us of compute between all-reduces leaves the ranks apart by more than 200 us, and
-  // each nap of 50 us wakes late on a virtual machine): 60-66k tokens/s against 79-81k.
+  // each nap of 50 us wakes late on a virtual machine): 57.6-62.7k tokens/s against 69.5-81.2k.
   std::chrono::microseconds memory_spin{200};
   // UCX reports dead peers only over transports with a peer failure handler (tcp, not UCX
   // 1.13's shared memory); without one the engine falls back to deadlines unless this is set.
@@ -165,7 +165,8 @@ class Engine {
   std::chrono::microseconds spin() const { return spin_; }
   // Whether this host runs more of the job's ranks than it has CPUs online (fixed at creation),
   // whatever each process's affinity: then ranks take turns on cores, and a rank whose callers all
-  // wait still shares its core with another rank's compute.
+  // wait still shares its core with another rank's compute. (A CPU quota of a container, which
+  // neither count shows, is not seen.)
   bool ranks_share_cores() const { return ranks_share_cores_; }
   // The callers blocked in Work::wait on this engine's operations (coll::Executor hands it to
   // each Work). While one is and the ranks do not share cores, the rank's core has nothing else
