@@ -90,6 +90,9 @@ struct EngineOptions {
   // (bench/netns, netns_bw, 2026-11-28): a 1 MiB all-reduce at 100 Mbit/s 7.3 -> 11.9 MB/s bus
   // bandwidth, at 1 Gbit/s 73 -> 115; 4 MiB at 100 Mbit/s 9.0 -> 11.2; 16 MiB unshaped 915 -> 959.
   // Shared memory on the same host measured no difference (p2p and all-reduce, 1 and 16 MiB).
+  // Where UCX_TLS has no tcp this is not set: a 2-stage pipeline over shared memory alone ran
+  // 0-10% faster eager with 32 KiB messages but 12-16% slower with 768 KiB ones (GPT 4x64 and
+  // 6x384 T256, 2 ranks, 2026-11-29), so UCX's own threshold stays there.
   // The cost, measured with `cohort train --model gpt --layers 4 --width 64 --parallel sync`
   // (200 steps, 4 ranks at 100 Mbit/s, seconds, UCX's default against this): DDP 40-41 -> 29-30,
   // 4 pipeline stages 8.1-8.3 with it, a 2-stage pipeline on 2 ranks 7.6 either way, data 2 x
