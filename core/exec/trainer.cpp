@@ -448,10 +448,10 @@ float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOpti
   }
   float loss = loss_chunk >= 0 ? static_cast<float>(loss_sum / m_count) : std::nanf("");
   transport::coll::Communicator* pipe = options_.axes ? options_.axes->find("pipe") : nullptr;
-  if (pipe != nullptr && pipe->size() > 1)
-    ending.push_back(pipe->broadcast(&loss, 1, transport::coll::DataType::kF32, pipe->size() - 1));
+  const bool stages = pipe != nullptr && pipe->size() > 1;
+  if (stages) ending.push_back(pipe->broadcast(&loss, 1, transport::coll::DataType::kF32, pipe->size() - 1));
   transport::coll::wait_all(ending);  // a lost peer, a timeout: thrown naming it, every buffer released
-  if (pipe == nullptr || pipe->size() == 1)
+  if (!stages)
     COHORT_CHECK(loss_chunk >= 0, Status::kInvalidState, "step: no chunk of this rank computes the model's loss");
   if (hook_) {
     Tensor loss_t = Tensor::empty({}, DType::kF32);

@@ -549,9 +549,11 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
   }
   // The tensor axes' communication per micro-batch (forward and backward), at the pair's column
   // node. Megatron's collectives and AxoNN's X / Y ones sit on the critical path of the layer they
-  // serve: counted as exposed, at the table's times for a caller that waits (CommCost::caller_waits). Z's weight gathers are prefetched (FSDP-style) and hidden behind
-  // the pair's own compute, exposed only beyond it — where a core is spare for the transport;
-  // else exposed whole (no core moves their bytes while the pair computes).
+  // serve: counted as exposed, at the table's times for a caller that waits
+  // (CommCost::caller_waits). Z's weight gathers are prefetched (FSDP-style) and hidden behind the
+  // pair's own compute, exposed only beyond it — where a core is spare for the transport; else
+  // exposed whole (no core moves their bytes while the pair computes).
+  constexpr bool kCallerWaits = true;  // CommTable::seconds' last argument
   double z_other_grad_bytes = 0;  // parameters outside the pairs: gradients summed over Z
   std::vector<double> pair_compute(facts.pairs.size(), 0);
   for (size_t i = 0; i < n_nodes; ++i)
@@ -566,15 +568,15 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
       // ([B, T / Y, C / X]), and Y gathers the tokens of an X block and reduce-scatters them.
       const double token_share = sp ? Y : 1;
       if (X > 1) {
-        one_way += comm.seconds(CommOp::kAllReduce, X, h / Y, x_across, true);
-        one_way += comm.seconds(CommOp::kAllGather, X, a / X / token_share, x_across, true);
+        one_way += comm.seconds(CommOp::kAllReduce, X, h / Y, x_across, kCallerWaits);
+        one_way += comm.seconds(CommOp::kAllGather, X, a / X / token_share, x_across, kCallerWaits);
       }
       if (Y > 1) {
         if (sp)
-          one_way += comm.seconds(CommOp::kReduceScatter, Y, a / X, y_across, true) +
-                     comm.seconds(CommOp::kAllGather, Y, a / (X * Y), y_across, true);
+          one_way += comm.seconds(CommOp::kReduceScatter, Y, a / X, y_across, kCallerWaits) +
+                     comm.seconds(CommOp::kAllGather, Y, a / (X * Y), y_across, kCallerWaits);
         else
-          one_way += comm.seconds(CommOp::kAllReduce, Y, a / X, y_across, true);
+          one_way += comm.seconds(CommOp::kAllReduce, Y, a / X, y_across, kCallerWaits);
       }
       tcomm[i] += 2 * one_way;
       if (Z > 1) {
@@ -589,8 +591,9 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
     if (Y > 1 && facts.vocab_head && g.embedding_bytes > 0) {
       // The vocabulary-parallel lookup sums its rows over Y (forward), the loss gathers 3 floats a
       // row: at the first and the last node.
-      tcomm[0] += comm.seconds(sp ? CommOp::kReduceScatter : CommOp::kAllReduce, Y, g.embedding_bytes, y_across, true);
-      tcomm[n_nodes - 1] += comm.seconds(CommOp::kAllGather, Y, g.rows * 3 * 4 / Y, y_across, true);
+      tcomm[0] +=
+          comm.seconds(sp ? CommOp::kReduceScatter : CommOp::kAllReduce, Y, g.embedding_bytes, y_across, kCallerWaits);
+      tcomm[n_nodes - 1] += comm.seconds(CommOp::kAllGather, Y, g.rows * 3 * 4 / Y, y_across, kCallerWaits);
     }
     if (Z > 1) {
       for (const auto& p : facts.params)
