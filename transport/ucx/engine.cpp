@@ -267,6 +267,20 @@ void Engine::wait_for_events(std::chrono::microseconds timeout, bool worker_even
   (void)!::read(wake_fd_, &value, sizeof(value));  // non-blocking; clears a wake-up
 }
 
+ProgressWait progress_wait(const ProgressState& s, std::chrono::microseconds spin, const EngineOptions& o) {
+  if (!s.busy) return ProgressWait::kIdle;
+  if (s.since_event < spin) return ProgressWait::kPoll;
+  // The rank's core is free while its caller blocks: look again as soon as nobody else wants it.
+  if (s.caller_blocked) return ProgressWait::kYield;
+  // A peer's write to shared memory raises no event: give the core to whoever is about to make
+  // it (ranks sharing cores), then look again; past memory_spin, nap.
+  if (s.memory_waits) return s.since_event < o.memory_spin ? ProgressWait::kYield : ProgressWait::kNap;
+  if (s.worker_events) return ProgressWait::kEvent;
+  // A shared-memory sender waiting for FIFO space gets no event: nap briefly instead of
+  // spinning, so that ranks sharing a core (and the caller's compute) get the CPU.
+  return ProgressWait::kNap;
+}
+
 void Engine::run() noexcept {
   auto last_event = Clock::now();
   while (!stop_.load(std::memory_order_acquire)) {
@@ -277,27 +291,29 @@ void Engine::run() noexcept {
     auto now = Clock::now();
     check_local_peers(now);
     PollResult polled = poll_clients(now);
-    const bool busy = polled.busy;
     if (events || polled.progressed) last_event = now;
-    if (busy && now - last_event < spin_) continue;
+    ProgressState state;
+    state.busy = polled.busy;
+    state.memory_waits = polled.memory_waits;
+    state.since_event = now - last_event;
+    state.caller_blocked = !ranks_share_cores_ && blocked_callers_->load(std::memory_order_relaxed) > 0;
+    state.worker_events = options_.blocking_progress && peer_failure_detection_;
     using std::chrono::microseconds;
-    if (!busy) {
-      wait_for_events(microseconds(50000), true);
-    } else if (polled.memory_waits &&
-               (now - last_event < options_.memory_spin ||
-                (!ranks_share_cores_ && blocked_callers_->load(std::memory_order_relaxed) > 0))) {
-      // A peer's write to shared memory raises no event: give the core to whoever is about to
-      // make it (ranks sharing cores), then look again. Past memory_spin, only while a caller
-      // blocks on an operation and no other rank needs this core (EngineOptions::memory_spin).
-      std::this_thread::yield();
-    } else if (polled.memory_waits) {
-      wait_for_events(options_.busy_nap, false);
-    } else if (options_.blocking_progress && peer_failure_detection_) {
-      wait_for_events(microseconds(1000), true);  // tcp and friends wake the event fd reliably
-    } else {
-      // A shared-memory sender waiting for FIFO space gets no event: nap briefly instead of
-      // spinning, so that ranks sharing a core (and the caller's compute) get the CPU.
-      wait_for_events(options_.busy_nap, false);
+    switch (progress_wait(state, spin_, options_)) {
+      case ProgressWait::kPoll:
+        break;
+      case ProgressWait::kYield:
+        std::this_thread::yield();
+        break;
+      case ProgressWait::kNap:
+        wait_for_events(options_.busy_nap, false);
+        break;
+      case ProgressWait::kEvent:
+        wait_for_events(microseconds(1000), true);
+        break;
+      case ProgressWait::kIdle:
+        wait_for_events(microseconds(50000), true);
+        break;
     }
   }
 }

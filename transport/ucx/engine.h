@@ -43,11 +43,8 @@ struct EngineOptions {
   // CPU, so 2 ranks on 2 cores count as oversubscribed too: their progress thread shares its
   // rank's one core with the training thread. Measured there (Zen 5, 2026-11-29): spinning
   // anyway moved a 16 MiB shm all-reduce from 5.0 to 6.8 GB/s but a DDP GPT step's waits from
-  // 0.43-0.76 s to 0.59-1.48 s over 150 steps, so the binding's rule stays. A message that finds
-  // its receiver's thread asleep (a pipeline stage waiting 0.5-10 ms for its input) arrives
-  // 50-110 us later than one it finds polling, over shm and tcp alike; polling in place of a
-  // blocked caller removed most of that from a ping-pong but moved no planner plan's step at 2
-  // ranks (bench/planner), and its processor time inflated the probe's per-message cost.
+  // 0.43-0.76 s to 0.59-1.48 s over 150 steps, so the binding's rule stays. A caller blocked on
+  // an operation is another matter: its core has nothing else to run (memory_spin).
   std::optional<std::chrono::microseconds> spin;
   // Over shared memory (no reliable events for senders) a busy engine naps this long at a time.
   // On shared cores a rank waiting this way takes ~45% of the core from the rank computing beside
@@ -60,13 +57,17 @@ struct EngineOptions {
   // (an event's wake-up is slower than a nap's), DDP and pipelines the same.
   std::chrono::microseconds busy_nap{50};
   // Waiting for a peer's write to shared memory (which raises no event), the progress thread
-  // yields its core between checks for this long after the last activity, then naps busy_nap —
-  // unless a caller is blocked on one of the engine's operations and the host's ranks do not
-  // share cores (Engine::blocked_callers): then the core is the progress thread's, and it keeps
-  // yielding. A nap there made each of a tensor-parallel step's all-reduces wait 145-163 us
+  // yields its core between checks for this long after the last activity, then naps busy_nap.
+  // While a caller is blocked on one of the engine's operations and the host's ranks do not share
+  // cores (Engine::blocked_callers), the core is the progress thread's whatever it waits for —
+  // shared memory, the worker's events, tcp — and it keeps yielding instead of napping or sleeping
+  // (progress_wait). A nap there made each of a tensor-parallel step's all-reduces wait 145-163 us
   // instead of 56-70 (2 ranks on 2 cores, each bound to one, a GPT 4x64 over a 1x2x1 grid: the
   // step's ~400 us of compute between all-reduces leaves the ranks apart by more than 200 us, and
   // each nap of 50 us wakes late on a virtual machine): 57.6-62.7k tokens/s against 69.5-81.2k.
+  // A point-to-point receive slept on the worker's events: a message sent to a pipeline stage
+  // blocked for it woke the stage 96-136 us later at 1 KiB and 230-258 us at 16 KiB (a ping-pong
+  // over shared memory, 2 ranks on 2 cores, Zen 5, 2026-11-29); polling, 12-33 us and 17-41 us.
   std::chrono::microseconds memory_spin{200};
   // UCX reports dead peers only over transports with a peer failure handler (tcp, not UCX
   // 1.13's shared memory); without one the engine falls back to deadlines unless this is set.
@@ -83,17 +84,26 @@ struct EngineOptions {
   // A collective keeps a connection to every peer busy at once, where UCX's defaults made
   // 3-4 progress-thread wake-ups per 64 KiB (64 MiB all-reduce over tcp on 2 cores: 2 ranks
   // 1.8-2.3 -> 2.6 GB/s, 4 ranks 0.73 -> 0.91-0.93; ucx_perftest's single stream does not
-  // gain: 3.4-3.5 against 3.7-3.9 GB/s). And every message sent eagerly (UCX_RNDV_THRESH=inf,
-  // unless the environment sets it): over tcp UCX's rendezvous costs a handshake round trip per
-  // message, and on a loaded link each handshake waits behind the data queued ahead of it — a
-  // ring all-reduce pays that at each of its 2 (n - 1) steps. 4 ranks in network namespaces
-  // (bench/netns, netns_bw, 2026-11-28): a 1 MiB all-reduce at 100 Mbit/s 7.3 -> 11.9 MB/s bus
-  // bandwidth, at 1 Gbit/s 73 -> 115; 4 MiB at 100 Mbit/s 9.0 -> 11.2; 16 MiB unshaped 915 -> 959.
-  // Shared memory on the same host measured no difference (p2p and all-reduce, 1 and 16 MiB).
-  // Where UCX_TLS has no tcp this is not set: a 2-stage pipeline over shared memory alone ran
-  // 0-10% faster eager with 32 KiB messages but 12-16% slower with 768 KiB ones (GPT 4x64 and
-  // 6x384 T256, 2 ranks, 2026-11-29), so UCX's own threshold stays there.
-  // The cost, measured with `cohort train --model gpt --layers 4 --width 64 --parallel sync`
+  // gain: 3.4-3.5 against 3.7-3.9 GB/s).
+  bool tune_tcp = true;
+  // Every message sent eagerly (UCX_RNDV_THRESH=inf, unless the environment sets it) where the
+  // transports in use copy every message anyway: tcp is among them, or shared memory without cma
+  // (sysv / posix alone: create_context drops cma where no transport reports dead peers). There
+  // UCX's rendezvous moves the same copies after a handshake, and the handshake needs the
+  // sender's progress thread again — which, beside a rank's compute, runs late.
+  // Over tcp the handshake costs a round trip per message, and on a loaded link each handshake
+  // waits behind the data queued ahead of it — a ring all-reduce pays that at each of its
+  // 2 (n - 1) steps. 4 ranks in network namespaces (bench/netns, netns_bw, 2026-11-28): a 1 MiB
+  // all-reduce at 100 Mbit/s 7.3 -> 11.9 MB/s bus bandwidth, at 1 Gbit/s 73 -> 115; 4 MiB at
+  // 100 Mbit/s 9.0 -> 11.2; 16 MiB unshaped 915 -> 959.
+  // Over sysv shared memory (2 ranks on 2 cores, Zen 5, 2026-11-29; the receiver blocked, its
+  // progress thread polling): a message sent while its sender computes on for 500 us reached the
+  // receiver after 159-167 us at 16 KiB, 183 at 256 KiB, 248 at 768 KiB and 692 at 2 MiB under
+  // UCX's rendezvous, 14-17, 38, 87 and 177 us eager; a GPT 4x64 2-stage pipeline over 8
+  // micro-batches (16 KiB messages) 49.5-53.2k -> 49.6-56.8k tokens/s in 1F1B, 39.2-40.0k ->
+  // 48.7-51.2k interleaved. (Before the receiver polled, eager had read 0-10% faster at 32 KiB
+  // and 12-16% slower at 768 KiB: the receiver's wake-up, not the protocol, set those.)
+  // The cost over tcp, measured with `cohort train --model gpt --layers 4 --width 64 --parallel sync`
   // (200 steps, 4 ranks at 100 Mbit/s, seconds, UCX's default against this): DDP 40-41 -> 29-30,
   // 4 pipeline stages 8.1-8.3 with it, a 2-stage pipeline on 2 ranks 7.6 either way, data 2 x
   // pipe 2 20-21 -> 21-23. A rendezvous threshold of 16 KiB read 5.1 and 17.8 s for the last two
@@ -101,8 +111,27 @@ struct EngineOptions {
   // eager against 6.9-8.7 at 16 KiB: that pipeline is bound by the link (1 rank 3.8 s, 1 Gbit/s
   // 5.7, 100 Mbit/s 8.1), so per-message protocol control has nothing to win there. UCX's
   // FAST_CMPL on the collectives' sends alone did not keep a netns_bw all-reduce off the rendezvous.
-  bool tune_tcp = true;
+  bool eager_copies = true;
 };
+
+// How the progress thread waits before it looks at the worker and its clients again (Engine::run).
+enum class ProgressWait {
+  kPoll,   // at once (busy-polling, EngineOptions::spin after the last event)
+  kYield,  // after giving the core to whoever else wants it
+  kNap,    // after EngineOptions::busy_nap, or when woken
+  kEvent,  // on the worker's next event (tcp and friends raise them reliably), 1 ms at most
+  kIdle,   // nothing pending: on the worker's next event or a wake-up, 50 ms at most
+};
+struct ProgressState {
+  bool busy = false;          // PollResult::busy of every client, or transfers in flight
+  bool memory_waits = false;  // PollResult::memory_waits
+  std::chrono::nanoseconds since_event{0};  // since the last UCX event or client progress
+  // A caller is blocked on one of the engine's operations and the host's ranks do not share
+  // cores (Engine::blocked_callers, Engine::ranks_share_cores): the rank's core is free.
+  bool caller_blocked = false;
+  bool worker_events = false;  // the worker's events wake the thread (blocking progress + peer failure detection)
+};
+ProgressWait progress_wait(const ProgressState& state, std::chrono::microseconds spin, const EngineOptions& options);
 
 // Completion slot of one tagged transfer; it must keep its address while in flight.
 struct Transfer {
@@ -171,10 +200,12 @@ class Engine {
   // wait still shares its core with another rank's compute. (A CPU quota of a container, which
   // neither count shows, is not seen.)
   bool ranks_share_cores() const { return ranks_share_cores_; }
+  // Whether the engine sends every message eagerly (EngineOptions::eager_copies applied).
+  bool eager() const { return eager_; }
   // The callers blocked in Work::wait on this engine's operations (coll::Executor hands it to
   // each Work). While one is and the ranks do not share cores, the rank's core has nothing else
-  // to run: the progress thread waiting for a peer's write to shared memory keeps yielding
-  // instead of napping after memory_spin (EngineOptions::memory_spin).
+  // to run: the progress thread keeps yielding instead of napping or sleeping on events
+  // (EngineOptions::memory_spin, progress_wait).
   const std::shared_ptr<std::atomic<int>>& blocked_callers() const { return blocked_callers_; }
 
   // Thread-safe.
@@ -260,6 +291,7 @@ class Engine {
   EngineOptions options_;
   bool oversubscribed_ = false;
   bool ranks_share_cores_ = false;
+  bool eager_ = false;
   std::chrono::microseconds spin_{50};  // options_.spin resolved for this host at creation
   std::shared_ptr<std::atomic<int>> blocked_callers_ = std::make_shared<std::atomic<int>>(0);
   std::string tls_;

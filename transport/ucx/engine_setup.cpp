@@ -105,6 +105,21 @@ std::string without_cma(const std::string& tls) {
   return out.empty() ? "^cma" : out;
 }
 
+// Whether the transports named copy every message, so that UCX's rendezvous adds a handshake and
+// saves no copy (EngineOptions::eager_copies): tcp among them, or shared memory without cma
+// (self, sysv and posix alone, as without_cma leaves it).
+bool copies_every_message(const std::string& tls) {
+  if (tls.empty() || tls == "all" || tls[0] == '^') return false;
+  std::stringstream in(tls);
+  std::string item;
+  bool tcp = false, copies = true;
+  while (std::getline(in, item, ',')) {
+    if (item == "tcp") tcp = true;
+    else if (item != "self" && item != "sysv" && item != "posix") copies = false;
+  }
+  return tcp || copies;
+}
+
 // The transports to use: the caller's, else UCX_TLS, else shared memory + tcp; cma is probed
 // once per process (per transport list) and dropped when it cannot work.
 std::string resolve_tls(const std::string& requested) {
@@ -194,23 +209,24 @@ void Engine::create_context() {
   ucs_status_t status = ucp_config_modify(config, "TLS", tls_.c_str());
   std::string keepalive = str_cat(options_.keepalive.count(), "ms");
   if (status == UCS_OK) status = ucp_config_modify(config, "KEEPALIVE_INTERVAL", keepalive.c_str());
+  // Each unless the environment names it (`variable`): the user's choice. ucp_config_modify hands
+  // names it does not know to the transports' own tables, whose fields carry no prefix
+  // (UCX_TCP_RX_SEG_SIZE is the tcp table's RX_SEG_SIZE); no other transport of a host has these.
+  auto tune = [&](const std::string& variable, const char* key, const char* value) {
+    if (std::getenv(variable.c_str()) != nullptr) return false;
+    ucs_status_t s = ucp_config_modify(config, key, value);
+    if (s != UCS_OK)
+      log(LogLevel::kDebug, str_cat("UCX ", key, "=", value, " not applied: ", ucs_status_string(s)));
+    return s == UCS_OK;
+  };
   if (status == UCS_OK && options_.tune_tcp && tls_.find("tcp") != std::string::npos) {
-    // ucp_config_modify hands names it does not know to the transports' own tables, whose
-    // fields carry no prefix (UCX_TCP_RX_SEG_SIZE is the tcp table's RX_SEG_SIZE); no other
-    // transport of a host has these fields.
-    // Each unless the environment names it (`variable`): the user's choice.
-    auto tune = [&](const std::string& variable, const char* key, const char* value) {
-      if (std::getenv(variable.c_str()) != nullptr) return;
-      ucs_status_t s = ucp_config_modify(config, key, value);
-      if (s != UCS_OK)
-        log(LogLevel::kDebug, str_cat("UCX ", key, "=", value, " not applied: ", ucs_status_string(s)));
-    };
     static const char* const kTcp[][2] = {{"RX_SEG_SIZE", "256K"}, {"TX_SEG_SIZE", "64K"},
                                           {"SNDBUF", "4M"}, {"RCVBUF", "4M"}};
     for (const auto& [key, value] : kTcp) tune(str_cat("UCX_TCP_", key), key, value);
-    // Eager only (engine.h, tune_tcp): a ucp field, so every transport of the context takes it.
-    tune("UCX_RNDV_THRESH", "RNDV_THRESH", "inf");
   }
+  // A ucp field, so every transport of the context takes it (EngineOptions::eager_copies).
+  if (status == UCS_OK && options_.eager_copies && copies_every_message(tls_))
+    eager_ = tune("UCX_RNDV_THRESH", "RNDV_THRESH", "inf");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | (options_.blocking_progress ? UCP_FEATURE_WAKEUP : 0);

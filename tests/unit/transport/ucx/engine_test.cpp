@@ -1,9 +1,12 @@
 // transport/ucx: the status wrapper, the tag layout, and engines of in-process ranks exchanging
-// tagged messages (small ones complete at once and return NULL; large ones use rendezvous) over
-// shared memory and tcp, including the fallback when UCX_TLS=cma cannot create endpoints, and
-// the progress thread's spin picked from the host.
+// tagged messages (small ones complete at once and return NULL; large ones eagerly where every
+// message is copied anyway, else by rendezvous) over shared memory and tcp, including the
+// fallback when UCX_TLS=cma cannot create endpoints, the progress thread's spin picked from the
+// host, and how it waits between looks.
 #include <gtest/gtest.h>
 #include <sched.h>
+
+#include <stdlib.h>
 
 #include <atomic>
 #include <future>
@@ -87,7 +90,8 @@ class RingClient : public Client {
   std::promise<bool> done_;
 };
 
-void ring_exchange(const std::string& tls, int world, size_t bytes, std::string* used_tls = nullptr) {
+void ring_exchange(const std::string& tls, int world, size_t bytes, std::string* used_tls = nullptr,
+                   bool eager = true) {
   auto store = make_memory_store();
   std::vector<std::thread> threads;
   std::atomic<int> good{0};
@@ -97,8 +101,12 @@ void ring_exchange(const std::string& tls, int world, size_t bytes, std::string*
         EngineOptions options;
         options.tls = tls;
         options.connect_timeout = milliseconds(20000);
+        options.eager_copies = eager;
         auto engine = Engine::create(store, rank, world, options);
         if (rank == 0 && used_tls) *used_tls = engine->tls();
+        if (!eager) {
+          EXPECT_FALSE(engine->eager());
+        }
         EXPECT_EQ(engine->local_ranks(), world);  // in-process ranks share this host too
         auto client = std::make_shared<RingClient>(engine.get(), bytes);
         auto result = client->result();
@@ -117,6 +125,7 @@ void ring_exchange(const std::string& tls, int world, size_t bytes, std::string*
 
 TEST(UcxEngine, RingExchangeSharedMemory) {
   for (size_t bytes : {size_t{8}, size_t{4} << 20}) ring_exchange("self,sm", 3, bytes);
+  ring_exchange("self,sm", 3, size_t{4} << 20, nullptr, false);  // UCX's rendezvous
 }
 
 TEST(UcxEngine, RingExchangeTcp) {
@@ -164,6 +173,68 @@ TEST(UcxEngine, SpinsOnlyWhenTheHostHasACpuPerRank) {
   if (usable_cpus() >= 2) {
     EXPECT_EQ(spins(2, 0, std::nullopt), std::vector<long>({50, 50}));
   }
+}
+
+// Whether an engine of one rank over `tls` sends every message eagerly; the transports it uses.
+bool eager_over(const std::string& tls, bool cma_without_failure_detection = false, std::string* used = nullptr) {
+  EngineOptions options;
+  options.tls = tls;
+  options.cma_without_failure_detection = cma_without_failure_detection;
+  auto engine = Engine::create(make_memory_store(), 0, 1, options);
+  if (used) *used = engine->tls();
+  return engine->eager();
+}
+
+// UCX_RNDV_THRESH=inf where the transports copy every message anyway (tcp among them, or shared
+// memory once cma is dropped for want of failure detection); UCX's threshold where a transport
+// moves large messages without a copy (cma kept), or where the environment names one.
+TEST(UcxEngine, SendsEagerlyWhereEveryMessageIsCopied) {
+  EXPECT_TRUE(eager_over("self,sm"));  // cma dropped: sysv and posix copy every message
+  EXPECT_TRUE(eager_over("self,sysv"));
+  EXPECT_TRUE(eager_over("tcp"));
+  EXPECT_TRUE(eager_over("self,sm,tcp"));  // tcp's handshakes wait behind the link's data
+  // cma kept (where this host lets processes read each other's memory): its rendezvous reads
+  // without a copy.
+  std::string used;
+  const bool eager = eager_over("self,sm", true, &used);
+  EXPECT_EQ(eager, used.find("sm") == std::string::npos && used.find("cma") == std::string::npos) << used;
+  ASSERT_EQ(setenv("UCX_RNDV_THRESH", "64k", 1), 0);
+  EXPECT_FALSE(eager_over("self,sm"));  // the user's choice
+  ASSERT_EQ(unsetenv("UCX_RNDV_THRESH"), 0);
+}
+
+// How the progress thread waits between looks (progress_wait): a caller blocked on one of the
+// engine's operations leaves the rank's core to the progress thread, which then keeps looking
+// whatever it waits for (a message over the worker's events included); without one it sleeps
+// on the worker's events, or naps where shared memory raises none.
+TEST(UcxEngine, ProgressThreadKeepsLookingWhileACallerBlocks) {
+  EngineOptions options;  // memory_spin 200 us
+  const microseconds spin(50);
+  ProgressState s;
+  EXPECT_EQ(progress_wait(s, spin, options), ProgressWait::kIdle);
+  s.caller_blocked = true;  // (nothing pending: no operation to block on)
+  EXPECT_EQ(progress_wait(s, spin, options), ProgressWait::kIdle);
+  s = ProgressState{};
+  s.busy = true;
+  s.since_event = microseconds(10);
+  EXPECT_EQ(progress_wait(s, spin, options), ProgressWait::kPoll);
+  s.since_event = milliseconds(5);
+  s.worker_events = true;  // a receive over tcp, or over shared memory's tag messages
+  EXPECT_EQ(progress_wait(s, spin, options), ProgressWait::kEvent);
+  s.caller_blocked = true;
+  EXPECT_EQ(progress_wait(s, spin, options), ProgressWait::kYield);
+  s.worker_events = false;
+  EXPECT_EQ(progress_wait(s, spin, options), ProgressWait::kYield);
+  s.caller_blocked = false;
+  EXPECT_EQ(progress_wait(s, spin, options), ProgressWait::kNap);
+  s.memory_waits = true;  // a collective over the shared window
+  EXPECT_EQ(progress_wait(s, spin, options), ProgressWait::kNap);  // past memory_spin
+  s.caller_blocked = true;
+  EXPECT_EQ(progress_wait(s, spin, options), ProgressWait::kYield);
+  s.caller_blocked = false;
+  s.since_event = microseconds(100);  // within memory_spin
+  EXPECT_EQ(progress_wait(s, spin, options), ProgressWait::kYield);
+  EXPECT_EQ(progress_wait(s, microseconds(0), options), ProgressWait::kYield);
 }
 
 TEST(UcxEngine, RejectsBadArguments) {
