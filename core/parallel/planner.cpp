@@ -553,7 +553,16 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
   // (CommCost::caller_waits). Z's weight gathers are prefetched (FSDP-style) and hidden behind the
   // pair's own compute, exposed only beyond it — where a core is spare for the transport; else
   // exposed whole (no core moves their bytes while the pair computes).
+  // Without a core to spare for the transport, each of those collectives also takes the probe's
+  // measured processor time of a message from its rank (CommTable::message_compute: handing the
+  // operation to the progress thread and being woken when it ends), in compute, stretched like
+  // the nodes — at 2 ranks on 2 cores a tensor step's collectives cost their caller 18-25 us each
+  // to issue, 2026-11-29.
   constexpr bool kCallerWaits = true;  // CommTable::seconds' last argument
+  auto waited = [&](CommOp op, int ranks, double bytes, bool across, size_t node) {
+    if (!spare_core) compute[node] += comm.message_compute(bytes) * contention;
+    return comm.seconds(op, ranks, bytes, across, kCallerWaits);
+  };
   double z_other_grad_bytes = 0;  // parameters outside the pairs: gradients summed over Z
   std::vector<double> pair_compute(facts.pairs.size(), 0);
   for (size_t i = 0; i < n_nodes; ++i)
@@ -563,22 +572,25 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
       if (facts.role[i] != Role::kColumn) continue;
       const size_t pr = static_cast<size_t>(facts.pair_of[i]);
       const double a = g.pair_input_bytes[pr], h = g.pair_hidden_bytes[pr];
-      double one_way = 0;
+      double both_ways = 0;
       // Under sequence parallelism the pair's output X blocks hold the rank's tokens alone
       // ([B, T / Y, C / X]), and Y gathers the tokens of an X block and reduce-scatters them.
       const double token_share = sp ? Y : 1;
-      if (X > 1) {
-        one_way += comm.seconds(CommOp::kAllReduce, X, h / Y, x_across, kCallerWaits);
-        one_way += comm.seconds(CommOp::kAllGather, X, a / X / token_share, x_across, kCallerWaits);
+      // Forward and backward: the same collectives (each one's backward is its mirror image).
+      for (int pass = 0; pass < 2; ++pass) {
+        if (X > 1) {
+          both_ways += waited(CommOp::kAllReduce, X, h / Y, x_across, i);
+          both_ways += waited(CommOp::kAllGather, X, a / X / token_share, x_across, i);
+        }
+        if (Y > 1) {
+          if (sp)
+            both_ways += waited(CommOp::kReduceScatter, Y, a / X, y_across, i) +
+                         waited(CommOp::kAllGather, Y, a / (X * Y), y_across, i);
+          else
+            both_ways += waited(CommOp::kAllReduce, Y, a / X, y_across, i);
+        }
       }
-      if (Y > 1) {
-        if (sp)
-          one_way += comm.seconds(CommOp::kReduceScatter, Y, a / X, y_across, kCallerWaits) +
-                     comm.seconds(CommOp::kAllGather, Y, a / (X * Y), y_across, kCallerWaits);
-        else
-          one_way += comm.seconds(CommOp::kAllReduce, Y, a / X, y_across, kCallerWaits);
-      }
-      tcomm[i] += 2 * one_way;
+      tcomm[i] += both_ways;
       if (Z > 1) {
         // Both weights of the pair: their X Y block, gathered over Z forward and again backward,
         // the gradient reduce-scattered.
@@ -591,9 +603,8 @@ PlanPrediction Planner::predict(const PlanConfig& given, int world) {
     if (Y > 1 && facts.vocab_head && g.embedding_bytes > 0) {
       // The vocabulary-parallel lookup sums its rows over Y (forward), the loss gathers 3 floats a
       // row: at the first and the last node.
-      tcomm[0] +=
-          comm.seconds(sp ? CommOp::kReduceScatter : CommOp::kAllReduce, Y, g.embedding_bytes, y_across, kCallerWaits);
-      tcomm[n_nodes - 1] += comm.seconds(CommOp::kAllGather, Y, g.rows * 3 * 4 / Y, y_across, kCallerWaits);
+      tcomm[0] += waited(sp ? CommOp::kReduceScatter : CommOp::kAllReduce, Y, g.embedding_bytes, y_across, 0);
+      tcomm[n_nodes - 1] += waited(CommOp::kAllGather, Y, g.rows * 3 * 4 / Y, y_across, n_nodes - 1);
     }
     if (Z > 1) {
       for (const auto& p : facts.params)

@@ -21,10 +21,13 @@ bool Work::test() {
 }
 
 namespace {
+thread_local int waits_as_if_computing = 0;
+
 // One caller blocked on a Work, counted for as long as it blocks (Work::count_blocked_callers_in).
 class BlockedCaller {
  public:
-  explicit BlockedCaller(std::atomic<int>* counter) : counter_(counter) {
+  explicit BlockedCaller(std::atomic<int>* counter)
+      : counter_(WaitsAsIfComputing::active() ? nullptr : counter) {
     if (counter_) counter_->fetch_add(1, std::memory_order_relaxed);
   }
   ~BlockedCaller() {
@@ -37,6 +40,10 @@ class BlockedCaller {
   std::atomic<int>* counter_;
 };
 }  // namespace
+
+WaitsAsIfComputing::WaitsAsIfComputing() { ++waits_as_if_computing; }
+WaitsAsIfComputing::~WaitsAsIfComputing() { --waits_as_if_computing; }
+bool WaitsAsIfComputing::active() { return waits_as_if_computing > 0; }
 
 void Work::wait() {
   run_before_first_wait();

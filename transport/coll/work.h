@@ -66,6 +66,19 @@ class Work {
   std::string message_;
 };
 
+// While one lives on a thread, that thread's waits are not counted as blocked callers
+// (Work::count_blocked_callers_in): the engine's progress thread waits as it does beside a rank's
+// compute, instead of polling on the caller's core. The communication probe measures the
+// processor time a message takes from a computing stage this way (core/parallel/comm_probe.cpp).
+class WaitsAsIfComputing {
+ public:
+  WaitsAsIfComputing();
+  ~WaitsAsIfComputing();
+  WaitsAsIfComputing(const WaitsAsIfComputing&) = delete;
+  WaitsAsIfComputing& operator=(const WaitsAsIfComputing&) = delete;
+  static bool active();  // on this thread
+};
+
 // Waits for every Work of `works` (null ones skipped), then throws the first failure among them,
 // if any: a caller whose buffers several operations use may free them once this returns or throws.
 void wait_all(const std::vector<std::shared_ptr<Work>>& works);

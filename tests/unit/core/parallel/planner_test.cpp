@@ -534,6 +534,39 @@ TEST_F(Planner, TensorAxesArePricedAsACallerWaits) {
   EXPECT_EQ(predict(model, base, data_plan(2)).step_seconds(), predict(model, waited, data_plan(2)).step_seconds());
 }
 
+// Without a core to spare for the transport, each collective of the tensor axes a caller waits
+// for takes the probe's measured processor time of a message from its rank, in compute (handing
+// it to the progress thread, being woken when it ends); with a spare core, or unmeasured, none.
+// The small GPT's 4 layers hold 2 pairs each (attention, MLP), each pair's collectives run forward
+// and backward: Y 2 all-reduces once a pass, under Megatron's sequence parallelism a
+// reduce-scatter and an all-gather; X 2 an all-reduce and an all-gather. The vocabulary's lookup
+// and loss add one each over Y.
+TEST_F(Planner, TensorCollectivesTakeComputeWithoutASpareCore) {
+  const Graph model = models::build_gpt(small_gpt());
+  ClusterSpec spare = cluster(2), none = cluster(2), unmeasured = cluster(2);
+  spare.cores_per_node = 4;
+  none.cores_per_node = 2;
+  unmeasured.cores_per_node = 2;
+  for (ClusterSpec* c : {&spare, &none}) c->comm.message_compute_seconds = 1e-4;
+  struct Case {
+    int x, y;
+    bool sp;
+    double collectives;  // a step's, one micro-batch
+  };
+  for (const Case& k : {Case{1, 2, false, 8 * 2 + 2}, Case{1, 2, true, 8 * 4 + 2}, Case{2, 1, false, 8 * 4}}) {
+    PlanConfig plan = data_plan(1);
+    plan.tensor.x = k.x;
+    plan.tensor.y = k.y;
+    if (k.sp) plan.sequence_parallel = SequenceParallel::kMegatron;
+    const PlanPrediction a = predict(model, spare, plan), b = predict(model, none, plan),
+                         u = predict(model, unmeasured, plan);
+    EXPECT_EQ(u.compute_seconds, a.compute_seconds) << u.describe();
+    EXPECT_NEAR(b.compute_seconds - a.compute_seconds, k.collectives * 1e-4, 1e-9) << b.describe();
+  }
+  // Data parallelism's all-reduce overlaps the backward: no such charge.
+  EXPECT_EQ(predict(model, spare, data_plan(2)).compute_seconds, predict(model, none, data_plan(2)).compute_seconds);
+}
+
 // Without a core to spare for the transport, each message over a pipeline cut takes the probe's
 // measured processor time (CommTable::message_compute) from the stage that sends or receives it, in
 // its compute: a stage's forward receives over the cut into it and sends over the cut out of it,

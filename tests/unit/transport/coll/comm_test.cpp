@@ -255,8 +255,8 @@ TEST(CommTest, WaitDeadlineLeavesWorkPending) {
 }
 
 // A caller blocked in wait() is counted by the engine (ucx::Engine::blocked_callers: its progress
-// thread then keeps the core while waiting on shared memory), for as long as it blocks, through
-// either wait; a Work already finished is not waited for.
+// thread then keeps polling on the caller's core), for as long as it blocks, through either wait;
+// a Work already finished is not waited for, nor is a thread under WaitsAsIfComputing counted.
 TEST(CommTest, BlockedCallersAreCounted) {
   auto counter = std::make_shared<std::atomic<int>>(0);
   Work work("test op");
@@ -274,6 +274,24 @@ TEST(CommTest, BlockedCallersAreCounted) {
   pending.count_blocked_callers_in(counter);
   EXPECT_THROW(pending.wait(milliseconds(20)), Error);
   EXPECT_EQ(counter->load(), 0);
+  // A thread that waits as if it computed is not counted; others still are.
+  Work beside("op beside compute");
+  beside.count_blocked_callers_in(counter);
+  std::thread computing([&] {
+    const WaitsAsIfComputing as_if;
+    EXPECT_TRUE(WaitsAsIfComputing::active());
+    beside.wait();
+  });
+  std::thread plain([&] { beside.wait(); });
+  const auto until_plain = std::chrono::steady_clock::now() + kWait;
+  while (counter->load() == 0 && std::chrono::steady_clock::now() < until_plain) std::this_thread::yield();
+  std::this_thread::sleep_for(milliseconds(20));  // the computing thread has reached its wait too
+  EXPECT_EQ(counter->load(), 1);
+  beside.finish();
+  computing.join();
+  plain.join();
+  EXPECT_EQ(counter->load(), 0);
+  EXPECT_FALSE(WaitsAsIfComputing::active());
 
   // Through a communicator: rank 0's receive is counted by its engine while it blocks; rank 1
   // sends once it sees that.
