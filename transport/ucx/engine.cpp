@@ -281,6 +281,12 @@ ProgressWait progress_wait(const ProgressState& s, std::chrono::microseconds spi
   return ProgressWait::kNap;
 }
 
+std::chrono::microseconds nap_length(std::chrono::nanoseconds since_event, const EngineOptions& o) {
+  if (o.nap_growth <= 0) return o.busy_nap;
+  const auto grown = std::chrono::duration_cast<std::chrono::microseconds>(since_event / o.nap_growth);
+  return std::clamp(grown, o.busy_nap, std::max(o.busy_nap, o.longest_nap));
+}
+
 void Engine::run() noexcept {
   auto last_event = Clock::now();
   while (!stop_.load(std::memory_order_acquire)) {
@@ -306,7 +312,7 @@ void Engine::run() noexcept {
         std::this_thread::yield();
         break;
       case ProgressWait::kNap:
-        wait_for_events(options_.busy_nap, false);
+        wait_for_events(nap_length(state.since_event, options_), false);
         break;
       case ProgressWait::kEvent:
         wait_for_events(microseconds(1000), true);

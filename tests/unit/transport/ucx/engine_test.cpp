@@ -237,6 +237,21 @@ TEST(UcxEngine, ProgressThreadKeepsLookingWhileACallerBlocks) {
   EXPECT_EQ(progress_wait(s, microseconds(0), options), ProgressWait::kYield);
 }
 
+// A nap grows with the wait it is part of: an eighth of the time since the last progress, between
+// busy_nap and longest_nap; with nap_growth 0 it stays busy_nap.
+TEST(UcxEngine, NapsGrowWithTheWait) {
+  EngineOptions o;  // busy_nap 50 us, nap_growth 8, longest_nap 1 ms
+  EXPECT_EQ(nap_length(microseconds(100), o), microseconds(50));
+  EXPECT_EQ(nap_length(microseconds(800), o), microseconds(100));
+  EXPECT_EQ(nap_length(milliseconds(4), o), microseconds(500));
+  EXPECT_EQ(nap_length(milliseconds(100), o), microseconds(1000));
+  o.nap_growth = 0;
+  EXPECT_EQ(nap_length(milliseconds(100), o), microseconds(50));
+  o.nap_growth = 8;
+  o.longest_nap = microseconds(10);  // below busy_nap: busy_nap
+  EXPECT_EQ(nap_length(milliseconds(100), o), microseconds(50));
+}
+
 TEST(UcxEngine, RejectsBadArguments) {
   auto store = make_memory_store();
   EXPECT_THROW(Engine::create(store, 2, 2), Error);
