@@ -534,6 +534,26 @@ TEST_F(Planner, TensorAxesArePricedAsACallerWaits) {
   EXPECT_EQ(predict(model, base, data_plan(2)).step_seconds(), predict(model, waited, data_plan(2)).step_seconds());
 }
 
+// Where ranks take turns on cores (a measured compute stretch above 1), a pipeline's stages are
+// stretched by their busy share of the step only (their core-mates idle through bubbles and
+// waits); a layout without stages by the whole stretch.
+TEST_F(Planner, PipelineStagesStretchByTheirBusyShare) {
+  const Graph model = models::build_gpt(small_gpt());
+  ClusterSpec alone = cluster(2), shared = cluster(2);
+  alone.comm.compute_stretch = 1.0;
+  shared.comm.compute_stretch = 2.0;
+  const PlanConfig data = data_plan(2);
+  EXPECT_NEAR(predict(model, shared, data).compute_seconds, 2 * predict(model, alone, data).compute_seconds, 1e-12);
+  PlanConfig pipe = data_plan(1);
+  pipe.pipeline.stages = 2;
+  pipe.pipeline.micro_batches = 2;
+  pipe.pipeline.schedule = PipelineSchedule::kOneFOneB;
+  const PlanPrediction a = predict(model, alone, pipe), b = predict(model, shared, pipe);
+  const double ratio = b.compute_seconds / a.compute_seconds;
+  EXPECT_GT(ratio, 1.2) << b.describe();  // stretched, by its busy share: 2 micro-batches over 2 stages leave a bubble
+  EXPECT_LT(ratio, 1.95) << b.describe();
+}
+
 // Without a core to spare for the transport, each collective of the tensor axes a caller waits
 // for takes the probe's measured processor time of a message from its rank, in compute (handing
 // it to the progress thread, being woken when it ends); with a spare core, or unmeasured, none.
