@@ -312,7 +312,8 @@ void Engine::run() noexcept {
         std::this_thread::yield();
         break;
       case ProgressWait::kNap:
-        wait_for_events(nap_length(state.since_event, options_), false);
+        // Longer naps where a core-mate rank needs the time (EngineOptions::nap_growth).
+        wait_for_events(ranks_share_cores_ ? nap_length(state.since_event, options_) : options_.busy_nap, false);
         break;
       case ProgressWait::kEvent:
         wait_for_events(microseconds(1000), true);

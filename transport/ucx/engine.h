@@ -56,10 +56,13 @@ struct EngineOptions {
   // model step alone went back to 3.9 ms, but data 2 x tensor 2 at 4 ranks trained 2-10% slower
   // (an event's wake-up is slower than a nap's), DDP and pipelines the same.
   std::chrono::microseconds busy_nap{50};
-  // A wait that has lasted longer naps longer: since_event / nap_growth, between busy_nap and
-  // longest_nap (nap_length; 0: always busy_nap), so that a rank waiting milliseconds (a
-  // pipeline's bubble, a barrier while another rank works) stops taking its core-mate's time at
-  // the cost of waking at most an eighth of its wait late. 4 ranks on 2 cores over shared memory,
+  // Where the host's ranks share cores, a wait that has lasted longer naps longer: since_event /
+  // nap_growth, between busy_nap and longest_nap (nap_length; 0: always busy_nap), so that a rank
+  // waiting milliseconds (a pipeline's bubble, a barrier while another rank works) stops taking
+  // its core-mate's time at the cost of waking at most an eighth of its wait late. Not where each
+  // rank has its cores: there a nap takes only the rank's own compute, and an overlapped
+  // reduction that naps long ends late (a 2-rank sweep with it everywhere read its data-parallel
+  // steps 15% slower, confounded with the box's phase; not kept there for want of an A/B). 4 ranks on 2 cores over shared memory,
   // the probe's compute stretch (world rank 0 timed alone while the others wait in a barrier):
   // 1.32-1.59x with 50 us naps, 1.92x with these (2026-11-29); training speed the same within
   // noise (GPT 4x64: 4 stages 30.0-36.5k against 27.7-37.2k tokens/s, data 2 x pipe 2 50.4-63.8k
