@@ -59,10 +59,10 @@ struct EngineOptions {
   // Where the host's ranks share cores, a wait that has lasted longer naps longer: since_event /
   // nap_growth, between busy_nap and longest_nap (nap_length; 0: always busy_nap), so that a rank
   // waiting milliseconds (a pipeline's bubble, a barrier while another rank works) stops taking
-  // its core-mate's time at the cost of waking at most an eighth of its wait late. Not where each
-  // rank has its cores: there a nap takes only the rank's own compute, and an overlapped
-  // reduction that naps long ends late (a 2-rank sweep with it everywhere read its data-parallel
-  // steps 15% slower, confounded with the box's phase; not kept there for want of an A/B). 4 ranks on 2 cores over shared memory,
+  // its core-mate's time at the cost of waking at most an eighth of its wait late. Where each rank
+  // has its cores there is no core-mate to give time to, and growing naps measured no difference
+  // (2 ranks on 2 cores, GPT 4x64, interleaved runs: DDP 103-121k against 105-125k tokens/s,
+  // 2-stage 1F1B 47-59k against 56-58k), so the rule stays with the case it was made for. 4 ranks on 2 cores over shared memory,
   // the probe's compute stretch (world rank 0 timed alone while the others wait in a barrier):
   // 1.32-1.59x with 50 us naps, 1.92x with these (2026-11-29); training speed the same within
   // noise (GPT 4x64: 4 stages 30.0-36.5k against 27.7-37.2k tokens/s, data 2 x pipe 2 50.4-63.8k
