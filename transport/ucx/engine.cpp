@@ -281,9 +281,9 @@ ProgressWait progress_wait(const ProgressState& s, std::chrono::microseconds spi
   return ProgressWait::kNap;
 }
 
-std::chrono::microseconds nap_length(std::chrono::nanoseconds since_event, const EngineOptions& o) {
-  if (o.nap_growth <= 0) return o.busy_nap;
-  const auto grown = std::chrono::duration_cast<std::chrono::microseconds>(since_event / o.nap_growth);
+std::chrono::microseconds nap_length(const ProgressState& s, const EngineOptions& o) {
+  if (!s.ranks_share_cores || o.nap_growth <= 0) return o.busy_nap;
+  const auto grown = std::chrono::duration_cast<std::chrono::microseconds>(s.since_event / o.nap_growth);
   return std::clamp(grown, o.busy_nap, std::max(o.busy_nap, o.longest_nap));
 }
 
@@ -302,6 +302,7 @@ void Engine::run() noexcept {
     state.busy = polled.busy;
     state.memory_waits = polled.memory_waits;
     state.since_event = now - last_event;
+    state.ranks_share_cores = ranks_share_cores_;
     state.caller_blocked = !ranks_share_cores_ && blocked_callers_->load(std::memory_order_relaxed) > 0;
     state.worker_events = options_.blocking_progress && peer_failure_detection_;
     using std::chrono::microseconds;
@@ -312,8 +313,7 @@ void Engine::run() noexcept {
         std::this_thread::yield();
         break;
       case ProgressWait::kNap:
-        // Longer naps where a core-mate rank needs the time (EngineOptions::nap_growth).
-        wait_for_events(ranks_share_cores_ ? nap_length(state.since_event, options_) : options_.busy_nap, false);
+        wait_for_events(nap_length(state, options_), false);
         break;
       case ProgressWait::kEvent:
         wait_for_events(microseconds(1000), true);

@@ -142,11 +142,13 @@ struct ProgressState {
   // A caller is blocked on one of the engine's operations and the host's ranks do not share
   // cores (Engine::blocked_callers, Engine::ranks_share_cores): the rank's core is free.
   bool caller_blocked = false;
+  bool ranks_share_cores = false;  // Engine::ranks_share_cores: naps grow (EngineOptions::nap_growth)
   bool worker_events = false;  // the worker's events wake the thread (blocking progress + peer failure detection)
 };
 ProgressWait progress_wait(const ProgressState& state, std::chrono::microseconds spin, const EngineOptions& options);
-// How long a kNap lasts after `since_event` without progress (EngineOptions::nap_growth).
-std::chrono::microseconds nap_length(std::chrono::nanoseconds since_event, const EngineOptions& options);
+// How long a kNap lasts: busy_nap, or where the host's ranks share cores longer the longer the
+// wait has lasted (EngineOptions::nap_growth).
+std::chrono::microseconds nap_length(const ProgressState& state, const EngineOptions& options);
 
 // Completion slot of one tagged transfer; it must keep its address while in flight.
 struct Transfer {

@@ -237,19 +237,29 @@ TEST(UcxEngine, ProgressThreadKeepsLookingWhileACallerBlocks) {
   EXPECT_EQ(progress_wait(s, microseconds(0), options), ProgressWait::kYield);
 }
 
-// A nap grows with the wait it is part of: an eighth of the time since the last progress, between
-// busy_nap and longest_nap; with nap_growth 0 it stays busy_nap.
+// Where the host's ranks share cores a nap grows with the wait it is part of: an eighth of the
+// time since the last progress, between busy_nap and longest_nap; with nap_growth 0, or where each
+// rank has its cores, it stays busy_nap.
 TEST(UcxEngine, NapsGrowWithTheWait) {
   EngineOptions o;  // busy_nap 50 us, nap_growth 8, longest_nap 1 ms
-  EXPECT_EQ(nap_length(microseconds(100), o), microseconds(50));
-  EXPECT_EQ(nap_length(microseconds(800), o), microseconds(100));
-  EXPECT_EQ(nap_length(milliseconds(4), o), microseconds(500));
-  EXPECT_EQ(nap_length(milliseconds(100), o), microseconds(1000));
+  ProgressState s;
+  s.ranks_share_cores = true;
+  auto after = [&](std::chrono::nanoseconds waited) {
+    s.since_event = waited;
+    return nap_length(s, o);
+  };
+  EXPECT_EQ(after(microseconds(100)), microseconds(50));
+  EXPECT_EQ(after(microseconds(800)), microseconds(100));
+  EXPECT_EQ(after(milliseconds(4)), microseconds(500));
+  EXPECT_EQ(after(milliseconds(100)), microseconds(1000));
+  s.ranks_share_cores = false;
+  EXPECT_EQ(after(milliseconds(100)), microseconds(50));
+  s.ranks_share_cores = true;
   o.nap_growth = 0;
-  EXPECT_EQ(nap_length(milliseconds(100), o), microseconds(50));
+  EXPECT_EQ(after(milliseconds(100)), microseconds(50));
   o.nap_growth = 8;
   o.longest_nap = microseconds(10);  // below busy_nap: busy_nap
-  EXPECT_EQ(nap_length(milliseconds(100), o), microseconds(50));
+  EXPECT_EQ(after(milliseconds(100)), microseconds(50));
 }
 
 TEST(UcxEngine, RejectsBadArguments) {
