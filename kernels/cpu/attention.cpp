@@ -30,6 +30,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/threads.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace cohort::kernels::cpu {
@@ -81,8 +82,7 @@ template <bool kPack, typename PanelT, typename RowT>
 void copy_panels(const Blocks& k, PanelT* panels, int64_t panel, int64_t parts, RowT* rows, int64_t element,
                  int64_t ld) {
   const AttentionDims& d = k.d;
-#pragma omp parallel for schedule(static)
-  for (int64_t gt = 0; gt < k.G * d.T; ++gt) {
+  parallel_for(k.G * d.T, true, [&](int64_t gt) {
     const int64_t g = gt / d.T, t = gt % d.T, i = t / kRows, r = t % kRows;
     RowT* row = rows + g * element + t * ld;
     for (int64_t ch = 0; ch < parts * d.H; ++ch) {
@@ -95,7 +95,7 @@ void copy_panels(const Blocks& k, PanelT* panels, int64_t panel, int64_t parts, 
         for (int64_t c = 0; c < d.D; ++c) row[ch * d.D + c] = at[c];
       }
     }
-  }
+  });
 }
 void pack(const Blocks& k, const float* rows, int64_t element, int64_t ld, int64_t parts, float* panels,
           int64_t panel) {
@@ -200,14 +200,17 @@ void for_each_group(const AttentionDims& d, int64_t workspace_floats_per_element
   const int64_t G = std::min(group_size(d), (d.B + threads - 1) / threads);
   const int64_t groups = (d.B + G - 1) / G;
   const int64_t teams = std::min(threads, groups);
-#pragma omp parallel num_threads(teams) if (teams > 1)
+  auto group = [&](int64_t gi, float* ws) { fn(Blocks{d, std::min(G, d.B - gi * G)}, gi * G, G, ws); };
+  if (teams <= 1) {  // no region at all: threads.h, forks
+    auto ws = workspace(G * workspace_floats_per_element);
+    for (int64_t gi = 0; gi < groups; ++gi) group(gi, ws.get());
+    return;
+  }
+#pragma omp parallel num_threads(teams)
   {
     auto ws = workspace(G * workspace_floats_per_element);
 #pragma omp for schedule(static)
-    for (int64_t gi = 0; gi < groups; ++gi) {
-      const int64_t b0 = gi * G;
-      fn(Blocks{d, std::min(G, d.B - b0)}, b0, G, ws.get());
-    }
+    for (int64_t gi = 0; gi < groups; ++gi) group(gi, ws.get());
   }
 }
 
@@ -220,11 +223,10 @@ void forward_group(const Blocks& g, int64_t b0, int64_t G, float* ws, const floa
   for (int64_t i = 0; i < g.count(); ++i) {
     const int64_t m = g.rows(i), np = g.pairs();
     for (int64_t j = 0; j <= g.last(i); ++j) tile_nt(g, i, j, d.scale, q, k, s);
-#pragma omp parallel for schedule(static)
-    for (int64_t pr = 0; pr < np * m; ++pr) {
+    parallel_for(np * m, true, [&](int64_t pr) {
       const int64_t p = pr / m, r = pr % m;
       lse[(b0 * d.H + p) * d.T + i * kRows + r] = softmax_row(Row{g, s, i, p, r});
-    }
+    });
     // O_i = sum_j P_ij V_j
     for (int64_t j = 0; j <= g.last(i); ++j) {
       const int64_t n = g.rows(j);
@@ -251,11 +253,10 @@ void backward_group(const Blocks& g, int64_t b0, int64_t G, float* ws, const flo
       tile_nt(g, i, j, d.scale, q, k, p);  // S
       tile_nt(g, i, j, 1.0f, dO, v, dp);   // dP = dO V^T
     }
-#pragma omp parallel for schedule(static)
-    for (int64_t pr = 0; pr < np * m; ++pr) {
+    parallel_for(np * m, true, [&](int64_t pr) {
       const int64_t pi = pr / m, r = pr % m, b = b0 + pi / d.H, h = pi % d.H, t = i * kRows + r;
       dscores_row(Row{g, p, i, pi, r}, Row{g, dp, i, pi, r}, lse[(b * d.H + h) * d.T + t]);
-    }
+    });
     // dQ_i = scale sum_j dS_ij K_j; dK_j += scale dS_ij^T Q_i; dV_j += P_ij^T dO_i. Key block j
     // is first reached from query block j (causal) or 0: there its sums start.
     for (int64_t j = 0; j <= g.last(i); ++j) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/cpu/threads.h"
 
 namespace cohort::kernels::cpu {
 
@@ -219,8 +220,7 @@ void conv2d_backward_weights(const Conv2dGeometry& g, const float* x, const floa
 }
 
 void conv2d_bias_grad(const float* dy, int64_t N, int64_t O, int64_t plane, float* db) {
-#pragma omp parallel for if (O * N * plane > 32768)
-  for (int64_t o = 0; o < O; ++o) {
+  parallel_for(O, O * N * plane > 32768, [&](int64_t o) {
     double s = 0;  // planes can be long; a double keeps the sum order-insensitive enough
     for (int64_t n = 0; n < N; ++n) {
       const float* p = dy + (n * O + o) * plane;
@@ -229,7 +229,7 @@ void conv2d_bias_grad(const float* dy, int64_t N, int64_t O, int64_t plane, floa
       s += part;
     }
     db[o] = static_cast<float>(s);
-  }
+  });
 }
 
 }  // namespace cohort::kernels::cpu

@@ -3,6 +3,8 @@
 // computed independently and every thread count gives the same mask.
 #include "kernels/cpu/dropout.h"
 
+#include "kernels/cpu/threads.h"
+
 namespace cohort::kernels::cpu {
 
 namespace {
@@ -19,9 +21,9 @@ uint64_t dropout_key(uint64_t attr_seed, uint64_t run_seed, int64_t step, int64_
 void dropout_apply(const float* x, float* out, int64_t n, float p, uint64_t key) {
   const uint64_t threshold = dropout_threshold(p);
   const float keep = 1.0f - p;
-#pragma omp parallel for if (n > kParallelMin)
   // A dropped element is x * 0, not 0: NaN and Inf stay NaN there, as in PyTorch (x * mask).
-  for (int64_t i = 0; i < n; ++i) out[i] = dropout_keeps(key, i, threshold) ? x[i] / keep : x[i] * 0.0f;
+  parallel_for(n, n > kParallelMin,
+               [&](int64_t i) { out[i] = dropout_keeps(key, i, threshold) ? x[i] / keep : x[i] * 0.0f; });
 }
 
 }  // namespace cohort::kernels::cpu

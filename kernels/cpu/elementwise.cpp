@@ -59,14 +59,11 @@ void binary(BinaryOp op, const float* a, const std::vector<int64_t>& a_shape, co
   const int64_t na = numel(a_shape), nb = numel(b_shape);
   binary_apply(op, [&](auto f) {
     if (na == n && nb == n) {
-#pragma omp parallel for if (n > kParallelMin)
-      for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+      parallel_for(n, n > kParallelMin, [&](int64_t i) { out[i] = f(a[i], b[i]); });
     } else if (na == n && is_suffix(b_shape, out_shape)) {
-#pragma omp parallel for if (n > kParallelMin)
-      for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i % nb]);
+      parallel_for(n, n > kParallelMin, [&](int64_t i) { out[i] = f(a[i], b[i % nb]); });
     } else if (nb == n && is_suffix(a_shape, out_shape)) {
-#pragma omp parallel for if (n > kParallelMin)
-      for (int64_t i = 0; i < n; ++i) out[i] = f(a[i % na], b[i]);
+      parallel_for(n, n > kParallelMin, [&](int64_t i) { out[i] = f(a[i % na], b[i]); });
     } else {
       const auto sa = broadcast_strides(a_shape, out_shape), sb = broadcast_strides(b_shape, out_shape);
       const size_t r = out_shape.size();
@@ -85,8 +82,7 @@ void binary(BinaryOp op, const float* a, const std::vector<int64_t>& a_shape, co
 }
 
 void scale(const float* x, float factor, float* out, int64_t n) {
-#pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * factor;
+  parallel_for(n, n > kParallelMin, [&](int64_t i) { out[i] = x[i] * factor; });
 }
 
 namespace {
@@ -135,8 +131,7 @@ COHORT_VECTOR_CLONES void tanh_span(const float* x, float* out, int64_t n) {
 void unary(UnaryOp op, const float* x, float* out, int64_t n) {
   switch (op) {
     case UnaryOp::kRelu:  // NaN stays NaN, as in PyTorch: `x > 0 ? x : 0` would hide it as 0
-#pragma omp parallel for if (n > kParallelMin)
-      for (int64_t i = 0; i < n; ++i) out[i] = x[i] <= 0.0f ? 0.0f : x[i];
+      parallel_for(n, n > kParallelMin, [&](int64_t i) { out[i] = x[i] <= 0.0f ? 0.0f : x[i]; });
       break;
     case UnaryOp::kGelu:
       parallel_spans(n, kParallelMin, [&](int64_t b, int64_t e) { gelu_span(x + b, out + b, e - b); });
@@ -154,15 +149,13 @@ void gelu_with_grad(const float* x, float* y, float* dydx, int64_t n) {
 void unary_grad(UnaryOp op, const float* x, const float* dy, float* dx, int64_t n) {
   switch (op) {
     case UnaryOp::kRelu:  // as PyTorch's threshold_backward: dy passes where x is NaN
-#pragma omp parallel for if (n > kParallelMin)
-      for (int64_t i = 0; i < n; ++i) dx[i] = x[i] <= 0.0f ? 0.0f : dy[i];
+      parallel_for(n, n > kParallelMin, [&](int64_t i) { dx[i] = x[i] <= 0.0f ? 0.0f : dy[i]; });
       break;
     case UnaryOp::kGelu:
       parallel_spans(n, kParallelMin, [&](int64_t b, int64_t e) { gelu_grad_span(x + b, dy + b, dx + b, e - b); });
       break;
     case UnaryOp::kTanh:  // x holds y = tanh(input)
-#pragma omp parallel for if (n > kParallelMin)
-      for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (1.0f - x[i] * x[i]);
+      parallel_for(n, n > kParallelMin, [&](int64_t i) { dx[i] = dy[i] * (1.0f - x[i] * x[i]); });
       break;
   }
 }

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/threads.h"
+
 namespace cohort::kernels::cpu {
 
 namespace {
@@ -19,9 +21,9 @@ int64_t find_bad_id(const int32_t* ids, int64_t n, int64_t V) {
 }
 
 void embedding_forward(const float* weight, const int32_t* ids, float* out, int64_t n, int64_t C) {
-#pragma omp parallel for if (n * C > kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
+  parallel_for(n, n * C > kParallelMin, [&](int64_t i) {
     std::memcpy(out + i * C, weight + static_cast<int64_t>(ids[i]) * C, static_cast<size_t>(C) * sizeof(float));
+  });
 }
 
 void embedding_backward(const int32_t* ids, const float* dy, float* dweight, int64_t n, int64_t V, int64_t C) {
@@ -33,14 +35,20 @@ void embedding_backward(const int32_t* ids, const float* dy, float* dweight, int
   std::vector<int64_t> fill(start.begin(), start.end() - 1);
   for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(fill[static_cast<size_t>(ids[i])]++)] = i;
 
-#pragma omp parallel for schedule(dynamic, 64) if (V * C > kParallelMin)
-  for (int64_t v = 0; v < V; ++v) {
+  auto row = [&](int64_t v) {
     float* d = dweight + v * C;
     for (int64_t c = 0; c < C; ++c) d[c] = 0.0f;
     for (int64_t k = start[static_cast<size_t>(v)]; k < start[static_cast<size_t>(v) + 1]; ++k) {
       const float* g = dy + order[static_cast<size_t>(k)] * C;
       for (int64_t c = 0; c < C; ++c) d[c] += g[c];
     }
+  };
+  if (forks(V * C > kParallelMin)) {
+    // Dynamic: a row's work is its id's count in the batch.
+#pragma omp parallel for schedule(dynamic, 64)
+    for (int64_t v = 0; v < V; ++v) row(v);
+  } else {
+    for (int64_t v = 0; v < V; ++v) row(v);
   }
 }
 

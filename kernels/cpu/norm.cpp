@@ -13,6 +13,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/threads.h"
+
 namespace cohort::kernels::cpu {
 
 namespace {
@@ -58,8 +60,7 @@ void rows_backward(const float* x, const float* gamma, const float* mean, const 
   const bool params = dgamma || dbeta;
   const int64_t chunk = (rows + kMaxChunks - 1) / kMaxChunks, chunks = (rows + chunk - 1) / chunk;
   std::vector<float> part(params ? static_cast<size_t>(chunks * 2 * C) : 0, 0.0f);
-#pragma omp parallel for if (rows * C > kParallelMin)
-  for (int64_t k = 0; k < chunks; ++k) {
+  parallel_for(chunks, rows * C > kParallelMin, [&](int64_t k) {
     float* pg = params ? part.data() + k * 2 * C : nullptr;
     float* pb = params ? pg + C : nullptr;
     for (int64_t r = k * chunk; r < std::min(rows, (k + 1) * chunk); ++r) {
@@ -73,10 +74,9 @@ void rows_backward(const float* x, const float* gamma, const float* mean, const 
         pb[c] += dyr[c];
       }
     }
-  }
+  });
   if (!params) return;
-#pragma omp parallel for if (chunks * C > kParallelMin)
-  for (int64_t c = 0; c < C; ++c) {
+  parallel_for(C, chunks * C > kParallelMin, [&](int64_t c) {
     float sg = 0.0f, sb = 0.0f;
     for (int64_t k = 0; k < chunks; ++k) {
       sg += part[static_cast<size_t>(k * 2 * C + c)];
@@ -84,7 +84,7 @@ void rows_backward(const float* x, const float* gamma, const float* mean, const 
     }
     if (dgamma) dgamma[c] = sg;
     if (dbeta) dbeta[c] = sb;
-  }
+  });
 }
 
 // row_dx for a group-norm block: Cg channels of HW elements, gamma per channel.
@@ -111,14 +111,13 @@ void groupnorm_dx(const float* x, const float* dy, float* dx, const float* gamma
 
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                        float* rstd, int64_t rows, int64_t C, float eps) {
-#pragma omp parallel for if (rows * C > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * C > kParallelMin, [&](int64_t r) {
     const float* xr = x + r * C;
     float* yr = y + r * C;
     row_stats(xr, C, eps, &mean[r], &rstd[r]);
     const float m = mean[r], s = rstd[r];
     for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * s * gamma[c] + beta[c];
-  }
+  });
 }
 
 void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
@@ -129,8 +128,7 @@ void layernorm_backward(const float* x, const float* gamma, const float* mean, c
 
 void rmsnorm_forward(const float* x, const float* gamma, float* y, float* rstd, int64_t rows, int64_t C,
                      float eps) {
-#pragma omp parallel for if (rows * C > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * C > kParallelMin, [&](int64_t r) {
     const float* xr = x + r * C;
     float* yr = y + r * C;
     float ss = 0.0f;
@@ -139,7 +137,7 @@ void rmsnorm_forward(const float* x, const float* gamma, float* y, float* rstd, 
     const float s = 1.0f / std::sqrt(ss / static_cast<float>(C) + eps);
     rstd[r] = s;
     for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] * s * gamma[c];
-  }
+  });
 }
 
 void rmsnorm_backward(const float* x, const float* gamma, const float* rstd, const float* dy, float* dx,
@@ -150,8 +148,7 @@ void rmsnorm_backward(const float* x, const float* gamma, const float* rstd, con
 void groupnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                        float* rstd, int64_t N, int64_t C, int64_t HW, int64_t groups, float eps) {
   const int64_t Cg = C / groups, block = Cg * HW;
-#pragma omp parallel for if (N * C * HW > kParallelMin)
-  for (int64_t ng = 0; ng < N * groups; ++ng) {
+  parallel_for(N * groups, N * C * HW > kParallelMin, [&](int64_t ng) {
     // (n, group) blocks are contiguous in NCHW: channels g*Cg .. g*Cg+Cg-1 of sample n.
     const float* xb = x + ng * block;
     float* yb = y + ng * block;
@@ -162,7 +159,7 @@ void groupnorm_forward(const float* x, const float* gamma, const float* beta, fl
       const float a = s * gamma[c0 + k], b = beta[c0 + k] - m * a;
       for (int64_t i = 0; i < HW; ++i) yb[k * HW + i] = xb[k * HW + i] * a + b;
     }
-  }
+  });
 }
 
 void groupnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
@@ -170,15 +167,13 @@ void groupnorm_backward(const float* x, const float* gamma, const float* mean, c
                         int64_t HW, int64_t groups) {
   const int64_t Cg = C / groups, block = Cg * HW;
   if (dx) {
-#pragma omp parallel for if (N * C * HW > kParallelMin)
-    for (int64_t ng = 0; ng < N * groups; ++ng) {
+    parallel_for(N * groups, N * C * HW > kParallelMin, [&](int64_t ng) {
       groupnorm_dx(x + ng * block, dy + ng * block, dx + ng * block, gamma + (ng % groups) * Cg, Cg, HW,
                    mean[ng], rstd[ng]);
-    }
+    });
   }
   if (!dgamma && !dbeta) return;
-#pragma omp parallel for if (N * C * HW > kParallelMin)
-  for (int64_t c = 0; c < C; ++c) {
+  parallel_for(C, N * C * HW > kParallelMin, [&](int64_t c) {
     float sg = 0.0f, sb = 0.0f;
     for (int64_t n = 0; n < N; ++n) {
       const int64_t ng = n * groups + c / Cg;
@@ -195,7 +190,7 @@ void groupnorm_backward(const float* x, const float* gamma, const float* mean, c
     }
     if (dgamma) dgamma[c] = sg;
     if (dbeta) dbeta[c] = sb;
-  }
+  });
 }
 
 }  // namespace cohort::kernels::cpu

@@ -20,8 +20,7 @@ namespace {
 template <bool kMomentum, bool kNesterov, bool kBf16>
 void sgd_loop(float* param, const float* grad, float* momentum_buf, uint16_t* param_bf16, int64_t n,
               const SgdArgs a) {
-#pragma omp parallel for simd if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for_simd(n, n > kParallelMin, [&](int64_t i) {
     float g = grad[i] * a.grad_scale + a.weight_decay * param[i];
     if constexpr (kMomentum) {
       const float buf = a.momentum * momentum_buf[i] + g;
@@ -31,7 +30,7 @@ void sgd_loop(float* param, const float* grad, float* momentum_buf, uint16_t* pa
     const float p = param[i] - a.lr * g;
     param[i] = p;
     if constexpr (kBf16) param_bf16[i] = round_bf16(p);
-  }
+  });
 }
 
 // The per-call constants of an AdamW step.
@@ -106,9 +105,9 @@ template <bool kMean>
 void adamw_loop_bf16(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, uint16_t* param_bf16,
                      int64_t n, const AdamWArgs a) {
   const AdamWCoeffs k(a);
-#pragma omp parallel for simd if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
+  parallel_for_simd(n, n > kParallelMin, [&](int64_t i) {
     param_bf16[i] = round_bf16(adamw_element<kMean>(param[i], grad[i], exp_avg[i], exp_avg_sq[i], a, k));
+  });
 }
 }  // namespace
 
@@ -142,13 +141,15 @@ double sum_of_squares(const float* x, int64_t n) {
 }
 
 double sum_of_squares_bf16(const uint16_t* x, int64_t n) {
-  double acc = 0.0;
-#pragma omp parallel for simd reduction(+ : acc) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = widen_bf16(x[i]);
-    acc += v * v;
-  }
-  return acc;
+  return parallel_span_sum(n, kParallelMin, [&](int64_t b, int64_t e) {
+    double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = b; i < e; ++i) {
+      const double v = widen_bf16(x[i]);
+      acc += v * v;
+    }
+    return acc;
+  });
 }
 
 }  // namespace cohort::kernels::cpu

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/threads.h"
+
 namespace cohort::kernels::cpu {
 
 namespace {
@@ -29,8 +31,7 @@ bool parallel(const Pool2dGeometry& g) { return g.N * g.C * g.H * g.W > 16384; }
 
 void max_pool2d(const Pool2dGeometry& g, const float* x, float* y, int32_t* argmax) {
   const int64_t planes = g.N * g.C, in_plane = g.H * g.W, out_plane = g.OH * g.OW;
-#pragma omp parallel for if (parallel(g))
-  for (int64_t p = 0; p < planes; ++p) {
+  parallel_for(planes, parallel(g), [&](int64_t p) {
     const float* xp = x + p * in_plane;
     for (int64_t oh = 0; oh < g.OH; ++oh)
       for (int64_t ow = 0; ow < g.OW; ++ow) {
@@ -46,23 +47,21 @@ void max_pool2d(const Pool2dGeometry& g, const float* x, float* y, int32_t* argm
         y[p * out_plane + oh * g.OW + ow] = best;
         argmax[p * out_plane + oh * g.OW + ow] = static_cast<int32_t>(at);
       }
-  }
+  });
 }
 
 void max_pool2d_grad(const Pool2dGeometry& g, const float* dy, const int32_t* argmax, float* dx) {
   const int64_t planes = g.N * g.C, in_plane = g.H * g.W, out_plane = g.OH * g.OW;
-#pragma omp parallel for if (parallel(g))
-  for (int64_t p = 0; p < planes; ++p) {
+  parallel_for(planes, parallel(g), [&](int64_t p) {
     float* dxp = dx + p * in_plane;
     std::memset(dxp, 0, static_cast<size_t>(in_plane) * sizeof(float));
     for (int64_t i = 0; i < out_plane; ++i) dxp[argmax[p * out_plane + i]] += dy[p * out_plane + i];
-  }
+  });
 }
 
 void avg_pool2d(const Pool2dGeometry& g, const float* x, float* y) {
   const int64_t planes = g.N * g.C, in_plane = g.H * g.W, out_plane = g.OH * g.OW;
-#pragma omp parallel for if (parallel(g))
-  for (int64_t p = 0; p < planes; ++p) {
+  parallel_for(planes, parallel(g), [&](int64_t p) {
     const float* xp = x + p * in_plane;
     for (int64_t oh = 0; oh < g.OH; ++oh)
       for (int64_t ow = 0; ow < g.OW; ++ow) {
@@ -72,13 +71,12 @@ void avg_pool2d(const Pool2dGeometry& g, const float* x, float* y) {
           for (int64_t c = w.w0; c < w.w1; ++c) s += xp[h * g.W + c];
         y[p * out_plane + oh * g.OW + ow] = s / static_cast<float>((w.h1 - w.h0) * (w.w1 - w.w0));
       }
-  }
+  });
 }
 
 void avg_pool2d_grad(const Pool2dGeometry& g, const float* dy, float* dx) {
   const int64_t planes = g.N * g.C, in_plane = g.H * g.W, out_plane = g.OH * g.OW;
-#pragma omp parallel for if (parallel(g))
-  for (int64_t p = 0; p < planes; ++p) {
+  parallel_for(planes, parallel(g), [&](int64_t p) {
     float* dxp = dx + p * in_plane;
     std::memset(dxp, 0, static_cast<size_t>(in_plane) * sizeof(float));
     for (int64_t oh = 0; oh < g.OH; ++oh)
@@ -88,7 +86,7 @@ void avg_pool2d_grad(const Pool2dGeometry& g, const float* dy, float* dx) {
         for (int64_t h = w.h0; h < w.h1; ++h)
           for (int64_t c = w.w0; c < w.w1; ++c) dxp[h * g.W + c] += share;
       }
-  }
+  });
 }
 
 }  // namespace cohort::kernels::cpu

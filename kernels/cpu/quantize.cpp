@@ -8,6 +8,8 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/threads.h"
+
 namespace cohort::kernels::cpu {
 
 namespace {
@@ -78,19 +80,17 @@ int64_t block_levels(int64_t b, int64_t block, int bits) { return quant_payload_
 
 void quant_pack(const float* x, int64_t n, int64_t block, int bits, uint8_t* msg, int64_t levels_at) {
   const int64_t blocks = (n + block - 1) / block;
-#pragma omp parallel for if (blocks > kParallelBlocks)
-  for (int64_t b = 0; b < blocks; ++b) {
+  parallel_for(blocks, blocks > kParallelBlocks, [&](int64_t b) {
     const int64_t lo = b * block, c = std::min(n, lo + block) - lo;
     const float scale = pack_block(x + lo, c, bits, msg + levels_at + block_levels(b, block, bits));
     std::memcpy(msg + b * static_cast<int64_t>(sizeof(float)), &scale, sizeof scale);
-  }
+  });
 }
 
 void quant_average(const uint8_t* msg, int64_t stride, int64_t levels_at, int count, int64_t n, int64_t block,
                    int bits, float weight, float* out) {
   const int64_t blocks = (n + block - 1) / block;
-#pragma omp parallel for if (blocks > kParallelBlocks)
-  for (int64_t b = 0; b < blocks; ++b) {
+  parallel_for(blocks, blocks > kParallelBlocks, [&](int64_t b) {
     const int64_t lo = b * block, c = std::min(n, lo + block) - lo;
     float* acc = out + lo;
     std::fill(acc, acc + c, 0.0f);  // the block is in cache: zeroing it costs no pass over memory
@@ -102,7 +102,7 @@ void quant_average(const uint8_t* msg, int64_t stride, int64_t levels_at, int co
     }
     if (count > 0)  // no messages: zeros, whatever the weight
       for (int64_t i = 0; i < c; ++i) acc[i] *= weight;
-  }
+  });
 }
 
 }  // namespace cohort::kernels::cpu

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/threads.h"
+
 namespace cohort::kernels::cpu {
 
 namespace {
@@ -58,8 +60,7 @@ void transpose_2d_batched(const E* x, int64_t batch, int64_t m, int64_t n, E* ou
   // x [batch, m, n] -> out [batch, n, m], tile by tile so both sides stay in cache.
   const int64_t tiles_m = (m + kTile - 1) / kTile, tiles_n = (n + kTile - 1) / kTile;
   const int64_t jobs = batch * tiles_m * tiles_n;
-#pragma omp parallel for schedule(static) if (batch * m * n >= kParallelMin)
-  for (int64_t job = 0; job < jobs; ++job) {
+  parallel_for(jobs, batch * m * n >= kParallelMin, [&](int64_t job) {
     const int64_t b = job / (tiles_m * tiles_n), t = job % (tiles_m * tiles_n);
     const int64_t i0 = (t / tiles_n) * kTile, j0 = (t % tiles_n) * kTile;
     const int64_t i1 = std::min(m, i0 + kTile), j1 = std::min(n, j0 + kTile);
@@ -67,7 +68,7 @@ void transpose_2d_batched(const E* x, int64_t batch, int64_t m, int64_t n, E* ou
     E* dst = out + b * m * n;
     for (int64_t j = j0; j < j1; ++j)
       for (int64_t i = i0; i < i1; ++i) dst[j * m + i] = src[i * n + j];
-  }
+  });
 }
 
 // One output row (the last output dim) at a time; rows are independent.
@@ -84,8 +85,7 @@ void transpose_rows(const E* x, const Reduced& r, E* out) {
   const int64_t len = out_shape[rank - 1], step = src_stride[rank - 1];
   int64_t rows = 1;
   for (size_t k = 0; k + 1 < rank; ++k) rows *= out_shape[k];
-#pragma omp parallel for schedule(static) if (rows * len >= kParallelMin)
-  for (int64_t row = 0; row < rows; ++row) {
+  parallel_for(rows, rows * len >= kParallelMin, [&](int64_t row) {
     int64_t rem = row, src = 0;
     for (size_t k = rank - 1; k-- > 0;) {
       src += (rem % out_shape[k]) * src_stride[k];
@@ -97,7 +97,7 @@ void transpose_rows(const E* x, const Reduced& r, E* out) {
     } else {
       for (int64_t j = 0; j < len; ++j) dst[j] = x[src + j * step];
     }
-  }
+  });
 }
 
 template <typename E>
@@ -127,8 +127,7 @@ void concat_typed(const std::vector<const void*>& parts, const std::vector<int64
   int64_t row = 0;
   for (int64_t e : extents) row += e * inner;
   E* out = static_cast<E*>(outv);
-#pragma omp parallel for schedule(static) if (outer * row >= kParallelMin)
-  for (int64_t o = 0; o < outer; ++o) {
+  parallel_for(outer, outer * row >= kParallelMin, [&](int64_t o) {
     E* dst = out + o * row;
     for (size_t i = 0; i < parts.size(); ++i) {
       const size_t len = static_cast<size_t>(extents[i] * inner);
@@ -139,7 +138,7 @@ void concat_typed(const std::vector<const void*>& parts, const std::vector<int64
         std::memset(dst, 0, len * sizeof(E));
       dst += len;
     }
-  }
+  });
 }
 
 template <typename E>
@@ -148,15 +147,14 @@ void split_typed(const void* xv, const std::vector<int64_t>& extents, int64_t ou
   int64_t row = 0;
   for (int64_t e : extents) row += e * inner;
   const E* x = static_cast<const E*>(xv);
-#pragma omp parallel for schedule(static) if (outer * row >= kParallelMin)
-  for (int64_t o = 0; o < outer; ++o) {
+  parallel_for(outer, outer * row >= kParallelMin, [&](int64_t o) {
     const E* src = x + o * row;
     for (size_t i = 0; i < parts.size(); ++i) {
       const size_t len = static_cast<size_t>(extents[i] * inner);
       std::memcpy(static_cast<E*>(parts[i]) + o * static_cast<int64_t>(len), src, len * sizeof(E));
       src += len;
     }
-  }
+  });
 }
 
 // Calls f with a value of an unsigned type as wide as one element.

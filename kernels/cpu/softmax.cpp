@@ -4,6 +4,7 @@
 // scalar is summed serially in double, so it does not depend on the thread count.
 #include "kernels/cpu/softmax.h"
 
+#include "kernels/cpu/threads.h"
 #include "kernels/cpu/vec_math.h"
 
 #include <algorithm>
@@ -105,11 +106,10 @@ void softmax_backward_slab(const float* y, const float* dy, float* dx, int64_t n
 void softmax_forward(const float* x, float* y, int64_t outer, int64_t n, int64_t inner, bool log) {
   const int64_t slab = n * inner;
   if (inner == 1) {
-#pragma omp parallel for if (outer * slab > kParallelMin)
-    for (int64_t o = 0; o < outer; ++o) softmax_row(x + o * slab, y + o * slab, n, log);
+    parallel_for(outer, outer * slab > kParallelMin, [&](int64_t o) { softmax_row(x + o * slab, y + o * slab, n, log); });
   } else {
-#pragma omp parallel for if (outer * slab > kParallelMin)
-    for (int64_t o = 0; o < outer; ++o) softmax_slab(x + o * slab, y + o * slab, n, inner, log);
+    parallel_for(outer, outer * slab > kParallelMin,
+                 [&](int64_t o) { softmax_slab(x + o * slab, y + o * slab, n, inner, log); });
   }
 }
 
@@ -117,8 +117,7 @@ void softmax_backward(const float* y, const float* dy, float* dx, int64_t outer,
                       bool log) {
   const int64_t slab = n * inner;
   if (inner == 1) {
-#pragma omp parallel for if (outer * slab > kParallelMin)
-    for (int64_t o = 0; o < outer; ++o) {
+    parallel_for(outer, outer * slab > kParallelMin, [&](int64_t o) {
       const float *yr = y + o * slab, *dyr = dy + o * slab;
       float* dxr = dx + o * slab;
       float acc = 0.0f;
@@ -133,11 +132,10 @@ void softmax_backward(const float* y, const float* dy, float* dx, int64_t outer,
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j) dxr[j] = yr[j] * (dyr[j] - acc);
       }
-    }
+    });
   } else {
-#pragma omp parallel for if (outer * slab > kParallelMin)
-    for (int64_t o = 0; o < outer; ++o)
-      softmax_backward_slab(y + o * slab, dy + o * slab, dx + o * slab, n, inner, log);
+    parallel_for(outer, outer * slab > kParallelMin,
+                 [&](int64_t o) { softmax_backward_slab(y + o * slab, dy + o * slab, dx + o * slab, n, inner, log); });
   }
 }
 
@@ -152,13 +150,12 @@ int64_t find_bad_label(const int32_t* labels, int64_t rows, int64_t V, int64_t i
 double cross_entropy_forward(const float* logits, const int32_t* labels, float* lse, int64_t rows, int64_t V,
                              int64_t ignore_index, int64_t* count) {
   std::vector<double> row_loss(static_cast<size_t>(rows), 0.0);
-#pragma omp parallel for if (rows * V > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * V > kParallelMin, [&](int64_t r) {
     const float* x = logits + r * V;
     const float m = row_max(x, V);
     lse[r] = m + std::log(sum_exp(x, m, nullptr, V));
     if (labels[r] != ignore_index) row_loss[static_cast<size_t>(r)] = lse[r] - x[labels[r]];
-  }
+  });
   double total = 0.0;
   int64_t n = 0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -171,19 +168,18 @@ double cross_entropy_forward(const float* logits, const int32_t* labels, float* 
 
 void cross_entropy_backward(const float* logits, const int32_t* labels, const float* lse, float scale,
                             float* dlogits, int64_t rows, int64_t V, int64_t ignore_index) {
-#pragma omp parallel for if (rows * V > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * V > kParallelMin, [&](int64_t r) {
     const float* x = logits + r * V;
     float* d = dlogits + r * V;
     if (labels[r] == ignore_index) {
       for (int64_t v = 0; v < V; ++v) d[v] = 0.0f;
-      continue;
+      return;
     }
     const float l = lse[r];
 #pragma omp simd
     for (int64_t v = 0; v < V; ++v) d[v] = exp_approx(x[v] - l) * scale;
     d[labels[r]] -= scale;
-  }
+  });
 }
 
 }  // namespace cohort::kernels::cpu

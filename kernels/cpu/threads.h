@@ -17,12 +17,43 @@ int configured_num_threads();  // 0 when never set
 // Applies `override_n` when > 0, else the process-wide setting, to the calling thread.
 void use_threads(int override_n);
 
+// Whether a loop forks OpenMP threads: its work is `large` enough to pay for a fork (the caller's
+// test), more than one thread would run it, and no parallel region encloses it. Every loop here
+// asks this before entering `#pragma omp parallel` rather than leaving it to an if() clause:
+// libgomp enters a region whose clause is false, or whose team is one thread, all the same —
+// about 1.3 us and a futex call each on this project's 2-core machine, where a 2-stage
+// interleaved pipeline over 8 micro-batches entered ~690 regions a step.
+inline bool forks(bool large) { return large && omp_get_max_threads() > 1 && !omp_in_parallel(); }
+
+// f(i) for i in [0, n): split over the threads (a static schedule) where forks(large), else in a
+// plain loop on the calling thread. parallel_for_simd also marks the loop `simd` either way.
+template <typename F>
+void parallel_for(int64_t n, bool large, F&& f) {
+  if (forks(large)) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) f(i);
+  } else {
+    for (int64_t i = 0; i < n; ++i) f(i);
+  }
+}
+template <typename F>
+void parallel_for_simd(int64_t n, bool large, F&& f) {
+  if (forks(large)) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) f(i);
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) f(i);
+  }
+}
+
 // f(begin, end) over [0, n) cut into one contiguous span per thread (starts aligned to 64
-// elements), on the calling thread alone when n <= serial_max. For loops that hand a whole span to
-// one vectorised function (a COHORT_VECTOR_CLONES loop), which an `omp parallel for` cannot.
+// elements), on the calling thread alone when n <= serial_max (or !forks). For loops that hand a
+// whole span to one vectorised function (a COHORT_VECTOR_CLONES loop), which an `omp parallel for`
+// cannot.
 template <typename F>
 void parallel_spans(int64_t n, int64_t serial_max, F&& f) {
-  if (n <= serial_max) {
+  if (!forks(n > serial_max)) {
     if (n > 0) f(int64_t{0}, n);
     return;
   }
@@ -39,6 +70,7 @@ void parallel_spans(int64_t n, int64_t serial_max, F&& f) {
 // kept apart, then they are added in thread order.
 template <typename F>
 double parallel_span_sum(int64_t n, int64_t serial_max, F&& f) {
+  if (!forks(n > serial_max)) return n > 0 ? f(int64_t{0}, n) : 0.0;
   std::vector<double> per_thread(static_cast<size_t>(std::max(1, omp_get_max_threads())), 0.0);
   parallel_spans(n, serial_max,
                  [&](int64_t b, int64_t e) { per_thread[static_cast<size_t>(omp_get_thread_num())] = f(b, e); });
