@@ -64,8 +64,10 @@ void Engine::attach(std::shared_ptr<Client> client) {
 }
 
 void Engine::wake() {
+  posts_.fetch_add(1, std::memory_order_seq_cst);
+  if (wake_fd_ < 0 || !sleeping_.load(std::memory_order_seq_cst)) return;
   uint64_t one = 1;
-  if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof(one));
+  (void)!::write(wake_fd_, &one, sizeof(one));
 }
 
 void Engine::reserve_comm_ids(uint32_t end) {
@@ -253,16 +255,23 @@ PollResult Engine::poll_clients(Clock::time_point now) noexcept {
 }
 
 // Sleeps until the worker's event fd (when `worker_events`), the wake-up fd, or the timeout.
-void Engine::wait_for_events(std::chrono::microseconds timeout, bool worker_events) noexcept {
+void Engine::wait_for_events(std::chrono::microseconds timeout, bool worker_events, uint64_t posts_seen) noexcept {
   int fd = wake_fd_;
   if (worker_events && options_.blocking_progress && worker_fd_ >= 0) {
     if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) return;
     fd = epoll_fd_;
   }
+  sleeping_.store(true, std::memory_order_seq_cst);
+  if (posts_.load(std::memory_order_seq_cst) != posts_seen) {  // new work since: no sleep (posts_)
+    sleeping_.store(false, std::memory_order_relaxed);
+    return;
+  }
   pollfd pfd{fd, POLLIN, 0};
   timespec ts{static_cast<time_t>(timeout.count() / 1000000),
               static_cast<long>(timeout.count() % 1000000) * 1000};
-  if (ppoll(&pfd, 1, &ts, nullptr) <= 0) return;
+  const int ready = ppoll(&pfd, 1, &ts, nullptr);
+  sleeping_.store(false, std::memory_order_relaxed);
+  if (ready <= 0) return;
   uint64_t value;
   (void)!::read(wake_fd_, &value, sizeof(value));  // non-blocking; clears a wake-up
 }
@@ -289,7 +298,10 @@ std::chrono::microseconds nap_length(const ProgressState& s, const EngineOptions
 
 void Engine::run() noexcept {
   auto last_event = Clock::now();
-  while (!stop_.load(std::memory_order_acquire)) {
+  for (;;) {
+    // Before anything wake() announces is looked at, stop_ included (posts_).
+    const uint64_t posts = posts_.load(std::memory_order_seq_cst);
+    if (stop_.load(std::memory_order_acquire)) break;
     unsigned events = 0;
     while (ucp_worker_progress(worker_) != 0) ++events;
     handle_ep_errors();
@@ -313,13 +325,13 @@ void Engine::run() noexcept {
         std::this_thread::yield();
         break;
       case ProgressWait::kNap:
-        wait_for_events(nap_length(state, options_), false);
+        wait_for_events(nap_length(state, options_), false, posts);
         break;
       case ProgressWait::kEvent:
-        wait_for_events(microseconds(1000), true);
+        wait_for_events(microseconds(1000), true, posts);
         break;
       case ProgressWait::kIdle:
-        wait_for_events(microseconds(50000), true);
+        wait_for_events(microseconds(50000), true, posts);
         break;
     }
   }

@@ -286,7 +286,9 @@ class Engine {
   void say_goodbye(Clock::time_point deadline);
   void close_endpoints(Clock::time_point deadline);
   void run() noexcept;
-  void wait_for_events(std::chrono::microseconds timeout, bool worker_events) noexcept;
+  // Sleeps unless wake() was called since `posts_seen` (a value of posts_ read before the work
+  // it found was looked at).
+  void wait_for_events(std::chrono::microseconds timeout, bool worker_events, uint64_t posts_seen) noexcept;
   PollResult poll_clients(Clock::time_point now) noexcept;
   void handle_ep_errors() noexcept;
   // A peer is gone: fail its transfers' owners and tell the other ranks (unless it said goodbye).
@@ -330,6 +332,14 @@ class Engine {
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   int worker_fd_ = -1;
+  // wake() writes wake_fd_ only while the progress thread sleeps (or is about to): each write and
+  // the read clearing it are system calls, ~20 of each a step of a 2-stage pipeline whose thread
+  // was mostly awake to see the new work anyway. posts_ counts the calls; the thread raises
+  // sleeping_ and then looks at posts_ once more before it sleeps, and wake() counts and then
+  // looks at sleeping_ (all sequentially consistent), so either the thread sees the new count and
+  // stays up, or wake() sees it sleeping and writes.
+  std::atomic<uint64_t> posts_{0};
+  std::atomic<bool> sleeping_{false};
 
   std::thread thread_;
   std::atomic<bool> stop_{false};

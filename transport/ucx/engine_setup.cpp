@@ -306,7 +306,7 @@ void Engine::progress_until(Clock::time_point deadline, const std::function<bool
   while (!done() && Clock::now() < deadline) {
     if (ucp_worker_progress(worker_) == 0) {
       if (options_.blocking_progress && peer_failure_detection_) {
-        wait_for_events(std::chrono::microseconds(1000), true);
+        wait_for_events(std::chrono::microseconds(1000), true, posts_.load(std::memory_order_seq_cst));
       } else {
         std::this_thread::yield();
       }

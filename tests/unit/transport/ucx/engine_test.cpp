@@ -8,6 +8,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <optional>
@@ -260,6 +261,44 @@ TEST(UcxEngine, NapsGrowWithTheWait) {
   o.nap_growth = 8;
   o.longest_nap = microseconds(10);  // below busy_nap: busy_nap
   EXPECT_EQ(after(milliseconds(100)), microseconds(50));
+}
+
+// A client attached while the progress thread sleeps (idle: up to 50 ms on its events) is looked
+// at within milliseconds: wake() writes the wake-up only while the thread sleeps or is about to
+// (Engine::posts_, sleeping_), and a wake-up lost between its look at the work and its sleep would
+// leave the client until the sleep ends (25 ms on average).
+class FirstPoll : public Client {
+ public:
+  PollResult poll(Clock::time_point) override {
+    if (!seen_.exchange(true)) done_.set_value(Clock::now());
+    return PollResult{};
+  }
+  void on_failure(uint32_t, int, Status, const std::string&) override {}
+  bool finished() const override { return seen_.load(); }
+  std::future<Clock::time_point> seen() { return done_.get_future(); }
+
+ private:
+  std::atomic<bool> seen_{false};
+  std::promise<Clock::time_point> done_;
+};
+
+TEST(UcxEngine, AClientAttachedToASleepingEngineIsSeenAtOnce) {
+  EngineOptions options;
+  options.tls = "self,sm";
+  auto engine = Engine::create(make_memory_store(), 0, 1, options);
+  std::vector<double> ms;
+  for (int k = 0; k < 15; ++k) {
+    std::this_thread::sleep_for(milliseconds(60));  // the thread idles into its longest sleep
+    auto client = std::make_shared<FirstPoll>();
+    auto seen = client->seen();
+    const auto start = Clock::now();
+    engine->attach(client);
+    ASSERT_EQ(seen.wait_for(milliseconds(5000)), std::future_status::ready);
+    ms.push_back(std::chrono::duration<double, std::milli>(seen.get() - start).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  EXPECT_LT(ms[ms.size() / 2], 10.0) << "median of " << ms.size() << " attaches, fastest " << ms.front()
+                                     << " ms, slowest " << ms.back() << " ms";
 }
 
 TEST(UcxEngine, RejectsBadArguments) {
