@@ -115,18 +115,13 @@ void builtin_step() {
 
 // The slowdown of `step` run on every rank at once against world rank 0 alone (the others blocked
 // in a barrier, their progress threads running as in training). Each timing runs `step` as many
-// times as take rank 0 about 100 ms alone (kStretchWindow: long beside the skew of leaving a
-// barrier, and beside the scheduler's turns where ranks share cores — 4 ranks on 2 cores read
-// 1.76-2.85x in six probes of 30 ms windows, 2.20-2.50x in six of 100 ms, and the planner's median
-// error over those 64 plans 16.1-32.7% against 12.4-22.2%, 2026-11-29). Five of each,
+// times as take rank 0 about 30 ms alone (long beside the skew of leaving a barrier). Five of each,
 // alternated; the fastest of each: what else runs on the host (a launcher, another job, a
 // namespace's setup) only ever adds to a window, while the ranks' sharing of cores is in every
 // one (the median of 3 read 0.99, 1.64 and 1.05x for 2 ranks of 1 core each within two minutes).
 // Together, the ranks' median time, not the slowest's: where ranks take turns on a core, which of
 // them a window leaves last is chance, and training's steps average it out (4 ranks on 2 cores: the
 // slowest rank's read 2.10-2.85x from run to run, where the plans' measured steps implied 1.6-2.1x).
-constexpr double kStretchWindow = 0.1;  // seconds
-
 double measure_compute_stretch(coll::Communicator& world, const std::function<void()>& step) {
   step();  // every rank warm: buffers allocated, primitives made
   int64_t runs = 1;
@@ -134,7 +129,7 @@ double measure_compute_stretch(coll::Communicator& world, const std::function<vo
     const auto start = Clock::now();
     step();
     const double once = std::chrono::duration<double>(Clock::now() - start).count();
-    runs = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(kStretchWindow / std::max(once, 1e-6))), 1, 1000);
+    runs = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(0.03 / std::max(once, 1e-6))), 1, 1000);
   }
   world.broadcast(&runs, 1, coll::DataType::kI64, 0)->wait();
   auto timed = [&] {
