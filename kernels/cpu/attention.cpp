@@ -196,7 +196,7 @@ void tile_nt(const Blocks& g, int64_t i, int64_t j, float alpha, const float* a,
 // long sequence) the threads split each product and loop instead.
 template <typename Fn>
 void for_each_group(const AttentionDims& d, int64_t workspace_floats_per_element, Fn&& fn) {
-  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t threads = loop_threads();
   const int64_t G = std::min(group_size(d), (d.B + threads - 1) / threads);
   const int64_t groups = (d.B + G - 1) / G;
   const int64_t teams = std::min(threads, groups);

@@ -147,12 +147,9 @@ void backward_weights_one(const Conv2dGeometry& g, const float* x, const float* 
   });
 }
 
-// Threads for a batch of g.N: the OpenMP threads a call may use, at most one sample each; one
-// inside an enclosing parallel region.
-int batch_threads(const Conv2dGeometry& g) {
-  if (omp_in_parallel()) return 1;
-  return static_cast<int>(std::min<int64_t>(omp_get_max_threads(), g.N));
-}
+// Threads for a batch of g.N: the OpenMP threads a call may use (loop_threads), at most one sample
+// each.
+int batch_threads(const Conv2dGeometry& g) { return static_cast<int>(std::min<int64_t>(loop_threads(), g.N)); }
 
 // Runs chunk(c, first, count) for c in [0, T), samples [first, first + count) each, on up to T
 // threads (a team the runtime makes smaller runs several chunks a thread: the same chunks, the same

@@ -17,13 +17,17 @@ int configured_num_threads();  // 0 when never set
 // Applies `override_n` when > 0, else the process-wide setting, to the calling thread.
 void use_threads(int override_n);
 
+// The threads a loop starting here may use: one inside a parallel region (nested regions run on
+// one thread), else the calling thread's setting.
+inline int loop_threads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+
 // Whether a loop forks OpenMP threads: its work is `large` enough to pay for a fork (the caller's
-// test), more than one thread would run it, and no parallel region encloses it. Every loop here
-// asks this before entering `#pragma omp parallel` rather than leaving it to an if() clause:
-// libgomp enters a region whose clause is false, or whose team is one thread, all the same —
-// about 1.3 us and a futex call each on this project's 2-core machine, where a 2-stage
-// interleaved pipeline over 8 micro-batches entered ~690 regions a step.
-inline bool forks(bool large) { return large && omp_get_max_threads() > 1 && !omp_in_parallel(); }
+// test) and more than one thread would run it (loop_threads). Every loop here asks this before
+// entering `#pragma omp parallel` rather than leaving it to an if() clause: libgomp enters a
+// region whose clause is false, or whose team is one thread, all the same — about 1.3 us and a
+// futex call each on this project's 2-core machine, where a rank of a 2-stage interleaved
+// pipeline over 8 micro-batches entered ~560 regions a step at one thread.
+inline bool forks(bool large) { return large && loop_threads() > 1; }
 
 // f(i) for i in [0, n): split over the threads (a static schedule) where forks(large), else in a
 // plain loop on the calling thread. parallel_for_simd also marks the loop `simd` either way.
