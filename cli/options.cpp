@@ -134,6 +134,7 @@ const std::map<std::string, Setter>& setters() {
       {"--outer-fragments", int_in(&Options::outer_fragments, 1, 1 << 20)},  // <= tau: apply_defaults
       {"--shard-group", int_in(&Options::shard_group, 1, 1 << 20)},  // divides the ranks: the plan checks
       {"--grad-keep", number(&Options::grad_keep, "in (0, 1]", [](double x) { return x > 0 && x <= 1; })},
+      {"--bucket-mib", number(&Options::bucket_mib, "in (0, 65536]", [](double x) { return x > 0 && x <= 65536; })},
       {"--zero", int_in(&Options::zero, 0, 3)},
       {"--staleness-penalty", int_in(&Options::staleness_penalty, 0, 1)},
       {"--outer-clip", number(&Options::outer_clip, ">= 0 (0: off)", non_negative)},
@@ -248,6 +249,8 @@ const char* usage_text() {
          "          the data axis, 3 included; 3 also with --pipeline / --micro-batches, gathered per slot)\n"
          "         [--grad-keep K (0 < K <= 1)]  (sync, --zero 0|1: each gradient bucket sends only its K largest\n"
          "          entries, the rest kept for later steps (error feedback); fewer bytes below K ~ 1/ranks; 1: off)\n"
+         "         [--bucket-mib M]  (sync, and ZeRO inside --shard-group replicas: the gradients are reduced in\n"
+         "          buckets of about M MiB, each as soon as backward has made it; 25 by default)\n"
          "         [--shard-group S]  (not sync; 1: off): replicas of S consecutive ranks, each training\n"
          "          synchronously under --zero 1-3 over its S ranks; the outer rule runs between replicas on\n"
          "          each rank's shard, so a rank's outer state and each outer all-reduce are ~1/S of the model\n"
@@ -475,6 +478,8 @@ void check_parallel_flags(const Options& o) {
   require(!o.activation_checkpointing || o.model == "gpt",
           "--activation-checkpointing applies to --model gpt (it recomputes transformer blocks; " + o.model +
               " has none)");
+  require(!o.bucket_mib || !o.parallel.empty(),
+          "--bucket-mib sizes the parallel plan's gradient buckets: it needs --parallel");
   require(!o.activation_checkpointing || !o.parallel.empty(),
           "--activation-checkpointing needs --parallel (it is a field of the parallel plan; --parallel sync "
           "without a launcher runs one rank)");

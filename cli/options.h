@@ -68,6 +68,7 @@ struct Options {
   int64_t outer_fragments = 1;  // localsgd/slowmo/diloco/co2: cohort_plan_options::outer_fragments (1..tau)
   int64_t shard_group = 1;      // localsgd/slowmo/diloco/co2 with --zero 1-3: cohort_plan_options::shard_group
   std::optional<double> grad_keep;  // sync: top-k gradient compression, cohort_plan_options::grad_keep
+  std::optional<double> bucket_mib;  // the gradient buckets' size, cohort_plan_options::bucket_bytes
   int64_t noise_scaling = 0;       // localsgd/slowmo/diloco/co2 with adamw: cohort_plan_options::inner_noise_scaling
   int64_t average_inner_state = 0;  // localsgd/slowmo/diloco: cohort_plan_options::average_inner_state
   // Tensor parallelism: the grid X x Y x Z of a model replica (cohort_plan_options::tensor_x/y/z;

@@ -278,6 +278,7 @@ cohort_plan_options Task::plan_options() const {
   po.outer_fragments = static_cast<int32_t>(o_.outer_fragments);
   po.shard_group = static_cast<int32_t>(o_.shard_group);
   po.grad_keep = o_.grad_keep.value_or(0.0);  // 0: the default, 1 (off)
+  if (o_.bucket_mib) po.bucket_bytes = std::max<int64_t>(1, std::llround(*o_.bucket_mib * 1048576.0));
   po.tensor_x = static_cast<int32_t>(o_.tensor_x);
   po.tensor_y = static_cast<int32_t>(o_.tensor);
   po.tensor_z = static_cast<int32_t>(o_.tensor_z);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <unordered_map>
 
 #include "core/base/error.h"
@@ -342,6 +343,40 @@ float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOpti
   std::vector<int> expected(params_.size(), 0), got(params_.size(), 0);
   for (const Chunk& c : chunks_)
     for (const auto& [i, g] : c.grads) expected[i] += m_count;
+  // Tied parameters (held by several stages) are final only once summed over their holders,
+  // after the schedule; every other one as soon as its last contribution is in.
+  std::vector<bool> tied(params_.size(), false);
+  for (const auto& [name, axis] : options_.tied_parameters) tied[parameter_index(name)] = true;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (expected[i] == 0) {  // not reached on this rank: zeros, final before the schedule starts
+      grads_[i].fill(0.0f);
+      if (hook_) hook_->on_gradient(i, grads_[i]);
+    }
+  // Adds one micro-batch's gradient of parameter i into grads_[i]; the last one averages them
+  // and hands the result to the hook at once, while the rest of that backward runs — so DDP
+  // reduces a bucket behind the schedule's last backward of its layers, as it does behind
+  // backward without micro-batches (the planner prices the overlap so; planner.cpp).
+  auto accumulate = [&](size_t i, const Tensor& t) {
+    COHORT_CHECK(t.dtype() == DType::kF32, Status::kUnsupported, "micro-batches: the gradient of '", param_names_[i],
+                 "' is ", dtype_name(t.dtype()), "; only f32 gradients are accumulated");
+    if (got[i]++ == 0) {
+      // Last step's buffer when nothing else holds it (the gradients' memory is the trainer's
+      // between steps under micro-batches), else a new one.
+      Tensor& acc = grads_[i];
+      if (!acc.defined() || acc.shape() != t.shape() || acc.dtype() != DType::kF32 || acc.storage().use_count() > 1)
+        acc = Tensor::empty(t.shape(), DType::kF32);
+      acc.copy_from(t);
+    } else {
+      const Tensor s = t.contiguous();
+      kernels::cpu::binary(kernels::cpu::BinaryOp::kAdd, grads_[i].data<float>(), grads_[i].shape(), s.data<float>(),
+                           s.shape(), grads_[i].data<float>(), grads_[i].shape());
+    }
+    if (got[i] != expected[i]) return;
+    if (m_count > 1)
+      kernels::cpu::scale(grads_[i].data<float>(), 1.0f / static_cast<float>(m_count), grads_[i].data<float>(),
+                          grads_[i].numel());
+    if (hook_ && !tied[i]) hook_->on_gradient(i, grads_[i]);
+  };
   int loss_chunk = -1;
   for (size_t c = 0; c < chunks_.size(); ++c)
     if (chunks_[c].loss == train_.loss()) loss_chunk = static_cast<int>(c);
@@ -377,8 +412,27 @@ float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOpti
         ro.after_node = [this, offset](size_t position) { hook_->after_node(offset + position); };
       }
       offset += exec.order().size();
+      // A backward bringing some parameter's last contribution accumulates each gradient as it is
+      // produced (so that the final ones are handed over at once); the others after the run.
+      std::unordered_map<ValueId, size_t> grad_of;  // gradient value -> parameter, until accumulated
+      bool early = false;
+      if (!op.forward && hook_)
+        for (const auto& [i, g] : chunk.grads)
+          if (got[i] + 1 == expected[i]) {
+            early = true;
+            for (const auto& [j, h] : chunk.grads) grad_of[h] = j;
+            ro.on_value = [&](ValueId v) {
+              const auto it = grad_of.find(v);
+              if (it == grad_of.end()) return;
+              const size_t j = it->second;
+              grad_of.erase(it);
+              accumulate(j, env.at(v));
+            };
+            break;
+          }
       const double waited = exec.collective_stats().wait_seconds;
       exec.run(env, ro);
+      ro.on_value = nullptr;
       idle += exec.collective_stats().wait_seconds - waited;
       peak = std::max(peak, kept_bytes + exec.last_activation_bytes());
       if (op.forward) {
@@ -390,23 +444,8 @@ float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOpti
         if (op.chunk == loss_chunk) loss_sum += env.at(chunk.loss).data<float>()[0];
         continue;
       }
-      for (const auto& [i, g] : chunk.grads) {
-        const Tensor& t = env.at(g);
-        COHORT_CHECK(t.dtype() == DType::kF32, Status::kUnsupported, "micro-batches: the gradient of '",
-                     param_names_[i], "' is ", dtype_name(t.dtype()), "; only f32 gradients are accumulated");
-        if (got[i]++ == 0) {
-          // Last step's buffer when nothing else holds it (the gradients' memory is the trainer's
-          // between steps under micro-batches), else a new one.
-          Tensor& acc = grads_[i];
-          if (!acc.defined() || acc.shape() != t.shape() || acc.dtype() != DType::kF32 || acc.storage().use_count() > 1)
-            acc = Tensor::empty(t.shape(), DType::kF32);
-          acc.copy_from(t);
-        } else {
-          const Tensor s = t.contiguous();
-          kernels::cpu::binary(kernels::cpu::BinaryOp::kAdd, grads_[i].data<float>(), grads_[i].shape(),
-                               s.data<float>(), s.shape(), grads_[i].data<float>(), grads_[i].shape());
-        }
-      }
+      for (const auto& [i, g] : chunk.grads)
+        if (!early || grad_of.count(g)) accumulate(i, env.at(g));  // not reported by the run: now
     }
     COHORT_CHECK(kept.empty(), Status::kInvalidArgument, "schedule: ", kept.size(),
                  " forward(s) have no backward (every chunk and micro-batch runs once each way)");
@@ -429,36 +468,47 @@ float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOpti
   pipeline_busy_seconds_ = std::max(0.0, schedule_seconds - idle);
   pipeline_bubble_fraction_ = schedule_seconds > 0 ? std::min(1.0, idle / schedule_seconds) : 0.0;
   schedule_peak_bytes_ = std::max(schedule_peak_bytes_, peak);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (expected[i] == 0) grads_[i].fill(0.0f);
-    else if (m_count > 1)
-      kernels::cpu::scale(grads_[i].data<float>(), 1.0f / static_cast<float>(m_count), grads_[i].data<float>(),
-                          grads_[i].numel());
-  }
-  // Tied parameters: every holder's gradient is the sum of theirs. And the model's loss, from the
-  // last stage to every stage. Issued together and waited for together: they run on different
-  // communicators, so a step pays the latency of the links between stages once for both, not
-  // twice (a link's latency is what it costs: the loss is 4 bytes).
-  std::vector<std::shared_ptr<transport::coll::Work>> ending;
-  for (const auto& [name, axis] : options_.tied_parameters) {
-    const size_t i = parameter_index(name);
-    transport::coll::Communicator& comm = options_.axes->at(axis, str_cat("tied parameter '", name, "'"));
-    ending.push_back(comm.all_reduce(grads_[i].raw(), grads_[i].raw(), static_cast<size_t>(grads_[i].numel()),
-                                     transport::coll::DataType::kF32, transport::coll::ReduceOp::kSum));
-  }
+  // The model's loss, from the last stage to every stage; and the tied parameters: every holder's
+  // gradient is the sum of theirs. Issued together: they run on different communicators, so a
+  // step pays the latency of the links between stages once for both, not twice (a link's latency
+  // is what it costs: the loss is 4 bytes). The loss is waited for first and handed over before
+  // the tied sums end, as the hook may hold its last gradients back for it (DataParallel marks a
+  // non-finite loss into the last bucket it reduces).
   float loss = loss_chunk >= 0 ? static_cast<float>(loss_sum / m_count) : std::nanf("");
   transport::coll::Communicator* pipe = options_.axes ? options_.axes->find("pipe") : nullptr;
   const bool stages = pipe != nullptr && pipe->size() > 1;
-  if (stages) ending.push_back(pipe->broadcast(&loss, 1, transport::coll::DataType::kF32, pipe->size() - 1));
-  transport::coll::wait_all(ending);  // a lost peer, a timeout: thrown naming it, every buffer released
-  if (!stages)
-    COHORT_CHECK(loss_chunk >= 0, Status::kInvalidState, "step: no chunk of this rank computes the model's loss");
-  if (hook_) {
-    Tensor loss_t = Tensor::empty({}, DType::kF32);
-    loss_t.data<float>()[0] = loss;
-    hook_->on_loss(loss_t);
-    for (size_t i = 0; i < params_.size(); ++i) hook_->on_gradient(i, grads_[i]);
+  std::vector<std::shared_ptr<transport::coll::Work>> loss_work, tied_work;
+  if (stages) loss_work.push_back(pipe->broadcast(&loss, 1, transport::coll::DataType::kF32, pipe->size() - 1));
+  for (const auto& [name, axis] : options_.tied_parameters) {
+    const size_t i = parameter_index(name);
+    transport::coll::Communicator& comm = options_.axes->at(axis, str_cat("tied parameter '", name, "'"));
+    tied_work.push_back(comm.all_reduce(grads_[i].raw(), grads_[i].raw(), static_cast<size_t>(grads_[i].numel()),
+                                        transport::coll::DataType::kF32, transport::coll::ReduceOp::kSum));
   }
+  std::exception_ptr failure;
+  try {
+    transport::coll::wait_all(loss_work);  // a lost peer, a timeout: thrown naming it
+    if (!stages)
+      COHORT_CHECK(loss_chunk >= 0, Status::kInvalidState, "step: no chunk of this rank computes the model's loss");
+    if (hook_) {
+      Tensor loss_t = Tensor::empty({}, DType::kF32);
+      loss_t.data<float>()[0] = loss;
+      hook_->on_loss(loss_t);
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  try {
+    transport::coll::wait_all(tied_work);  // every buffer released before anything is thrown
+  } catch (...) {
+    if (!failure) failure = std::current_exception();
+  }
+  if (failure) std::rethrow_exception(failure);
+  if (hook_)
+    for (const auto& [name, axis] : options_.tied_parameters) {
+      const size_t i = parameter_index(name);
+      hook_->on_gradient(i, grads_[i]);
+    }
   return loss;
 }
 

@@ -109,7 +109,10 @@ struct TrainerStats {
 // local SGD and CO2 outer steps). Calls happen on the thread running step(), in this order:
 // begin_step once the inputs are bound, on_gradient for every parameter as backward produces its
 // gradient (parameters the loss does not reach first, with zeros), on_loss once forward has
-// produced the loss (before any gradient of backward), before_update once backward is done,
+// produced the loss (before any gradient of backward; under micro-batches, after the schedule:
+// each gradient is handed over as the backward bringing its last micro-batch's contribution
+// produces it, averaged over them, and a tied parameter's after its sum over the stages holding
+// it, after on_loss), before_update once backward is done,
 // apply_update, after_update after the optimizer — also when the update was skipped for NaN or
 // Inf (then the parameters are unchanged). An exception from a hook aborts the step: before
 // before_update returns nothing has changed; from after_update the inner update has been applied.

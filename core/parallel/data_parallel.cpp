@@ -321,19 +321,23 @@ void DataParallel::begin_step() {
   }
   step_wait_ = 0;
   loss_ = Tensor();
-  loss_marked_ = false;
+  buckets_complete_ = 0;
+  held_ = nullptr;
   if (plan_.zero_stage >= 3) begin_step_sharded();
 }
 
 void DataParallel::on_loss(const Tensor& loss) {
-  if (replica_sync()) loss_ = loss;
+  if (!replica_sync()) return;
+  loss_ = loss;
+  if (held_ == nullptr) return;
+  Bucket& b = *held_;
+  held_ = nullptr;
+  mark_if_loss_not_finite(b);
+  launch_reduction(b);
 }
 
 void DataParallel::mark_if_loss_not_finite(Bucket& b) {
-  // Forward made the loss before backward made any gradient, so it is here for every bucket but
-  // those whose parameters the loss does not reach (reduced before the step runs).
-  if (loss_marked_ || !loss_.defined()) return;
-  loss_marked_ = true;
+  if (!loss_.defined()) return;
   if (b.dev.defined()) return mark_bucket_if_not_finite(b.dev.data<float>(), loss_);  // on the stream
   // A host bucket: the loss is read where it is (a device loss costs one small copy; this path
   // copies every gradient to the host anyway).
@@ -373,17 +377,27 @@ void DataParallel::on_gradient(size_t index, const Tensor& grad) {
     if (b.buf.size() != b.padded) b.buf = coll::CommBuffer(nullptr, b.padded);
     device_copy(b.buf.data() + offset_of_[index], Device::kCpu, grad.raw(), grad.device(), grad.nbytes());
   }
-  // Every gradient of the bucket is final: reduce the copy while backward goes on.
-  if (--b.remaining == 0) {
+  // Every gradient of the bucket is final: reduce the copy while backward goes on. The step's
+  // last bucket carries the loss's mark, so it waits for the loss if that has not come yet.
+  if (--b.remaining > 0) return;
+  if (++buckets_complete_ == buckets_.size()) {
+    if (!loss_.defined()) {
+      held_ = &b;
+      return;
+    }
     mark_if_loss_not_finite(b);
-    launch_reduction(b);
   }
+  launch_reduction(b);
 }
 
 void DataParallel::before_update(std::vector<Tensor>& grads) {
   if (!replica_sync()) return;
   Clock::time_point start = Clock::now();
   Clock::time_point first = Clock::time_point::max(), last = Clock::time_point::min();
+  if (held_ != nullptr) {  // no loss was reported (a hook contract broken): reduce it unmarked
+    launch_reduction(*held_);
+    held_ = nullptr;
+  }
   for (Bucket& b : buckets_) {
     COHORT_ASSERT(b.work != nullptr, "a gradient bucket was not complete after backward");
     if (!b.finished) {

@@ -305,8 +305,9 @@ class DataParallel : public StepHook {
   std::vector<float> load_outer_vector(const checkpoint::CheckpointExtra& extra, const std::string& key) const;
   // The saved replica is this rank's, among as many (the tensor grid and pipeline may differ).
   void check_outer_layout(const checkpoint::CheckpointExtra& extra) const;
-  // DDP: the first bucket of a step to be reduced after the loss exists gets element 0 set to
-  // NaN when this rank's loss is not finite.
+  // DDP: the last bucket of a step gets element 0 set to NaN when this rank's loss is not finite,
+  // so every rank of the group sees it in the average. It waits for the loss (held_) where the
+  // gradients come first: under micro-batches the loss comes after the schedule (trainer.h).
   void mark_if_loss_not_finite(Bucket& b);
   // Local SGD / co2 (unsharded and sharded): zeros this rank's own pseudo-gradient of n floats
   // when it holds NaN or Inf (logged), so that its round is dropped rather than spread.
@@ -589,9 +590,11 @@ class DataParallel : public StepHook {
   std::vector<float> travel_history_;
   double round_compute_mark_ = 0;   // stats_.compute_seconds at the last round end
   int64_t inner_steps_ = 0;   // inner steps since attach (a round ends every tau)
-  // DDP: this step's loss (on_loss) and whether it was already folded into a bucket.
+  // DDP: this step's loss (on_loss), the buckets whose gradients are all in, and the last of
+  // them while it waits for the loss (mark_if_loss_not_finite).
   Tensor loss_;
-  bool loss_marked_ = false;
+  size_t buckets_complete_ = 0;
+  Bucket* held_ = nullptr;
   // Statistics.
   ParallelStats stats_;
   Clock::time_point last_mark_;   // the end of the last step (after_update), or attach

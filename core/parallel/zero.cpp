@@ -57,23 +57,26 @@
 // forward and backward slot that reads it; fewer where its spans meet with no other bucket in
 // between, as the last layers' forward and backward in 1F1B). The gradients are unchanged: the
 // trainer accumulates every micro-batch's into whole buffers and hands each to on_gradient once,
-// after the schedule's last slot, so the bucket's reduce-scatter runs once a step (as stages 1-2
-// reduce theirs). The derivation above extends over the slots; the pipe axis adds
+// as the slot bringing its last contribution produces it (a tied parameter's, and the step's
+// last bucket, which waits for the loss, after the schedule), so the bucket's reduce-scatter runs
+// once a step (as stages 1-2 reduce theirs), launched at the same point of the step sequence on
+// every rank of the group. The derivation above extends over the slots; the pipe axis adds
 // point-to-point sends (never waited for inside a slot: Trainer::finish_sends) and receives (a
 // pipe_recv node waits for the previous or next stage of the same data index), and after the
 // schedule the loss broadcast and the tied gradients' all-reduces:
 //   1'. Matching. The ranks of one data group hold the same stage(s), so they have the same
 //      chunk executors, the same schedule (pipeline_schedule depends on the stage index, not the
 //      data index) and the same bucket layout: the same step sequence and the same spans; every
-//      gather on comm_ is launched at the same point of that sequence, in the same order. Sends
+//      gather and gradient reduce-scatter on comm_ is launched at the same point of that
+//      sequence, in the same order. Sends
 //      and receives pair up on the pipe communicator in program order as without ZeRO, which
 //      neither adds nor moves any.
 //   3'. No cycle. Without ZeRO the step is deadlock-free: its happens-before graph — each rank's
 //      program order, an edge from each send to its receive, and each collective (the tensor
 //      axes', the loss broadcast, the tied all-reduce) one node after every member's previous
 //      event and before every member's next — is acyclic. The data indices run copies of one
-//      such graph; a gather adds a node joining the copies of one point (1'). Mapping every copy
-//      onto the first and each gather onto the point it precedes takes every edge to an edge or a
+//      such graph; a gather (or reduce-scatter) adds a node joining the copies of one point (1').
+//      Mapping every copy onto the first and each such node onto the point it precedes takes every edge to an edge or a
 //      point of the same program order, so a cycle would map onto a cycle of the acyclic graph:
 //      the graph with the gathers is acyclic too. Every wait is one of its edges (a receive on
 //      its send, a collective on each member's launch), and launches and sends never block (2.):

@@ -5,6 +5,7 @@
 // (micro-batches add the batch's rows in M partial sums: reordering, as tensor parallelism's).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -327,6 +328,46 @@ TEST(Pipeline, ANonFiniteBatchIsSkippedByEveryStageAlike) {
     std::lock_guard<std::mutex> lock(mutex);
     EXPECT_TRUE(std::isfinite(loss));
     EXPECT_EQ(t->step_count(), 2);
+  });
+}
+
+// Under micro-batches the trainer hands DDP its gradients before the loss (which a stage before
+// the last receives after the schedule): the step's last bucket waits for the loss and carries
+// a non-finite one to every rank of the group, whose averaged gradients then hold a NaN; with a
+// finite loss they are the plain average. Several buckets, the hook driven directly.
+TEST(Pipeline, ALossAfterTheGradientsStillReachesEveryRanksAverage) {
+  std::mutex mutex;
+  ct::run_ranks_shared(2, ct::RankSetup(), [&](const std::shared_ptr<transport::coll::UcxCommunicator>& comm) {
+    PlanConfig plan = preset(Preset::kDdp, 1);
+    plan.bucket_bytes = 64;  // a bucket or more per parameter
+    TrainerOptions o;
+    o.num_threads = 1;
+    auto t = make_parallel_trainer(test::tp_model("mlp", 8), test::tp_optimizer(), o, plan, comm);
+    StepHook& hook = *t->step_hook();
+    for (const bool poisoned : {false, true}) {
+      std::vector<Tensor> grads;
+      for (const Tensor& p : t->parameters()) {
+        grads.push_back(Tensor::empty(p.shape(), DType::kF32));
+        grads.back().fill(static_cast<float>(comm->rank() + 1));
+      }
+      hook.begin_step();
+      for (size_t i = grads.size(); i-- > 0;) hook.on_gradient(i, grads[i]);
+      Tensor loss = Tensor::empty({}, DType::kF32);
+      loss.data<float>()[0] = poisoned && comm->rank() == 0 ? std::nanf("") : 2.0f;
+      hook.on_loss(loss);
+      hook.before_update(grads);
+      size_t nans = 0, others = 0;
+      for (const Tensor& g : grads)
+        for (int64_t k = 0; k < g.numel(); ++k) {
+          const float v = g.data<float>()[k];
+          if (std::isnan(v)) ++nans;
+          else if (v != 1.5f) ++others;
+        }
+      std::lock_guard<std::mutex> lock(mutex);
+      EXPECT_EQ(others, 0u) << "rank " << comm->rank() << (poisoned ? ", poisoned" : "");
+      if (poisoned) EXPECT_GT(nans, 0u) << "rank " << comm->rank() << ": rank 0's NaN loss did not arrive";
+      else EXPECT_EQ(nans, 0u) << "rank " << comm->rank();
+    }
   });
 }
 
