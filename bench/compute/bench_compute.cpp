@@ -4,7 +4,7 @@
 // achieved GFLOP/s against this machine's single-thread sgemm peak (oneDNN 1024^3, measured
 // here) and the peak memory of a training step. cohort is driven through the public C API only.
 //
-//   bench_compute [--rounds R] [--steps N] [--warmup W] [--python PATH] [--no-torch] [--ab]
+//   bench_compute [--rounds R] [--steps N] [--warmup W] [--python PATH] [--no-torch] [--ab [--sizes gpt:LxCxT]]
 //   bench_compute --scaling [--sizes gpt:4x256x128,gpt:6x384x256,gpt:4x768x128,cnn] [--threads 1,2,..]
 //
 // --scaling (#31): for each model (gpt:LAYERSxWIDTHxCONTEXT, heads = width / 64, batch 8; cnn: the
@@ -19,7 +19,9 @@
 // rounds), alternates their rounds in one process (A B, B A, ...) and prints each pair's ratio
 // and the median. With no switch (A/A) the median came out 0.994-1.019, so gains under ~1% stay
 // unproven here too. The library reads no such variable: an experiment adds the read,
-// temporarily, where it switches between the two versions.
+// temporarily, where it switches between the two versions (and into any cache of what it
+// switches, such as the matmul primitives' key). --sizes gpt:LxCxT picks the model (default: the
+// shape above).
 //
 // Every figure is the median of R rounds of N steps, for cohort and for each PyTorch configuration
 // alike (with fewer torch rounds, the faster of two noisy torch medians sat above both runs'
@@ -62,6 +64,7 @@ struct Args {
   bool ab = false;
   bool scaling = false;
   std::string sizes = "gpt:4x256x128,gpt:6x384x256,gpt:4x768x128,cnn";
+  bool sizes_given = false;  // --ab: its first GPT shape
   std::vector<int> threads;  // empty: 1 .. the cores of the CPU affinity
 };
 
@@ -324,7 +327,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--no-torch") a.torch = false;
     else if (f == "--ab") a.ab = true;
     else if (f == "--scaling") a.scaling = true;
-    else if (f == "--sizes" && has) a.sizes = argv[++i];
+    else if (f == "--sizes" && has) a.sizes = argv[++i], a.sizes_given = true;
     else if (f == "--threads" && has) {
       const std::string list = argv[++i];
       for (size_t pos = 0; pos < list.size();) {
@@ -333,7 +336,7 @@ Args parse(int argc, char** argv) {
         pos = comma == std::string::npos ? list.size() : comma + 1;
       }
     } else {
-      std::fprintf(stderr, "usage: bench_compute [--rounds R] [--steps N] [--warmup W] [--python P] [--no-torch] [--ab]\n"
+      std::fprintf(stderr, "usage: bench_compute [--rounds R] [--steps N] [--warmup W] [--python P] [--no-torch] [--ab [--sizes gpt:LxCxT]]\n"
                            "       bench_compute --scaling [--sizes gpt:LxCxT,...,cnn] [--threads 1,2,...] [...]\n");
       std::exit(2);
     }
@@ -346,14 +349,19 @@ double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 // OpenBLAS's SkylakeX kernels need AVX-512 (without it the anchor dies of an illegal instruction).
 bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
 
+Shape parse_shape(const std::string& spec);
+
 // --ab: trainers A (COHORT_AB=0) and B (COHORT_AB=1), alternating rounds.
 int run_ab(const Args& a) {
   auto side = [](bool b) { setenv("COHORT_AB", b ? "1" : "0", 1); };
+  // The first GPT of --sizes, else the default shape.
+  Shape sh;
+  if (a.sizes_given && a.sizes.rfind("gpt:", 0) == 0) sh = parse_shape(a.sizes.substr(0, a.sizes.find(',')));
   side(false);
-  Gpt ga;
+  Gpt ga(sh);
   for (int i = 0; i < a.warmup; ++i) ga.step();
   side(true);
-  Gpt gb;
+  Gpt gb(sh);
   for (int i = 0; i < a.warmup; ++i) gb.step();
   std::vector<double> ta, tb, ratio;
   for (int r = 0; r < a.rounds; ++r) {
