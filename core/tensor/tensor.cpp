@@ -96,20 +96,32 @@ int64_t normalize_axis(int64_t axis, int64_t rank, const char* what) {
 }
 
 namespace {
-// Buffers of at least a huge page start on a huge-page boundary and ask the kernel for
-// transparent huge pages (where it is set to "madvise", as on Debian): the products stream
-// matrices of several MiB whose rows are one 4 KiB page each, and with 4 KiB pages they
-// measured 2-5% slower from TLB misses (oneDNN sgemm on rotating 4 MiB operands, 1 thread).
-// The advice only affects whole 2 MiB ranges inside the buffer, so the size is rounded to 4 KiB
-// pages only, and a failed madvise (THP off) just leaves normal pages.
+// Transparent huge pages, opt-in (COHORT_HUGE_PAGES=1, read once a process): buffers of at least
+// a huge page then start on a huge-page boundary and ask the kernel for them (where it is set to
+// "madvise", as on Debian). On a 2-core Xeon guest the products, which stream matrices of several
+// MiB, ran 2-5% faster on them (oneDNN sgemm on rotating 4 MiB operands, 1 thread; the GPT step
+// +1.7%). On a 2-core Zen 5 guest (a PVM virtual machine, 2026-11-29) a cold pass over a 3 MiB
+// tensor took 2.09 ms on huge pages against 0.31 ms on 4 KiB ones (an add over 58 rotating
+// buffers), the products were no faster, and `bench_compute --scaling --sizes gpt:4x768x128
+// --threads 1` read 724-803 tokens/s on huge pages against 946-1020 without (three alternating
+// pairs; the default GPT in `cohort train`: 6626-6768 against 7438-7737). So the default is 4 KiB
+// pages. The advice only affects whole 2 MiB ranges inside the buffer, so the size is rounded to
+// 4 KiB pages only, and a failed madvise (THP off) just leaves normal pages.
 constexpr size_t kHugePage = size_t{2} << 20;
+bool huge_pages_wanted() {
+  static const bool wanted = [] {
+    const char* v = std::getenv("COHORT_HUGE_PAGES");
+    return v != nullptr && v[0] == '1' && v[1] == '\0';
+  }();
+  return wanted;
+}
 
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t bytes) override {
     size_t rounded = (bytes + 63) / 64 * 64;
     if (rounded == 0) rounded = 64;
-    const bool huge = rounded >= kHugePage;
+    const bool huge = rounded >= kHugePage && huge_pages_wanted();
     if (huge) rounded = (rounded + 4095) / 4096 * 4096;
     // posix_memalign: aligned_alloc wants a size that is a multiple of the alignment
     void* p = nullptr;
