@@ -414,22 +414,20 @@ float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOpti
       offset += exec.order().size();
       // A backward bringing some parameter's last contribution accumulates each gradient as it is
       // produced (so that the final ones are handed over at once); the others after the run.
+      const bool early = !op.forward && hook_ &&
+                         std::any_of(chunk.grads.begin(), chunk.grads.end(),
+                                     [&](const auto& ig) { return got[ig.first] + 1 == expected[ig.first]; });
       std::unordered_map<ValueId, size_t> grad_of;  // gradient value -> parameter, until accumulated
-      bool early = false;
-      if (!op.forward && hook_)
-        for (const auto& [i, g] : chunk.grads)
-          if (got[i] + 1 == expected[i]) {
-            early = true;
-            for (const auto& [j, h] : chunk.grads) grad_of[h] = j;
-            ro.on_value = [&](ValueId v) {
-              const auto it = grad_of.find(v);
-              if (it == grad_of.end()) return;
-              const size_t j = it->second;
-              grad_of.erase(it);
-              accumulate(j, env.at(v));
-            };
-            break;
-          }
+      if (early) {
+        for (const auto& [i, g] : chunk.grads) grad_of[g] = i;
+        ro.on_value = [&](ValueId v) {
+          const auto it = grad_of.find(v);
+          if (it == grad_of.end()) return;
+          const size_t i = it->second;
+          grad_of.erase(it);
+          accumulate(i, env.at(v));
+        };
+      }
       const double waited = exec.collective_stats().wait_seconds;
       exec.run(env, ro);
       ro.on_value = nullptr;
@@ -505,10 +503,8 @@ float Trainer::run_schedule(const std::map<std::string, Tensor>& inputs, RunOpti
   }
   if (failure) std::rethrow_exception(failure);
   if (hook_)
-    for (const auto& [name, axis] : options_.tied_parameters) {
-      const size_t i = parameter_index(name);
-      hook_->on_gradient(i, grads_[i]);
-    }
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (tied[i]) hook_->on_gradient(i, grads_[i]);
   return loss;
 }
 

@@ -68,17 +68,16 @@
 //      chunk executors, the same schedule (pipeline_schedule depends on the stage index, not the
 //      data index) and the same bucket layout: the same step sequence and the same spans; every
 //      gather and gradient reduce-scatter on comm_ is launched at the same point of that
-//      sequence, in the same order. Sends
-//      and receives pair up on the pipe communicator in program order as without ZeRO, which
-//      neither adds nor moves any.
+//      sequence, in the same order. Sends and receives pair up on the pipe communicator in
+//      program order as without ZeRO, which neither adds nor moves any.
 //   3'. No cycle. Without ZeRO the step is deadlock-free: its happens-before graph — each rank's
 //      program order, an edge from each send to its receive, and each collective (the tensor
 //      axes', the loss broadcast, the tied all-reduce) one node after every member's previous
 //      event and before every member's next — is acyclic. The data indices run copies of one
 //      such graph; a gather (or reduce-scatter) adds a node joining the copies of one point (1').
-//      Mapping every copy onto the first and each such node onto the point it precedes takes every edge to an edge or a
-//      point of the same program order, so a cycle would map onto a cycle of the acyclic graph:
-//      the graph with the gathers is acyclic too. Every wait is one of its edges (a receive on
+//      Mapping every copy onto the first and each such node onto the point it precedes takes
+//      every edge to an edge or a point of the same program order, so a cycle would map onto a
+//      cycle of the acyclic graph: the graph with the gathers is acyclic too. Every wait is one of its edges (a receive on
 //      its send, a collective on each member's launch), and launches and sends never block (2.):
 //      the blocked wait of least depth in the graph waits for an event of lesser depth, which
 //      has therefore happened, so it completes (2.). Hence no wait blocks forever.
